@@ -1,0 +1,41 @@
+"""Framework-free core: types, splitters, relations, scoring, selection, the index and the fragment store."""
+
+from .index import FragRelIndex
+from .relations import (
+    CallableRelation,
+    CompositeRelation,
+    ContextRelation,
+    FragmentLayout,
+    Relation,
+    SemanticRelation,
+)
+from .rerank import rerank
+from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
+from .scoring import relation_aware_scores
+from .selection import select
+from .splitters import split_lines, split_turns, split_words
+from .store import FragmentStore
+from .types import Fragment, ScoredFragment
+
+__all__ = [
+    "BM25Scorer",
+    "CallableRelation",
+    "CompositeRelation",
+    "ContextRelation",
+    "DenseScorer",
+    "FragRelIndex",
+    "Fragment",
+    "FragmentLayout",
+    "FragmentStore",
+    "HybridScorer",
+    "Relation",
+    "ScoredFragment",
+    "Scorer",
+    "SemanticRelation",
+    "relation_aware_scores",
+    "rerank",
+    "select",
+    "split_lines",
+    "split_turns",
+    "split_words",
+]

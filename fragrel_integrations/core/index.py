@@ -1,0 +1,207 @@
+"""FragRelIndex: a corpus of fragments retrieved by relation-aware score (framework-free)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from ..models.base import Embedder, embed_documents
+from .relations import ContextRelation, FragmentLayout, Relation
+from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
+from .scoring import check_alpha, check_scores, environment_from_sums
+from .selection import check_k, order_by_position, select
+from .splitters import split_turns, split_words
+from .types import Fragment, ScoredFragment
+
+__all__ = ["FragRelIndex"]
+
+ScorerName = Literal["dense", "bm25", "hybrid"]
+_DEFAULT_K = 5
+
+
+def _check_fragments(fragments: Sequence[Fragment]) -> list[Fragment]:
+    fragments = list(fragments)
+    if not fragments:
+        raise ValueError("the corpus is empty: give at least one non-empty text or fragment")
+    seen: set[tuple[str, int]] = set()
+    for i, f in enumerate(fragments):
+        if not isinstance(f, Fragment):
+            raise TypeError(f"fragments[{i}] must be a Fragment, got {type(f).__name__}")
+        key = (f.doc_id, f.position)
+        if key in seen:
+            raise ValueError(
+                f"fragments[{i}] repeats doc_id={f.doc_id!r} position={f.position}: "
+                "positions must be unique within a document"
+            )
+        seen.add(key)
+    return fragments
+
+
+class FragRelIndex:
+    """Relation-aware retrieval over a fixed corpus: ``s_rel = s_ind + alpha * s_env`` (FragRel eq. 9-10).
+
+    ``scorer`` picks the independent score: ``"dense"`` (cosine of ``embedder`` embeddings), ``"bm25"``,
+    ``"hybrid"`` (0.5 min-max BM25 + 0.5 min-max dense) or any callable ``query -> scores``.
+    ``embedder=None`` means the embedded offline all-MiniLM-L6-v2 (loaded only when needed).
+
+    >>> index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25")
+    >>> [h.fragment.text for h in index.retrieve("cat", k=2)]
+    ['a cat', 'sat on']
+    """
+
+    def __init__(
+        self,
+        fragments: Sequence[Fragment],
+        *,
+        embedder: Embedder | None = None,
+        relation: Relation | None = None,
+        alpha: float = 0.5,
+        scorer: ScorerName | Scorer = "dense",
+        embeddings: np.ndarray | None = None,
+        batch_size: int = 64,
+        show_progress: bool = True,
+    ) -> None:
+        self.fragments = _check_fragments(fragments)
+        self.alpha = check_alpha(alpha)
+        self.relation = ContextRelation(0.3) if relation is None else relation
+        if not isinstance(self.relation, Relation):
+            raise TypeError(f"relation must be a Relation (e.g. ContextRelation(0.3)), got {relation!r}")
+        if not (scorer in ("dense", "bm25", "hybrid") or callable(scorer)):
+            raise ValueError(f"scorer must be 'dense', 'bm25', 'hybrid' or a callable, got {scorer!r}")
+        needs_embeddings = scorer in ("dense", "hybrid") or self.relation.needs_embeddings
+        self._embedder = embedder
+        self.embeddings: np.ndarray | None = None
+        if embeddings is not None:
+            from ..models.base import check_embeddings
+
+            self.embeddings = check_embeddings(embeddings, len(self.fragments), source="embeddings")
+        elif needs_embeddings:
+            self.embeddings = embed_documents(
+                self.embedder,
+                [f.text for f in self.fragments],
+                batch_size=batch_size,
+                show_progress=show_progress,
+            )
+        self.scorer: Scorer = self._build_scorer(scorer)
+        self.layout = FragmentLayout.from_fragments(self.fragments, self.embeddings)
+        self._prepared = self.relation.prepare(self.layout)
+        self._lengths = np.fromiter((f.n_words for f in self.fragments), np.int64, len(self.fragments))
+
+    # ----------------------------------------------------------------------------------------- builders
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Sequence[str],
+        *,
+        fragment_words: int = 500,
+        stride: int | None = None,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> FragRelIndex:
+        """Split each text into windows of ``fragment_words`` words; one document per text."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings; wrap a single text as [text]")
+        texts = list(texts)
+        doc_ids = [str(i) for i in range(len(texts))] if doc_ids is None else [str(d) for d in doc_ids]
+        if len(doc_ids) != len(texts) or (metadatas is not None and len(metadatas) != len(texts)):
+            raise ValueError("doc_ids and metadatas must have one entry per text")
+        if len(set(doc_ids)) != len(doc_ids):
+            raise ValueError("doc_ids must be unique, one per text")
+        fragments: list[Fragment] = []
+        for i, (text, doc_id) in enumerate(zip(texts, doc_ids, strict=True)):
+            meta = metadatas[i] if metadatas is not None else None
+            fragments += split_words(text, fragment_words=fragment_words, stride=stride, doc_id=doc_id, metadata=meta)
+        fragments = [f for f in fragments if f.text]
+        return cls(fragments, **kwargs)
+
+    @classmethod
+    def from_fragments(
+        cls, fragments: Sequence[str | Fragment], *, doc_ids: Sequence[str] | None = None, **kwargs: Any
+    ) -> FragRelIndex:
+        """One fragment per item. Strings get ``doc_ids[i]`` (default ``"0"``) and position = order within it;
+        :class:`Fragment` items keep their own document and position."""
+        if isinstance(fragments, str):
+            raise TypeError("fragments must be a list; wrap a single text as [text]")
+        fragments = list(fragments)
+        if doc_ids is not None and len(doc_ids) != len(fragments):
+            raise ValueError(f"doc_ids has {len(doc_ids)} entries for {len(fragments)} fragments")
+        counters: dict[str, int] = {}
+        out: list[Fragment] = []
+        for i, item in enumerate(fragments):
+            if isinstance(item, Fragment):
+                out.append(item)
+                continue
+            if not isinstance(item, str):
+                raise TypeError(f"fragments[{i}] must be str or Fragment, got {type(item).__name__}")
+            doc = "0" if doc_ids is None else str(doc_ids[i])
+            pos = counters.get(doc, 0)
+            counters[doc] = pos + 1
+            out.append(Fragment(item, doc, pos))
+        return cls(out, **kwargs)
+
+    @classmethod
+    def from_turns(cls, turns: Sequence[str | Mapping[str, Any]], *, doc_id: str = "0", **kwargs: Any) -> FragRelIndex:
+        """One fragment per dialogue turn (pair with ``ContextRelation(0.8)`` and ``order="position"``)."""
+        return cls(split_turns(turns, doc_id=doc_id), **kwargs)
+
+    # ----------------------------------------------------------------------------------------- scoring
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            from ..models.local import default_embedder
+
+            self._embedder = default_embedder()
+        return self._embedder
+
+    def _build_scorer(self, scorer: ScorerName | Scorer) -> Scorer:
+        if callable(scorer):
+            return scorer
+        texts = [f.text for f in self.fragments]
+        if scorer == "bm25":
+            return BM25Scorer(texts)
+        dense = DenseScorer(self.embeddings, self.embedder)
+        if scorer == "dense":
+            return dense
+        return HybridScorer([(BM25Scorer(texts), 0.5), (dense, 0.5)])
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(s_ind, s_env, s_rel)`` for every fragment, in corpus order."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        s_ind = check_scores(self.scorer(query), "independent scores")
+        if s_ind.shape[0] != len(self.fragments):
+            raise ValueError(f"scorer returned {s_ind.shape[0]} scores for {len(self.fragments)} fragments")
+        s_env = environment_from_sums(*self._prepared.sums(s_ind))
+        return s_ind, s_env, s_ind + self.alpha * s_env
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        k: int | None = None,
+        budget_words: int | None = None,
+        order: Literal["score", "position"] = "score",
+    ) -> list[ScoredFragment]:
+        """Top fragments by relation-aware score: ``k`` of them (default 5 without a budget) and/or as many as
+        fit in ``budget_words``. ``order="position"`` returns them in document order (e.g. turns by time)."""
+        k, budget_words = check_k(k), check_k(budget_words, "budget_words")
+        if order not in ("score", "position"):
+            raise ValueError(f"order must be 'score' or 'position', got {order!r}")
+        if k is None and budget_words is None:
+            k = _DEFAULT_K
+        s_ind, s_env, s_rel = self.scores(query)
+        picked = select(s_rel, k=k, budget=budget_words, lengths=self._lengths)
+        if order == "position":
+            picked = order_by_position(self.fragments, picked)
+        return [ScoredFragment(self.fragments[i], float(s_rel[i]), float(s_ind[i]), float(s_env[i])) for i in picked]
+
+    def __len__(self) -> int:
+        return len(self.fragments)
+
+    def __repr__(self) -> str:
+        return f"FragRelIndex({len(self)} fragments, relation={self.relation!r}, alpha={self.alpha})"

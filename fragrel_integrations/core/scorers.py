@@ -1,0 +1,113 @@
+"""Independent scores ``s_ind`` of every fragment for a query: dense cosine, BM25 (bm25s), and their hybrid."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ..models.base import Embedder, embed_query
+
+__all__ = ["BM25Scorer", "DenseScorer", "HybridScorer", "Scorer", "minmax", "tokenize"]
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+def tokenize(text: str, stopwords: frozenset[str] = frozenset()) -> list[str]:
+    """Lower-cased word tokens without ``stopwords``.
+
+    >>> tokenize("The Cat sat.", frozenset({"the"}))
+    ['cat', 'sat']
+    """
+    return [t for t in _TOKEN.findall(text.lower()) if t not in stopwords]
+
+
+def minmax(x: np.ndarray) -> np.ndarray:
+    """Scale to [0, 1]; a constant vector maps to zeros.
+
+    >>> minmax(np.array([2.0, 4.0, 3.0])).tolist()
+    [0.0, 1.0, 0.5]
+    """
+    if x.size == 0:
+        return np.zeros(0)
+    lo, hi = float(x.min()), float(x.max())
+    return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x, dtype=np.float64)
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """``scorer(query) -> s_ind`` for every fragment of the corpus it was built on."""
+
+    def __call__(self, query: str) -> np.ndarray: ...
+
+
+class DenseScorer:
+    """Cosine similarity between the query embedding and the (pre-computed) fragment embeddings."""
+
+    def __init__(self, embeddings: np.ndarray, embedder: Embedder) -> None:
+        e = np.asarray(embeddings, dtype=np.float32)
+        self.embeddings = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+        self.embedder = embedder
+
+    def __call__(self, query: str) -> np.ndarray:
+        q = embed_query(self.embedder, query)
+        if q.shape[0] != self.embeddings.shape[1]:
+            raise ValueError(
+                f"query embedding has {q.shape[0]} dims but fragments have {self.embeddings.shape[1]}: "
+                "use the same embedder for the corpus and the queries"
+            )
+        q = q / max(float(np.linalg.norm(q)), 1e-12)
+        return (self.embeddings @ q).astype(np.float64)
+
+
+class BM25Scorer:
+    """Okapi BM25 (bm25s, Lucene variant) over word tokens, English stopwords removed by default."""
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+        stopwords: Sequence[str] | None = None,
+    ) -> None:
+        import bm25s
+
+        if stopwords is None:
+            from bm25s.stopwords import STOPWORDS_EN
+
+            stopwords = STOPWORDS_EN
+        self.stopwords = frozenset(stopwords)
+        self.n = len(texts)
+        self._bm25 = bm25s.BM25(k1=k1, b=b)
+        self._bm25.index([tokenize(t, self.stopwords) for t in texts], show_progress=False)
+
+    def __call__(self, query: str) -> np.ndarray:
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        tokens = tokenize(query, self.stopwords)
+        if not tokens:
+            return np.zeros(self.n)
+        return np.asarray(self._bm25.get_scores(tokens), dtype=np.float64)
+
+
+class HybridScorer:
+    """Weighted sum of min-max-normalised scores of several scorers (default 0.5 BM25 + 0.5 dense).
+
+    Min-max per query puts BM25 (unbounded) and cosine (-1..1) on one scale before adding them.
+    """
+
+    def __init__(self, parts: Sequence[tuple[Scorer, float]]) -> None:
+        if not parts:
+            raise ValueError("HybridScorer needs at least one (scorer, weight) pair")
+        for scorer, weight in parts:
+            if not callable(scorer):
+                raise TypeError(f"hybrid parts must be (scorer, weight) pairs with a callable scorer, got {scorer!r}")
+            if not float(weight) >= 0:
+                raise ValueError(f"hybrid weights must be >= 0, got {weight}")
+        self.parts = [(s, float(w)) for s, w in parts]
+
+    def __call__(self, query: str) -> np.ndarray:
+        return sum(w * minmax(np.asarray(s(query), dtype=np.float64)) for s, w in self.parts)

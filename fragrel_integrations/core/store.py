@@ -1,0 +1,85 @@
+"""FragmentStore: fragments by (doc_id, position) in SQLite, so a wrapper can fetch a hit's neighbours."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .types import Fragment
+
+__all__ = ["FragmentStore"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS fragments (
+    doc_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    PRIMARY KEY (doc_id, position)
+) WITHOUT ROWID
+"""
+
+
+class FragmentStore:
+    """A SQLite table of fragments keyed by ``(doc_id, position)``; ``":memory:"`` by default.
+
+    Writes are transactional (all of a batch or nothing). Metadata is stored as JSON (no pickle).
+
+    >>> store = FragmentStore()
+    >>> store.add([Fragment("a", "d", 0), Fragment("b", "d", 1), Fragment("c", "d", 2)])
+    >>> [f.text for f in store.neighbours([("d", 0)], radius=1)]
+    ['b']
+    """
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        self.path = str(path)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False)
+        with self._lock, self._conn:
+            self._conn.execute(_SCHEMA)
+
+    def add(self, fragments: Iterable[Fragment]) -> None:
+        """Insert or replace fragments (one transaction)."""
+        rows = []
+        for f in fragments:
+            if not isinstance(f, Fragment):
+                raise TypeError(f"FragmentStore.add takes Fragment objects, got {type(f).__name__}")
+            try:
+                meta = json.dumps(dict(f.metadata))
+            except TypeError as exc:
+                raise TypeError(f"fragment metadata must be JSON-serialisable: {exc}") from exc
+            rows.append((f.doc_id, f.position, f.text, meta))
+        with self._lock, self._conn:
+            self._conn.executemany("INSERT OR REPLACE INTO fragments VALUES (?, ?, ?, ?)", rows)
+
+    def get(self, doc_id: str, position: int) -> Fragment | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT doc_id, position, text, metadata FROM fragments WHERE doc_id = ? AND position = ?",
+                (str(doc_id), int(position)),
+            ).fetchone()
+        return None if row is None else Fragment(row[2], row[0], row[1], json.loads(row[3]))
+
+    def neighbours(self, keys: Sequence[tuple[str, int]], radius: int = 1) -> list[Fragment]:
+        """Stored fragments within ``radius`` positions of any key, excluding the keys themselves."""
+        if isinstance(radius, bool) or not isinstance(radius, int) or radius < 0:
+            raise ValueError(f"radius must be an int >= 0, got {radius!r}")
+        have = {(str(d), int(p)) for d, p in keys}
+        wanted = sorted({(d, p + o) for d, p in have for o in range(-radius, radius + 1) if o} - have)
+        out = []
+        for doc_id, pos in wanted:
+            f = self.get(doc_id, pos)
+            if f is not None:
+                out.append(f)
+        return out
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM fragments").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

