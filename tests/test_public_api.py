@@ -1,0 +1,45 @@
+"""The public names DESIGN.md promises, pinned; importing the package loads no framework and no model."""
+
+import subprocess
+import sys
+
+import fragrel_integrations
+
+
+def test_top_level_all_is_pinned():
+    assert sorted(fragrel_integrations.__all__) == sorted(
+        [
+            "BM25Scorer",
+            "CallableRelation",
+            "CompositeRelation",
+            "ContextRelation",
+            "DenseScorer",
+            "Embedder",
+            "Fragment",
+            "FragmentLayout",
+            "FragmentStore",
+            "FragRelIndex",
+            "HybridScorer",
+            "Relation",
+            "ScoredFragment",
+            "SemanticRelation",
+            "__version__",
+            "relation_aware_scores",
+            "rerank",
+            "split_lines",
+            "split_turns",
+            "split_words",
+        ]
+    )
+    for name in fragrel_integrations.__all__:
+        assert hasattr(fragrel_integrations, name), name
+
+
+def test_import_has_no_side_effects():
+    code = (
+        "import sys, fragrel_integrations, fragrel_integrations.cli;"
+        "heavy = [m for m in ('langchain_core', 'llama_index', 'torch', 'sentence_transformers') if m in sys.modules];"
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
