@@ -46,7 +46,8 @@ def rerank(
     Candidates are de-duplicated by ``(doc_id, position)``. With a ``store`` and ``expand > 0``, the stored
     fragments within ``expand`` positions of each candidate join the pool. Independent scores are the base
     retriever's ``scores`` when every pool member has one; otherwise (missing scores, or expanded neighbours)
-    every pool member is scored by the ``embedder``'s cosine, so that all scores share one scale.
+    every pool member is scored by the ``embedder``'s cosine, so that all scores share one scale. Without an
+    ``embedder`` the embedded default is used behind an LRU cache, so a pool is embedded once across queries.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be str, got {type(query).__name__}")
@@ -65,9 +66,9 @@ def rerank(
     embeddings = None
     if not use_base or relation.needs_embeddings:
         if embedder is None:
-            from ..models.local import default_embedder
+            from ..models.local import default_cached_embedder
 
-            embedder = default_embedder()
+            embedder = default_cached_embedder()
         embeddings = embed_documents(embedder, [f.text for f in pool])
     if use_base:
         s_ind = check_scores(pool_scores, "base retriever scores")

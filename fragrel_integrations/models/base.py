@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["Embedder", "check_embeddings", "embed_documents", "embed_query"]
+__all__ = ["CachedEmbedder", "Embedder", "check_embeddings", "embed_documents", "embed_query"]
 
 
 @runtime_checkable
@@ -71,3 +71,52 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     if not isinstance(text, str):
         raise TypeError(f"query must be str, got {type(text).__name__}")
     return check_embeddings(np.asarray(embedder.embed_query(text), dtype=np.float32)[None, :], 1)[0]
+
+
+class CachedEmbedder:
+    """Wrap an embedder with an in-memory LRU cache of document vectors keyed by text.
+
+    Re-ranking a base retriever's pool re-embeds the same fragments query after query; with this wrapper each
+    distinct text is embedded once (up to ``maxsize`` texts).
+
+    >>> class Echo:
+    ...     calls = 0
+    ...     def embed_documents(self, texts):
+    ...         Echo.calls += 1
+    ...         return [[float(len(t)), 1.0] for t in texts]
+    ...     def embed_query(self, text):
+    ...         return [float(len(text)), 1.0]
+    >>> cached = CachedEmbedder(Echo())
+    >>> _ = cached.embed_documents(["a", "bb"]); _ = cached.embed_documents(["bb", "a"])
+    >>> Echo.calls
+    1
+    """
+
+    def __init__(self, embedder: Embedder, maxsize: int = 100_000) -> None:
+        if not isinstance(embedder, Embedder):
+            raise TypeError("CachedEmbedder wraps an object with embed_documents(texts) and embed_query(text)")
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize <= 0:
+            raise ValueError(f"maxsize must be a positive int, got {maxsize!r}")
+        from collections import OrderedDict
+
+        self.embedder = embedder
+        self.maxsize = maxsize
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        if missing:
+            vectors = check_embeddings(self.embedder.embed_documents(missing), len(missing))
+            for t, v in zip(missing, vectors, strict=True):
+                self._cache[t] = v
+        out = []
+        for t in texts:
+            self._cache.move_to_end(t)
+            out.append(self._cache[t])
+        while len(self._cache) > self.maxsize:
+            self._cache.popitem(last=False)
+        return np.stack(out) if out else np.zeros((0, 0), dtype=np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return np.asarray(self.embedder.embed_query(text), dtype=np.float32)

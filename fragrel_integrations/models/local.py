@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from .._optional import require
+from .base import CachedEmbedder
 
-__all__ = ["MiniLMEmbedder", "default_embedder"]
+__all__ = ["MiniLMEmbedder", "default_cached_embedder", "default_embedder"]
 
 _LOCK = threading.Lock()
 _DEFAULT: MiniLMEmbedder | None = None
+_CACHED: CachedEmbedder | None = None
 
 
 class MiniLMEmbedder:
@@ -61,3 +63,13 @@ def default_embedder() -> MiniLMEmbedder:
         if _DEFAULT is None:
             _DEFAULT = MiniLMEmbedder()
         return _DEFAULT
+
+
+def default_cached_embedder() -> CachedEmbedder:
+    """The embedded default behind an LRU cache of 20k texts (what wrappers re-ranking a pool use)."""
+    global _CACHED
+    model = default_embedder()
+    with _LOCK:
+        if _CACHED is None:
+            _CACHED = CachedEmbedder(model, maxsize=20_000)
+        return _CACHED
