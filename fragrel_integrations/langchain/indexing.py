@@ -1,0 +1,62 @@
+"""Prepare LangChain Documents for FragRel: write ``doc_id`` and ``position`` metadata (and fill a FragmentStore)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from langchain_core.documents import Document
+
+from ..core.store import FragmentStore
+from ..core.types import Fragment
+from ._documents import check_documents
+
+__all__ = ["add_positions"]
+
+
+def add_positions(
+    documents: Iterable[Document],
+    *,
+    doc_id_key: str = "doc_id",
+    position_key: str = "position",
+    source_key: str | None = "source",
+    default_doc_id: str = "0",
+    store: FragmentStore | None = None,
+) -> list[Document]:
+    """Copies of ``documents`` with ``doc_id`` and ``position`` metadata, the locations FragRel relates.
+
+    Give the chunks **in reading order** (e.g. the output of a LangChain text splitter). Each chunk's document id
+    is its existing ``metadata[doc_id_key]``, else ``metadata[source_key]`` (the file a loader read), else
+    ``default_doc_id``; its position is a running counter per document id, from 0. The input Documents are not
+    changed. With ``store``, the chunks are also written to that :class:`FragmentStore` (one transaction; their
+    metadata must be JSON-serialisable) so that ``FragRelRetriever(store=store, expand=1)`` can fetch the
+    neighbours of a hit that the vector store did not return.
+
+    Call it once over all chunks of a document: a second call restarts the positions at 0.
+
+    >>> docs = add_positions([Document("Call me Ishmael."), Document("Some years ago...")])
+    >>> [(d.metadata["doc_id"], d.metadata["position"]) for d in docs]
+    [('0', 0), ('0', 1)]
+    """
+    if isinstance(documents, Document):
+        raise TypeError("documents must be a list of Documents; wrap a single Document as [doc]")
+    docs = check_documents(list(documents), "documents")
+    for name, key in (("doc_id_key", doc_id_key), ("position_key", position_key)):
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{name} must be a non-empty string, got {key!r}")
+    if doc_id_key == position_key:
+        raise ValueError("doc_id_key and position_key must differ")
+    if store is not None and not isinstance(store, FragmentStore):
+        raise TypeError(f"store must be a fragrel_integrations FragmentStore, got {type(store).__name__}")
+    counters: dict[str, int] = {}
+    out: list[Document] = []
+    for doc in docs:
+        doc_id = doc.metadata.get(doc_id_key)
+        if doc_id is None and source_key is not None:
+            doc_id = doc.metadata.get(source_key)
+        doc_id = str(default_doc_id if doc_id is None else doc_id)
+        position = counters.get(doc_id, 0)
+        counters[doc_id] = position + 1
+        out.append(doc.model_copy(update={"metadata": {**doc.metadata, doc_id_key: doc_id, position_key: position}}))
+    if store is not None:
+        store.add(Fragment(d.page_content, d.metadata[doc_id_key], d.metadata[position_key], d.metadata) for d in out)
+    return out

@@ -1,0 +1,28 @@
+"""LlamaIndex components (install with ``pip install 'fragrel-integrations[llama-index]'``).
+
+- :class:`FragRelRetriever` wraps any LlamaIndex retriever and re-ranks its nodes with FragRel.
+- :class:`FragRelPostprocessor` does the same as a node postprocessor inside a query engine.
+- :class:`FragRelIndexRetriever` is a retriever over a core ``FragRelIndex`` (texts in, no vector store).
+- :class:`PositionTagger` / :func:`tag_positions` write ``doc_id`` and ``position`` into node metadata.
+- :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model.
+
+>>> from fragrel_integrations.llama_index import FragRelRetriever, PositionTagger   # doctest: +SKIP
+"""
+
+from .._optional import require
+
+require("llama_index.core", "llama-index")
+
+from .embeddings import MiniLMEmbedding  # noqa: E402
+from .indexing import PositionTagger, tag_positions  # noqa: E402
+from .postprocessor import FragRelPostprocessor  # noqa: E402
+from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
+
+__all__ = [
+    "FragRelIndexRetriever",
+    "FragRelPostprocessor",
+    "FragRelRetriever",
+    "MiniLMEmbedding",
+    "PositionTagger",
+    "tag_positions",
+]

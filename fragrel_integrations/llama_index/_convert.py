@@ -1,0 +1,328 @@
+"""LlamaIndex nodes <-> core fragments, and the one re-ranking step shared by the retriever and the postprocessor.
+
+All scoring is the core's :func:`~fragrel_integrations.core.rerank.rerank`; this module only turns nodes into
+``Fragment`` keys ``(doc_id, position)`` and the results back into copied nodes with the scores in metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
+
+from ..core.relations import ContextRelation, Relation
+from ..core.rerank import rerank
+from ..core.scoring import check_alpha
+from ..core.selection import check_k
+from ..core.store import FragmentStore
+from ..core.types import Fragment, ScoredFragment
+from ..models.base import Embedder
+from ..models.llama_index_models import llama_index_embedder
+
+__all__ = [
+    "MISSING_POSITION_MODES",
+    "ORDERS",
+    "SCORE_KEYS",
+    "STORE_NODE_KEY",
+    "NodeReranker",
+    "check_key",
+    "fragment_for_store",
+    "node_doc_id",
+    "node_from_fragment",
+    "node_position",
+    "related_id",
+    "resolve_k",
+    "scored_node",
+    "scoring_text",
+]
+
+logger = logging.getLogger(__name__)
+
+SCORE_KEYS = ("relevance_score", "fragrel_independent_score", "fragrel_environment_score")
+STORE_NODE_KEY = "fragrel_node"  # what a FragmentStore row keeps about its LlamaIndex node (id, source, hidden keys)
+ORDERS = ("score", "position")
+MISSING_POSITION_MODES = ("raise", "isolate", "links")
+
+_TAGGER_HINT = (
+    "tag the nodes when indexing with fragrel_integrations.llama_index.PositionTagger() (a transformation, "
+    "e.g. VectorStoreIndex.from_documents(docs, transformations=[SentenceSplitter(), PositionTagger()])) "
+    "or tag_positions(nodes), or pass on_missing_position='links' (PREVIOUS/NEXT links between candidates) "
+    "or 'isolate' (no environment for such nodes)"
+)
+
+
+def resolve_k(similarity_top_k: int | None, k: int | None, default: int | None) -> int | None:
+    """``similarity_top_k`` and its alias ``k``; both given must agree."""
+    similarity_top_k = check_k(similarity_top_k, "similarity_top_k")
+    k = check_k(k)
+    if similarity_top_k is not None and k is not None and similarity_top_k != k:
+        raise ValueError(f"similarity_top_k={similarity_top_k} and k={k} disagree: pass only one of them")
+    chosen = similarity_top_k if similarity_top_k is not None else k
+    return default if chosen is None else chosen
+
+
+def check_key(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty metadata key (str), got {value!r}")
+    return value
+
+
+def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
+    """``metadata[doc_id_key]`` if set, else the id of the node's SOURCE document (``ref_doc_id``)."""
+    value = node.metadata.get(doc_id_key)
+    if value is not None:
+        return str(value)
+    source = node.relationships.get(NodeRelationship.SOURCE)
+    return source.node_id if isinstance(source, RelatedNodeInfo) else None
+
+
+def node_position(node: BaseNode, position_key: str) -> int | None:
+    """``metadata[position_key]`` as an int (ints that went through a vector store as ``3.0`` or ``"3"`` too)."""
+    value = node.metadata.get(position_key)
+    if value is None:
+        return None
+    if isinstance(value, int | np.integer) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return int(value.strip())
+    raise TypeError(
+        f"node {node.node_id!r}: metadata[{position_key!r}] = {value!r} is not an int position; "
+        "re-tag the nodes with PositionTagger or set position_key to the metadata key that holds the position"
+    )
+
+
+def related_id(node: BaseNode, rel: NodeRelationship) -> str | None:
+    """The node id of a single PREVIOUS/NEXT/SOURCE relationship, or None."""
+    info = node.relationships.get(rel)
+    return info.node_id if isinstance(info, RelatedNodeInfo) else None
+
+
+def _link_keys(nodes: Sequence[BaseNode], missing: Sequence[int]) -> dict[int, tuple[str, int]]:
+    """Pseudo keys from PREVIOUS/NEXT links among the candidates: each run of linked candidates is one pseudo
+    document with consecutive positions; a candidate linked to no other candidate is alone in its run."""
+    first: dict[str, int] = {}
+    for i in missing:
+        first.setdefault(nodes[i].node_id, i)
+    heads = [i for i in first.values() if related_id(nodes[i], NodeRelationship.PREVIOUS) not in first]
+    keys: dict[str, tuple[str, int]] = {}
+    for h in heads:
+        run, pos, cur = f"fragrel-links:{nodes[h].node_id}", 0, h
+        while cur is not None and nodes[cur].node_id not in keys:
+            keys[nodes[cur].node_id] = (run, pos)
+            pos += 1
+            nxt = related_id(nodes[cur], NodeRelationship.NEXT)
+            cur = first.get(nxt) if nxt is not None else None
+    out = {}
+    for i in missing:  # nodes on a cycle of links (malformed) have no head: each stands alone
+        nid = nodes[i].node_id
+        out[i] = keys.setdefault(nid, (f"fragrel-links:{nid}", 0))
+    return out
+
+
+def _with_hidden(keys: Sequence[str], extra: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys([*keys, *extra]))
+
+
+def scored_node(node: BaseNode, scored: ScoredFragment) -> BaseNode:
+    """A copy of ``node`` with the three FragRel scores in its metadata (hidden from the embed/LLM text)."""
+    metadata = {
+        **node.metadata,
+        "relevance_score": scored.score,
+        "fragrel_independent_score": scored.independent_score,
+        "fragrel_environment_score": scored.environment_score,
+    }
+    return node.model_copy(
+        update={
+            "metadata": metadata,
+            "excluded_embed_metadata_keys": _with_hidden(node.excluded_embed_metadata_keys, SCORE_KEYS),
+            "excluded_llm_metadata_keys": _with_hidden(node.excluded_llm_metadata_keys, SCORE_KEYS),
+        }
+    )
+
+
+def _jsonable(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def scoring_text(node: BaseNode) -> str:
+    """The text FragRel scores: what LlamaIndex embeds (``MetadataMode.EMBED``), so that embedder cosine and a
+    vector index's own scores agree."""
+    return node.get_content(metadata_mode=MetadataMode.EMBED)
+
+
+def fragment_for_store(node: BaseNode, doc_id: str, position: int) -> Fragment:
+    """The :class:`Fragment` a :class:`FragmentStore` keeps for ``node``: its scoring text (as embedded), its
+    JSON-serialisable metadata and, under ``"fragrel_node"``, its id, raw text, source document and hidden keys."""
+    metadata: dict[str, Any] = {k: v for k, v in node.metadata.items() if _jsonable(v)}
+    dropped = sorted(set(node.metadata) - set(metadata))
+    if dropped:
+        logger.debug("node %s: metadata keys %s are not JSON-serialisable and were not stored", node.node_id, dropped)
+    metadata[STORE_NODE_KEY] = {
+        "id": node.node_id,
+        "text": node.get_content(metadata_mode=MetadataMode.NONE),
+        "ref_doc_id": related_id(node, NodeRelationship.SOURCE),
+        "excluded_embed_metadata_keys": list(node.excluded_embed_metadata_keys),
+        "excluded_llm_metadata_keys": list(node.excluded_llm_metadata_keys),
+    }
+    return Fragment(scoring_text(node), doc_id, position, metadata)
+
+
+def node_from_fragment(fragment: Fragment, *, doc_id_key: str = "doc_id", position_key: str = "position") -> TextNode:
+    """A :class:`TextNode` for a core fragment (a stored neighbour, or a hit of a core index)."""
+    metadata = dict(fragment.metadata)
+    info = metadata.pop(STORE_NODE_KEY, None)
+    info = info if isinstance(info, Mapping) else {}
+    metadata[doc_id_key] = fragment.doc_id
+    metadata[position_key] = fragment.position
+    hidden = [doc_id_key, position_key]
+    node = TextNode(
+        id_=str(info.get("id") or f"fragrel:{fragment.doc_id}:{fragment.position}"),
+        text=str(info.get("text", fragment.text)),
+        metadata=metadata,
+        excluded_embed_metadata_keys=list(info.get("excluded_embed_metadata_keys", hidden)),
+        excluded_llm_metadata_keys=list(info.get("excluded_llm_metadata_keys", hidden)),
+    )
+    if info.get("ref_doc_id"):
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=str(info["ref_doc_id"]))
+    return node
+
+
+@dataclass(frozen=True)
+class NodeReranker:
+    """Validated FragRel settings of a LlamaIndex component; calling it re-ranks ``NodeWithScore`` candidates.
+
+    Build it with :meth:`build` (which checks every argument and adapts the embedder).
+    """
+
+    relation: Relation
+    alpha: float
+    k: int | None
+    embedder: Embedder | None
+    store: FragmentStore | None
+    expand: int
+    order: str
+    doc_id_key: str
+    position_key: str
+    on_missing_position: str
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        relation: Relation | None = None,
+        alpha: float = 0.5,
+        k: int | None = 5,
+        embedder: object = None,
+        store: FragmentStore | None = None,
+        expand: int | None = None,
+        order: str = "score",
+        doc_id_key: str = "doc_id",
+        position_key: str = "position",
+        on_missing_position: str = "raise",
+    ) -> NodeReranker:
+        relation = ContextRelation(0.3) if relation is None else relation
+        if not isinstance(relation, Relation):
+            raise TypeError(f"relation must be a Relation such as ContextRelation(0.3), got {relation!r}")
+        if store is not None and not isinstance(store, FragmentStore):
+            raise TypeError(
+                f"store must be a fragrel_integrations.FragmentStore (fill it with PositionTagger(store=...)), "
+                f"got {type(store).__name__}"
+            )
+        if expand is None:
+            expand = 0 if store is None else 1
+        if isinstance(expand, bool) or not isinstance(expand, int) or expand < 0:
+            raise ValueError(f"expand must be an int >= 0 (neighbour radius), got {expand!r}")
+        if expand > 0 and store is None:
+            raise ValueError("expand > 0 needs a store: build one with PositionTagger(store=FragmentStore(path))")
+        if order not in ORDERS:
+            raise ValueError(f"order must be 'score' or 'position', got {order!r}")
+        if on_missing_position not in MISSING_POSITION_MODES:
+            raise ValueError(f"on_missing_position must be 'raise', 'isolate' or 'links', got {on_missing_position!r}")
+        return cls(
+            relation=relation,
+            alpha=check_alpha(alpha),
+            k=check_k(k),
+            embedder=llama_index_embedder(embedder),
+            store=store,
+            expand=expand,
+            order=order,
+            doc_id_key=check_key("doc_id_key", doc_id_key),
+            position_key=check_key("position_key", position_key),
+            on_missing_position=on_missing_position,
+        )
+
+    def keys(self, nodes: Sequence[BaseNode]) -> list[tuple[str, int]]:
+        """``(doc_id, position)`` of each node, with the configured fallback for nodes that lack one."""
+        keys: list[tuple[str, int] | None] = []
+        missing: list[int] = []
+        for i, node in enumerate(nodes):
+            doc_id, position = node_doc_id(node, self.doc_id_key), node_position(node, self.position_key)
+            if doc_id is None or position is None:
+                missing.append(i)
+                keys.append(None)
+            else:
+                keys.append((doc_id, position))
+        if missing:
+            if self.on_missing_position == "raise":
+                node = nodes[missing[0]]
+                what = self.position_key if node_doc_id(node, self.doc_id_key) is not None else self.doc_id_key
+                raise ValueError(
+                    f"{len(missing)} of {len(nodes)} nodes have no {what!r} metadata (e.g. node {node.node_id!r}): "
+                    + _TAGGER_HINT
+                )
+            if self.on_missing_position == "isolate":
+                filled = {i: (f"fragrel-isolated:{nodes[i].node_id}", 0) for i in missing}
+            else:
+                filled = _link_keys(nodes, missing)
+            for i, key in filled.items():
+                keys[i] = key
+        return keys  # type: ignore[return-value]
+
+    def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
+        """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified)."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        candidates = list(candidates)
+        for i, c in enumerate(candidates):
+            if not isinstance(c, NodeWithScore):
+                raise TypeError(f"candidates[{i}] must be a NodeWithScore, got {type(c).__name__}")
+        if not candidates:
+            return []
+        keys = self.keys([c.node for c in candidates])
+        fragments = [
+            Fragment(scoring_text(c.node), doc_id, position, dict(c.node.metadata))
+            for c, (doc_id, position) in zip(candidates, keys, strict=True)
+        ]
+        results = rerank(
+            query,
+            fragments,
+            relation=self.relation,
+            alpha=self.alpha,
+            k=self.k,
+            scores=[c.score for c in candidates],
+            embedder=self.embedder,
+            store=self.store,
+            expand=self.expand,
+            order=self.order,
+        )
+        by_key: dict[tuple[str, int], BaseNode] = {}
+        for c, key in zip(candidates, keys, strict=True):
+            by_key.setdefault(key, c.node)
+        out = []
+        for r in results:
+            node = by_key.get((r.fragment.doc_id, r.fragment.position))
+            if node is None:  # a neighbour that came from the store
+                node = node_from_fragment(r.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
+            out.append(NodeWithScore(node=scored_node(node, r), score=r.score))
+        return out

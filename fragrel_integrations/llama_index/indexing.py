@@ -1,0 +1,162 @@
+"""Write ``doc_id`` / ``position`` into node metadata at indexing time (and optionally into a FragmentStore).
+
+FragRel's context relation needs to know where each chunk sits in its document. LlamaIndex node parsers link
+the chunks of one document with PREVIOUS/NEXT relationships but store no position; :class:`PositionTagger`
+turns that chain into ``metadata["position"]`` (0, 1, 2, ... within each document) so the position survives
+any vector store, and hides the two keys from the embedding and LLM text so that tagging changes no embedding.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.schema import BaseNode, NodeRelationship, TransformComponent
+
+from ..core.store import FragmentStore
+from ._convert import check_key, fragment_for_store, node_doc_id, related_id
+
+__all__ = ["PositionTagger", "tag_positions"]
+
+logger = logging.getLogger(__name__)
+
+
+def _document_order(nodes: list[BaseNode], doc_id: str, use_links: bool) -> list[BaseNode]:
+    """The nodes of one document in reading order: the PREVIOUS/NEXT chain when it covers them all, else as
+    given (node parsers emit chunks in document order)."""
+    if not use_links or len(nodes) < 2:
+        return nodes
+    by_id = {n.node_id: n for n in nodes}
+    if len(by_id) != len(nodes):
+        raise ValueError(f"document {doc_id!r} has repeated node ids: tag each node once")
+    heads = [n for n in nodes if related_id(n, NodeRelationship.PREVIOUS) not in by_id]
+    if len(heads) != 1:
+        logger.debug("document %r: PREVIOUS/NEXT links do not form one chain; keeping the given order", doc_id)
+        return nodes
+    chain: list[BaseNode] = []
+    seen: set[str] = set()
+    cur: BaseNode | None = heads[0]
+    while cur is not None and cur.node_id not in seen:
+        chain.append(cur)
+        seen.add(cur.node_id)
+        cur = by_id.get(related_id(cur, NodeRelationship.NEXT) or "")
+    if len(chain) != len(nodes):
+        logger.debug(
+            "document %r: PREVIOUS/NEXT chain covers %d of %d nodes; keeping the given order",
+            doc_id,
+            len(chain),
+            len(nodes),
+        )
+        return nodes
+    if related_id(chain[0], NodeRelationship.PREVIOUS) is not None:
+        logger.warning(
+            "document %r: its first tagged node has a PREVIOUS node that was not given; positions count from this "
+            "batch. Tag all nodes of a document together.",
+            doc_id,
+        )
+    return chain
+
+
+def tag_positions(
+    nodes: Sequence[BaseNode],
+    *,
+    doc_id_key: str = "doc_id",
+    position_key: str = "position",
+    store: FragmentStore | None = None,
+    use_links: bool = True,
+    hide_from_embed: bool = True,
+    hide_from_llm: bool = True,
+    default_doc_id: str | None = None,
+) -> list[BaseNode]:
+    """Set ``metadata[doc_id_key]`` and ``metadata[position_key]`` on each node, in place, and return the nodes.
+
+    The document is ``metadata[doc_id_key]`` when already set, else the node's source document
+    (``ref_doc_id``), else ``default_doc_id``. Positions count from 0 within each document, in the order of the
+    PREVIOUS/NEXT chain when ``use_links`` and the links cover the document's nodes, else in the given order.
+    Give all nodes of a document in one call (positions restart in every call). With ``store``, every node is
+    also written to that :class:`~fragrel_integrations.FragmentStore` (one transaction) for neighbour expansion.
+
+    >>> from llama_index.core.schema import TextNode
+    >>> nodes = tag_positions([TextNode(text="a"), TextNode(text="b")], default_doc_id="book")
+    >>> [(n.metadata["doc_id"], n.metadata["position"]) for n in nodes]
+    [('book', 0), ('book', 1)]
+    """
+    check_key("doc_id_key", doc_id_key)
+    check_key("position_key", position_key)
+    if store is not None and not isinstance(store, FragmentStore):
+        raise TypeError(f"store must be a fragrel_integrations.FragmentStore, got {type(store).__name__}")
+    nodes = list(nodes)
+    groups: dict[str, list[BaseNode]] = {}
+    for i, node in enumerate(nodes):
+        if not isinstance(node, BaseNode):
+            raise TypeError(f"nodes[{i}] must be a llama_index node, got {type(node).__name__}")
+        doc_id = node_doc_id(node, doc_id_key)
+        if doc_id is None:
+            if default_doc_id is None:
+                raise ValueError(
+                    f"node {node.node_id!r} has no source document and no {doc_id_key!r} metadata: build nodes from "
+                    "Documents with a node parser, set node.metadata[doc_id_key], or pass default_doc_id"
+                )
+            doc_id = str(default_doc_id)
+        groups.setdefault(doc_id, []).append(node)
+    fragments = []
+    hidden = [doc_id_key, position_key]
+    for doc_id, members in groups.items():
+        for position, node in enumerate(_document_order(members, doc_id, use_links)):
+            node.metadata[doc_id_key] = doc_id
+            node.metadata[position_key] = position
+            if hide_from_embed:
+                node.excluded_embed_metadata_keys = list(dict.fromkeys([*node.excluded_embed_metadata_keys, *hidden]))
+            if hide_from_llm:
+                node.excluded_llm_metadata_keys = list(dict.fromkeys([*node.excluded_llm_metadata_keys, *hidden]))
+            if store is not None:
+                fragments.append(fragment_for_store(node, doc_id, position))
+    if store is not None:
+        store.add(fragments)
+    return nodes
+
+
+class PositionTagger(TransformComponent):
+    """A LlamaIndex transformation that runs :func:`tag_positions` (put it after the node parser).
+
+    >>> from llama_index.core.node_parser import SentenceSplitter                          # doctest: +SKIP
+    >>> steps = [SentenceSplitter(), PositionTagger(), embed_model]                         # doctest: +SKIP
+    >>> nodes = IngestionPipeline(transformations=steps).run(documents=docs)              # doctest: +SKIP
+    >>> index = VectorStoreIndex.from_documents(                                           # doctest: +SKIP
+    ...     docs, transformations=[SentenceSplitter(), PositionTagger(store=store)], embed_model=embed_model)
+
+    Notes: put it after every transformation that changes text or metadata (it stores the text as it will be
+    embedded) and before the embedding model. Run it in one process (``num_workers`` splits documents across
+    batches). With an ``IngestionPipeline`` cache, a cached run skips the transformation, so the ``store`` is
+    written only on a cache miss (call :func:`tag_positions` on the nodes to fill a store afterwards).
+    """
+
+    doc_id_key: str = Field(default="doc_id", description="Metadata key for the document id.")
+    position_key: str = Field(default="position", description="Metadata key for the position within the document.")
+    use_links: bool = Field(default=True, description="Order each document's nodes by their PREVIOUS/NEXT chain.")
+    hide_from_embed: bool = Field(default=True, description="Keep the two keys out of the embedding text.")
+    hide_from_llm: bool = Field(default=True, description="Keep the two keys out of the LLM context.")
+    default_doc_id: str | None = Field(default=None, description="Document id for nodes without a source document.")
+    store: FragmentStore | None = Field(default=None, exclude=True, description="Also write the nodes here.")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "PositionTagger"
+
+    def model_post_init(self, context: Any, /) -> None:
+        check_key("doc_id_key", self.doc_id_key)
+        check_key("position_key", self.position_key)
+
+    def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
+        return tag_positions(
+            nodes,
+            doc_id_key=self.doc_id_key,
+            position_key=self.position_key,
+            store=self.store,
+            use_links=self.use_links,
+            hide_from_embed=self.hide_from_embed,
+            hide_from_llm=self.hide_from_llm,
+            default_doc_id=self.default_doc_id,
+        )

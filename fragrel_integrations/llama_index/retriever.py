@@ -1,0 +1,233 @@
+"""FragRel retrievers for LlamaIndex: one that wraps any LlamaIndex retriever, one over a core FragRelIndex."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import Document, NodeWithScore, QueryBundle
+
+from ..core.index import FragRelIndex
+from ..core.relations import Relation
+from ..core.selection import check_k
+from ..core.store import FragmentStore
+from ..core.types import ScoredFragment
+from ..models.llama_index_models import llama_index_embedder
+from ._convert import ORDERS, NodeReranker, check_key, node_from_fragment, resolve_k, scored_node
+
+__all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
+
+_DEFAULT_TOP_K = 5
+
+
+class FragRelRetriever(BaseRetriever):
+    """Re-rank the nodes of ANY LlamaIndex retriever with FragRel: ``s_rel = s_ind + alpha * s_env``.
+
+    The wrapped ``retriever`` supplies the candidate pool (ask it for more than ``similarity_top_k``, e.g.
+    ``index.as_retriever(similarity_top_k=20)``). The independent score ``s_ind`` is the node score the base
+    retriever returns; when a candidate has no score (or neighbours were added from ``store``) every candidate is
+    scored by cosine with ``embedder`` instead (default: the embedded offline all-MiniLM-L6-v2). The environment
+    ``s_env`` comes from ``relation`` (default ``ContextRelation(0.3)``) over each node's
+    ``metadata["doc_id"]`` (or its source document id) and ``metadata["position"]``; write them at indexing
+    time with :class:`~fragrel_integrations.llama_index.PositionTagger`.
+
+    Returned nodes are copies whose score is ``s_rel``, with ``relevance_score``, ``fragrel_independent_score``
+    and ``fragrel_environment_score`` in their metadata.
+
+    Args:
+        retriever: the base LlamaIndex retriever.
+        similarity_top_k: how many nodes to return (default 5); ``k`` is an alias.
+        alpha: weight of the environment score (paper default 0.5).
+        relation: a core relation; default ``ContextRelation(0.3)`` (use 0.8 for dialogue turns).
+        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``.
+        store: a :class:`~fragrel_integrations.FragmentStore` filled by ``PositionTagger(store=...)``; the stored
+            neighbours within ``expand`` positions (default 1 with a store) of each candidate join the pool.
+        order: ``"score"`` or ``"position"`` (document order, e.g. dialogue turns by time).
+        doc_id_key, position_key: metadata keys that hold the document id and the position.
+        on_missing_position: ``"raise"`` (default) when a node has no position; ``"isolate"`` gives such nodes
+            no environment (their score is the base score); ``"links"`` relates candidates that are chained by
+            LlamaIndex PREVIOUS/NEXT relationships (adjacent chunks only: gaps are not bridged).
+
+    >>> index = VectorStoreIndex.from_documents(                                         # doctest: +SKIP
+    ...     docs, transformations=[SentenceSplitter(), PositionTagger()], embed_model=MiniLMEmbedding())
+    >>> retriever = FragRelRetriever(index.as_retriever(similarity_top_k=20), similarity_top_k=5)  # doctest: +SKIP
+    >>> nodes = retriever.retrieve("Who found the footprint?")                          # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        similarity_top_k: int | None = None,
+        *,
+        k: int | None = None,
+        alpha: float = 0.5,
+        relation: Relation | None = None,
+        embedder: Any = None,
+        store: FragmentStore | None = None,
+        expand: int | None = None,
+        order: Literal["score", "position"] = "score",
+        doc_id_key: str = "doc_id",
+        position_key: str = "position",
+        on_missing_position: Literal["raise", "isolate", "links"] = "raise",
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(retriever, BaseRetriever):
+            raise TypeError(
+                f"retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=20)), "
+                f"got {type(retriever).__name__}"
+            )
+        self._retriever = retriever
+        self._reranker = NodeReranker.build(
+            relation=relation,
+            alpha=alpha,
+            k=resolve_k(similarity_top_k, k, _DEFAULT_TOP_K),
+            embedder=embedder,
+            store=store,
+            expand=expand,
+            order=order,
+            doc_id_key=doc_id_key,
+            position_key=position_key,
+            on_missing_position=on_missing_position,
+        )
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def retriever(self) -> BaseRetriever:
+        """The wrapped base retriever."""
+        return self._retriever
+
+    @property
+    def similarity_top_k(self) -> int:
+        return int(self._reranker.k)  # type: ignore[arg-type]
+
+    @property
+    def alpha(self) -> float:
+        return self._reranker.alpha
+
+    @property
+    def relation(self) -> Relation:
+        return self._reranker.relation
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        candidates = self._retriever.retrieve(query_bundle)
+        return self._reranker(candidates, query_bundle.query_str)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        candidates = await self._retriever.aretrieve(query_bundle)
+        # Embedding a few candidates is CPU work: keep it off the event loop.
+        return await asyncio.to_thread(self._reranker, candidates, query_bundle.query_str)
+
+    def __repr__(self) -> str:
+        r = self._reranker
+        return (
+            f"FragRelRetriever({type(self._retriever).__name__}, similarity_top_k={r.k}, alpha={r.alpha}, "
+            f"relation={r.relation!r})"
+        )
+
+
+class FragRelIndexRetriever(BaseRetriever):
+    """A LlamaIndex retriever over a core :class:`~fragrel_integrations.FragRelIndex` (no vector store needed).
+
+    Scores every fragment of the corpus (dense, BM25 or hybrid) and returns the top ones by relation-aware score
+    as ``TextNode`` objects with ``doc_id``/``position`` and the three scores in metadata.
+
+    >>> retriever = FragRelIndexRetriever.from_texts([book_text], fragment_words=500)   # doctest: +SKIP
+    >>> retriever.retrieve("Who found the footprint?")[0].node.metadata["position"]     # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        index: FragRelIndex,
+        similarity_top_k: int | None = None,
+        *,
+        k: int | None = None,
+        budget_words: int | None = None,
+        order: Literal["score", "position"] = "score",
+        doc_id_key: str = "doc_id",
+        position_key: str = "position",
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(index, FragRelIndex):
+            raise TypeError(
+                f"index must be a FragRelIndex (or use FragRelIndexRetriever.from_texts), got {type(index).__name__}"
+            )
+        if order not in ORDERS:
+            raise ValueError(f"order must be 'score' or 'position', got {order!r}")
+        self.index = index
+        self.similarity_top_k = resolve_k(similarity_top_k, k, None)
+        self.budget_words = check_k(budget_words, "budget_words")
+        self.order = order
+        self.doc_id_key = check_key("doc_id_key", doc_id_key)
+        self.position_key = check_key("position_key", position_key)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Sequence[str],
+        *,
+        fragment_words: int = 500,
+        stride: int | None = None,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        embedder: Any = None,
+        relation: Relation | None = None,
+        alpha: float = 0.5,
+        scorer: Any = "dense",
+        show_progress: bool = True,
+        **retriever_kwargs: Any,
+    ) -> FragRelIndexRetriever:
+        """Split each text into ``fragment_words``-word fragments (one document per text) and index them.
+
+        ``embedder`` may be a LlamaIndex ``BaseEmbedding``; ``retriever_kwargs`` go to the constructor
+        (``similarity_top_k``, ``budget_words``, ``order``, ...).
+        """
+        index = FragRelIndex.from_texts(
+            texts,
+            fragment_words=fragment_words,
+            stride=stride,
+            doc_ids=doc_ids,
+            metadatas=metadatas,
+            embedder=llama_index_embedder(embedder),
+            relation=relation,
+            alpha=alpha,
+            scorer=scorer,
+            show_progress=show_progress,
+        )
+        return cls(index, **retriever_kwargs)
+
+    @classmethod
+    def from_documents(cls, documents: Sequence[Document], **kwargs: Any) -> FragRelIndexRetriever:
+        """Like :meth:`from_texts` for LlamaIndex ``Document`` objects: ``doc_id`` is the document's id and its
+        metadata is copied to every fragment."""
+        documents = list(documents)
+        for i, d in enumerate(documents):
+            if not isinstance(d, Document):
+                raise TypeError(f"documents[{i}] must be a llama_index Document, got {type(d).__name__}")
+        return cls.from_texts(
+            [d.text for d in documents],
+            doc_ids=[d.doc_id for d in documents],
+            metadatas=[dict(d.metadata) for d in documents],
+            **kwargs,
+        )
+
+    def _to_node(self, hit: ScoredFragment) -> NodeWithScore:
+        node = node_from_fragment(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
+        return NodeWithScore(node=scored_node(node, hit), score=hit.score)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        hits = self.index.retrieve(
+            query_bundle.query_str, k=self.similarity_top_k, budget_words=self.budget_words, order=self.order
+        )
+        return [self._to_node(h) for h in hits]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+    def __repr__(self) -> str:
+        return f"FragRelIndexRetriever({self.index!r}, similarity_top_k={self.similarity_top_k})"
