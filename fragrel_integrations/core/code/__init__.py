@@ -1,0 +1,53 @@
+"""FragRel for code repositories: a tree-sitter code graph, the code-structure relation (eq. 8) and retrieval.
+
+Parsing needs the ``[code]`` extra (tree-sitter and the per-language grammar wheels); importing this package
+does not import tree-sitter.
+
+>>> from fragrel_integrations.core.code import from_repository            # doctest: +SKIP
+>>> index = from_repository("path/to/repo", cache="repo.fragrel.sqlite")  # doctest: +SKIP
+>>> hits = index.retrieve(code_before_the_cursor, k=10)                   # doctest: +SKIP
+"""
+
+from .graph import CallSite, CodeGraph, Definition, EdgeWeights, FileSyntax, parse_source
+from .index import code_scorer, from_repository
+from .loader import (
+    DEFAULT_EXCLUDE_DIRS,
+    LANGUAGES,
+    Repository,
+    SkippedFile,
+    SourceFile,
+    language_for_path,
+    load_repository,
+)
+from .persist import load_relation, save_relation
+from .prompt import build_prompt
+from .relation import CodeRelation, UpdateReport, code_lines, fragment_relation, split_code
+from .scorers import JaccardScorer, code_tokens
+
+__all__ = [
+    "DEFAULT_EXCLUDE_DIRS",
+    "LANGUAGES",
+    "CallSite",
+    "CodeGraph",
+    "CodeRelation",
+    "Definition",
+    "EdgeWeights",
+    "FileSyntax",
+    "JaccardScorer",
+    "Repository",
+    "SkippedFile",
+    "SourceFile",
+    "UpdateReport",
+    "build_prompt",
+    "code_lines",
+    "code_scorer",
+    "code_tokens",
+    "fragment_relation",
+    "from_repository",
+    "language_for_path",
+    "load_relation",
+    "load_repository",
+    "parse_source",
+    "save_relation",
+    "split_code",
+]

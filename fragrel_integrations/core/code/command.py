@@ -1,0 +1,111 @@
+"""What ``fragrel retrieve-code`` does, without printing (the CLI prints the returned text)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..types import ScoredFragment
+
+__all__ = ["add_retrieve_code_arguments", "code_hit_dict", "format_code_hits", "read_context", "retrieve_code"]
+
+
+def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``fragrel retrieve-code``."""
+    parser.add_argument("repo", help="root folder of the repository")
+    parser.add_argument("context", help="the code before the cursor; '-' reads it from stdin, '@FILE' from a file")
+    parser.add_argument("-k", type=int, default=10, help="number of fragments (default 10)")
+    parser.add_argument("--alpha", type=float, default=0.5, help="environment weight (default 0.5)")
+    parser.add_argument(
+        "--threshold", type=float, default=0.01, help="node relations below this count as 0 (default 0.01)"
+    )
+    parser.add_argument(
+        "--scorer",
+        choices=("jaccard", "bm25", "dense", "hybrid"),
+        default="jaccard",
+        help="independent score (default jaccard, RepoCoder's; dense/hybrid use the embedded MiniLM)",
+    )
+    parser.add_argument("--fragment-lines", type=int, default=20, help="lines per window (default 20)")
+    parser.add_argument("--stride", type=int, default=10, help="lines between window starts (default 10)")
+    parser.add_argument(
+        "--language", action="append", default=None, help="index only this language (repeatable; default all)"
+    )
+    parser.add_argument("--cache", default=None, help="SQLite file to store the index in and reuse")
+    parser.add_argument("--prompt", action="store_true", help="print a RepoCoder-format completion prompt")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def read_context(value: str) -> str:
+    """The code context argument: literal text, ``-`` for stdin, ``@FILE`` for a file."""
+    if value == "-":
+        return sys.stdin.read()
+    if value.startswith("@"):
+        p = Path(value[1:])
+        if not p.is_file():
+            raise ValueError(f"{value[1:]!r} is not a file (a context starting with '@' names a file)")
+        return p.read_text(encoding="utf-8", errors="replace")
+    return value
+
+
+def code_hit_dict(hit: ScoredFragment) -> dict:
+    m = hit.fragment.metadata
+    return {
+        "path": m.get("path", hit.fragment.doc_id),
+        "start_line": m.get("start_line"),
+        "end_line": m.get("end_line"),
+        "score": hit.score,
+        "independent_score": hit.independent_score,
+        "environment_score": hit.environment_score,
+        "text": hit.fragment.text,
+    }
+
+
+def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
+    """One entry per hit: rank, ``path:start-end``, the three scores, the first line of code."""
+    lines = []
+    for rank, h in enumerate(hits, 1):
+        d = code_hit_dict(h)
+        first = next((ln.strip() for ln in h.fragment.text.split("\n") if ln.strip()), "")
+        first = first if len(first) <= width else first[: width - 3] + "..."
+        lines.append(
+            f"#{rank} {d['path']}:{d['start_line']}-{d['end_line']}  score={h.score:.4f}  "
+            f"independent={h.independent_score:.4f}  environment={h.environment_score:.4f}\n    {first}"
+        )
+    return "\n".join(lines)
+
+
+def retrieve_code(args: argparse.Namespace) -> str:
+    """Index ``args.repo`` (or reuse ``args.cache``), retrieve for the context, return the text to print."""
+    from .index import from_repository
+    from .prompt import build_prompt
+
+    if args.k < 1:
+        raise ValueError(f"-k must be >= 1, got {args.k}")
+    context = read_context(args.context)
+    embedder = None
+    if args.scorer in ("dense", "hybrid"):
+        from ...models.local import default_embedder
+
+        embedder = default_embedder()
+    index = from_repository(
+        args.repo,
+        scorer=args.scorer,
+        embedder=embedder,
+        alpha=args.alpha,
+        threshold=args.threshold,
+        fragment_lines=args.fragment_lines,
+        stride=args.stride,
+        cache=args.cache,
+        languages=args.language,
+        show_progress=not args.quiet,
+    )
+    hits = index.retrieve(context, k=args.k)
+    if args.prompt:
+        return build_prompt(context, hits)
+    if args.json:
+        return json.dumps([code_hit_dict(h) for h in hits], indent=2)
+    return format_code_hits(hits)

@@ -1,0 +1,294 @@
+"""Walk a repository: the source files to index, and every file left out with the reason.
+
+Rules (all configurable through :func:`load_repository`):
+
+- only files whose extension names a supported language (see :data:`LANGUAGES`);
+- folders in ``exclude_dirs`` (``.git``, ``node_modules``, ``vendor``, ``__pycache__``, build outputs, virtual
+  environments, ...) and hidden folders are not entered;
+- symlinks are never followed: a link pointing outside the root is reported as such, a link whose target is
+  inside the root is reported as a duplicate (its target is indexed under its own path);
+- files over ``max_file_bytes``, binary files (a NUL byte in the first 8 KiB) and generated files (minified
+  JavaScript, protobuf output, Go's ``Code generated ... DO NOT EDIT.`` header) are skipped;
+- text is decoded as UTF-8 (a BOM is dropped); a file that is not valid UTF-8 is decoded with
+  ``fallback_encoding`` (latin-1 by default, which never fails) and reported in ``Repository.fallback_decoded``;
+  with ``fallback_encoding=None`` such a file is skipped and reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+__all__ = [
+    "DEFAULT_EXCLUDE_DIRS",
+    "LANGUAGES",
+    "Repository",
+    "SkippedFile",
+    "SourceFile",
+    "decode_source",
+    "language_for_path",
+    "load_repository",
+    "read_source_file",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Language name -> file extensions (lower case) parsed with that language's tree-sitter grammar.
+LANGUAGES: dict[str, tuple[str, ...]] = {
+    "python": (".py",),
+    "javascript": (".js", ".mjs", ".cjs", ".jsx"),
+    "typescript": (".ts", ".mts", ".cts"),
+    "tsx": (".tsx",),
+    "java": (".java",),
+    "go": (".go",),
+}
+_EXT_TO_LANGUAGE = {ext: lang for lang, exts in LANGUAGES.items() for ext in exts}
+
+#: Folder names never entered (vendored code, build outputs, caches, virtual environments, VCS metadata).
+DEFAULT_EXCLUDE_DIRS: frozenset[str] = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "__pycache__",
+        "node_modules",
+        "bower_components",
+        "vendor",
+        "third_party",
+        "site-packages",
+        "build",
+        "dist",
+        "target",
+        "venv",
+        ".venv",
+        ".tox",
+        ".nox",
+        ".eggs",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".idea",
+        ".vscode",
+    }
+)
+_GENERATED_SUFFIXES = (".min.js", ".bundle.js", "_pb2.py", "_pb2_grpc.py", ".pb.go", ".pb.gw.go")
+_BINARY_PROBE = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """A decoded source file. ``path`` is relative to the repository root, with ``/`` separators."""
+
+    path: str
+    language: str
+    text: str
+    encoding: str = "utf-8"
+
+    @property
+    def sha1(self) -> str:
+        """Content hash of the decoded text (what the persisted index compares to find changed files)."""
+        return hashlib.sha1(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    @property
+    def n_lines(self) -> int:
+        """Lines as tree-sitter counts them (``\n`` only; a last line without ``\n`` counts)."""
+        return self.text.count("\n") + (1 if self.text and not self.text.endswith("\n") else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """A file or folder entry the loader left out, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Repository:
+    """What :func:`load_repository` found: the files to index and the ones it left out."""
+
+    root: Path
+    files: list[SourceFile] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+
+    @property
+    def fallback_decoded(self) -> list[str]:
+        """Paths of files that were not valid UTF-8 and were decoded with the fallback encoding."""
+        return [f.path for f in self.files if f.encoding != "utf-8"]
+
+    @property
+    def n_lines(self) -> int:
+        return sum(f.n_lines for f in self.files)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+
+def language_for_path(path: str | os.PathLike[str]) -> str | None:
+    """The language of a file from its extension, or None.
+
+    >>> language_for_path("pkg/mod.py"), language_for_path("app.tsx"), language_for_path("README.md")
+    ('python', 'tsx', None)
+    """
+    return _EXT_TO_LANGUAGE.get(os.path.splitext(str(path))[1].lower())
+
+
+def decode_source(data: bytes, fallback_encoding: str | None = "latin-1") -> tuple[str, str] | None:
+    """``(text, encoding)``: UTF-8 (BOM dropped) first, then ``fallback_encoding``; None if neither decodes.
+
+    >>> decode_source("café".encode("utf-8")), decode_source("café".encode("latin-1"))
+    (('café', 'utf-8'), ('café', 'latin-1'))
+    """
+    try:
+        return data.decode("utf-8-sig"), "utf-8"
+    except UnicodeDecodeError:
+        pass
+    if fallback_encoding is None:
+        return None
+    try:
+        return data.decode(fallback_encoding), fallback_encoding
+    except (UnicodeDecodeError, LookupError):
+        return None
+
+
+def _is_generated(rel: str, head: bytes) -> bool:
+    name = rel.rsplit("/", 1)[-1].lower()
+    if name.endswith(_GENERATED_SUFFIXES):
+        return True
+    return b"Code generated" in head[:2048] and b"DO NOT EDIT" in head[:2048]
+
+
+def _check_languages(languages: Iterable[str] | None) -> frozenset[str]:
+    if languages is None:
+        return frozenset(LANGUAGES)
+    if isinstance(languages, str):
+        languages = [languages]
+    chosen = frozenset(languages)
+    unknown = chosen - set(LANGUAGES)
+    if unknown:
+        raise ValueError(f"unknown language(s) {sorted(unknown)}; choose from {sorted(LANGUAGES)}")
+    return chosen
+
+
+def read_source_file(
+    root: str | os.PathLike[str],
+    rel_path: str,
+    *,
+    max_file_bytes: int = 1_000_000,
+    fallback_encoding: str | None = "latin-1",
+    languages: Iterable[str] | None = None,
+) -> SourceFile | SkippedFile:
+    """Read one file of the repository (relative ``rel_path``) under the loader's rules.
+
+    Returns a :class:`SourceFile`, or a :class:`SkippedFile` saying why it is left out (missing files too).
+    """
+    root_path = Path(root).resolve()
+    rel = PurePosixPath(str(rel_path).replace(os.sep, "/")).as_posix()
+    if rel.startswith("../") or rel == ".." or PurePosixPath(rel).is_absolute():
+        raise ValueError(f"{rel_path!r} is not a path inside the repository: give it relative to the root")
+    full = root_path / rel
+    language = language_for_path(rel)
+    if language is None or language not in _check_languages(languages):
+        return SkippedFile(rel, "not a source file of an indexed language")
+    if full.is_symlink():
+        target = full.resolve()
+        inside = target == root_path or root_path in target.parents
+        return SkippedFile(
+            rel,
+            "symlink (its target inside the root is indexed under its own path)"
+            if inside
+            else "symlink pointing outside the root",
+        )
+    try:
+        size = full.stat().st_size
+    except FileNotFoundError:
+        return SkippedFile(rel, "missing")
+    except OSError as exc:
+        return SkippedFile(rel, f"unreadable: {exc.strerror or exc}")
+    if size > max_file_bytes:
+        return SkippedFile(rel, f"larger than max_file_bytes={max_file_bytes}")
+    try:
+        data = full.read_bytes()
+    except OSError as exc:
+        return SkippedFile(rel, f"unreadable: {exc.strerror or exc}")
+    if b"\x00" in data[:_BINARY_PROBE]:
+        return SkippedFile(rel, "binary")
+    if _is_generated(rel, data):
+        return SkippedFile(rel, "generated")
+    decoded = decode_source(data, fallback_encoding)
+    if decoded is None:
+        return SkippedFile(rel, "not UTF-8 and no fallback encoding decodes it")
+    text, encoding = decoded
+    if encoding != "utf-8":
+        logger.info("%s is not valid UTF-8; decoded as %s", rel, encoding)
+    return SourceFile(rel, language, text, encoding)
+
+
+def load_repository(
+    root: str | os.PathLike[str],
+    *,
+    languages: Iterable[str] | None = None,
+    max_file_bytes: int = 1_000_000,
+    exclude_dirs: Sequence[str] | frozenset[str] = DEFAULT_EXCLUDE_DIRS,
+    include_hidden: bool = False,
+    fallback_encoding: str | None = "latin-1",
+) -> Repository:
+    """Walk ``root`` and read every source file of ``languages`` (default: all of :data:`LANGUAGES`).
+
+    Files come sorted by path. Nothing outside ``root`` is ever read (symlinks are not followed).
+
+    >>> import tempfile, pathlib
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = (pathlib.Path(d) / "a.py").write_text("x = 1\\n")
+    ...     [f.path for f in load_repository(d).files]
+    ['a.py']
+    """
+    root_path = Path(root)
+    if not root_path.is_dir():
+        raise ValueError(f"{str(root)!r} is not a directory: give the root folder of a repository")
+    if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes <= 0:
+        raise ValueError(f"max_file_bytes must be a positive int, got {max_file_bytes!r}")
+    chosen = _check_languages(languages)
+    root_path = root_path.resolve()
+    excluded = frozenset(exclude_dirs)
+    repo = Repository(root_path)
+    for dirpath, dirnames, filenames in os.walk(root_path, followlinks=False):
+        base = Path(dirpath)
+        rel_dir = base.relative_to(root_path).as_posix()
+        prefix = "" if rel_dir == "." else rel_dir + "/"
+        keep = []
+        for d in sorted(dirnames):
+            if (base / d).is_symlink():
+                target = (base / d).resolve()
+                inside = target == root_path or root_path in target.parents
+                reason = "symlinked folder (not followed)" if inside else "symlink pointing outside the root"
+                repo.skipped.append(SkippedFile(prefix + d, reason))
+            elif d in excluded or (d.startswith(".") and not include_hidden):
+                continue
+            else:
+                keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            language = language_for_path(name)
+            if language is None or language not in chosen:
+                continue
+            item = read_source_file(
+                root_path,
+                prefix + name,
+                max_file_bytes=max_file_bytes,
+                fallback_encoding=fallback_encoding,
+                languages=chosen,
+            )
+            if isinstance(item, SourceFile):
+                repo.files.append(item)
+            else:
+                repo.skipped.append(item)
+    repo.files.sort(key=lambda f: f.path)
+    repo.skipped.sort(key=lambda s: s.path)
+    for s in repo.skipped:
+        logger.debug("skipped %s: %s", s.path, s.reason)
+    return repo

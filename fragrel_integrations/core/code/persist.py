@@ -1,0 +1,190 @@
+"""Store a :class:`~.relation.CodeRelation` in one SQLite file: index once, query many, update file by file.
+
+Tables: ``meta`` (format, settings, tree-sitter and grammar versions, root), ``files`` (per-file parse results:
+JSON records plus an ``.npz`` blob of the node arrays), ``skipped`` (what the loader left out), ``fragments``
+(the windows, with text and span) and ``relation`` (the sparse matrix as an ``.npz`` blob). Arrays are read with
+``allow_pickle=False``; nothing is pickled. A save writes a new file next to the target and renames it over
+the target, so a reader never sees a half-written index.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import sqlite3
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..types import Fragment
+from .graph import CodeGraph, EdgeWeights, FileSyntax
+from .loader import SkippedFile
+
+if TYPE_CHECKING:
+    from .relation import CodeRelation
+
+__all__ = ["FORMAT", "grammar_versions", "load_relation", "save_relation"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "fragrel-code-index/1"
+_PACKAGES = (
+    "tree-sitter",
+    "tree-sitter-python",
+    "tree-sitter-javascript",
+    "tree-sitter-typescript",
+    "tree-sitter-java",
+    "tree-sitter-go",
+)
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE files (path TEXT PRIMARY KEY, records TEXT NOT NULL, arrays BLOB NOT NULL);
+CREATE TABLE skipped (path TEXT NOT NULL, reason TEXT NOT NULL);
+CREATE TABLE fragments (
+    idx INTEGER PRIMARY KEY, doc_id TEXT NOT NULL, position INTEGER NOT NULL, text TEXT NOT NULL,
+    metadata TEXT NOT NULL
+);
+CREATE TABLE relation (name TEXT PRIMARY KEY, value BLOB NOT NULL);
+"""
+
+
+def grammar_versions() -> dict[str, str | None]:
+    """Installed versions of tree-sitter and the grammar wheels (a stored index records them)."""
+    out: dict[str, str | None] = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _npz(**arrays: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def _unnpz(blob: bytes) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(blob), allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
+
+
+def save_relation(relation: CodeRelation, path: str | os.PathLike[str]) -> None:
+    """Write ``relation`` to the SQLite file ``path`` (replaced atomically)."""
+    target = Path(path)
+    if target.exists() and target.is_dir():
+        raise ValueError(f"{str(path)!r} is a folder: give a file path for the index, e.g. index.sqlite")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    if tmp.exists():
+        tmp.unlink()
+    g = relation.graph
+    w = sp.csr_array(relation.weights)
+    meta = {
+        "format": FORMAT,
+        "threshold": relation.threshold,
+        "fragment_lines": relation.fragment_lines,
+        "stride": relation.stride,
+        "edge_weights": {
+            "syntax": g.weights.syntax,
+            "directory": g.weights.directory,
+            "file_root": g.weights.file_root,
+            "call": g.weights.call,
+        },
+        "root": str(relation.root) if relation.root is not None else None,
+        "root_name": g.root_name,
+        "versions": grammar_versions(),
+        "content_hash": g.content_hash(),
+    }
+    conn = sqlite3.connect(tmp)
+    try:
+        with conn:
+            conn.executescript(_SCHEMA)
+            conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
+            conn.executemany(
+                "INSERT INTO files VALUES (?, ?, ?)",
+                [(f.path, json.dumps(f.records()), _npz(**f.arrays())) for f in g.files],
+            )
+            conn.executemany("INSERT INTO skipped VALUES (?, ?)", [(s.path, s.reason) for s in relation.skipped])
+            try:
+                conn.executemany(
+                    "INSERT INTO fragments VALUES (?, ?, ?, ?, ?)",
+                    [
+                        (i, f.doc_id, f.position, f.text, json.dumps(dict(f.metadata)))
+                        for i, f in enumerate(relation.fragments)
+                    ],
+                )
+            except TypeError as exc:
+                raise TypeError(f"fragment metadata must be JSON-serialisable to be stored: {exc}") from exc
+            conn.execute(
+                "INSERT INTO relation VALUES (?, ?)",
+                ("weights", _npz(data=w.data, indices=w.indices, indptr=w.indptr, shape=np.array(w.shape))),
+            )
+    finally:
+        conn.close()
+    os.replace(tmp, target)
+
+
+def load_relation(path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> CodeRelation:
+    """Read a relation written by :func:`save_relation`. ``root`` overrides the stored repository folder.
+
+    The stored relation matrix is used as is (no graph search). Raises ValueError for a file that is not such
+    an index.
+    """
+    from .relation import CodeRelation
+
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{str(path)!r} is not a file: build the index first (CodeRelation.from_repository)")
+    conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+    try:
+        try:
+            meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+        except sqlite3.DatabaseError as exc:
+            raise ValueError(f"{str(path)!r} is not a FragRel code index: {exc}") from exc
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"{str(path)!r} has format {meta.get('format')!r}, expected {FORMAT!r}: rebuild it")
+        files = [
+            FileSyntax.from_records(json.loads(rec), _unnpz(blob))
+            for _, rec, blob in conn.execute("SELECT path, records, arrays FROM files ORDER BY path")
+        ]
+        skipped = [SkippedFile(a, b) for a, b in conn.execute("SELECT path, reason FROM skipped")]
+        fragments = [
+            Fragment(text, doc_id, position, json.loads(m))
+            for doc_id, position, text, m in conn.execute(
+                "SELECT doc_id, position, text, metadata FROM fragments ORDER BY idx"
+            )
+        ]
+        (blob,) = conn.execute("SELECT value FROM relation WHERE name = 'weights'").fetchone()
+    finally:
+        conn.close()
+    arrays = _unnpz(blob)
+    weights = sp.csr_array((arrays["data"], arrays["indices"], arrays["indptr"]), shape=tuple(arrays["shape"]))
+    graph = CodeGraph(files, weights=EdgeWeights(**meta["edge_weights"]), root_name=meta.get("root_name"))
+    if graph.content_hash() != meta.get("content_hash"):
+        raise ValueError(f"{str(path)!r} is inconsistent (content hash differs): rebuild it")
+    if meta.get("versions") != grammar_versions():
+        logger.warning(
+            "%s was built with %s; installed: %s (rebuild for exact parse results)",
+            path,
+            meta.get("versions"),
+            grammar_versions(),
+        )
+    rel = CodeRelation(
+        graph,
+        threshold=meta["threshold"],
+        fragments=fragments,
+        weights=weights,
+        root=root if root is not None else meta.get("root"),
+        fragment_lines=meta["fragment_lines"],
+        stride=meta["stride"],
+        skipped=skipped,
+    )
+    rel.versions = meta.get("versions")
+    return rel
