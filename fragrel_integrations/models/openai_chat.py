@@ -1,0 +1,164 @@
+"""ChatModel for ANY OpenAI-compatible chat-completions server, through the official ``openai`` client.
+
+Works with OpenAI itself, llama.cpp / llama-cpp-python servers, vLLM, Ollama (``/v1``), LM Studio, LiteLLM, ...
+``base_url`` and ``api_key`` come from the arguments or from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``. A local
+server usually needs no key: with a ``base_url`` and no key a placeholder is sent.
+
+>>> model = OpenAIChatModel("smollm2", base_url="http://127.0.0.1:8000/v1")     # doctest: +SKIP
+>>> model.invoke([{"role": "user", "content": "Say hi"}], max_tokens=8)         # doctest: +SKIP
+'Hi!'
+
+The client's own retries are switched off (``max_retries=0``): retries follow :class:`RetryPolicy` (transient
+errors only, exponential backoff), so they behave the same for every backend. After the last retry a server
+that cannot be reached raises ``ConnectionError`` and one that does not answer in ``timeout`` seconds raises
+``TimeoutError``, both naming the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+from .._optional import require
+from .chat import ChatModelBase
+from .retry import RetryPolicy, acall_with_retries, call_with_retries
+from .tokens import estimate_tokens
+
+__all__ = ["OpenAIChatModel"]
+
+_DEFAULT_URL = "https://api.openai.com/v1"
+_PLACEHOLDER_KEY = "sk-no-key-required"
+
+
+class OpenAIChatModel(ChatModelBase):
+    """A model served behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``model`` is the name the server knows (required). ``timeout`` is seconds per HTTP request; ``retry`` the
+    backoff policy; ``seed`` is sent with every request (servers that support it sample reproducibly);
+    ``context_window`` tells callers such as ``fragrel ask`` how many tokens the model takes (unknown = None);
+    ``extra_body`` is merged into every request for server-specific options.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        seed: int | None = None,
+        context_window: int | None = None,
+        extra_body: dict[str, Any] | None = None,
+        default_headers: dict[str, str] | None = None,
+    ) -> None:
+        openai = require("openai", "openai")
+        if not isinstance(model, str) or not model:
+            raise ValueError("model must be the model name the server serves, e.g. 'gpt-4o-mini' or 'smollm2'")
+        if not timeout or timeout <= 0:
+            raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+        if context_window is not None and (not isinstance(context_window, int) or context_window < 1):
+            raise ValueError(f"context_window must be a positive int or None, got {context_window!r}")
+        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+        api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
+        if api_key is None:
+            if base_url is None:
+                raise ValueError(
+                    "no API key: pass api_key=... or set OPENAI_API_KEY; for a local server pass base_url=... "
+                    "(or set OPENAI_BASE_URL)"
+                )
+            api_key = _PLACEHOLDER_KEY
+        self.model_name = model
+        self.base_url = (base_url or _DEFAULT_URL).rstrip("/")
+        self.timeout = float(timeout)
+        self.retry = retry or RetryPolicy()
+        self.seed = seed
+        self.context_window = context_window
+        self.extra_body = dict(extra_body or {})
+        self._client_kwargs: dict[str, Any] = {
+            "base_url": self.base_url,
+            "api_key": api_key,
+            "timeout": self.timeout,
+            "max_retries": 0,
+            "default_headers": default_headers,
+        }
+        self._openai = openai
+        self._client = openai.OpenAI(**self._client_kwargs)
+        self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None
+
+    def count_tokens(self, text: str) -> int:
+        """No tokenizer for a remote model offline: the word-based estimate."""
+        return estimate_tokens(text)
+
+    def _request(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> dict[str, Any]:
+        req: dict[str, Any] = {"model": self.model_name, "messages": messages}
+        if temperature is not None:
+            req["temperature"] = temperature
+        if max_tokens is not None:
+            req["max_tokens"] = max_tokens
+        if stop:
+            req["stop"] = stop
+        if self.seed is not None:
+            req["seed"] = self.seed
+        if self.extra_body:
+            req["extra_body"] = self.extra_body
+        return req
+
+    @staticmethod
+    def _text(response: Any) -> str:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise RuntimeError(f"the server returned no choices: {response!r}")
+        return choices[0].message.content or ""
+
+    def _translate(self, exc: Exception) -> Exception:
+        if isinstance(exc, self._openai.APITimeoutError):
+            return TimeoutError(
+                f"the OpenAI-compatible server at {self.base_url} did not answer within {self.timeout:g}s "
+                f"(after {self.retry.max_retries} retries); raise timeout=... or check the server"
+            )
+        if isinstance(exc, self._openai.APIConnectionError):
+            return ConnectionError(
+                f"cannot reach the OpenAI-compatible server at {self.base_url} "
+                f"(after {self.retry.max_retries} retries): {exc.__cause__ or exc}. "
+                "Is it running? Check base_url / --base-url / OPENAI_BASE_URL."
+            )
+        return exc
+
+    def _generate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        req = self._request(messages, temperature, max_tokens, stop)
+        try:
+            response = call_with_retries(lambda: self._client.chat.completions.create(**req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        return self._text(response)
+
+    def _async_client(self) -> Any:
+        # An httpx async client belongs to the event loop it first ran on: make one per loop.
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._async[0] is not loop:
+            self._async = (loop, self._openai.AsyncOpenAI(**self._client_kwargs))
+        return self._async[1]
+
+    async def _agenerate(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> str:
+        req = self._request(messages, temperature, max_tokens, stop)
+        client = self._async_client()
+        try:
+            response = await acall_with_retries(lambda: client.chat.completions.create(**req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        return self._text(response)
+
+    def close(self) -> None:
+        """Close the HTTP connection pool of the synchronous client."""
+        self._client.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.model_name!r}, base_url={self.base_url!r})"

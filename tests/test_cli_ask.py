@@ -1,0 +1,137 @@
+"""`fragrel ask`: FragRel retrieval + an answer from the embedded LLM or an OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from _llm_fixtures import SERVER_MODEL, FakeOpenAIServer, free_port, get_server
+
+from fragrel_integrations.cli import ANSWER_SYSTEM_PROMPT, answer_messages, build_parser, main
+from fragrel_integrations.models.tokens import count_message_tokens
+
+FILLER = [
+    "The lighthouse keeper polished the great lamp every evening before the sun went down.",
+    "Fishing boats came back to the harbour with nets full of silver herring.",
+    "The old baker sold warm bread to the villagers at dawn.",
+    "Children played on the beach and built castles out of wet sand.",
+]
+FACT = "Mary went to the kitchen. Mary picked up the red apple in the kitchen."
+
+
+@pytest.fixture
+def book(tmp_path):
+    paragraphs = [FILLER[i % 4] + " " + FILLER[(i + 1) % 4] for i in range(12)]
+    paragraphs.insert(7, FACT)
+    path = tmp_path / "book.txt"
+    path.write_text("\n\n".join(paragraphs), encoding="utf-8")
+    return path
+
+
+BASE = ["--scorer", "bm25", "--fragment-words", "16", "-k", "3", "--quiet"]
+
+
+def run_json(capsys, argv):
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    return json.loads(captured.out)
+
+
+def test_help_lists_ask():
+    text = build_parser().format_help()
+    assert "ask" in text and "retrieve" in text
+
+
+def test_answer_messages_shape():
+    msgs = answer_messages("Where?", ["b", "a"])
+    assert msgs[0] == {"role": "system", "content": ANSWER_SYSTEM_PROMPT}
+    assert msgs[1]["content"] == "Context:\nb\n\na\n\nQuestion: Where?"
+
+
+def test_ask_against_server_sends_retrieved_context(book, capsys):
+    with FakeOpenAIServer() as server:
+        out = run_json(
+            capsys,
+            ["ask", str(book), "Where did Mary go?", *BASE, "--base-url", server.base_url, "--model", "m",
+             "--max-tokens", "7", "--json"],
+        )  # fmt: skip
+        body = server.requests[0]
+    assert out["model"] == "m" and out["answer"].startswith("echo: Context:")
+    assert any("kitchen" in f["text"] for f in out["fragments"])
+    assert body["max_tokens"] == 7 and body["temperature"] == 0.0 and body["seed"] == 0
+    assert body["messages"][0]["content"] == ANSWER_SYSTEM_PROMPT
+    user = body["messages"][1]["content"]
+    assert "kitchen" in user and user.endswith("Question: Where did Mary go?")
+    # the prompt holds the used fragments in reading order
+    positions = sorted(f["position"] for f in out["fragments"])
+    texts = {f["position"]: f["text"] for f in out["fragments"]}
+    order = [user.index(texts[p]) for p in positions]
+    assert order == sorted(order)
+
+
+def test_ask_text_output(book, capsys):
+    with FakeOpenAIServer() as server:
+        code = main(["ask", str(book), "Where did Mary go?", *BASE, "--base-url", server.base_url, "--model", "m"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.startswith("echo: Context:")
+    assert "Fragments used (3 of 3 retrieved)" in out and "#1 book.txt[" in out
+
+
+def test_ask_fits_context_into_a_small_window(book, capsys):
+    with FakeOpenAIServer() as server:
+        out = run_json(
+            capsys,
+            ["ask", str(book), "Where did Mary go?", "--scorer", "bm25", "--fragment-words", "40", "-k", "5",
+             "--quiet", "--base-url", server.base_url, "--model", "m", "--context-window", "160",
+             "--max-tokens", "32", "--json"],
+        )  # fmt: skip
+        body = server.requests[0]
+    assert out["retrieved"] == 5 and len(out["fragments"]) < 5
+    assert count_message_tokens(None, body["messages"]) <= 160 - 32
+    if out["last_fragment_truncated"]:
+        assert out["fragments"][-1]["text"] not in body["messages"][1]["content"]
+
+
+def test_ask_window_too_small_is_a_clear_error(book, capsys):
+    code = main(["ask", str(book), "q", *BASE, "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+                 "--context-window", "100", "--max-tokens", "90"])  # fmt: skip
+    assert code == 2 and "--context-window" in capsys.readouterr().err
+
+
+def test_ask_base_url_needs_model(book, capsys):
+    assert main(["ask", str(book), "q", *BASE, "--base-url", "http://127.0.0.1:9/v1"]) == 2
+    assert "--model" in capsys.readouterr().err
+
+
+def test_ask_unreachable_server(book, capsys):
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    code = main(["ask", str(book), "q", *BASE, "--base-url", url, "--model", "m", "--max-retries", "0"])
+    err = capsys.readouterr().err
+    assert code == 3 and "cannot reach" in err and url in err
+
+
+def test_ask_server_error_status(book, capsys):
+    with FakeOpenAIServer(plan=[404]) as server:
+        code = main(["ask", str(book), "q", *BASE, "--base-url", server.base_url, "--model", "nope"])
+    assert code == 3 and "404" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ask_with_embedded_model(book, capsys):
+    out = run_json(capsys, ["ask", str(book), "Where did Mary go?", *BASE, "--max-tokens", "24", "--json"])
+    assert out["model"] == "SmolLM2-135M-Instruct.Q4_1"
+    assert any("kitchen" in f["text"] for f in out["fragments"])
+    assert "kitchen" in out["answer"].lower()
+
+
+@pytest.mark.slow
+def test_ask_with_local_openai_compatible_server(book, capsys):
+    server = get_server()
+    out = run_json(
+        capsys,
+        ["ask", str(book), "Where did Mary go?", *BASE, "--base-url", server.base_url, "--model", SERVER_MODEL,
+         "--max-tokens", "24", "--json"],
+    )  # fmt: skip
+    assert out["model"] == SERVER_MODEL and "kitchen" in out["answer"].lower()
