@@ -309,7 +309,15 @@ def test_real_index_retriever_from_texts_matches_index(minilm):
 
 
 def test_public_names_are_pinned():
-    assert fl.__all__ == ["FragRelIndexRetriever", "FragRelRetriever", "MiniLMEmbeddings", "add_positions"]
+    assert fl.__all__ == [
+        "FragRelIndexRetriever",
+        "FragRelRetriever",
+        "MiniLMEmbeddings",
+        "TripletKVStore",
+        "TripletMemoryStore",
+        "add_positions",
+        "make_memory_tools",
+    ]
 
 
 def test_add_positions_numbers_per_source_and_copies():

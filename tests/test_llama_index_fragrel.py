@@ -158,6 +158,8 @@ def test_public_names():
         "FragRelRetriever",
         "MiniLMEmbedding",
         "PositionTagger",
+        "TripletGraphStore",
+        "TripletMemoryRetriever",
         "tag_positions",
     ]
     assert issubclass(FragRelRetriever, BaseRetriever)

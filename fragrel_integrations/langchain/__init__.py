@@ -1,6 +1,6 @@
 """LangChain components: native ``BaseRetriever`` / ``Embeddings`` classes that delegate to the framework-free core.
 
-Needs the ``[langchain]`` extra (``langchain-core``).
+Needs the ``[langchain]`` extra (``langchain-core``, ``langgraph``).
 
 >>> from fragrel_integrations.langchain import FragRelRetriever, add_positions   # doctest: +SKIP
 """
@@ -12,10 +12,14 @@ require("langchain_core", "langchain")
 from .embeddings import MiniLMEmbeddings  # noqa: E402
 from .indexing import add_positions  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
+from .triplet_store import TripletKVStore, TripletMemoryStore, make_memory_tools  # noqa: E402
 
 __all__ = [
     "FragRelIndexRetriever",
     "FragRelRetriever",
     "MiniLMEmbeddings",
+    "TripletKVStore",
+    "TripletMemoryStore",
     "add_positions",
+    "make_memory_tools",
 ]

@@ -4,6 +4,8 @@
 - :class:`FragRelPostprocessor` does the same as a node postprocessor inside a query engine.
 - :class:`FragRelIndexRetriever` is a retriever over a core ``FragRelIndex`` (texts in, no vector store).
 - :class:`PositionTagger` / :func:`tag_positions` write ``doc_id`` and ``position`` into node metadata.
+- :class:`TripletGraphStore` is a ``PropertyGraphStore`` over the RET-LLM triplet memory;
+  :class:`TripletMemoryRetriever` reads it.
 - :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model.
 
 >>> from fragrel_integrations.llama_index import FragRelRetriever, PositionTagger   # doctest: +SKIP
@@ -17,6 +19,7 @@ from .embeddings import MiniLMEmbedding  # noqa: E402
 from .indexing import PositionTagger, tag_positions  # noqa: E402
 from .postprocessor import FragRelPostprocessor  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
+from .triplet_graph_store import TripletGraphStore, TripletMemoryRetriever  # noqa: E402
 
 __all__ = [
     "FragRelIndexRetriever",
@@ -24,5 +27,7 @@ __all__ = [
     "FragRelRetriever",
     "MiniLMEmbedding",
     "PositionTagger",
+    "TripletGraphStore",
+    "TripletMemoryRetriever",
     "tag_positions",
 ]

@@ -1,0 +1,43 @@
+"""RET-LLM triplet memory: a read-write store of ``<t1, t2, t3>`` facts with exact-then-LSH lookup.
+
+- :class:`TripletStore` — write / read (all query shapes) / update / delete, validity intervals, ``as_of``.
+- :class:`RandomHyperplaneLSH`, :class:`LSHIndex` — the seeded random-hyperplane LSH it uses.
+- :class:`SQLiteBackend` (default), :class:`PostgresBackend` (``[postgres]`` extra) — storage.
+- :mod:`.text_api` — ``[MEM_WRITE{t1>>t2>>t3}]`` / ``[MEM_READ{t1>>t2>>}: {...}]`` parsing and rendering.
+- :class:`TripletMemoryController` — lets a prompted chat model write and read the memory through that text API.
+
+Nothing here imports a framework or loads a model at import time.
+"""
+
+from .backend import StorageBackend
+from .controller import TripletMemoryController
+from .lsh import LSHIndex, RandomHyperplaneLSH, collision_probability
+from .postgres_backend import PostgresBackend
+from .sqlite_backend import SQLiteBackend
+from .store import NodeRecord, TripletStore, TripletWrite
+from .text_api import MemoryCall, escape_term, parse_calls, render_read, render_write, unescape_term
+from .types import FIELDS, TermMatch, Triplet, TripletRecord, normalize_term
+
+__all__ = [
+    "FIELDS",
+    "LSHIndex",
+    "MemoryCall",
+    "NodeRecord",
+    "PostgresBackend",
+    "RandomHyperplaneLSH",
+    "SQLiteBackend",
+    "StorageBackend",
+    "TermMatch",
+    "Triplet",
+    "TripletMemoryController",
+    "TripletRecord",
+    "TripletStore",
+    "TripletWrite",
+    "collision_probability",
+    "escape_term",
+    "normalize_term",
+    "parse_calls",
+    "render_read",
+    "render_write",
+    "unescape_term",
+]
