@@ -46,7 +46,7 @@ from langgraph.store.base import (  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, render_read, render_write  # noqa: E402
-from ..core.triplets.store import TripletWrite  # noqa: E402
+from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 
 __all__ = ["TripletKVStore", "TripletMemoryStore", "make_memory_tools"]
@@ -148,11 +148,7 @@ class TripletMemoryStore(BaseStore):
         hard_delete: bool = False,
         **store_kwargs: Any,
     ) -> None:
-        if store is not None and not isinstance(store, TripletStore):
-            raise TypeError(f"store must be a fragrel_integrations TripletStore, got {type(store).__name__}")
-        if store is not None and (embedder is not None or store_kwargs):
-            raise ValueError("give either store= or the arguments to build one, not both")
-        self.core = store if store is not None else TripletStore(path, embedder=embedder, **store_kwargs)
+        self.core = build_store(store, path=path, embedder=embedder, **store_kwargs)
         self.hard_delete = bool(hard_delete)
 
     # -- LangGraph BaseStore ---------------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa
 from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
 
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore, normalize_term, parse_calls  # noqa: E402
-from ..core.triplets.store import TripletWrite  # noqa: E402
+from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
@@ -80,11 +80,7 @@ class TripletGraphStore(PropertyGraphStore):
         hard_delete: bool = False,
         **store_kwargs: Any,
     ) -> None:
-        if store is not None and not isinstance(store, TripletStore):
-            raise TypeError(f"store must be a fragrel_integrations TripletStore, got {type(store).__name__}")
-        if store is not None and (embedder is not None or store_kwargs):
-            raise ValueError("give either store= or the arguments to build one, not both")
-        self.core = store if store is not None else TripletStore(path, embedder=embedder, **store_kwargs)
+        self.core = build_store(store, path=path, embedder=embedder, **store_kwargs)
         self.namespace = tuple(namespace)
         self.hard_delete = bool(hard_delete)
 

@@ -52,7 +52,7 @@ from .types import (
     to_timestamp,
 )
 
-__all__ = ["DEFAULT_BITS", "DEFAULT_TABLES", "NodeRecord", "TripletStore", "TripletWrite"]
+__all__ = ["DEFAULT_BITS", "DEFAULT_TABLES", "NodeRecord", "TripletStore", "TripletWrite", "build_store"]
 
 logger = logging.getLogger(__name__)
 
@@ -876,3 +876,24 @@ class TripletStore:
 
     def __repr__(self) -> str:
         return f"TripletStore({self.backend!r}, threshold={self.threshold}, lsh={self._lsh!r})"
+
+
+def build_store(
+    store: TripletStore | None = None,
+    *,
+    path: str | Path = ":memory:",
+    embedder: Embedder | None = None,
+    **store_kwargs: Any,
+) -> TripletStore:
+    """The ``store`` an adapter was given, or a new :class:`TripletStore` built from the other arguments.
+
+    >>> from fragrel_integrations.testing import HashingEmbedder
+    >>> core = TripletStore(":memory:", embedder=HashingEmbedder(dim=32))
+    >>> build_store(core) is core
+    True
+    """
+    if store is not None and not isinstance(store, TripletStore):
+        raise TypeError(f"store must be a fragrel_integrations TripletStore, got {type(store).__name__}")
+    if store is not None and (embedder is not None or store_kwargs):
+        raise ValueError("give either store= or the arguments to build one, not both")
+    return store if store is not None else TripletStore(path, embedder=embedder, **store_kwargs)
