@@ -312,6 +312,7 @@ def test_public_names_are_pinned():
     assert fl.__all__ == [
         "FragRelIndexRetriever",
         "FragRelRetriever",
+        "InnerLoopRunnable",
         "MiniLMEmbeddings",
         "TripletKVStore",
         "TripletMemoryStore",

@@ -156,6 +156,7 @@ def test_public_names():
         "FragRelIndexRetriever",
         "FragRelPostprocessor",
         "FragRelRetriever",
+        "InnerLoopQueryEngine",
         "MiniLMEmbedding",
         "PositionTagger",
         "TripletGraphStore",

@@ -1,4 +1,4 @@
-"""LangChain components: native ``BaseRetriever`` / ``Embeddings`` classes that delegate to the framework-free core.
+"""LangChain components: native retrievers, embeddings, a Runnable, stores and tools over the framework-free core.
 
 Needs the ``[langchain]`` extra (``langchain-core``, ``langgraph``).
 
@@ -11,12 +11,14 @@ require("langchain_core", "langchain")
 
 from .embeddings import MiniLMEmbeddings  # noqa: E402
 from .indexing import add_positions  # noqa: E402
+from .inner_loop import InnerLoopRunnable  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
 from .triplet_store import TripletKVStore, TripletMemoryStore, make_memory_tools  # noqa: E402
 
 __all__ = [
     "FragRelIndexRetriever",
     "FragRelRetriever",
+    "InnerLoopRunnable",
     "MiniLMEmbeddings",
     "TripletKVStore",
     "TripletMemoryStore",

@@ -6,6 +6,7 @@
 - :class:`PositionTagger` / :func:`tag_positions` write ``doc_id`` and ``position`` into node metadata.
 - :class:`TripletGraphStore` is a ``PropertyGraphStore`` over the RET-LLM triplet memory;
   :class:`TripletMemoryRetriever` reads it.
+- :class:`InnerLoopQueryEngine` answers with ILM-TR's inner loop (short-term memory) over any retriever.
 - :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model.
 
 >>> from fragrel_integrations.llama_index import FragRelRetriever, PositionTagger   # doctest: +SKIP
@@ -17,6 +18,7 @@ require("llama_index.core", "llama-index")
 
 from .embeddings import MiniLMEmbedding  # noqa: E402
 from .indexing import PositionTagger, tag_positions  # noqa: E402
+from .inner_loop import InnerLoopQueryEngine  # noqa: E402
 from .postprocessor import FragRelPostprocessor  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
 from .triplet_graph_store import TripletGraphStore, TripletMemoryRetriever  # noqa: E402
@@ -25,6 +27,7 @@ __all__ = [
     "FragRelIndexRetriever",
     "FragRelPostprocessor",
     "FragRelRetriever",
+    "InnerLoopQueryEngine",
     "MiniLMEmbedding",
     "PositionTagger",
     "TripletGraphStore",

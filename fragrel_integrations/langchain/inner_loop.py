@@ -1,0 +1,283 @@
+"""ILM-TR's inner loop as a LangChain ``Runnable``: question in, final short-term memory (the answer) out.
+
+All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLoopEngine`; this module converts
+LangChain ``Document`` objects to core fragments and back, and wires LangChain callbacks and streaming.
+
+>>> from langchain_core.documents import Document
+>>> from langchain_core.runnables import RunnableLambda
+>>> from fragrel_integrations.testing import ScriptedChatModel
+>>> docs = [Document("Bill journeyed to the bedroom."), Document("Bill dropped the key there.")]
+>>> loop = InnerLoopRunnable(retriever=RunnableLambda(lambda q: docs),
+...                          model=ScriptedChatModel(["The key is in the bedroom."], cycle=True))
+>>> out = loop.invoke("Where is the key?")
+>>> out["answer"], out["converged"], len(out["rounds"])
+('The key is in the bedroom.', True, 2)
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import AsyncIterator, Hashable, Iterator, Mapping
+from typing import Any, Self
+
+from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import RetrieverLike
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
+from langchain_core.runnables.config import patch_config
+from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
+
+from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
+from ..core.types import Fragment, ScoredFragment
+from ._documents import check_documents, fragment_to_document, isolated_key, read_location, read_score, with_scores
+
+__all__ = ["InnerLoopRunnable"]
+
+_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe")
+
+
+def _question(value: object) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Mapping) and "question" in value:
+        question = value["question"]
+        if not isinstance(question, str):
+            raise TypeError(f'input["question"] must be str, got {type(question).__name__}')
+        return question
+    raise TypeError(
+        f'InnerLoopRunnable takes a question string or {{"question": "..."}}, got {type(value).__name__}'
+        + (f" with keys {sorted(map(str, value))}" if isinstance(value, Mapping) else "")
+    )
+
+
+def _number(value: object, default: float) -> float:
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else default
+
+
+def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFragment:
+    """A core fragment for a retrieved Document (its score, and FragRel's sub-scores when it carries them)."""
+    doc_id, position = read_location(doc, doc_id_key, position_key) or (isolated_key(doc), 0)
+    score = read_score(doc, None)
+    score = 0.0 if score is None else score
+    fragment = Fragment(doc.page_content, doc_id, position, dict(doc.metadata))
+    independent = _number(doc.metadata.get("fragrel_independent_score"), score)
+    environment = _number(doc.metadata.get("fragrel_environment_score"), 0.0)
+    return ScoredFragment(fragment, score, independent, environment)
+
+
+class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any]]):
+    """ILM-TR's inner loop over any LangChain retriever and chat model, as a ``Runnable``.
+
+    Each round retrieves with the question plus the short-term memory (STM), then the model rewrites the STM from
+    what was retrieved; the loop stops when consecutive memories agree (LCS similarity >= ``threshold``) or after
+    ``max_loops`` rounds. Input: a question string or ``{"question": ...}``. Output::
+
+        {"question": str, "answer": str (the final STM), "converged": bool, "stop_reason": str,
+         "rounds": [{"index", "query", "documents" (shown to the model), "retrieved" (all), "reply", "stm",
+                     "similarity"}, ...],
+         "documents": [the Documents shown to the model, each once]}
+
+    ``stream`` / ``astream`` yield that dict after every round (``stop_reason`` None until the last one, which
+    equals ``invoke``'s output). Returned Documents are the retriever's own (for an engine's core retriever:
+    new Documents with ``doc_id``, ``position`` and the FragRel scores in metadata).
+
+    Build it from ``retriever`` (any ``Runnable[str, list[Document]]``, or a function) and ``model`` (a LangChain
+    ``BaseChatModel``/``BaseLLM``, a LlamaIndex LLM or a :class:`~fragrel_integrations.models.chat.ChatModel`),
+    with the loop settings as fields; or pass a built core ``engine`` (custom prompts, budgets), optionally with a
+    LangChain ``retriever`` that replaces the engine's own. Settings given next to ``engine`` override its own.
+    If the retriever or the model raises, the :class:`InnerLoopError` carries the completed rounds in
+    ``.result`` (core types) and ``.output`` (this dict).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    retriever: RetrieverLike | None = None
+    """Any Runnable[str, list[Document]] (e.g. ``vectorstore.as_retriever()``); a plain function is wrapped."""
+    model: Any = None
+    """The answer model: LangChain chat model or LLM, LlamaIndex LLM, or our ChatModel."""
+    engine: InnerLoopEngine | None = None
+    """A built core engine (its model, prompts and settings are used); then leave ``model`` unset."""
+    max_loops: int | None = None
+    """Most rounds (engine default 5)."""
+    threshold: float | None = None
+    """LCS similarity of consecutive memories that counts as converged (engine default 0.9)."""
+    max_stm_tokens: int | None = None
+    """The model's output limit per round and the memory's size limit (engine default 256)."""
+    dedupe: bool | None = None
+    """Show each Document to the model only in the first round that retrieves it (engine default False)."""
+    doc_id_key: str = "doc_id"
+    position_key: str = "position"
+
+    _core: InnerLoopEngine | None = PrivateAttr(default=None)
+
+    @field_validator("retriever", mode="before")
+    @classmethod
+    def _coerce_retriever(cls, value: Any) -> Any:
+        if callable(value) and not isinstance(value, Runnable):
+            return RunnableLambda(value)
+        return value
+
+    @model_validator(mode="after")
+    def _build_engine(self) -> Self:
+        settings = {name: getattr(self, name) for name in _SETTINGS if getattr(self, name) is not None}
+        if self.engine is not None:
+            if self.model is not None:
+                raise ValueError("pass either engine=... or model=..., not both: the engine already has its model")
+            engine = self.engine.with_settings(**settings) if settings else self.engine
+            if self.retriever is None and not (engine.has_sync_retriever or engine.has_async_retriever):
+                raise ValueError("the engine has no retriever: pass retriever=... (a LangChain retriever)")
+        else:
+            if self.model is None:
+                raise ValueError(
+                    "model is required: pass a LangChain chat model (or any ChatModel) as model=..., "
+                    "or a built engine=InnerLoopEngine(...)"
+                )
+            if self.retriever is None:
+                raise ValueError("retriever is required: pass any Runnable[str, list[Document]] as retriever=...")
+            engine = InnerLoopEngine(None, self.model, **settings)
+        for name in ("doc_id_key", "position_key"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must be a non-empty metadata key")
+        self._core = engine
+        return self
+
+    @property
+    def core_engine(self) -> InnerLoopEngine:
+        """The core engine every call delegates to (the LangChain retriever is attached per call)."""
+        return self._core  # type: ignore[return-value]  # set by the validator
+
+    # ---------------------------------------------------------------------------------------------- conversion
+
+    def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, dict[Hashable, Document]]:
+        """The engine for one call, retrieving through ``self.retriever`` with ``config`` (callbacks), and the
+        map from fragment keys back to the retriever's Documents."""
+        documents: dict[Hashable, Document] = {}
+        if self.retriever is None:
+            return self.core_engine, documents
+        retriever = self.retriever
+
+        def hits(result: object) -> list[ScoredFragment]:
+            out = []
+            for doc in check_documents(result, "the retriever's result"):
+                hit = _document_hit(doc, self.doc_id_key, self.position_key)
+                documents.setdefault(fragment_key(hit), doc)
+                out.append(hit)
+            return out
+
+        def retrieve(query: str) -> list[ScoredFragment]:
+            return hits(retriever.invoke(query, config))
+
+        async def aretrieve(query: str) -> list[ScoredFragment]:
+            return hits(await retriever.ainvoke(query, config))
+
+        return self.core_engine.with_retriever(retrieve, aretriever=aretrieve), documents
+
+    def _document(self, hit: ScoredFragment, documents: dict[Hashable, Document]) -> Document:
+        doc = documents.get(fragment_key(hit))
+        if doc is not None:
+            return doc
+        fresh = fragment_to_document(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
+        return with_scores(fresh, hit)
+
+    def _output(self, result: InnerLoopResult, documents: dict[Hashable, Document]) -> dict[str, Any]:
+        rounds = [
+            {
+                "index": r.index,
+                "query": r.query,
+                "documents": [self._document(h, documents) for h in r.shown],
+                "retrieved": [self._document(h, documents) for h in r.retrieved],
+                "reply": r.reply,
+                "stm": r.stm,
+                "similarity": r.similarity,
+            }
+            for r in result.rounds
+        ]
+        return {
+            "question": result.question,
+            "answer": result.answer,
+            "converged": result.converged,
+            "stop_reason": result.stop_reason,
+            "rounds": rounds,
+            "documents": [self._document(h, documents) for h in result.fragments],
+        }
+
+    def _attach_output(self, exc: InnerLoopError, documents: dict[Hashable, Document]) -> None:
+        exc.output = self._output(exc.result, documents)  # type: ignore[attr-defined]
+
+    # ---------------------------------------------------------------------------------------------- running
+
+    @staticmethod
+    def _no_kwargs(kwargs: dict[str, Any]) -> None:
+        if kwargs:
+            raise TypeError(f"InnerLoopRunnable takes no extra call arguments, got {sorted(kwargs)}")
+
+    def invoke(self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+        self._no_kwargs(kwargs)
+        return self._call_with_config(self._invoke, input, config)
+
+    def _invoke(
+        self, input: str | dict[str, Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> dict[str, Any]:
+        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        try:
+            return self._output(engine.run(_question(input)), documents)
+        except InnerLoopError as exc:
+            self._attach_output(exc, documents)
+            raise
+
+    async def ainvoke(self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict:
+        self._no_kwargs(kwargs)
+        return await self._acall_with_config(self._ainvoke, input, config)
+
+    async def _ainvoke(
+        self, input: str | dict[str, Any], run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
+    ) -> dict[str, Any]:
+        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        try:
+            return self._output(await engine.arun(_question(input)), documents)
+        except InnerLoopError as exc:
+            self._attach_output(exc, documents)
+            raise
+
+    def stream(
+        self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
+        """Yield the output dict after every round (the last one has ``stop_reason`` set)."""
+        self._no_kwargs(kwargs)
+        yield from self._transform_stream_with_config(iter([input]), self._stream_rounds, config)
+
+    def _stream_rounds(self, inputs: Iterator[Any], config: RunnableConfig) -> Iterator[dict[str, Any]]:
+        question = None
+        for question in inputs:  # noqa: B007 - a single input
+            pass
+        engine, documents = self._bind(config)
+        try:
+            for snapshot in engine.stream(_question(question)):
+                yield self._output(snapshot, documents)
+        except InnerLoopError as exc:
+            self._attach_output(exc, documents)
+            raise
+
+    async def astream(
+        self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Async :meth:`stream`."""
+        self._no_kwargs(kwargs)
+
+        async def one() -> AsyncIterator[Any]:
+            yield input
+
+        async for chunk in self._atransform_stream_with_config(one(), self._astream_rounds, config):
+            yield chunk
+
+    async def _astream_rounds(self, inputs: AsyncIterator[Any], config: RunnableConfig) -> AsyncIterator[dict]:
+        question = None
+        async for question in inputs:  # noqa: B007 - a single input
+            pass
+        engine, documents = self._bind(config)
+        try:
+            async for snapshot in engine.astream(_question(question)):
+                yield self._output(snapshot, documents)
+        except InnerLoopError as exc:
+            self._attach_output(exc, documents)
+            raise

@@ -1,0 +1,216 @@
+"""ILM-TR's inner loop as a LlamaIndex ``CustomQueryEngine``: the final short-term memory is the response.
+
+All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLoopEngine`; this module turns
+``NodeWithScore`` results into core fragments and back, and builds the ``Response``.
+
+>>> from llama_index.core.retrievers import BaseRetriever
+>>> from llama_index.core.schema import NodeWithScore, TextNode
+>>> class Fixed(BaseRetriever):
+...     def _retrieve(self, query_bundle):
+...         return [NodeWithScore(node=TextNode(text="Fred left the milk in the cellar."), score=1.0)]
+>>> from fragrel_integrations.testing import ScriptedChatModel
+>>> engine = InnerLoopQueryEngine(Fixed(), ScriptedChatModel(["The milk is in the cellar."], cycle=True))
+>>> response = engine.query("Where is the milk?")
+>>> str(response), response.metadata["stop_reason"], len(response.source_nodes)
+('The milk is in the cellar.', 'converged', 1)
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Hashable
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.response.schema import Response
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.query_engine import CustomQueryEngine
+from llama_index.core.schema import MetadataMode, NodeWithScore
+
+from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
+from ..core.types import Fragment, ScoredFragment
+from ._convert import check_key, node_doc_id, node_from_fragment, node_position, scored_node
+
+__all__ = ["InnerLoopQueryEngine"]
+
+_UNLOCATED = "fragrel:unlocated"
+
+
+def _number(value: object, default: float) -> float:
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else default
+
+
+def _node_hit(item: NodeWithScore, doc_id_key: str, position_key: str) -> ScoredFragment:
+    """A core fragment for a retrieved node: the text the LLM would see, its location and score."""
+    node = item.node
+    doc_id = node_doc_id(node, doc_id_key) or _UNLOCATED  # then the text alone tells nodes apart (dedupe)
+    position = node_position(node, position_key)
+    score = 0.0 if item.score is None else float(item.score)
+    fragment = Fragment(node.get_content(metadata_mode=MetadataMode.LLM), doc_id, 0 if position is None else position)
+    independent = _number(node.metadata.get("fragrel_independent_score"), score)
+    environment = _number(node.metadata.get("fragrel_environment_score"), 0.0)
+    return ScoredFragment(fragment, score, independent, environment)
+
+
+class InnerLoopQueryEngine(CustomQueryEngine):
+    """ILM-TR's inner loop over any LlamaIndex retriever and LLM.
+
+    Each round retrieves with the question plus the short-term memory (STM); the LLM rewrites the STM from the
+    retrieved nodes; the loop stops when consecutive memories agree (LCS similarity >= ``threshold``) or after
+    ``max_loops`` rounds. The ``Response`` text is the final STM, ``source_nodes`` are the nodes shown to the LLM
+    (each once, in the order first shown) and ``metadata`` holds ``converged``, ``stop_reason``, ``n_rounds`` and
+    the JSON-serialisable trace under ``"inner_loop"`` (see ``InnerLoopResult.to_dict``).
+
+    Args:
+        retriever: any LlamaIndex ``BaseRetriever`` (e.g. ``index.as_retriever(similarity_top_k=4)``); None only
+            with an ``engine`` that has its own retriever.
+        llm: a LlamaIndex ``LLM``, a LangChain chat model or a :class:`~fragrel_integrations.models.chat.ChatModel`.
+        engine: a built core :class:`InnerLoopEngine` (custom prompts, budgets); then leave ``llm`` unset. The
+            settings below, when given, override the engine's.
+        max_loops, threshold, max_stm_tokens, dedupe: the loop settings (engine defaults 5, 0.9, 256, False).
+        doc_id_key, position_key: node metadata keys for the fragment's location (used by ``dedupe``).
+
+    If the retriever or the LLM raises, the :class:`InnerLoopError` carries the completed rounds in ``.result``
+    and a partial ``Response`` in ``.output``.
+    """
+
+    retriever: Any = None
+    llm: Any = None
+    engine: Any = None
+    max_loops: int | None = None
+    threshold: float | None = None
+    max_stm_tokens: int | None = None
+    dedupe: bool | None = None
+    doc_id_key: str = "doc_id"
+    position_key: str = "position"
+
+    _core: InnerLoopEngine = PrivateAttr()
+
+    def __init__(
+        self,
+        retriever: BaseRetriever | None = None,
+        llm: Any = None,
+        *,
+        engine: InnerLoopEngine | None = None,
+        max_loops: int | None = None,
+        threshold: float | None = None,
+        max_stm_tokens: int | None = None,
+        dedupe: bool | None = None,
+        doc_id_key: str = "doc_id",
+        position_key: str = "position",
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        if retriever is not None and not isinstance(retriever, BaseRetriever):
+            raise TypeError(
+                "retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=4)), "
+                f"got {type(retriever).__name__}"
+            )
+        settings = {
+            name: value
+            for name, value in (
+                ("max_loops", max_loops),
+                ("threshold", threshold),
+                ("max_stm_tokens", max_stm_tokens),
+                ("dedupe", dedupe),
+            )
+            if value is not None
+        }
+        if engine is not None:
+            if not isinstance(engine, InnerLoopEngine):
+                raise TypeError(f"engine must be an InnerLoopEngine, got {type(engine).__name__}")
+            if llm is not None:
+                raise ValueError("pass either engine=... or llm=..., not both: the engine already has its model")
+            core = engine.with_settings(**settings) if settings else engine
+            if retriever is None and not (core.has_sync_retriever or core.has_async_retriever):
+                raise ValueError("the engine has no retriever: pass retriever=... (a LlamaIndex retriever)")
+        else:
+            if llm is None:
+                raise ValueError(
+                    "llm is required: pass a LlamaIndex LLM (or any ChatModel) as llm=..., or engine=InnerLoopEngine()"
+                )
+            if retriever is None:
+                raise ValueError("retriever is required: pass a LlamaIndex retriever, e.g. index.as_retriever()")
+            core = InnerLoopEngine(None, llm, **settings)
+        kwargs: dict[str, Any] = {} if callback_manager is None else {"callback_manager": callback_manager}
+        super().__init__(
+            retriever=retriever,
+            llm=llm,
+            engine=engine,
+            max_loops=max_loops,
+            threshold=threshold,
+            max_stm_tokens=max_stm_tokens,
+            dedupe=dedupe,
+            doc_id_key=check_key("doc_id_key", doc_id_key),
+            position_key=check_key("position_key", position_key),
+            **kwargs,
+        )
+        self._core = core
+
+    @property
+    def core_engine(self) -> InnerLoopEngine:
+        """The core engine every query delegates to (the LlamaIndex retriever is attached per query)."""
+        return self._core
+
+    # ---------------------------------------------------------------------------------------------- conversion
+
+    def _bind(self) -> tuple[InnerLoopEngine, dict[Hashable, NodeWithScore]]:
+        nodes: dict[Hashable, NodeWithScore] = {}
+        if self.retriever is None:
+            return self._core, nodes
+        retriever: BaseRetriever = self.retriever
+
+        def hits(result: list[NodeWithScore]) -> list[ScoredFragment]:
+            out = []
+            for i, item in enumerate(result):
+                if not isinstance(item, NodeWithScore):
+                    raise TypeError(f"the retriever's result[{i}] must be a NodeWithScore, got {type(item).__name__}")
+                hit = _node_hit(item, self.doc_id_key, self.position_key)
+                nodes.setdefault(fragment_key(hit), item)
+                out.append(hit)
+            return out
+
+        def retrieve(query: str) -> list[ScoredFragment]:
+            return hits(retriever.retrieve(query))
+
+        async def aretrieve(query: str) -> list[ScoredFragment]:
+            return hits(await retriever.aretrieve(query))
+
+        return self._core.with_retriever(retrieve, aretriever=aretrieve), nodes
+
+    def _node(self, hit: ScoredFragment, nodes: dict[Hashable, NodeWithScore]) -> NodeWithScore:
+        item = nodes.get(fragment_key(hit))
+        if item is not None:
+            return item
+        node = node_from_fragment(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
+        return NodeWithScore(node=scored_node(node, hit), score=hit.score)
+
+    def _response(self, result: InnerLoopResult, nodes: dict[Hashable, NodeWithScore]) -> Response:
+        return Response(
+            response=result.answer,
+            source_nodes=[self._node(h, nodes) for h in result.fragments],
+            metadata={
+                "converged": result.converged,
+                "stop_reason": result.stop_reason,
+                "n_rounds": len(result.rounds),
+                "inner_loop": result.to_dict(),
+            },
+        )
+
+    # ---------------------------------------------------------------------------------------------- querying
+
+    def custom_query(self, query_str: str) -> Response:
+        engine, nodes = self._bind()
+        try:
+            return self._response(engine.run(query_str), nodes)
+        except InnerLoopError as exc:
+            exc.output = self._response(exc.result, nodes)  # type: ignore[attr-defined]
+            raise
+
+    async def acustom_query(self, query_str: str) -> Response:
+        engine, nodes = self._bind()
+        try:
+            return self._response(await engine.arun(query_str), nodes)
+        except InnerLoopError as exc:
+            exc.output = self._response(exc.result, nodes)  # type: ignore[attr-defined]
+            raise
