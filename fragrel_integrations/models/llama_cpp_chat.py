@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,8 @@ class LlamaCppChatModel(ChatModelBase):
             verbose=verbose,
         )
         self.load_seconds = time.perf_counter() - start
+        # Free the model while the interpreter is still whole: llama-cpp-python's own __del__ fails at shutdown.
+        self._finalizer = weakref.finalize(self, self._llm.close)
         self._formatter = self._make_formatter()
         logger.info("loaded %s in %.2fs (n_ctx=%d)", path.name, self.load_seconds, n_ctx)
 
@@ -223,7 +226,7 @@ class LlamaCppChatModel(ChatModelBase):
     def close(self) -> None:
         """Free the llama.cpp model and context now (otherwise freed with the object)."""
         with self._lock:
-            self._llm.close()
+            self._finalizer()
 
 
 def default_chat_model() -> LlamaCppChatModel:
