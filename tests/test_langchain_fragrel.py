@@ -314,6 +314,7 @@ def test_public_names_are_pinned():
         "FragRelRetriever",
         "InnerLoopRunnable",
         "MiniLMEmbeddings",
+        "SCMMiddleware",
         "TripletKVStore",
         "TripletMemoryStore",
         "add_positions",

@@ -159,6 +159,7 @@ def test_public_names():
         "InnerLoopQueryEngine",
         "MiniLMEmbedding",
         "PositionTagger",
+        "SCMMemory",
         "TripletGraphStore",
         "TripletMemoryRetriever",
         "tag_positions",

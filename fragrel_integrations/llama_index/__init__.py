@@ -7,6 +7,7 @@
 - :class:`TripletGraphStore` is a ``PropertyGraphStore`` over the RET-LLM triplet memory;
   :class:`TripletMemoryRetriever` reads it.
 - :class:`InnerLoopQueryEngine` answers with ILM-TR's inner loop (short-term memory) over any retriever.
+- :class:`SCMMemory` is SCM's self-controlled long-term chat memory for chat engines and agents.
 - :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model.
 
 >>> from fragrel_integrations.llama_index import FragRelRetriever, PositionTagger   # doctest: +SKIP
@@ -21,6 +22,7 @@ from .indexing import PositionTagger, tag_positions  # noqa: E402
 from .inner_loop import InnerLoopQueryEngine  # noqa: E402
 from .postprocessor import FragRelPostprocessor  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
+from .scm_memory import SCMMemory  # noqa: E402
 from .triplet_graph_store import TripletGraphStore, TripletMemoryRetriever  # noqa: E402
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "InnerLoopQueryEngine",
     "MiniLMEmbedding",
     "PositionTagger",
+    "SCMMemory",
     "TripletGraphStore",
     "TripletMemoryRetriever",
     "tag_positions",

@@ -1,0 +1,45 @@
+"""SCM (Self-Controlled Memory, Wang et al.): a memory stream, flash + activated memories and an LLM controller.
+
+See :mod:`fragrel_integrations.core.scm.memory` for the per-turn workflow.
+"""
+
+from __future__ import annotations
+
+from .controller import ACTIVATION_PROMPT, SUFFICIENCY_PROMPT, SUMMARY_PROMPT, SCMController, parse_yes_no
+from .memory import (
+    DEFAULT_SESSION,
+    DIALOGUE_W_REL,
+    FUSION_SYSTEM_PROMPT,
+    FUSION_TEMPLATE,
+    MEMORY_SYSTEM_TEMPLATE,
+    PAPER_ITEM_TOKENS,
+    PAPER_TOTAL_TOKENS,
+    SCMTurn,
+    SelfControlledMemory,
+    render_memory_block,
+)
+from .stream import SCMStream
+from .types import Decision, MemoryItem, RecalledMemory, SCMContext
+
+__all__ = [
+    "ACTIVATION_PROMPT",
+    "DEFAULT_SESSION",
+    "DIALOGUE_W_REL",
+    "FUSION_SYSTEM_PROMPT",
+    "FUSION_TEMPLATE",
+    "MEMORY_SYSTEM_TEMPLATE",
+    "PAPER_ITEM_TOKENS",
+    "PAPER_TOTAL_TOKENS",
+    "SUFFICIENCY_PROMPT",
+    "SUMMARY_PROMPT",
+    "Decision",
+    "MemoryItem",
+    "RecalledMemory",
+    "SCMContext",
+    "SCMController",
+    "SCMStream",
+    "SCMTurn",
+    "SelfControlledMemory",
+    "parse_yes_no",
+    "render_memory_block",
+]

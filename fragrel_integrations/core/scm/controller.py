@@ -1,0 +1,223 @@
+"""The SCM controller: the prompts that ask whether memory is needed and whether a summary suffices, the turn
+summariser, and a lenient yes/no parser.
+
+:func:`parse_yes_no` reads the first yes/no word of a reply (``yes``, ``no``, ``y``, ``n``, ``true``,
+``false``, ``needed``, ``unnecessary``, also after a label such as ``Answer:`` or inside quotes/markdown); when
+the first one is not found it accepts a reply that contains only one kind of those words. Anything else is
+*unparseable* and returns None. The controller then applies its documented fallback:
+
+* "is memory needed?" unparseable -> **yes** (``activation_fallback``): recalling memory only costs context,
+  while skipping it may lose a fact the user refers to;
+* "does the summary suffice?" unparseable -> **yes** (``summary_fallback``): the question is only asked when
+  the recalled memories exceed the token budget, so keeping the full text would break the budget.
+
+>>> parse_yes_no("Yes, the user refers to an earlier turn.")
+True
+>>> parse_yes_no("**No**")
+False
+>>> parse_yes_no("Answer: NO.")
+False
+>>> parse_yes_no("I cannot tell.") is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ...models.chat import ChatModel, as_chat_model
+from .types import Decision, MemoryItem
+
+__all__ = [
+    "ACTIVATION_PROMPT",
+    "SUFFICIENCY_PROMPT",
+    "SUMMARY_PROMPT",
+    "SCMController",
+    "parse_yes_no",
+]
+
+ACTIVATION_PROMPT = """\
+You manage the long-term memory of a chat assistant. Earlier conversation turns are stored, but only the \
+previous turn is visible. Decide whether answering the new user message needs something from earlier turns: \
+facts the user told before, an earlier topic, or a reference such as "as I said", "that book", "my sister".
+Greetings, general knowledge questions and self-contained requests do not need memory.
+
+Previous turn:
+{flash}
+
+New user message:
+{observation}
+
+Does answering the new message need memory of earlier turns? Reply with one word: yes or no."""
+
+SUFFICIENCY_PROMPT = """\
+A user asked a chat assistant:
+{observation}
+
+This is a summary of an earlier turn of their conversation:
+{summary}
+
+Is the summary enough to answer the user's message, so that the full text of that turn is not needed? \
+Reply with one word: yes or no."""
+
+SUMMARY_PROMPT = """\
+Summarise this turn of a conversation in one or two sentences. Keep every concrete fact (names, numbers, dates, \
+places, preferences, decisions) from both the user's message and the assistant's reply.
+
+User: {observation}
+Assistant: {response}
+
+Summary:"""
+
+_YES = frozenset({"yes", "y", "true", "needed", "necessary", "sufficient", "enough", "correct"})
+_NO = frozenset({"no", "n", "false", "unnecessary", "insufficient", "not"})
+_WORD = re.compile(r"[a-z]+")
+_LABEL = re.compile(r"^\s*(?:answer|reply|decision|output)\s*[:\-]\s*", re.IGNORECASE)
+_SUMMARY_LABEL = re.compile(r"^\s*summary\s*:\s*", re.IGNORECASE)
+
+
+def parse_yes_no(text: str) -> bool | None:
+    """True for yes, False for no, None when the reply says neither (see the module docstring).
+
+    >>> parse_yes_no("not needed")
+    False
+    >>> parse_yes_no("Memory is needed here.")
+    True
+    >>> parse_yes_no("Either yes or no.") is None
+    True
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    words = _WORD.findall(_LABEL.sub("", text.strip(), count=1).lower())
+    if not words:
+        return None
+    if words[0] in _YES:
+        return True
+    if words[0] in _NO:
+        return False
+    yes = any(w in _YES for w in words)
+    no = any(w in _NO for w in words)
+    return yes if yes != no else None
+
+
+def _check_text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be str, got {type(value).__name__}")
+    return value
+
+
+def _check_template(name: str, template: object, fields: Sequence[str]) -> str:
+    if not isinstance(template, str):
+        raise TypeError(f"{name} must be str, got {type(template).__name__}")
+    missing = [f for f in fields if "{" + f + "}" not in template]
+    if missing:
+        raise ValueError(f"{name} must contain the placeholders {['{' + f + '}' for f in missing]}")
+    return template
+
+
+class SCMController:
+    """The LLM controller of SCM. ``model`` is any chat model (LangChain and LlamaIndex models are wrapped).
+
+    Each method has a ``messages`` form (what is sent) and a ``parse``/``decide`` form (what the reply means),
+    so the sync and async workflows share the same logic; :meth:`needs_memory`, :meth:`summary_suffices` and
+    :meth:`summarize` are the synchronous one-call shortcuts.
+
+    >>> from fragrel_integrations.testing import ScriptedChatModel
+    >>> controller = SCMController(ScriptedChatModel(["No.", "maybe"]))
+    >>> controller.needs_memory("Hello!")
+    Decision(value=False, raw='No.', parsed=True)
+    >>> controller.needs_memory("What did I say?")  # unparseable -> the fallback (yes)
+    Decision(value=True, raw='maybe', parsed=False)
+    """
+
+    def __init__(
+        self,
+        model: ChatModel | object,
+        *,
+        activation_prompt: str = ACTIVATION_PROMPT,
+        sufficiency_prompt: str = SUFFICIENCY_PROMPT,
+        summary_prompt: str = SUMMARY_PROMPT,
+        activation_fallback: bool = True,
+        summary_fallback: bool = True,
+        summary_max_tokens: int = 96,
+        temperature: float | None = 0.0,
+    ) -> None:
+        self.model = as_chat_model(model)
+        self.activation_prompt = _check_template("activation_prompt", activation_prompt, ("flash", "observation"))
+        self.sufficiency_prompt = _check_template("sufficiency_prompt", sufficiency_prompt, ("observation", "summary"))
+        self.summary_prompt = _check_template("summary_prompt", summary_prompt, ("observation", "response"))
+        for name, value in (("activation_fallback", activation_fallback), ("summary_fallback", summary_fallback)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        self.activation_fallback = activation_fallback
+        self.summary_fallback = summary_fallback
+        if isinstance(summary_max_tokens, bool) or not isinstance(summary_max_tokens, int) or summary_max_tokens < 1:
+            raise ValueError(f"summary_max_tokens must be a positive int, got {summary_max_tokens!r}")
+        self.summary_max_tokens = summary_max_tokens
+        self.temperature = temperature
+
+    # ------------------------------------------------------------------------------------------- prompts
+
+    def activation_messages(self, observation: str, flash: MemoryItem | None) -> list[dict[str, str]]:
+        """The "is memory needed?" request."""
+        flash_text = flash.text if flash is not None else "(none: this is the first turn)"
+        prompt = self.activation_prompt.format(flash=flash_text, observation=_check_text("observation", observation))
+        return [{"role": "user", "content": prompt}]
+
+    def sufficiency_messages(self, observation: str, item: MemoryItem) -> list[dict[str, str]]:
+        """The "does this memory's summary suffice?" request."""
+        prompt = self.sufficiency_prompt.format(observation=observation, summary=item.summary)
+        return [{"role": "user", "content": prompt}]
+
+    def summary_messages(self, observation: str, response: str) -> list[dict[str, str]]:
+        """The request that summarises one interaction."""
+        prompt = self.summary_prompt.format(
+            observation=_check_text("observation", observation), response=_check_text("response", response)
+        )
+        return [{"role": "user", "content": prompt}]
+
+    # ------------------------------------------------------------------------------------------- replies
+
+    def decide_activation(self, reply: str) -> Decision:
+        """The activation decision for a reply (the fallback when it is unparseable)."""
+        value = parse_yes_no(reply)
+        return Decision(self.activation_fallback if value is None else value, reply, value is not None)
+
+    def decide_sufficiency(self, reply: str) -> Decision:
+        """The "summary suffices" decision for a reply (the fallback when it is unparseable)."""
+        value = parse_yes_no(reply)
+        return Decision(self.summary_fallback if value is None else value, reply, value is not None)
+
+    @staticmethod
+    def clean_summary(reply: str, observation: str, response: str) -> str:
+        """The summary text of a reply; a blank reply falls back to the interaction itself.
+
+        >>> SCMController.clean_summary("Summary: Ana likes tea.", "I like tea.", "Noted.")
+        'Ana likes tea.'
+        >>> SCMController.clean_summary("  ", "I like tea.", "Noted.")
+        'User: I like tea. Assistant: Noted.'
+        """
+        text = _SUMMARY_LABEL.sub("", reply.strip(), count=1).strip()
+        return text or f"User: {observation} Assistant: {response}"
+
+    # ------------------------------------------------------------------------------------------- one call
+
+    def _ask(self, messages: list[dict[str, str]], max_tokens: int) -> str:
+        return self.model.invoke(messages, temperature=self.temperature, max_tokens=max_tokens)
+
+    def needs_memory(self, observation: str, flash: MemoryItem | None = None) -> Decision:
+        """Ask whether the observation needs long-term memory."""
+        return self.decide_activation(self._ask(self.activation_messages(observation, flash), 4))
+
+    def summary_suffices(self, observation: str, item: MemoryItem) -> Decision:
+        """Ask whether ``item.summary`` is enough to answer the observation."""
+        return self.decide_sufficiency(self._ask(self.sufficiency_messages(observation, item), 4))
+
+    def summarize(self, observation: str, response: str) -> str:
+        """Summarise one interaction."""
+        reply = self._ask(self.summary_messages(observation, response), self.summary_max_tokens)
+        return self.clean_summary(reply, observation, response)
+
+    def __repr__(self) -> str:
+        return f"SCMController(model={self.model!r})"

@@ -1,0 +1,475 @@
+"""The SCM workflow per turn (Wang et al., "Self-Controlled Memory"), sync and async, framework-free.
+
+1. **Input acquisition** - the user's observation and the session id.
+2. **Memory activation** - the controller is asked whether long-term memory is needed (see
+   :mod:`~fragrel_integrations.core.scm.controller` for the lenient parsing and the fallback). The flash memory
+   (the previous turn) is always shown, whatever the answer.
+3. **Retrieval** - the top ``k`` earlier turns by cosine of the observation's embedding and each turn's stored
+   embedding, the flash turn excluded, re-ordered by time. With ``relation=ContextRelation(0.8)`` (FragRel's
+   dialogue setting, ``alpha=0.5``) turns near other relevant turns score higher: ``s + alpha * s_env``.
+4. **Reorganisation** - when the recalled turns together exceed ``total_tokens`` (paper: 2000), the controller
+   is asked for every turn longer than ``item_tokens`` (paper: 800) whether its summary can answer the
+   observation; if so the summary replaces the full text. The public SCM4LLMs code uses other thresholds (300,
+   500 and 2500 in its configuration); we default to the paper's numbers, and both are parameters.
+5. **Input fusion and response** - :meth:`SelfControlledMemory.fusion_messages` (standalone use) or
+   :meth:`SelfControlledMemory.memory_prompt` (a system message for a framework's own prompt).
+6. **Write back** - the controller summarises the interaction; the summary is embedded (it covers both the
+   observation and the response) and the turn is appended to the stream.
+
+Both the sync and the async methods drive one shared step generator, so they cannot drift apart.
+
+>>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+>>> def controller(messages):
+...     text = messages[-1]["content"]
+...     return "yes" if "yes or no" in text else "A short summary."
+>>> memory = SelfControlledMemory(ScriptedChatModel(controller), embedder=HashingEmbedder(dim=64), k=3)
+>>> _ = memory.record("My cat is called Miso.", "Nice name!", session_id="ana")
+>>> _ = memory.record("I live in Lisbon.", "Lovely city.", session_id="ana")
+>>> context = memory.prepare("What is my cat called?", session_id="ana")
+>>> context.activation.value, [m.item.index for m in context.memories], context.flash.index
+(True, [0], 1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...models.base import Embedder, check_embeddings
+from ...models.chat import ChatModel, as_chat_model
+from ...models.tokens import count_tokens
+from ..relations import FragmentLayout, Relation
+from ..scorers import BM25Scorer, HybridScorer
+from ..scoring import check_alpha, environment_from_sums
+from ..types import Fragment
+from .controller import SCMController
+from .stream import SCMStream
+from .types import Decision, MemoryItem, RecalledMemory, SCMContext
+
+__all__ = [
+    "DEFAULT_SESSION",
+    "DIALOGUE_W_REL",
+    "FUSION_SYSTEM_PROMPT",
+    "FUSION_TEMPLATE",
+    "MEMORY_SYSTEM_TEMPLATE",
+    "PAPER_ITEM_TOKENS",
+    "PAPER_TOTAL_TOKENS",
+    "SCORERS",
+    "SCMTurn",
+    "SelfControlledMemory",
+    "render_memory_block",
+]
+
+DEFAULT_SESSION = "default"
+#: FragRel's context-relation strength for dialogue (turn = fragment).
+DIALOGUE_W_REL = 0.8
+#: The paper's reorganisation thresholds: a recalled turn longer than this many tokens may be summarised ...
+SCORERS = ("dense", "bm25", "hybrid")
+PAPER_ITEM_TOKENS = 800
+#: ... once all recalled turns together exceed this many tokens.
+PAPER_TOTAL_TOKENS = 2000
+
+FUSION_SYSTEM_PROMPT = """\
+You are a helpful assistant in a long conversation. Besides the user's message you get notes from your memory \
+of this conversation: earlier turns that may be relevant, and the previous turn. Use them when they help to \
+answer, prefer the most recent information when they disagree, and do not mention the notes otherwise."""
+
+FUSION_TEMPLATE = """\
+{memory}
+
+Current user message:
+{observation}"""
+
+MEMORY_SYSTEM_TEMPLATE = """\
+Notes from your memory of this conversation with the user (use them when they help; the user does not see \
+them):
+
+{memory}"""
+
+_NO_MEMORY = "(no earlier turns)"
+
+
+def render_memory_block(flash: MemoryItem | None, memories: Sequence[RecalledMemory]) -> str:
+    """The memory section of the prompt: activated turns (oldest first), then the previous turn.
+
+    >>> flash = MemoryItem("s", 4, "And tomorrow?", "Rain.")
+    >>> print(render_memory_block(flash, [RecalledMemory(MemoryItem("s", 1, "Hi", "Hello", "Greeting."), 0.5, 3)]))
+    Earlier turns that may be relevant (oldest first):
+    [turn 1] User: Hi
+    Assistant: Hello
+    <BLANKLINE>
+    Previous turn:
+    User: And tomorrow?
+    Assistant: Rain.
+    """
+    parts = []
+    if memories:
+        lines = ["Earlier turns that may be relevant (oldest first):"]
+        for m in memories:
+            label = f"[turn {m.item.index}, summary]" if m.use_summary and m.item.summary else f"[turn {m.item.index}]"
+            lines.append(f"{label} {m.shown}")
+        parts.append("\n".join(lines))
+    if flash is not None:
+        parts.append(f"Previous turn:\n{flash.text}")
+    return "\n\n".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class SCMTurn:
+    """A complete turn run by :meth:`SelfControlledMemory.chat`: the context, the reply and the stored item."""
+
+    context: SCMContext
+    response: str
+    item: MemoryItem
+
+
+@dataclass(frozen=True, slots=True)
+class _Chat:
+    messages: list[dict[str, str]]
+    max_tokens: int | None
+    model: ChatModel
+    temperature: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+_Steps = Generator[_Chat | _Call, Any, Any]
+
+
+def _check_int(name: str, value: object, low: int, hint: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}{hint}, got {value!r}")
+    return value
+
+
+def _check_session(session_id: object) -> str:
+    if not isinstance(session_id, str) or not session_id:
+        raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+    return session_id
+
+
+def _check_observation(observation: object) -> str:
+    if not isinstance(observation, str):
+        raise TypeError(f"the observation (user message) must be str, got {type(observation).__name__}")
+    return observation
+
+
+class SelfControlledMemory:
+    """SCM memory: a persistent memory stream, a controller and the six-step workflow of every turn.
+
+    Args:
+        controller: the controller's chat model (any :class:`~fragrel_integrations.models.chat.ChatModel`, a
+            LangChain chat model or a LlamaIndex LLM), or a built :class:`SCMController` (custom prompts and
+            fallbacks).
+        stream: an :class:`SCMStream`, or a path for one (a SQLite file; ``":memory:"`` for a throw-away one).
+        embedder: embeds the observation and each turn's summary; None loads the embedded offline default
+            (all-MiniLM-L6-v2) on first use.
+        k: most activated memories per turn (the paper uses 3-10).
+        relation: an optional FragRel relation over turns, e.g. ``ContextRelation(DIALOGUE_W_REL)``; turns are
+            fragments of one conversation with ``position`` = interaction index.
+        alpha: weight of the relation's environment score (FragRel default 0.5).
+        scorer: the independent score of a turn: ``"dense"`` (cosine of the embeddings, the paper's choice),
+            ``"bm25"`` (BM25 over the turns' stored texts, rebuilt per turn) or ``"hybrid"`` (0.5 min-max BM25 +
+            0.5 min-max cosine, as :class:`~fragrel_integrations.core.scorers.HybridScorer`).
+        activation: ask the controller whether memory is needed (False: always recall).
+        summarize: let the controller summarise every turn on write-back (False: no summary, the turn's text is
+            embedded and never replaced by a summary).
+        item_tokens, total_tokens: the reorganisation thresholds (paper: 800 and 2000; see the module docstring).
+        token_counter: counts tokens (an object with ``count_tokens`` or a function); None uses the controller
+            model's tokenizer when it has one, else the estimate of :mod:`fragrel_integrations.models.tokens`.
+        system_prompt, fusion_template: the standalone prompt (:meth:`fusion_messages`); the template needs
+            ``{memory}`` and ``{observation}``.
+        memory_template: the system message adapters add (:meth:`memory_prompt`); needs ``{memory}``.
+        response_max_tokens: output limit of :meth:`chat`'s reply (None: the model's default).
+    """
+
+    def __init__(
+        self,
+        controller: SCMController | ChatModel | Any,
+        *,
+        stream: SCMStream | str | Path = ":memory:",
+        embedder: Embedder | None = None,
+        k: int = 5,
+        relation: Relation | None = None,
+        alpha: float = 0.5,
+        scorer: str = "dense",
+        activation: bool = True,
+        summarize: bool = True,
+        item_tokens: int = PAPER_ITEM_TOKENS,
+        total_tokens: int = PAPER_TOTAL_TOKENS,
+        token_counter: object | None = None,
+        system_prompt: str | None = FUSION_SYSTEM_PROMPT,
+        fusion_template: str = FUSION_TEMPLATE,
+        memory_template: str = MEMORY_SYSTEM_TEMPLATE,
+        response_max_tokens: int | None = None,
+    ) -> None:
+        self.controller = controller if isinstance(controller, SCMController) else SCMController(controller)
+        if isinstance(stream, str | Path):
+            stream = SCMStream(stream)
+        if not isinstance(stream, SCMStream):
+            raise TypeError(f"stream must be an SCMStream or a SQLite path, got {type(stream).__name__}")
+        self.stream = stream
+        if embedder is not None and not isinstance(embedder, Embedder):
+            raise TypeError(
+                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}; "
+                "wrap framework models with fragrel_integrations.models.as_embedder"
+            )
+        self._embedder = embedder
+        self.k = _check_int("k", k, 1, " (the paper uses 3-10)")
+        if relation is not None and not isinstance(relation, Relation):
+            raise TypeError(
+                f"relation must be a fragrel Relation (e.g. ContextRelation({DIALOGUE_W_REL})) or None, "
+                f"got {type(relation).__name__}"
+            )
+        self.relation = relation
+        self.alpha = check_alpha(alpha)
+        if scorer not in SCORERS:
+            raise ValueError(f"scorer must be one of {list(SCORERS)}, got {scorer!r}")
+        self.scorer = scorer
+        for name, value in (("activation", activation), ("summarize", summarize)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be True or False, got {value!r}")
+        self.activation = activation
+        self.summarize = summarize
+        self.item_tokens = _check_int("item_tokens", item_tokens, 0, f" (paper: {PAPER_ITEM_TOKENS})")
+        self.total_tokens = _check_int("total_tokens", total_tokens, 0, f" (paper: {PAPER_TOTAL_TOKENS})")
+        self.token_counter = token_counter
+        if system_prompt is not None and not isinstance(system_prompt, str):
+            raise TypeError(f"system_prompt must be str or None, got {type(system_prompt).__name__}")
+        self.system_prompt = system_prompt or None
+        for name, template, fields in (
+            ("fusion_template", fusion_template, ("{memory}", "{observation}")),
+            ("memory_template", memory_template, ("{memory}",)),
+        ):
+            if not isinstance(template, str) or any(f not in template for f in fields):
+                raise ValueError(f"{name} must be a str containing {list(fields)}")
+        self.fusion_template = fusion_template
+        self.memory_template = memory_template
+        if response_max_tokens is not None:
+            _check_int("response_max_tokens", response_max_tokens, 1)
+        self.response_max_tokens = response_max_tokens
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder (the embedded default is loaded on first access when none was given)."""
+        if self._embedder is None:
+            from ...models.local import default_embedder
+
+            self._embedder = default_embedder()
+        return self._embedder
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of ``text`` for the budget (see ``token_counter``)."""
+        counter = self.token_counter
+        if counter is not None and callable(counter) and not hasattr(counter, "count_tokens"):
+            return int(counter(text))
+        return count_tokens(counter if counter is not None else self.controller.model, text)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        return check_embeddings(self.embedder.embed_documents(texts), len(texts))
+
+    def _embed_query(self, text: str) -> np.ndarray:
+        vector = np.asarray(self.embedder.embed_query(text), dtype=np.float32)
+        return check_embeddings(vector[None, :], 1, source="embedder.embed_query")[0]
+
+    def scores(
+        self, query: np.ndarray, items: Sequence[MemoryItem], embeddings: np.ndarray, observation: str | None = None
+    ) -> np.ndarray:
+        """Retrieval scores of ``items``: the ``scorer``'s score (cosine with ``query``; BM25 and hybrid also need
+        the ``observation`` text), plus ``alpha * s_env`` with a relation.
+
+        The relation treats the turns as fragments of one conversation (``position`` = interaction index); its
+        environment is taken over ``items`` only (the workflow passes every turn but the flash turn), with the
+        core's O(N) sums (FragRel eq. 9-10).
+        """
+        e = np.asarray(embeddings, dtype=np.float64)
+        q = np.asarray(query, dtype=np.float64)
+        if e.shape[1] != q.shape[0]:
+            raise ValueError(
+                f"stored turn embeddings have dimension {e.shape[1]} but the embedder returns {q.shape[0]}: "
+                "use the embedder the stream was written with, or start a new stream"
+            )
+        norms = np.linalg.norm(e, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
+        s = (e @ q) / np.maximum(norms, 1e-12)
+        if self.scorer != "dense":
+            if not isinstance(observation, str):
+                raise ValueError(f"scorer={self.scorer!r} needs the observation text: scores(..., observation=...)")
+            bm25 = BM25Scorer([it.summary or it.text for it in items])
+            cosine = s
+            s = (
+                bm25(observation)
+                if self.scorer == "bm25"
+                else HybridScorer([(bm25, 0.5), (lambda _: cosine, 0.5)])(observation)
+            )
+        if self.relation is None or self.alpha == 0.0:
+            return s
+        fragments = [Fragment(it.summary or it.text, it.session_id, it.index) for it in items]
+        layout = FragmentLayout.from_fragments(fragments, e if self.relation.needs_embeddings else None)
+        num, den = self.relation.prepare(layout).sums(s)
+        return s + self.alpha * environment_from_sums(num, den)
+
+    # ------------------------------------------------------------------------------------------- steps
+
+    def _prepare_steps(self, observation: str, session_id: str) -> _Steps:
+        observation = _check_observation(observation)
+        session_id = _check_session(session_id)
+        items: list[MemoryItem] = yield _Call(self.stream.items, (session_id,))
+        flash = items[-1] if items else None
+        candidates = items[:-1]
+        activation: Decision | None = None
+        if self.activation and candidates:
+            reply = yield _Chat(self.controller.activation_messages(observation, flash), 4, *self._controller_model())
+            activation = self.controller.decide_activation(reply)
+        recalled: list[RecalledMemory] = []
+        if candidates and (activation is None or activation.value):
+            missing = [i for i, it in enumerate(candidates) if it.embedding is None]
+            vectors: list[np.ndarray | None] = [it.embedding for it in candidates]
+            if missing:
+                fresh = yield _Call(self._embed, ([candidates[i].summary or candidates[i].text for i in missing],))
+                for i, v in zip(missing, fresh, strict=True):
+                    vectors[i] = v
+            dims = {v.shape[0] for v in vectors if v is not None}
+            if len(dims) != 1:
+                raise ValueError(
+                    f"the session's turns were embedded with different dimensions {sorted(dims)}: "
+                    "clear the session or use one embedder"
+                )
+            query = yield _Call(self._embed_query, (observation,))
+            scores = self.scores(query, candidates, np.stack(vectors), observation)  # type: ignore[arg-type]
+            top = np.argsort(-scores, kind="stable")[: self.k]
+            for i in sorted(int(t) for t in top):  # time order
+                item = candidates[i]
+                recalled.append(RecalledMemory(item, float(scores[i]), self.count_tokens(item.text)))
+            if sum(m.tokens for m in recalled) > self.total_tokens:
+                for n, m in enumerate(recalled):
+                    if m.tokens > self.item_tokens and m.item.summary:
+                        reply = yield _Chat(
+                            self.controller.sufficiency_messages(observation, m.item), 4, *self._controller_model()
+                        )
+                        decision = self.controller.decide_sufficiency(reply)
+                        recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
+        block = render_memory_block(flash, recalled)
+        return SCMContext(session_id, observation, activation, flash, tuple(recalled), block)
+
+    def _record_steps(self, observation: str, response: str, session_id: str) -> _Steps:
+        observation = _check_observation(observation)
+        if not isinstance(response, str):
+            raise TypeError(f"response must be str, got {type(response).__name__}")
+        session_id = _check_session(session_id)
+        summary = ""
+        if self.summarize:
+            controller = self.controller
+            reply = yield _Chat(
+                controller.summary_messages(observation, response),
+                controller.summary_max_tokens,
+                *self._controller_model(),
+            )
+            summary = controller.clean_summary(reply, observation, response)
+        item_text = summary or MemoryItem(session_id, 0, observation, response).text
+        vectors = yield _Call(self._embed, ([item_text],))
+        item = yield _Call(
+            lambda: self.stream.append(session_id, observation, response, summary=summary, embedding=vectors[0]), ()
+        )
+        return item
+
+    def _turn_steps(self, observation: str, session_id: str, model: ChatModel | None) -> _Steps:
+        context = yield from self._prepare_steps(observation, session_id)
+        reply = yield _Chat(self.fusion_messages(context), self.response_max_tokens, model or self.controller.model)
+        if not isinstance(reply, str):
+            raise TypeError(f"the chat model must return str, got {type(reply).__name__}")
+        reply = reply.strip()
+        item = yield from self._record_steps(context.observation, reply, context.session_id)
+        return SCMTurn(context, reply, item)
+
+    def _controller_model(self) -> tuple[ChatModel, float | None]:
+        return self.controller.model, self.controller.temperature
+
+    def _drive(self, steps: _Steps) -> Any:
+        try:
+            request = next(steps)
+            while True:
+                if isinstance(request, _Chat):
+                    result = request.model.invoke(
+                        request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                    )
+                else:
+                    result = request.fn(*request.args)
+                request = steps.send(result)
+        except StopIteration as stop:
+            return stop.value
+
+    async def _adrive(self, steps: _Steps) -> Any:
+        try:
+            request = next(steps)
+            while True:
+                if isinstance(request, _Chat):
+                    result = await request.model.ainvoke(
+                        request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                    )
+                else:
+                    result = await asyncio.to_thread(request.fn, *request.args)
+                request = steps.send(result)
+        except StopIteration as stop:
+            return stop.value
+
+    # ------------------------------------------------------------------------------------------- public
+
+    def prepare(self, observation: str, *, session_id: str = DEFAULT_SESSION) -> SCMContext:
+        """Steps 1-4: activation decision, flash memory, activated memories (time order), reorganisation."""
+        return self._drive(self._prepare_steps(observation, session_id))
+
+    async def aprepare(self, observation: str, *, session_id: str = DEFAULT_SESSION) -> SCMContext:
+        """Async :meth:`prepare` (the model's ``ainvoke``; embedder and SQLite in a worker thread)."""
+        return await self._adrive(self._prepare_steps(observation, session_id))
+
+    def record(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
+        """Step 6: summarise, embed and append one interaction to the stream."""
+        return self._drive(self._record_steps(observation, response, session_id))
+
+    async def arecord(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
+        """Async :meth:`record`."""
+        return await self._adrive(self._record_steps(observation, response, session_id))
+
+    def chat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
+        """A whole turn: prepare, answer with ``model`` (default: the controller's model), write back."""
+        return self._drive(self._turn_steps(observation, session_id, None if model is None else as_chat_model(model)))
+
+    async def achat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
+        """Async :meth:`chat`."""
+        steps = self._turn_steps(observation, session_id, None if model is None else as_chat_model(model))
+        return await self._adrive(steps)
+
+    def fusion_messages(self, context: SCMContext) -> list[dict[str, str]]:
+        """Step 5 for standalone use: the system prompt and the observation fused with the memory block."""
+        user = self.fusion_template.format(memory=context.block or _NO_MEMORY, observation=context.observation)
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return [*system, {"role": "user", "content": user}]
+
+    def memory_prompt(self, context: SCMContext) -> str:
+        """Step 5 for adapters: a system-message text carrying the memory block ('' when there is none)."""
+        return self.memory_template.format(memory=context.block) if context.block else ""
+
+    def history(self, session_id: str = DEFAULT_SESSION) -> list[MemoryItem]:
+        """The session's memory stream, in time order."""
+        return self.stream.items(session_id)
+
+    def clear(self, session_id: str = DEFAULT_SESSION) -> int:
+        """Forget a session; returns the number of interactions deleted."""
+        return self.stream.clear(session_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"SelfControlledMemory(stream={self.stream!r}, k={self.k}, relation={self.relation!r}, "
+            f"alpha={self.alpha}, item_tokens={self.item_tokens}, total_tokens={self.total_tokens})"
+        )

@@ -1,0 +1,147 @@
+"""The SCM memory stream in SQLite: one row per interaction, keyed by ``(session_id, index)``.
+
+Embeddings are stored as raw little-endian float32 bytes with their dimension (no pickle). Appends run in a
+``BEGIN IMMEDIATE`` transaction that also assigns the next interaction index, so two processes appending to the
+same session never reuse an index. The connection and transactions come from the triplet store's
+:class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend` (WAL journal, ``synchronous=FULL``).
+
+>>> import numpy as np
+>>> stream = SCMStream(":memory:")
+>>> item = stream.append("s1", "Hi, I am Ana.", "Hello Ana!", summary="The user is Ana.", embedding=np.ones(2))
+>>> item.index, stream.count("s1"), stream.count("s2")
+(0, 1, 0)
+>>> stream.last("s1").summary, stream.items("s1")[0].embedding.tolist()
+('The user is Ana.', [1.0, 1.0])
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..triplets.sqlite_backend import SQLiteBackend
+from .types import MemoryItem
+
+__all__ = ["SCMStream"]
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS scm_items (
+        session_id TEXT NOT NULL,
+        idx INTEGER NOT NULL,
+        observation TEXT NOT NULL,
+        response TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        dim INTEGER NOT NULL,
+        embedding BLOB,
+        created REAL NOT NULL,
+        PRIMARY KEY (session_id, idx)
+    ) WITHOUT ROWID""",
+)
+_COLUMNS = "session_id, idx, observation, response, summary, dim, embedding, created"
+
+
+def _check_session(session_id: object) -> str:
+    if not isinstance(session_id, str) or not session_id:
+        raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+    return session_id
+
+
+def _row(row: tuple) -> MemoryItem:
+    session_id, idx, observation, response, summary, dim, blob, created = row
+    embedding = None if blob is None else np.frombuffer(blob, dtype="<f4", count=dim).astype(np.float32)
+    return MemoryItem(session_id, int(idx), observation, response, summary, embedding, float(created))
+
+
+class SCMStream:
+    """A persistent memory stream (``path``: a SQLite file, or ``":memory:"`` for a throw-away stream).
+
+    Every method takes the ``session_id``; sessions never see each other's interactions.
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:
+        self._db = SQLiteBackend(path, timeout=timeout, synchronous=synchronous)
+        self.path = self._db.path
+        with self._db.write() as cur:
+            for statement in _SCHEMA:
+                cur.execute(statement)
+
+    def append(
+        self,
+        session_id: str,
+        observation: str,
+        response: str,
+        *,
+        summary: str = "",
+        embedding: np.ndarray | None = None,
+    ) -> MemoryItem:
+        """Write one interaction at the end of the session's stream and return it (with its index)."""
+        _check_session(session_id)
+        for name, value in (("observation", observation), ("response", response), ("summary", summary)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be str, got {type(value).__name__}")
+        vector = None
+        if embedding is not None:
+            vector = np.asarray(embedding, dtype=np.float32).ravel()
+            if vector.size == 0 or not np.all(np.isfinite(vector)):
+                raise ValueError("embedding must be a non-empty finite vector (or None)")
+        blob = None if vector is None else vector.astype("<f4").tobytes()
+        dim = 0 if vector is None else int(vector.size)
+        created = time.time()
+        with self._db.write() as cur:
+            row = cur.execute("SELECT MAX(idx) FROM scm_items WHERE session_id = ?", (session_id,)).fetchone()
+            index = 0 if row[0] is None else int(row[0]) + 1
+            cur.execute(
+                f"INSERT INTO scm_items ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, index, observation, response, summary, dim, blob, created),
+            )
+        return MemoryItem(session_id, index, observation, response, summary, vector, created)
+
+    def items(self, session_id: str) -> list[MemoryItem]:
+        """Every interaction of the session, in time order."""
+        _check_session(session_id)
+        with self._db.read() as cur:
+            rows = cur.execute(
+                f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? ORDER BY idx", (session_id,)
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def last(self, session_id: str) -> MemoryItem | None:
+        """The latest interaction (the flash memory of the next turn), or None for an empty session."""
+        _check_session(session_id)
+        with self._db.read() as cur:
+            row = cur.execute(
+                f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? ORDER BY idx DESC LIMIT 1", (session_id,)
+            ).fetchone()
+        return None if row is None else _row(row)
+
+    def count(self, session_id: str) -> int:
+        """Number of interactions in the session."""
+        _check_session(session_id)
+        with self._db.read() as cur:
+            return int(cur.execute("SELECT COUNT(*) FROM scm_items WHERE session_id = ?", (session_id,)).fetchone()[0])
+
+    def sessions(self) -> list[str]:
+        """The session ids with at least one interaction, sorted."""
+        with self._db.read() as cur:
+            return [r[0] for r in cur.execute("SELECT DISTINCT session_id FROM scm_items ORDER BY session_id")]
+
+    def clear(self, session_id: str) -> int:
+        """Delete the session's interactions; returns how many were deleted."""
+        _check_session(session_id)
+        with self._db.write() as cur:
+            return int(cur.execute("DELETE FROM scm_items WHERE session_id = ?", (session_id,)).rowcount)
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._db.close()
+
+    def __enter__(self) -> SCMStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SCMStream({self.path!r})"

@@ -1,0 +1,216 @@
+"""SCM memory for LangChain agents: an ``AgentMiddleware`` for ``langchain.agents.create_agent``.
+
+The middleware converts messages and delegates every step to the core
+:class:`~fragrel_integrations.core.scm.SelfControlledMemory`:
+
+* ``before_agent`` - takes the last human message as the observation and runs SCM steps 1-4 (activation,
+  flash memory, top-k retrieval re-ordered by time, summary substitution) once per agent run;
+* ``wrap_model_call`` - adds the memory block to the system message of every model call of the run and, unless
+  ``keep_history=True``, shows the model only the current turn (the last human message and what followed it):
+  SCM's memory stands in for the full transcript a checkpointer would otherwise replay;
+* ``after_agent`` - writes the interaction (observation, final AI reply) back to the stream.
+
+Stream backend: our own SQLite :class:`~fragrel_integrations.core.scm.SCMStream`, not a LangGraph store. SCM
+needs an ordered, per-session stream whose next interaction index is assigned inside the write transaction (the
+flash memory is "the last index", retrieved turns are re-ordered by index, the FragRel context relation reads
+index distances), with each turn's embedding stored next to it and scored by the core (cosine plus the optional
+relation). A LangGraph ``BaseStore`` offers key-value items with store-side vector search, so that ordering and
+scoring would have to be rebuilt on top of it, and the LlamaIndex adapter could not share the same file. The
+agent therefore needs no ``store=``; the SQLite file is shared with :class:`fragrel_integrations.llama_index.SCMMemory`.
+
+Session id: ``session_id=`` if given, else ``runtime.context["session_id"]`` (or a ``session_id`` attribute of
+the context object), else the ``thread_id`` of the run's config, else ``"default"``.
+
+>>> from langchain.agents import create_agent
+>>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+>>> from langchain_core.messages import AIMessage
+>>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+>>> controller = ScriptedChatModel(lambda m: "yes" if "yes or no" in m[-1]["content"] else "A summary.")
+>>> middleware = SCMMiddleware(model=controller, embedder=HashingEmbedder(dim=64), session_id="ana")
+>>> agent = create_agent(GenericFakeChatModel(messages=iter([AIMessage("Hello Ana!")])), middleware=[middleware])
+>>> agent.invoke({"messages": [{"role": "user", "content": "Hi, I am Ana."}]})["messages"][-1].content
+'Hello Ana!'
+>>> [item.response for item in middleware.memory.history("ana")]
+['Hello Ana!']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, NotRequired
+
+from .._optional import require
+
+require("langchain.agents", "langchain")
+
+from langchain.agents.middleware import AgentMiddleware, AgentState  # noqa: E402
+from langchain.agents.middleware.types import ModelRequest, ModelResponse, PrivateStateAttr  # noqa: E402
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage  # noqa: E402
+
+from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory  # noqa: E402
+from ..models.base import Embedder  # noqa: E402
+
+__all__ = ["SCMMiddleware", "SCMState"]
+
+
+class SCMState(AgentState):
+    """The agent state with the middleware's private per-run fields (kept out of the agent's input/output)."""
+
+    scm_memory: NotRequired[Annotated[str, PrivateStateAttr]]
+    scm_observation: NotRequired[Annotated[str, PrivateStateAttr]]
+    scm_session: NotRequired[Annotated[str, PrivateStateAttr]]
+
+
+def _last_human(messages: Sequence[AnyMessage]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if isinstance(messages[i], HumanMessage):
+            return i
+    return None
+
+
+def _final_reply(messages: Sequence[AnyMessage], start: int) -> str | None:
+    for message in reversed(messages[start:]):
+        if isinstance(message, AIMessage) and not message.tool_calls:
+            text = str(message.text).strip()
+            if text:
+                return text
+    return None
+
+
+class SCMMiddleware(AgentMiddleware):
+    """Self-controlled long-term memory for ``create_agent`` agents (see the module docstring).
+
+    Args:
+        memory: a built core :class:`SelfControlledMemory` (custom prompts, thresholds, relation); or leave it
+            out and pass ``model`` (the controller: a LangChain chat model or any ChatModel) and optionally
+            ``path`` (SQLite file of the stream, default in memory), ``embedder`` and any other
+            :class:`SelfControlledMemory` keyword (``k``, ``relation``, ``item_tokens``, ...).
+        session_id: a fixed session; None reads it from the runtime (see the module docstring).
+        keep_history: show the model the whole message history of the thread (True) or only the current turn
+            plus the SCM memory (False, the SCM setting).
+    """
+
+    state_schema = SCMState
+
+    def __init__(
+        self,
+        memory: SelfControlledMemory | None = None,
+        *,
+        model: Any = None,
+        path: str | Path = ":memory:",
+        embedder: Embedder | None = None,
+        session_id: str | None = None,
+        keep_history: bool = False,
+        **memory_kwargs: Any,
+    ) -> None:
+        super().__init__()
+        if memory is not None:
+            if not isinstance(memory, SelfControlledMemory):
+                raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
+            if model is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
+                raise ValueError("pass either memory=... or model=/path=/embedder=/settings, not both")
+        else:
+            if model is None:
+                raise ValueError(
+                    "model is required: pass the controller chat model as model=..., or memory=SelfControlledMemory()"
+                )
+            memory = SelfControlledMemory(model, stream=path, embedder=embedder, **memory_kwargs)
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
+            raise TypeError(f"session_id must be a non-empty str or None, got {session_id!r}")
+        if not isinstance(keep_history, bool):
+            raise TypeError(f"keep_history must be True or False, got {keep_history!r}")
+        self.memory = memory
+        self.session_id = session_id
+        self.keep_history = keep_history
+        self.tools = []
+
+    # ------------------------------------------------------------------------------------------- conversion
+
+    def resolve_session(self, runtime: Any) -> str:
+        """The session id of a run (see the module docstring for the order)."""
+        if self.session_id is not None:
+            return self.session_id
+        context = getattr(runtime, "context", None)
+        value = context.get("session_id") if isinstance(context, Mapping) else getattr(context, "session_id", None)
+        if isinstance(value, str) and value:
+            return value
+        try:
+            from langgraph.config import get_config
+
+            thread = get_config().get("configurable", {}).get("thread_id")
+        except RuntimeError:  # not inside a runnable context
+            thread = None
+        return str(thread) if thread else DEFAULT_SESSION
+
+    def _start(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str] | None:
+        messages = state.get("messages", [])
+        i = _last_human(messages)
+        if i is None:
+            return None
+        return str(messages[i].text), self.resolve_session(runtime)
+
+    def _update(self, context: SCMContext) -> dict[str, Any]:
+        return {
+            "scm_memory": self.memory.memory_prompt(context),
+            "scm_observation": context.observation,
+            "scm_session": context.session_id,
+        }
+
+    def _finish(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str, str] | None:
+        messages = state.get("messages", [])
+        i = _last_human(messages)
+        if i is None:
+            return None
+        reply = _final_reply(messages, i + 1)
+        if reply is None:
+            return None
+        observation = state.get("scm_observation") or str(messages[i].text)
+        session = state.get("scm_session") or self.resolve_session(runtime)
+        return observation, reply, session
+
+    def _request(self, request: ModelRequest) -> ModelRequest:
+        memory = (request.state or {}).get("scm_memory") or ""
+        changes: dict[str, Any] = {}
+        if memory:
+            base = request.system_prompt
+            changes["system_message"] = SystemMessage(f"{base}\n\n{memory}" if base else memory)
+        if not self.keep_history:
+            i = _last_human(request.messages)
+            if i:
+                changes["messages"] = list(request.messages[i:])
+        return request.override(**changes) if changes else request
+
+    # ------------------------------------------------------------------------------------------- hooks
+
+    def before_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
+        start = self._start(state, runtime)
+        if start is None:  # nothing to remember for; drop a block left by an earlier run of the thread
+            return {"scm_memory": ""}
+        return self._update(self.memory.prepare(start[0], session_id=start[1]))
+
+    async def abefore_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
+        start = self._start(state, runtime)
+        if start is None:  # nothing to remember for; drop a block left by an earlier run of the thread
+            return {"scm_memory": ""}
+        return self._update(await self.memory.aprepare(start[0], session_id=start[1]))
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
+        return handler(self._request(request))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> Any:
+        return await handler(self._request(request))
+
+    def after_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
+        done = self._finish(state, runtime)
+        if done is not None:
+            self.memory.record(done[0], done[1], session_id=done[2])
+        return None
+
+    async def aafter_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
+        done = self._finish(state, runtime)
+        if done is not None:
+            await self.memory.arecord(done[0], done[1], session_id=done[2])
+        return None

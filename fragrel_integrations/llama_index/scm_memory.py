@@ -1,0 +1,217 @@
+"""SCM memory as a LlamaIndex ``BaseMemory``: usable by ``SimpleChatEngine``, ``CondensePlusContextChatEngine``
+and agents wherever they accept a ``memory=``.
+
+The class converts ``ChatMessage`` objects and delegates to the core
+:class:`~fragrel_integrations.core.scm.SelfControlledMemory`:
+
+* ``put`` of a user message opens a turn; ``put`` of the assistant's final reply (text, no tool calls) closes
+  it and writes the interaction back to the SQLite stream (SCM step 6). Messages in between (tool calls, tool
+  results) stay in the open turn and are not stored.
+* ``get(input=...)`` runs SCM steps 1-4 for ``input`` (or for the open turn's user message) and returns a
+  system message with the memory block (flash memory + activated memories), followed by the open turn's
+  messages. Nothing else of the transcript is returned: SCM's memory stands in for it.
+* ``get_all`` returns the whole stored stream of the session as user/assistant messages.
+
+>>> from llama_index.core.chat_engine import SimpleChatEngine
+>>> from llama_index.core.llms import MockLLM
+>>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+>>> controller = ScriptedChatModel(lambda m: "yes" if "yes or no" in m[-1]["content"] else "A summary.")
+>>> memory = SCMMemory(llm=controller, embedder=HashingEmbedder(dim=64), session_id="ana")
+>>> engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=memory)
+>>> _ = engine.chat("My cat is called Miso.")
+>>> [m.role.value for m in memory.get_all()], len(memory.core.history("ana"))
+(['user', 'assistant'], 1)
+>>> "My cat is called Miso." in memory.get(input="And my dog?")[0].content  # the flash memory
+True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.memory.types import BaseMemory
+
+from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
+from ..models.base import Embedder
+
+__all__ = ["SCMMemory"]
+
+
+def _text(message: ChatMessage) -> str:
+    return message.content if isinstance(message.content, str) else str(message.content or "")
+
+
+def _is_final_reply(message: ChatMessage) -> bool:
+    if message.role != MessageRole.ASSISTANT or not _text(message).strip():
+        return False
+    kwargs = message.additional_kwargs or {}
+    blocks = getattr(message, "blocks", None) or []
+    return not kwargs.get("tool_calls") and not any(type(b).__name__ == "ToolCallBlock" for b in blocks)
+
+
+class SCMMemory(BaseMemory):
+    """Self-controlled long-term chat memory (SCM) for LlamaIndex chat engines and agents.
+
+    Args:
+        memory: a built core :class:`SelfControlledMemory`; or leave it out and pass ``llm`` (the controller: a
+            LlamaIndex LLM or any ChatModel), optionally ``path`` (SQLite file of the stream, default in memory),
+            ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``, ``relation``, ...).
+        session_id: the conversation this memory reads and writes; other sessions in the same file are never seen.
+    """
+
+    session_id: str = Field(default=DEFAULT_SESSION, description="The SCM session (conversation) id.")
+
+    _core: SelfControlledMemory = PrivateAttr()
+    _open: list[ChatMessage] = PrivateAttr(default_factory=list)
+    _cached: tuple[tuple[str, str, int], SCMContext] | None = PrivateAttr(default=None)
+
+    def __init__(
+        self,
+        memory: SelfControlledMemory | None = None,
+        *,
+        llm: Any = None,
+        path: str | Path = ":memory:",
+        embedder: Embedder | None = None,
+        session_id: str = DEFAULT_SESSION,
+        **memory_kwargs: Any,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        if memory is not None:
+            if not isinstance(memory, SelfControlledMemory):
+                raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
+            if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
+                raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
+        else:
+            if llm is None:
+                raise ValueError(
+                    "llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)"
+                )
+            memory = SelfControlledMemory(llm, stream=path, embedder=embedder, **memory_kwargs)
+        super().__init__(session_id=session_id)
+        self._core = memory
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "SCMMemory"
+
+    @classmethod
+    def from_defaults(cls, chat_history: list[ChatMessage] | None = None, llm: Any = None, **kwargs: Any) -> SCMMemory:
+        """Build a memory (``llm`` is the controller); ``chat_history`` is written into the stream."""
+        memory = cls(llm=llm, **kwargs)
+        if chat_history:
+            memory.put_messages(chat_history)
+        return memory
+
+    @property
+    def core(self) -> SelfControlledMemory:
+        """The core SCM memory every call delegates to."""
+        return self._core
+
+    # ------------------------------------------------------------------------------------------- conversion
+
+    def _observation(self, input: str | None) -> str | None:
+        if input is not None:
+            if not isinstance(input, str):
+                raise TypeError(f"input must be str or None, got {type(input).__name__}")
+            return input
+        users = [_text(m) for m in self._open if m.role == MessageRole.USER]
+        return "\n".join(users) if users else None
+
+    def _key(self, observation: str) -> tuple[str, str, int]:
+        return (self.session_id, observation, self._core.stream.count(self.session_id))
+
+    def _messages(self, context: SCMContext | None) -> list[ChatMessage]:
+        prompt = self._core.memory_prompt(context) if context is not None else ""
+        system = [ChatMessage(role=MessageRole.SYSTEM, content=prompt)] if prompt else []
+        return [*system, *self._open]
+
+    def _close(self, message: ChatMessage) -> tuple[str, str] | None:
+        """Add ``message`` to the open turn; return (observation, reply) when it completes the turn."""
+        if not isinstance(message, ChatMessage):
+            raise TypeError(f"message must be a llama_index ChatMessage, got {type(message).__name__}")
+        observation = self._observation(None)
+        if observation is not None and _is_final_reply(message):
+            self._open = []
+            return observation, _text(message).strip()
+        if (
+            message.role == MessageRole.USER
+            and observation is not None
+            and not any(m.role != MessageRole.USER for m in self._open)
+        ):
+            self._open.append(message)  # several user messages before a reply form one observation
+            return None
+        if message.role == MessageRole.USER:
+            self._open = [message]  # a new turn (an unanswered one before it is dropped)
+            return None
+        if observation is not None:
+            self._open.append(message)
+        return None
+
+    # ------------------------------------------------------------------------------------------- BaseMemory
+
+    def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
+        """The memory system message for ``input`` (or the open turn), then the open turn's messages."""
+        observation = self._observation(input)
+        if observation is None:
+            return self._messages(None)
+        key = self._key(observation)
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, self._core.prepare(observation, session_id=self.session_id))
+        return self._messages(self._cached[1])
+
+    async def aget(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
+        observation = self._observation(input)
+        if observation is None:
+            return self._messages(None)
+        key = self._key(observation)
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, await self._core.aprepare(observation, session_id=self.session_id))
+        return self._messages(self._cached[1])
+
+    def get_all(self) -> list[ChatMessage]:
+        """The session's stored interactions as user/assistant messages, then the open turn."""
+        out: list[ChatMessage] = []
+        for item in self._core.history(self.session_id):
+            out.append(ChatMessage(role=MessageRole.USER, content=item.observation))
+            out.append(ChatMessage(role=MessageRole.ASSISTANT, content=item.response))
+        return [*out, *self._open]
+
+    async def aget_all(self) -> list[ChatMessage]:
+        return self.get_all()
+
+    def put(self, message: ChatMessage) -> None:
+        """Add a message; the assistant's final reply writes the finished interaction to the stream."""
+        done = self._close(message)
+        if done is not None:
+            self._core.record(done[0], done[1], session_id=self.session_id)
+
+    async def aput(self, message: ChatMessage) -> None:
+        done = self._close(message)
+        if done is not None:
+            await self._core.arecord(done[0], done[1], session_id=self.session_id)
+
+    async def aput_messages(self, messages: list[ChatMessage]) -> None:
+        for message in messages:
+            await self.aput(message)
+
+    def set(self, messages: list[ChatMessage]) -> None:
+        """Replace the session's stream with ``messages`` (each user/assistant pair becomes an interaction)."""
+        self.reset()
+        self.put_messages(messages)
+
+    async def aset(self, messages: list[ChatMessage]) -> None:
+        await self.areset()
+        await self.aput_messages(messages)
+
+    def reset(self) -> None:
+        """Forget the session: its stored interactions and the open turn."""
+        self._core.clear(self.session_id)
+        self._open = []
+        self._cached = None
+
+    async def areset(self) -> None:
+        self.reset()

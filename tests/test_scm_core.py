@@ -1,0 +1,523 @@
+"""SCM memory core: controller parsing and fallbacks, the per-turn workflow (activation, flash memory, top-k in
+time order, summary substitution under the budget), FragRel relation scores, SQLite persistence across
+processes, session isolation, sync/async parity."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from fragrel_integrations.core import scm
+from fragrel_integrations.core.relations import ContextRelation, FragmentLayout, context_weights
+from fragrel_integrations.core.scm import (
+    PAPER_ITEM_TOKENS,
+    PAPER_TOTAL_TOKENS,
+    Decision,
+    MemoryItem,
+    SCMController,
+    SCMStream,
+    SelfControlledMemory,
+    parse_yes_no,
+)
+from fragrel_integrations.core.scorers import BM25Scorer, minmax
+from fragrel_integrations.core.scoring import relation_aware_scores
+from fragrel_integrations.core.types import Fragment
+from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+
+
+def kind(messages) -> str:
+    """Which controller request a message list is."""
+    text = messages[-1]["content"]
+    if "need memory of earlier turns" in text:
+        return "activation"
+    if "Is the summary enough" in text:
+        return "sufficiency"
+    if "Summarise this turn" in text:
+        return "summary"
+    return "response"
+
+
+class FakeController(ScriptedChatModel):
+    """A scripted controller: fixed answers per request kind; a summary is 'Summary: ' + the user's first 6 words
+    (the controller strips the 'Summary:' label)."""
+
+    def __init__(self, activation: str = "yes", sufficiency: str = "yes", response: str = "OK.") -> None:
+        self.answers = {"activation": activation, "sufficiency": sufficiency, "response": response}
+        super().__init__(self.respond)
+
+    def respond(self, messages) -> str:
+        k = kind(messages)
+        if k == "summary":
+            user = next(line for line in messages[-1]["content"].splitlines() if line.startswith("User: "))
+            return "Summary: " + " ".join(user[6:].split()[:6])
+        return self.answers[k]
+
+    def kinds(self) -> list[str]:
+        return [kind(c["messages"]) for c in self.calls]
+
+
+TURNS = [
+    ("My cat is called Miso and she is grey.", "Miso is a lovely name."),
+    ("I work as a nurse in Lisbon.", "Nursing is demanding work."),
+    ("My favourite dessert is lemon tart.", "Lemon tart is delicious."),
+    ("I am learning to play the cello.", "The cello has a warm sound."),
+    ("We visited Porto last weekend.", "Porto is beautiful."),
+]
+
+
+def build(controller=None, *, turns=TURNS, session_id="ana", **kwargs) -> SelfControlledMemory:
+    memory = SelfControlledMemory(controller or FakeController(), embedder=HashingEmbedder(dim=256), **kwargs)
+    for observation, response in turns:
+        memory.record(observation, response, session_id=session_id)
+    return memory
+
+
+def test_public_names_are_pinned():
+    assert sorted(scm.__all__) == sorted(
+        [
+            "ACTIVATION_PROMPT",
+            "DEFAULT_SESSION",
+            "DIALOGUE_W_REL",
+            "FUSION_SYSTEM_PROMPT",
+            "FUSION_TEMPLATE",
+            "MEMORY_SYSTEM_TEMPLATE",
+            "PAPER_ITEM_TOKENS",
+            "PAPER_TOTAL_TOKENS",
+            "SUFFICIENCY_PROMPT",
+            "SUMMARY_PROMPT",
+            "Decision",
+            "MemoryItem",
+            "RecalledMemory",
+            "SCMContext",
+            "SCMController",
+            "SCMStream",
+            "SCMTurn",
+            "SelfControlledMemory",
+            "parse_yes_no",
+            "render_memory_block",
+        ]
+    )
+    for name in scm.__all__:
+        assert hasattr(scm, name)
+
+
+# ------------------------------------------------------------------------------------------ controller
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("yes", True),
+        ("Yes.", True),
+        ("YES, the user refers to their cat.", True),
+        ("  **Yes**", True),
+        ('"yes"', True),
+        ("Answer: yes", True),
+        ("y", True),
+        ("True", True),
+        ("Memory is needed.", True),
+        ("no", False),
+        ("No.", False),
+        ("NO - this is a greeting.", False),
+        ("Answer: no", False),
+        ("not needed", False),
+        ("false", False),
+        ("The summary is insufficient.", False),
+        ("", None),
+        ("   ", None),
+        ("I cannot tell.", None),
+        ("Either yes or no.", None),
+        ("42", None),
+    ],
+)
+def test_parse_yes_no_is_lenient(reply, expected):
+    assert parse_yes_no(reply) is expected if expected is None else parse_yes_no(reply) == expected
+
+
+def test_parse_yes_no_rejects_non_text():
+    with pytest.raises(TypeError, match="must be str"):
+        parse_yes_no(None)  # type: ignore[arg-type]
+
+
+def test_controller_fallbacks_on_unparseable_answers():
+    controller = SCMController(ScriptedChatModel(["hmm", "hmm", "No", "Yes"]))
+    item = MemoryItem("s", 0, "long", "long", "short summary")
+    assert controller.needs_memory("What did I say?") == Decision(True, "hmm", False)  # documented: use memory
+    assert controller.summary_suffices("What did I say?", item) == Decision(True, "hmm", False)  # use the summary
+    assert controller.needs_memory("Hi") == Decision(False, "No", True)
+    assert controller.summary_suffices("Hi", item) == Decision(True, "Yes", True)
+
+    strict = SCMController(ScriptedChatModel(["??", "??"]), activation_fallback=False, summary_fallback=False)
+    assert strict.needs_memory("x").value is False
+    assert strict.summary_suffices("x", item).value is False
+
+
+def test_controller_prompts_and_validation():
+    controller = SCMController(ScriptedChatModel(["Summary: Ana has a cat.", ""]))
+    flash = MemoryItem("s", 3, "Hello", "Hi!")
+    prompt = controller.activation_messages("Do you remember my cat?", flash)[0]["content"]
+    assert "User: Hello\nAssistant: Hi!" in prompt and "Do you remember my cat?" in prompt
+    assert "first turn" in controller.activation_messages("Hi", None)[0]["content"]
+    assert controller.summarize("I have a cat.", "Nice.") == "Ana has a cat."
+    assert controller.summarize("I have a cat.", "Nice.") == "User: I have a cat. Assistant: Nice."  # blank reply
+    assert controller.model.calls[0]["max_tokens"] == controller.summary_max_tokens
+    with pytest.raises(ValueError, match=r"\{observation\}"):
+        SCMController(ScriptedChatModel([]), activation_prompt="{flash} only")
+    with pytest.raises(TypeError, match="True or False"):
+        SCMController(ScriptedChatModel([]), activation_fallback="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cannot use"):
+        SCMController(object())
+
+
+# ------------------------------------------------------------------------------------------ workflow
+
+
+def test_activation_no_skips_long_term_memory_but_keeps_flash():
+    controller = FakeController(activation="No.")
+    memory = build(controller)
+    context = memory.prepare("Hello again!", session_id="ana")
+    assert context.activation == Decision(False, "No.", True) and not context.use_memory
+    assert context.memories == ()
+    assert context.flash is not None and context.flash.index == len(TURNS) - 1
+    assert "Previous turn:\nUser: We visited Porto last weekend." in context.block
+    assert "Earlier turns" not in context.block
+
+
+def test_unparseable_activation_falls_back_to_recall():
+    memory = build(FakeController(activation="Let me think about it"))
+    context = memory.prepare("What is my cat called?", session_id="ana")
+    assert context.activation is not None and context.activation.parsed is False and context.activation.value
+    assert [m.item.index for m in context.memories][:1] == [0]
+
+
+def test_top_k_excludes_flash_and_is_in_time_order():
+    turns = [*TURNS, ("Tell me about cats: my cat Miso is grey.", "Grey cats are common.")]  # flash is about the cat
+    memory = build(turns=turns, k=3)
+    context = memory.prepare("Is my cat Miso grey?", session_id="ana")
+    indices = [m.item.index for m in context.memories]
+    assert len(indices) == 3 and indices == sorted(indices)
+    assert 0 in indices and len(turns) - 1 not in indices  # the cat turn is recalled; the flash turn is not
+    assert context.flash.index == len(turns) - 1
+    best = max(context.memories, key=lambda m: m.score)
+    assert best.item.index == 0
+    block = context.block
+    assert block.index("Earlier turns") < block.index("Previous turn:")  # activated memories, then flash
+    assert block.index("[turn 0]") < block.index(f"[turn {indices[-1]}]")
+
+
+def test_flash_memory_is_always_present():
+    for controller, kwargs in [
+        (FakeController(activation="yes"), {}),
+        (FakeController(activation="no"), {}),
+        (FakeController(activation="???"), {}),
+        (FakeController(), {"activation": False}),
+    ]:
+        memory = build(controller, **kwargs)
+        context = memory.prepare("Anything new?", session_id="ana")
+        assert context.flash is not None and context.flash.observation == TURNS[-1][0]
+        assert TURNS[-1][0] in memory.memory_prompt(context)
+        assert TURNS[-1][0] in memory.fusion_messages(context)[-1]["content"]
+    # with activation disabled the controller is never asked, memory is always recalled
+    controller = FakeController()
+    memory = build(controller, activation=False)
+    context = memory.prepare("Anything new?", session_id="ana")
+    assert context.activation is None and context.memories and "activation" not in controller.kinds()
+
+
+def test_first_and_second_turn_need_no_controller_call():
+    controller = FakeController()
+    memory = SelfControlledMemory(controller, embedder=HashingEmbedder(dim=64))
+    empty = memory.prepare("Hi!")
+    assert empty.flash is None and empty.memories == () and empty.block == "" and empty.activation is None
+    assert memory.memory_prompt(empty) == ""
+    assert "(no earlier turns)" in memory.fusion_messages(empty)[-1]["content"]
+    memory.record("Hi!", "Hello!")
+    second = memory.prepare("How are you?")
+    assert second.flash.observation == "Hi!" and second.memories == () and second.activation is None
+    assert controller.kinds() == ["summary"]  # only the write-back summary so far
+
+
+LONG = " ".join(["detail"] * 150)  # ~150 tokens by the estimate
+
+
+def test_summary_substitution_under_the_budget():
+    turns = [
+        (f"Story about my garden: {LONG}", "Thanks for the garden story."),
+        ("Short note about my garden.", "Noted."),
+        (f"Another garden story: {LONG}", "What a garden."),
+        ("Unrelated flash turn.", "Sure."),
+    ]
+    controller = FakeController(sufficiency="yes")
+    memory = build(controller, turns=turns, k=3, item_tokens=100, total_tokens=200)
+    context = memory.prepare("What grows in my garden?", session_id="ana")
+    by_index = {m.item.index: m for m in context.memories}
+    assert sorted(by_index) == [0, 1, 2]
+    assert sum(m.tokens for m in context.memories) > 200
+    assert by_index[0].use_summary and by_index[2].use_summary  # long ones: summary
+    assert by_index[0].decision == Decision(True, "yes", True)
+    assert not by_index[1].use_summary and by_index[1].decision is None  # short one: never asked
+    assert controller.kinds().count("sufficiency") == 2
+    assert by_index[0].shown == by_index[0].item.summary and LONG not in context.block
+    assert "[turn 0, summary] Story about my garden: detail detail\n" in context.block
+
+    # the controller says the summary is not enough -> full text stays
+    memory = build(FakeController(sufficiency="no"), turns=turns, k=3, item_tokens=100, total_tokens=200)
+    context = memory.prepare("What grows in my garden?", session_id="ana")
+    assert not any(m.use_summary for m in context.memories) and LONG in context.block
+    # unparseable -> documented fallback: the summary (we are over budget)
+    memory = build(FakeController(sufficiency="perhaps"), turns=turns, k=3, item_tokens=100, total_tokens=200)
+    context = memory.prepare("What grows in my garden?", session_id="ana")
+    assert [m.use_summary for m in context.memories] == [True, False, True]
+    assert all(m.decision is None or not m.decision.parsed for m in context.memories)
+    # under the total budget nothing is asked, even for long turns
+    controller = FakeController()
+    memory = build(controller, turns=turns, k=3, item_tokens=100, total_tokens=10_000)
+    context = memory.prepare("What grows in my garden?", session_id="ana")
+    assert "sufficiency" not in controller.kinds() and not any(m.use_summary for m in context.memories)
+
+
+def test_paper_thresholds_are_the_defaults():
+    memory = SelfControlledMemory(FakeController(), embedder=HashingEmbedder(dim=8))
+    assert (memory.item_tokens, memory.total_tokens) == (PAPER_ITEM_TOKENS, PAPER_TOTAL_TOKENS) == (800, 2000)
+    assert memory.k == 5 and memory.alpha == 0.5 and memory.relation is None
+
+
+def test_summarize_false_embeds_the_turn_and_never_substitutes():
+    controller = FakeController()
+    turns = [(f"Garden: {LONG}", "ok"), (f"Garden again: {LONG}", "ok"), ("flash", "ok")]
+    memory = build(controller, turns=turns, summarize=False, item_tokens=10, total_tokens=10)
+    assert all(item.summary == "" for item in memory.history("ana"))
+    context = memory.prepare("my garden?", session_id="ana")
+    assert len(context.memories) == 2 and not any(m.use_summary for m in context.memories)
+    assert controller.kinds() == ["activation"]
+
+
+def test_relation_scores_follow_fragrel_eq_9_10():
+    memory = build(relation=ContextRelation(0.8), k=5)
+    items = memory.history("ana")[:-1]
+    embeddings = np.stack([it.embedding for it in items])
+    query = HashingEmbedder(dim=256).embed_query("Tell me about my cat and Lisbon")
+    cosine = embeddings.astype(np.float64) @ query / np.linalg.norm(embeddings, axis=1) / np.linalg.norm(query)
+    layout = FragmentLayout.from_fragments([Fragment(it.summary, "ana", it.index) for it in items])
+    expected = relation_aware_scores(cosine, context_weights(layout, 0.8), alpha=0.5)
+    np.testing.assert_allclose(memory.scores(query, items, embeddings), expected, rtol=1e-6, atol=1e-9)
+    plain = build(relation=ContextRelation(0.0))
+    np.testing.assert_allclose(plain.scores(query, items, embeddings), cosine, rtol=1e-6, atol=1e-9)
+    context = memory.prepare("Tell me about my cat and Lisbon", session_id="ana")
+    assert [m.item.index for m in context.memories] == [0, 1, 2, 3]  # all candidates (k=5), time order
+
+
+@pytest.mark.parametrize("scorer", ["bm25", "hybrid"])
+def test_bm25_and_hybrid_scorers_match_the_core_scorers(scorer):
+    memory = build(scorer=scorer, k=2)
+    items = memory.history("ana")[:-1]
+    embeddings = np.stack([it.embedding for it in items])
+    observation = "Tell me about my cat"
+    query = HashingEmbedder(dim=256).embed_query(observation)
+    cosine = embeddings.astype(np.float64) @ query / np.linalg.norm(embeddings, axis=1) / np.linalg.norm(query)
+    bm25 = BM25Scorer([it.summary or it.text for it in items])(observation)
+    expected = bm25 if scorer == "bm25" else 0.5 * minmax(bm25) + 0.5 * minmax(cosine)
+    np.testing.assert_allclose(memory.scores(query, items, embeddings, observation), expected, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="needs the observation text"):
+        memory.scores(query, items, embeddings)
+    top = np.argsort(-expected, kind="stable")[:2]
+    context = memory.prepare(observation, session_id="ana")
+    assert [m.item.index for m in context.memories] == sorted(items[i].index for i in top)
+
+
+def test_unknown_scorer_is_rejected():
+    with pytest.raises(ValueError, match="scorer must be one of"):
+        build(scorer="tfidf")
+
+
+def test_chat_runs_the_whole_turn_and_writes_back():
+    controller = FakeController()
+    responder = ScriptedChatModel(["Your cat is Miso.", "You live in Lisbon."])
+    memory = build(controller)
+    turn = memory.chat("What is my cat called?", session_id="ana", model=responder)
+    assert turn.response == "Your cat is Miso." and turn.item.index == len(TURNS)
+    sent = responder.calls[0]["messages"]
+    assert sent[0]["role"] == "system" and "What is my cat called?" in sent[-1]["content"]
+    assert "[turn 0] User: My cat is called Miso" in sent[-1]["content"]
+    assert TURNS[-1][0] in sent[-1]["content"]  # flash
+    stored = memory.history("ana")[-1]
+    assert (stored.observation, stored.response) == ("What is my cat called?", "Your cat is Miso.")
+    assert stored.summary == "What is my cat called?" and stored.embedding.shape == (256,)
+    nxt = memory.chat("Where do I live?", session_id="ana", model=responder)
+    assert nxt.context.flash.index == turn.item.index  # the previous turn is the next flash memory
+
+
+def test_async_matches_sync():
+    sync_memory = build(FakeController(response="Sure."))
+    async_memory = build(FakeController(response="Sure."))
+    sync_turn = sync_memory.chat("What is my cat called?", session_id="ana")
+
+    async def run():
+        return await async_memory.achat("What is my cat called?", session_id="ana")
+
+    async_turn = asyncio.run(run())
+    assert async_turn.response == sync_turn.response == "Sure."
+    assert async_turn.context.block == sync_turn.context.block
+    assert [m.item.index for m in async_turn.context.memories] == [m.item.index for m in sync_turn.context.memories]
+    assert async_turn.item.summary == sync_turn.item.summary
+    ctx = asyncio.run(async_memory.aprepare("Anything?", session_id="ana"))
+    assert ctx.flash.observation == "What is my cat called?"
+    item = asyncio.run(async_memory.arecord("Bye", "Bye!", session_id="ana"))
+    assert item.index == len(TURNS) + 1
+
+
+def test_two_sessions_are_isolated():
+    memory = build(session_id="ana")
+    for observation, response in [("My dog is called Rex.", "Hi Rex!"), ("I live in Oslo.", "Cold!")]:
+        memory.record(observation, response, session_id="bo")
+    ana = memory.prepare("What is my pet called?", session_id="ana")
+    bo = memory.prepare("What is my pet called?", session_id="bo")
+    assert all(m.item.session_id == "ana" for m in ana.memories) and ana.flash.session_id == "ana"
+    assert [m.item.observation for m in bo.memories] == ["My dog is called Rex."]
+    assert bo.flash.observation == "I live in Oslo." and "Miso" not in bo.block and "Rex" not in ana.block
+    assert memory.stream.sessions() == ["ana", "bo"]
+    assert memory.clear("bo") == 2 and memory.history("bo") == [] and len(memory.history("ana")) == len(TURNS)
+
+
+# ------------------------------------------------------------------------------------------ stream
+
+
+def test_stream_roundtrip_and_validation(tmp_path):
+    path = tmp_path / "scm.sqlite"
+    with SCMStream(path) as stream:
+        first = stream.append("s", "obs", "resp", summary="sum", embedding=np.array([0.5, -1.0, 2.0]))
+        second = stream.append("s", "obs2", "resp2")
+        assert (first.index, second.index) == (0, 1) and second.embedding is None
+        with pytest.raises(TypeError, match="session_id"):
+            stream.append("", "a", "b")
+        with pytest.raises(ValueError, match="finite"):
+            stream.append("s", "a", "b", embedding=np.array([np.nan]))
+        with pytest.raises(TypeError, match="observation"):
+            stream.append("s", 1, "b")  # type: ignore[arg-type]
+    with SCMStream(path) as stream:
+        items = stream.items("s")
+        assert [i.index for i in items] == [0, 1] and items[0].embedding.dtype == np.float32
+        assert items[0].embedding.tolist() == [0.5, -1.0, 2.0] and items[0].summary == "sum"
+        assert stream.last("s").observation == "obs2" and stream.last("t") is None
+        assert stream.count("s") == 2
+
+
+def test_memory_validation():
+    with pytest.raises(ValueError, match="3-10"):
+        SelfControlledMemory(FakeController(), k=0)
+    with pytest.raises(TypeError, match="SCMStream"):
+        SelfControlledMemory(FakeController(), stream=42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="embed_documents"):
+        SelfControlledMemory(FakeController(), embedder=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ContextRelation"):
+        SelfControlledMemory(FakeController(), relation=0.8)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="fusion_template"):
+        SelfControlledMemory(FakeController(), fusion_template="no placeholders")
+    with pytest.raises(ValueError, match="paper: 800"):
+        SelfControlledMemory(FakeController(), item_tokens=-1)
+    memory = SelfControlledMemory(FakeController(), embedder=HashingEmbedder(dim=8))
+    with pytest.raises(TypeError, match="session_id"):
+        memory.prepare("hi", session_id="")
+    with pytest.raises(TypeError, match="observation"):
+        memory.prepare(None)  # type: ignore[arg-type]
+
+
+def test_embedder_dimension_change_is_reported():
+    memory = build()
+    memory._embedder = HashingEmbedder(dim=32)
+    with pytest.raises(ValueError, match="dimension"):
+        memory.prepare("What is my cat called?", session_id="ana")
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from fragrel_integrations.core.scm import SelfControlledMemory
+    from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+
+    memory = SelfControlledMemory(
+        ScriptedChatModel(lambda m: "Summary of a turn."), stream=sys.argv[1], embedder=HashingEmbedder(dim=64)
+    )
+    memory.record("My cat is called Miso.", "Nice name.", session_id="ana")
+    memory.record("I live in Lisbon.", "Lovely city.", session_id="ana")
+    memory.record("My dog is Rex.", "Woof.", session_id="bo")
+    """
+)
+
+READER = textwrap.dedent(
+    """
+    import json, sys
+    from fragrel_integrations.core.scm import SelfControlledMemory
+    from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+
+    memory = SelfControlledMemory(
+        ScriptedChatModel(lambda m: "yes"), stream=sys.argv[1], embedder=HashingEmbedder(dim=64)
+    )
+    context = memory.prepare("What is my cat called?", session_id="ana")
+    print(json.dumps({
+        "ana": [[i.index, i.observation, i.response, i.summary] for i in memory.history("ana")],
+        "bo": [i.observation for i in memory.history("bo")],
+        "recalled": [m.item.observation for m in context.memories],
+        "flash": context.flash.observation,
+    }))
+    """
+)
+
+
+def test_persistence_across_processes(tmp_path):
+    path = str(tmp_path / "stream.sqlite")
+    subprocess.run([sys.executable, "-c", WRITER, path], check=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", READER, path], check=True, timeout=120, capture_output=True, text=True
+    ).stdout
+    data = json.loads(out)
+    assert data["ana"] == [
+        [0, "My cat is called Miso.", "Nice name.", "Summary of a turn."],
+        [1, "I live in Lisbon.", "Lovely city.", "Summary of a turn."],
+    ]
+    assert data["bo"] == ["My dog is Rex."]
+    assert data["recalled"] == ["My cat is called Miso."] and data["flash"] == "I live in Lisbon."
+    # and this process sees the same stream, and can continue it
+    memory = SelfControlledMemory(FakeController(), stream=path, embedder=HashingEmbedder(dim=64))
+    assert memory.record("Bye.", "Bye!", session_id="ana").index == 2
+
+
+APPENDER = textwrap.dedent(
+    """
+    import sys
+    from fragrel_integrations.core.scm import SCMStream
+
+    with SCMStream(sys.argv[1]) as stream:
+        for i in range(25):
+            stream.append("shared", f"{sys.argv[2]} {i}", "ok", embedding=[1.0, float(i)])
+    """
+)
+
+
+def test_concurrent_processes_never_reuse_an_index(tmp_path):
+    path = str(tmp_path / "shared.sqlite")
+    SCMStream(path).close()  # create the schema first
+    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, path, name]) for name in ("a", "b")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    with SCMStream(path) as stream:
+        items = stream.items("shared")
+    assert [i.index for i in items] == list(range(50))
+    for name in ("a", "b"):  # each writer's own turns keep their order
+        mine = [i.observation for i in items if i.observation.startswith(name + " ")]
+        assert mine == [f"{name} {i}" for i in range(25)]
+
+
+def test_core_imports_no_framework_and_no_model():
+    code = (
+        "import sys, fragrel_integrations.core.scm; "
+        "print([m for m in ('langchain', 'langchain_core', 'langgraph', 'llama_index', 'sentence_transformers', "
+        "'llama_cpp') if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "[]"
