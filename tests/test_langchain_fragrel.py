@@ -315,6 +315,7 @@ def test_public_names_are_pinned():
         "InnerLoopRunnable",
         "MiniLMEmbeddings",
         "SCMMiddleware",
+        "SurpriseTreeRetriever",
         "TripletKVStore",
         "TripletMemoryStore",
         "add_positions",

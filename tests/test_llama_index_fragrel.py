@@ -160,6 +160,8 @@ def test_public_names():
         "MiniLMEmbedding",
         "PositionTagger",
         "SCMMemory",
+        "SurpriseExtractor",
+        "SurpriseTreeRetriever",
         "TripletGraphStore",
         "TripletMemoryRetriever",
         "tag_positions",

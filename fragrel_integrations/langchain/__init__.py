@@ -14,6 +14,7 @@ from .indexing import add_positions  # noqa: E402
 from .inner_loop import InnerLoopRunnable  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
 from .scm_middleware import SCMMiddleware  # noqa: E402
+from .surprise_tree import SurpriseTreeRetriever  # noqa: E402
 from .triplet_store import TripletKVStore, TripletMemoryStore, make_memory_tools  # noqa: E402
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "InnerLoopRunnable",
     "MiniLMEmbeddings",
     "SCMMiddleware",
+    "SurpriseTreeRetriever",
     "TripletKVStore",
     "TripletMemoryStore",
     "add_positions",

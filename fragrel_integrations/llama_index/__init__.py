@@ -8,6 +8,8 @@
   :class:`TripletMemoryRetriever` reads it.
 - :class:`InnerLoopQueryEngine` answers with ILM-TR's inner loop (short-term memory) over any retriever.
 - :class:`SCMMemory` is SCM's self-controlled long-term chat memory for chat engines and agents.
+- :class:`SurpriseTreeRetriever` retrieves from ILM-TR's surprise tree; :class:`SurpriseExtractor` adds summary
+  and surprising facts to each node during ingestion.
 - :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model.
 
 >>> from fragrel_integrations.llama_index import FragRelRetriever, PositionTagger   # doctest: +SKIP
@@ -23,6 +25,7 @@ from .inner_loop import InnerLoopQueryEngine  # noqa: E402
 from .postprocessor import FragRelPostprocessor  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
 from .scm_memory import SCMMemory  # noqa: E402
+from .surprise_tree import SurpriseExtractor, SurpriseTreeRetriever  # noqa: E402
 from .triplet_graph_store import TripletGraphStore, TripletMemoryRetriever  # noqa: E402
 
 __all__ = [
@@ -33,6 +36,8 @@ __all__ = [
     "MiniLMEmbedding",
     "PositionTagger",
     "SCMMemory",
+    "SurpriseExtractor",
+    "SurpriseTreeRetriever",
     "TripletGraphStore",
     "TripletMemoryRetriever",
     "tag_positions",

@@ -1,0 +1,38 @@
+"""The surprise tree (ILM-TR on RAPTOR): a recursive summary tree whose nodes also keep surprising facts.
+
+Needs scikit-learn (Gaussian mixtures, PCA); UMAP is used for dimension reduction when ``umap-learn`` is
+installed. Modules: :mod:`.chunking` (sentence-aware chunks), :mod:`.summary` (prompt and parser),
+:mod:`.summariser` (cached, concurrent summary calls), :mod:`.clustering` (GMM clustering of summaries),
+:mod:`.tree` (build / insert / retrieve) and :mod:`.persist` (SQLite / JSON).
+"""
+
+from .chunking import chunk_text, split_sentences
+from .clustering import cluster_embeddings, gmm_clusters, pack_by_tokens, reduce_dimensions
+from .persist import load_tree, save_tree
+from .summariser import Summariser
+from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse_summary, summary_messages
+from .tree import FIELDS, BuildReport, SummaryResult, SurpriseTree, TreeConfig, TreeHit, TreeNode
+
+__all__ = [
+    "FIELDS",
+    "PROMPT_VERSION",
+    "SUMMARY_SYSTEM_PROMPT",
+    "BuildReport",
+    "ParsedSummary",
+    "Summariser",
+    "SummaryResult",
+    "SurpriseTree",
+    "TreeConfig",
+    "TreeHit",
+    "TreeNode",
+    "chunk_text",
+    "cluster_embeddings",
+    "gmm_clusters",
+    "load_tree",
+    "pack_by_tokens",
+    "parse_summary",
+    "reduce_dimensions",
+    "save_tree",
+    "split_sentences",
+    "summary_messages",
+]

@@ -1,0 +1,69 @@
+"""Sentence-aware chunking under a token limit (ILM-TR uses 600 tokens per chunk)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from ...models.tokens import estimate_tokens, truncate_to_tokens
+
+__all__ = ["chunk_text", "split_sentences"]
+
+_BOUNDARY = re.compile(r"(?<=[.!?])[\"'\)\]]*\s+|\n\s*\n")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split ``text`` after ``.``, ``!`` or ``?`` followed by whitespace, and at blank lines; whitespace is
+    normalised inside each sentence.
+
+    >>> split_sentences("One. Two!  Three?\\n\\nFour")
+    ['One.', 'Two!', 'Three?', 'Four']
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    parts = (" ".join(p.split()) for p in _BOUNDARY.split(text) if p)
+    return [p for p in parts if p]
+
+
+def _split_long(sentence: str, max_tokens: int, count: Callable[[str], int]) -> list[str]:
+    """Cut one over-long sentence into word runs that each fit (a single huge word stays whole)."""
+    out: list[str] = []
+    rest = sentence
+    while rest and count(rest) > max_tokens:
+        head = truncate_to_tokens(rest, max_tokens, count)
+        if not head:  # one word longer than the limit on its own
+            head = rest.split(maxsplit=1)[0]
+        out.append(head)
+        rest = rest[len(head) :].strip()
+    if rest:
+        out.append(rest)
+    return out
+
+
+def chunk_text(text: str, max_tokens: int = 600, counter: Callable[[str], int] | None = None) -> list[str]:
+    """Pack whole sentences into chunks of at most ``max_tokens`` tokens, in order.
+
+    A sentence that would push a chunk over the limit starts the next chunk; a single sentence longer than the
+    limit is cut at word boundaries. ``counter`` maps text to a token count (default: the offline estimate).
+    The limit is checked on the sum of sentence counts.
+
+    >>> chunk_text("Alpha beta. Gamma delta. Epsilon.", max_tokens=9)
+    ['Alpha beta. Gamma delta.', 'Epsilon.']
+    """
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    count = estimate_tokens if counter is None else counter
+    chunks: list[str] = []
+    current: list[str] = []
+    used = 0
+    for sentence in split_sentences(text):
+        for piece in _split_long(sentence, max_tokens, count):
+            n = count(piece)
+            if current and used + n > max_tokens:
+                chunks.append(" ".join(current))
+                current, used = [], 0
+            current.append(piece)
+            used += n
+    if current:
+        chunks.append(" ".join(current))
+    return chunks

@@ -1,0 +1,216 @@
+"""Summary-and-surprise calls for many texts: content-hash cache, bounded concurrency, a progress bar, and a
+fallback that never lets a failed call stop the caller (or put an error message into a summary).
+
+>>> from fragrel_integrations.testing import ScriptedChatModel
+>>> s = Summariser(ScriptedChatModel(lambda m: "(Summary): Short.\\n(Surprise): Odd."), show_progress=False)
+>>> results, report = s.summarise(["A long text.", "A long text."])
+>>> results[0].summary, results[0].surprise, report.llm_calls, report.cache_hits
+('Short.', 'Odd.', 1, 1)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from ...models.chat import ChatModel, ChatModelBase, abatch, as_chat_model, batch, context_window, model_id
+from ...models.tokens import count_message_tokens, count_tokens, truncate_to_tokens
+from .summary import PROMPT_VERSION, ParsedSummary, parse_summary, summary_messages
+
+__all__ = ["BuildReport", "Summariser", "SummaryResult"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryResult:
+    """One summary call's outcome (what the summary cache stores, except failures, which are retried)."""
+
+    summary: str
+    surprise: str
+    parsed: bool
+    failed: bool = False
+
+
+@dataclass(slots=True)
+class BuildReport:
+    """Counts from a build or insert: model calls made, cache hits, replies the parser could not split, calls
+    that failed, nodes added and summaries rewritten."""
+
+    llm_calls: int = 0
+    cache_hits: int = 0
+    parse_failures: int = 0
+    call_failures: int = 0
+    nodes_added: int = 0
+    nodes_resummarised: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, other: BuildReport) -> None:
+        """Accumulate ``other`` into this report."""
+        for f in fields(self):
+            if f.name == "errors":
+                self.errors.extend(other.errors)
+            else:
+                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+class _Guarded(ChatModelBase):
+    """Wraps the model for one batch: never raises (errors are recorded by request) and ticks a progress bar."""
+
+    def __init__(self, model: ChatModel, bar: tqdm) -> None:
+        self.model = model
+        self.model_name = model_id(model)
+        self.bar = bar
+        self.errors: dict[str, BaseException] = {}
+
+    @staticmethod
+    def key(messages: Sequence[Mapping[str, str]]) -> str:
+        return json.dumps([dict(m) for m in messages], sort_keys=True)
+
+    def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
+        try:
+            return self.model.invoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
+        except Exception as exc:  # one failed call must not stop the build
+            self.errors[self.key(messages)] = exc
+            return ""
+        finally:
+            self.bar.update(1)
+
+    async def _agenerate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
+        try:
+            return await self.model.ainvoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
+        except Exception as exc:  # one failed call must not stop the build
+            self.errors[self.key(messages)] = exc
+            return ""
+        finally:
+            self.bar.update(1)
+
+
+class Summariser:
+    """Runs the summary prompt of :mod:`.summary` over texts with ``chat_model``.
+
+    Replies are parsed with :func:`~.summary.parse_summary` and cached by a SHA-256 of the model id, the prompt
+    version and the full request (``cache`` is a plain dict, so a tree can save it). A call that raises or returns
+    nothing is counted in the report and replaced by the start of its input (not cached, so it is retried next
+    time). Inputs longer than the model's context window allows are cut. Generation is greedy (temperature 0).
+    """
+
+    def __init__(
+        self,
+        chat_model: Any,
+        *,
+        summary_tokens: int = 300,
+        surprise_tokens: int = 150,
+        max_concurrency: int = 4,
+        show_progress: bool = True,
+        counter: Callable[[str], int] | None = None,
+        cache: dict[str, SummaryResult] | None = None,
+    ) -> None:
+        self.chat_model: ChatModel | None = None if chat_model is None else as_chat_model(chat_model)
+        for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
+        self.summary_tokens = summary_tokens
+        self.surprise_tokens = surprise_tokens
+        self.max_concurrency = max_concurrency
+        self.show_progress = show_progress
+        self.count: Callable[[str], int] = counter or (lambda text: count_tokens(self.chat_model, text))
+        self.cache: dict[str, SummaryResult] = {} if cache is None else cache
+
+    def _input_budget(self) -> int | None:
+        window = context_window(self.chat_model)
+        if window is None:
+            return None
+        overhead = count_message_tokens(self.chat_model, summary_messages("", self.summary_tokens))
+        return max(16, window - overhead - self.summary_tokens - self.surprise_tokens - 16)
+
+    def _requests(self, inputs: list[str]) -> list[list[dict[str, str]]]:
+        budget = self._input_budget()
+        out = []
+        for text in inputs:
+            if budget is not None and self.count(text) > budget:
+                text = truncate_to_tokens(text, budget, self.count)
+            out.append(summary_messages(text, self.summary_tokens))
+        return out
+
+    def _cache_key(self, messages: list[dict[str, str]]) -> str:
+        payload = [PROMPT_VERSION, model_id(self.chat_model), messages, self.summary_tokens]
+        blob = json.dumps(payload, sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _fallback(self, text: str) -> str:
+        return truncate_to_tokens(" ".join(text.split()), self.summary_tokens, self.count)
+
+    def _pending(self, inputs: list[str]) -> tuple[list[list[dict[str, str]]], list[str], list[int]]:
+        if self.chat_model is None:
+            raise ValueError("no chat model to write summaries: pass chat_model=... (needed to build or insert)")
+        requests = self._requests(inputs)
+        keys = [self._cache_key(r) for r in requests]
+        todo = [i for i, k in enumerate(keys) if k not in self.cache]
+        first: dict[str, int] = {}
+        for i in todo:  # one call per distinct request
+            first.setdefault(keys[i], i)
+        return requests, keys, sorted(first.values())
+
+    def _finish(
+        self, inputs: list[str], requests: list, keys: list[str], todo: list[int], outputs: list, guard: _Guarded
+    ) -> tuple[list[SummaryResult], BuildReport]:
+        report = BuildReport(cache_hits=len(inputs) - len(todo), llm_calls=len(todo))
+        fresh: dict[str, SummaryResult] = {}
+        for i, out in zip(todo, outputs, strict=True):
+            error = guard.errors.get(_Guarded.key(requests[i]))
+            parsed = parse_summary(out) if isinstance(out, str) and error is None else ParsedSummary("", "", False)
+            if error is not None or not parsed.summary:
+                report.call_failures += 1
+                why = f"{type(error).__name__}: {error}" if error is not None else "empty reply"
+                report.errors.append(f"summary call failed ({why}); kept the start of the input instead")
+                logger.warning("a summary call failed (%s); using the input's start", why)
+                fresh[keys[i]] = SummaryResult(self._fallback(inputs[i]), "", False, True)
+                continue
+            if not parsed.ok:
+                report.parse_failures += 1
+            result = SummaryResult(parsed.summary, parsed.surprise, parsed.ok)
+            fresh[keys[i]] = result
+            self.cache[keys[i]] = result
+        return [fresh.get(k) or self.cache[k] for k in keys], report
+
+    def _bar(self, total: int) -> tqdm:
+        return tqdm(total=total, desc="summarising", unit="call", disable=not self.show_progress or total == 0)
+
+    def summarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:
+        """One result per input (in order) and what it cost; calls run in a thread pool (safe in an event loop)."""
+        inputs = list(inputs)
+        requests, keys, todo = self._pending(inputs)
+        with self._bar(len(todo)) as bar:
+            guard = _Guarded(self.chat_model, bar)  # type: ignore[arg-type]
+            outputs = batch(
+                guard,
+                [requests[i] for i in todo],
+                max_concurrency=self.max_concurrency,
+                temperature=0.0,
+                max_tokens=self.summary_tokens + self.surprise_tokens,
+            )
+        return self._finish(inputs, requests, keys, todo, outputs, guard)
+
+    async def asummarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:
+        """Async :meth:`summarise`: ``ainvoke`` calls, at most ``max_concurrency`` in flight."""
+        inputs = list(inputs)
+        requests, keys, todo = self._pending(inputs)
+        with self._bar(len(todo)) as bar:
+            guard = _Guarded(self.chat_model, bar)  # type: ignore[arg-type]
+            outputs = await abatch(
+                guard,
+                [requests[i] for i in todo],
+                max_concurrency=self.max_concurrency,
+                temperature=0.0,
+                max_tokens=self.summary_tokens + self.surprise_tokens,
+            )
+        return self._finish(inputs, requests, keys, todo, outputs, guard)

@@ -1,0 +1,588 @@
+"""The surprise tree: RAPTOR's recursive summary tree where every node also keeps the surprising facts.
+
+Build: chunk each text (sentence-aware, ``chunk_tokens``), make one LLM call per chunk (summary + surprise), then
+layer by layer cluster the node SUMMARIES (never the surprise facts) and make one LLM call per cluster on its
+members' summaries. Every node's texts (leaf chunk, summary, surprise) are embedded; retrieval scores all of
+them at once (collapsed tree) or walks down from the roots (tree traversal).
+
+>>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+>>> llm = ScriptedChatModel(lambda m: "(Summary): A short summary.\\n(Surprise): None")
+>>> tree = SurpriseTree(llm, HashingEmbedder(dim=64), show_progress=False)
+>>> report = tree.build(["Cats purr. Dogs bark.", "Stocks fell. Bonds rose."])
+>>> report.llm_calls, len(tree.leaves()), tree.retrieve("cats", k=1)[0].field
+(3, 2, 'text')
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ...models.base import Embedder, embed_documents, embed_query
+from ...models.chat import ChatModel, as_chat_model
+from ...models.tokens import count_tokens
+from ..selection import check_k, select
+from .chunking import chunk_text
+from .clustering import REDUCERS, cluster_embeddings
+from .summariser import BuildReport, Summariser, SummaryResult
+
+__all__ = ["FIELDS", "BuildReport", "SummaryResult", "SurpriseTree", "TreeConfig", "TreeHit", "TreeNode"]
+
+logger = logging.getLogger(__name__)
+
+#: The texts a node can contribute to retrieval: the leaf chunk, the summary and the surprise facts.
+FIELDS = ("text", "summary", "surprise")
+
+_Steps = Generator[list[str], list["SummaryResult"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeConfig:
+    """Settings that shape a tree (persisted with it). Defaults follow ILM-TR (600-token chunks, 300-token
+    summaries) and RAPTOR (10 reduced dimensions, soft threshold 0.1)."""
+
+    chunk_tokens: int = 600
+    summary_tokens: int = 300
+    surprise_tokens: int = 150
+    max_cluster_tokens: int = 3000
+    reduction_dim: int = 10
+    threshold: float = 0.1
+    max_clusters: int = 50
+    max_layers: int = 5
+    reducer: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_tokens", "summary_tokens", "surprise_tokens", "max_cluster_tokens", "reduction_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in ("max_clusters", "max_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
+        if self.reducer not in REDUCERS:
+            raise ValueError(f"reducer must be one of {REDUCERS}, got {self.reducer!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise TypeError(f"seed must be an int, got {type(self.seed).__name__}")
+
+
+@dataclass(slots=True)
+class TreeNode:
+    """One node. Leaves (layer 0) hold a chunk in ``text``; every node has a ``summary`` and maybe a ``surprise``.
+
+    ``parsed`` is False when the model's reply lacked a section (the reply became the summary); ``failed`` is True
+    when the call raised or returned nothing (the summary is then the start of the input text).
+    """
+
+    id: int
+    layer: int
+    summary: str
+    surprise: str = ""
+    text: str = ""
+    children: tuple[int, ...] = ()
+    doc_id: str = ""
+    position: int = -1
+    metadata: dict[str, Any] = field(default_factory=dict)
+    parsed: bool = True
+    failed: bool = False
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.layer == 0
+
+    def field_text(self, name: str) -> str:
+        """The text of ``name`` (one of :data:`FIELDS`); empty when the node has none."""
+        if name not in FIELDS:
+            raise ValueError(f"field must be one of {FIELDS}, got {name!r}")
+        return getattr(self, name)
+
+
+@dataclass(frozen=True, slots=True)
+class TreeHit:
+    """A retrieved text: which node and field it came from, and its cosine score."""
+
+    node: TreeNode
+    field: str
+    text: str
+    score: float
+
+    @property
+    def node_id(self) -> int:
+        return self.node.id
+
+    @property
+    def layer(self) -> int:
+        return self.node.layer
+
+
+def _check_texts(texts: object, doc_ids: object, metadatas: object) -> tuple[list[str], list[str], list[dict]]:
+    if isinstance(texts, str) or not isinstance(texts, Iterable):
+        raise TypeError("texts must be a list of strings (wrap a single text in a list)")
+    texts = list(texts)
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] must be str, got {type(t).__name__}")
+    ids = [None] * len(texts) if doc_ids is None else list(doc_ids)  # type: ignore[call-overload]
+    metas = [{}] * len(texts) if metadatas is None else [dict(m) for m in metadatas]  # type: ignore[union-attr]
+    if len(ids) != len(texts) or len(metas) != len(texts):
+        raise ValueError(f"doc_ids and metadatas must have one entry per text ({len(texts)})")
+    return texts, [str(i) if i is not None else None for i in ids], metas  # type: ignore[return-value]
+
+
+class SurpriseTree:
+    """A RAPTOR tree of summaries with surprising facts; see the module docstring.
+
+    Args:
+        chat_model: writes the summaries (any ChatModel; LangChain / LlamaIndex models are wrapped). Needed to
+            build and insert, not to retrieve (pass None when only loading and querying).
+        embedder: any Embedder (``embed_documents`` / ``embed_query``); None = the embedded offline MiniLM.
+        config: a :class:`TreeConfig`, or its fields as keyword arguments.
+        max_concurrency: summary calls in flight at once.
+        show_progress: a tqdm bar over the LLM calls.
+        counter: token counter (an object with ``count_tokens`` or a function); default: the chat model's.
+    """
+
+    def __init__(
+        self,
+        chat_model: Any = None,
+        embedder: Embedder | None = None,
+        *,
+        config: TreeConfig | None = None,
+        max_concurrency: int = 4,
+        show_progress: bool = True,
+        counter: Any = None,
+        **config_fields: Any,
+    ) -> None:
+        if config is not None and config_fields:
+            raise ValueError("pass either config=TreeConfig(...) or its fields as keywords, not both")
+        self.config = config if config is not None else TreeConfig(**config_fields)
+        self.chat_model: ChatModel | None = None if chat_model is None else as_chat_model(chat_model)
+        if embedder is None:
+            from ...models.local import default_embedder
+
+            embedder = default_embedder()
+        if not isinstance(embedder, Embedder):
+            raise TypeError(
+                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
+            )
+        self.embedder = embedder
+        self._counter = counter if counter is not None else self.chat_model
+        self.summariser = Summariser(
+            self.chat_model,
+            summary_tokens=self.config.summary_tokens,
+            surprise_tokens=self.config.surprise_tokens,
+            max_concurrency=max_concurrency,
+            show_progress=show_progress,
+            counter=self.count,
+        )
+        self.nodes: dict[int, TreeNode] = {}
+        self.vectors: dict[tuple[int, str], np.ndarray] = {}
+        self.report = BuildReport()
+        self._next_id = 0
+        self._matrix: tuple[list[tuple[int, str]], np.ndarray] | None = None
+        self._lengths: dict[tuple[int, str], int] = {}  # token counts of node texts, for budgets
+        self._last_report = BuildReport()
+        self._new_leaf_ids: list[int] = []
+
+    # ------------------------------------------------------------------------------------------------ structure
+
+    def count(self, text: str) -> int:
+        """Tokens in ``text`` (the configured counter, else the chat model's tokenizer, else the estimate)."""
+        if callable(self._counter) and not hasattr(self._counter, "count_tokens"):
+            return int(self._counter(text))
+        return count_tokens(self._counter, text)
+
+    def leaves(self) -> list[TreeNode]:
+        """Layer-0 nodes in insertion order."""
+        return [n for n in self.nodes.values() if n.layer == 0]
+
+    def layer(self, index: int) -> list[TreeNode]:
+        """Nodes of one layer (0 = leaves) in creation order."""
+        return [n for n in self.nodes.values() if n.layer == index]
+
+    @property
+    def n_layers(self) -> int:
+        """Number of layers, leaves included (0 for an empty tree)."""
+        return 1 + max((n.layer for n in self.nodes.values()), default=-1)
+
+    def parents(self) -> dict[int, list[int]]:
+        """child id -> parent ids (soft clustering lets a node have several parents)."""
+        out: dict[int, list[int]] = {}
+        for n in self.nodes.values():
+            for c in n.children:
+                out.setdefault(c, []).append(n.id)
+        return out
+
+    def roots(self) -> list[TreeNode]:
+        """Nodes without a parent: where tree traversal starts."""
+        has_parent = self.parents()
+        return [n for n in self.nodes.values() if n.id not in has_parent]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"SurpriseTree(nodes={len(self.nodes)}, layers={self.n_layers}, leaves={len(self.leaves())})"
+
+    # ------------------------------------------------------------------------------------------------ summaries
+
+    @property
+    def summary_cache(self) -> dict[str, SummaryResult]:
+        """Parsed summaries by content hash (model, prompt version, input); saved with the tree."""
+        return self.summariser.cache
+
+    @summary_cache.setter
+    def summary_cache(self, value: dict[str, SummaryResult]) -> None:
+        self.summariser.cache = value
+
+    def _summarise(self, inputs: list[str]) -> list[SummaryResult]:
+        results, report = self.summariser.summarise(inputs)
+        self._last_report.add(report)
+        return results
+
+    async def _asummarise(self, inputs: list[str]) -> list[SummaryResult]:
+        results, report = await self.summariser.asummarise(inputs)
+        self._last_report.add(report)
+        return results
+
+    # ------------------------------------------------------------------------------------------------ embeddings
+
+    def _embed(self, ids: Iterable[int]) -> None:
+        keys = [(i, f) for i in ids for f in FIELDS if self.nodes[i].field_text(f)]
+        if not keys:
+            return
+        vectors = embed_documents(self.embedder, [self.nodes[i].field_text(f) for i, f in keys])
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.where(norms > 0, norms, 1.0)
+        for key, v in zip(keys, vectors, strict=True):
+            self.vectors[key] = v
+            self._lengths.pop(key, None)
+        for i in {i for i, _ in keys}:
+            for f in FIELDS:
+                if not self.nodes[i].field_text(f):
+                    self.vectors.pop((i, f), None)
+        self._matrix = None
+
+    def _summary_matrix(self, ids: Sequence[int]) -> np.ndarray:
+        return np.stack([self.vectors[(i, "summary")] for i in ids])
+
+    # ------------------------------------------------------------------------------------------------ building
+
+    def _new_node(self, **kwargs: Any) -> TreeNode:
+        node = TreeNode(id=self._next_id, **kwargs)
+        self.nodes[node.id] = node
+        self._next_id += 1
+        return node
+
+    def _cluster_input(self, ids: Sequence[int]) -> str:
+        return "\n\n".join(self.nodes[i].summary for i in ids)
+
+    def _apply(self, node: TreeNode, result: SummaryResult) -> None:
+        node.summary, node.surprise = result.summary, result.surprise
+        node.parsed, node.failed = result.parsed, result.failed
+
+    def _cluster(self, ids: list[int]) -> list[list[int]]:
+        c = self.config
+        clusters = cluster_embeddings(
+            self._summary_matrix(ids),
+            [self.count(self.nodes[i].summary) for i in ids],
+            max_cluster_tokens=c.max_cluster_tokens,
+            dim=c.reduction_dim,
+            threshold=c.threshold,
+            max_clusters=c.max_clusters,
+            seed=c.seed,
+            method=c.reducer,  # type: ignore[arg-type]
+        )
+        return [[ids[j] for j in cluster] for cluster in clusters]
+
+    def _grow(self, current: list[int], layer: int) -> _Steps:
+        """Add layers above ``current`` (nodes at ``layer``) while clustering still merges nodes."""
+        while len(current) >= 2 and layer < self.config.max_layers:
+            clusters = self._cluster(current)
+            if len(clusters) >= len(current):
+                break
+            results = yield [self._cluster_input(c) for c in clusters]
+            parents = []
+            for members, result in zip(clusters, results, strict=True):
+                node = self._new_node(layer=layer + 1, summary="", children=tuple(members))
+                self._apply(node, result)
+                parents.append(node.id)
+            self._last_report.nodes_added += len(parents)
+            self._embed(parents)
+            current, layer = parents, layer + 1
+
+    def _add_leaves(self, texts: list[str], doc_ids: list[str | None], metadatas: list[dict]) -> _Steps:
+        known = {n.doc_id for n in self.leaves()}
+        base = len(known)
+        chunks: list[tuple[str, str, int, dict]] = []
+        for t, (text, doc_id, meta) in enumerate(zip(texts, doc_ids, metadatas, strict=True)):
+            if doc_id is None:
+                doc_id = str(base + t)
+            if doc_id in known:
+                raise ValueError(f"doc_id {doc_id!r} is already in the tree: give every document a new doc_id")
+            known.add(doc_id)
+            for pos, chunk in enumerate(chunk_text(text, self.config.chunk_tokens, self.count)):
+                chunks.append((chunk, doc_id, pos, meta))
+        results = yield [c[0] for c in chunks]
+        ids = []
+        for (chunk, doc_id, pos, meta), result in zip(chunks, results, strict=True):
+            node = self._new_node(layer=0, summary="", text=chunk, doc_id=doc_id, position=pos, metadata=dict(meta))
+            self._apply(node, result)
+            ids.append(node.id)
+        self._last_report.nodes_added += len(ids)
+        self._embed(ids)
+        self._new_leaf_ids = ids
+
+    def _build_steps(self, texts: list[str], doc_ids: list, metadatas: list) -> _Steps:
+        if self.nodes:
+            raise ValueError("this tree is already built: use insert(texts) to add documents")
+        yield from self._add_leaves(texts, doc_ids, metadatas)
+        yield from self._grow(self._new_leaf_ids, 0)
+
+    def _room(self, parent: TreeNode) -> int:
+        used = sum(self.count(self.nodes[c].summary) for c in parent.children)
+        return self.config.max_cluster_tokens - used
+
+    def _insert_steps(self, texts: list[str], doc_ids: list, metadatas: list) -> _Steps:
+        top = self.n_layers - 1
+        yield from self._add_leaves(texts, doc_ids, metadatas)
+        if top <= 0:  # no summary layers yet: build them over all leaves (unchanged calls hit the cache)
+            yield from self._grow([n.id for n in self.leaves()], 0)
+            return
+        new, changed = self._new_leaf_ids, []
+        for layer in range(top):
+            parents = [n.id for n in self.layer(layer + 1)]
+            up = self.parents()
+            touched = sorted({p for c in changed for p in up.get(c, [])})
+            orphans = []
+            if new:
+                sims = self._summary_matrix(new) @ self._summary_matrix(parents).T
+                room = {p: self._room(self.nodes[p]) for p in parents}
+                for row, nid in enumerate(new):
+                    need = self.count(self.nodes[nid].summary)
+                    for col in np.argsort(-sims[row], kind="stable"):
+                        p = parents[int(col)]
+                        if room[p] >= need:
+                            self.nodes[p].children += (nid,)
+                            room[p] -= need
+                            touched = sorted({*touched, p})
+                            break
+                    else:
+                        orphans.append(nid)
+            clusters = self._cluster(orphans) if len(orphans) > 1 else [[o] for o in orphans]
+            inputs = [self._cluster_input(self.nodes[p].children) for p in touched]
+            results = yield inputs + [self._cluster_input(c) for c in clusters]
+            for p, result in zip(touched, results, strict=False):
+                self._apply(self.nodes[p], result)
+            created = []
+            for members, result in zip(clusters, results[len(touched) :], strict=True):
+                node = self._new_node(layer=layer + 1, summary="", children=tuple(members))
+                self._apply(node, result)
+                created.append(node.id)
+            self._last_report.nodes_resummarised += len(touched)
+            self._last_report.nodes_added += len(created)
+            self._embed([*touched, *created])
+            new, changed = created, touched
+
+    # ------------------------------------------------------------------------------------------------ drivers
+
+    def _run(self, steps: _Steps) -> BuildReport:
+        self._last_report = BuildReport()
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(self._summarise(request) if request else [])
+        except StopIteration:
+            pass
+        self.report.add(self._last_report)
+        return self._last_report
+
+    async def _arun(self, steps: _Steps) -> BuildReport:
+        self._last_report = BuildReport()
+        try:
+            request = next(steps)
+            while True:
+                request = steps.send(await self._asummarise(request) if request else [])
+        except StopIteration:
+            pass
+        self.report.add(self._last_report)
+        return self._last_report
+
+    def build(
+        self,
+        texts: Sequence[str],
+        *,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+    ) -> BuildReport:
+        """Build the tree from ``texts`` (one document each); returns what this build did.
+
+        Safe inside a running event loop (calls run in threads); use :meth:`abuild` from async code.
+        """
+        return self._run(self._build_steps(*_check_texts(texts, doc_ids, metadatas)))
+
+    async def abuild(
+        self,
+        texts: Sequence[str],
+        *,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+    ) -> BuildReport:
+        """Async :meth:`build`: summary calls go through ``ainvoke``, at most ``max_concurrency`` at a time."""
+        return await self._arun(self._build_steps(*_check_texts(texts, doc_ids, metadatas)))
+
+    def insert(
+        self,
+        texts: Sequence[str],
+        *,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+    ) -> BuildReport:
+        """Add documents to a built tree, re-summarising only the branches they join.
+
+        Each new node joins the most similar parent (summary cosine) that still has room under
+        ``max_cluster_tokens``; nodes that fit nowhere are clustered into new parents. The parents that gained
+        a child, and their ancestors, get new summaries; the rest of the tree is untouched. A tree that has no
+        summary layer yet gets them built over all leaves.
+        """
+        return self._run(self._insert_steps(*_check_texts(texts, doc_ids, metadatas)))
+
+    async def ainsert(
+        self,
+        texts: Sequence[str],
+        *,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+    ) -> BuildReport:
+        """Async :meth:`insert`."""
+        return await self._arun(self._insert_steps(*_check_texts(texts, doc_ids, metadatas)))
+
+    @classmethod
+    def from_texts(
+        cls, texts: Sequence[str], chat_model: Any, embedder: Embedder | None = None, **kwargs: Any
+    ) -> SurpriseTree:
+        """Make a tree (``kwargs`` as in the constructor) and build it from ``texts``."""
+        tree = cls(chat_model, embedder, **kwargs)
+        tree.build(texts)
+        return tree
+
+    # ------------------------------------------------------------------------------------------------ retrieval
+
+    def _entries(self) -> tuple[list[tuple[int, str]], np.ndarray]:
+        if self._matrix is None:
+            keys = sorted(self.vectors)
+            matrix = np.stack([self.vectors[k] for k in keys]) if keys else np.zeros((0, 1), np.float32)
+            self._matrix = (keys, matrix)
+        return self._matrix
+
+    def _query_vector(self, query: str, dim: int) -> np.ndarray:
+        q = embed_query(self.embedder, query)
+        if q.shape[0] != dim:
+            raise ValueError(
+                f"the embedder gives {q.shape[0]}-d vectors but the tree was built with {dim}-d ones: "
+                "load the tree with the embedder it was built with"
+            )
+        norm = float(np.linalg.norm(q))
+        return q / norm if norm > 0 else q
+
+    def retrieve(
+        self,
+        query: str,
+        *,
+        k: int | None = 5,
+        budget_tokens: int | None = None,
+        mode: Literal["collapsed", "traversal"] = "collapsed",
+        fields: Sequence[str] = FIELDS,
+        width: int = 3,
+    ) -> list[TreeHit]:
+        """The best node texts for ``query``, best first: at most ``k`` and within ``budget_tokens`` in total.
+
+        ``mode="collapsed"`` scores every embedded text of every node (RAPTOR's collapsed tree).
+        ``mode="traversal"`` starts at the roots, keeps the ``width`` best nodes of each level and descends into
+        their children; the texts of the nodes it kept are then ranked. ``fields`` limits which texts count.
+        """
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        k = check_k(k)
+        budget_tokens = check_k(budget_tokens, "budget_tokens")
+        if k is None and budget_tokens is None:
+            raise ValueError("give k or budget_tokens (or both) to bound the result")
+        wanted = set(fields)
+        if not wanted or not wanted <= set(FIELDS):
+            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
+        if mode not in ("collapsed", "traversal"):
+            raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
+        keys, matrix = self._entries()
+        if not keys:
+            return []
+        scores = matrix @ self._query_vector(query, matrix.shape[1])
+        allowed = np.array([f in wanted for _, f in keys])
+        if mode == "traversal":
+            allowed &= np.isin([i for i, _ in keys], sorted(self._traverse(keys, scores, width)))
+        idx = np.flatnonzero(allowed)
+        lengths = [self._length(keys[i]) for i in idx] if budget_tokens else None
+        chosen = select(scores[idx], k=k, budget=budget_tokens, lengths=lengths)
+        out = []
+        for j in chosen:
+            node_id, name = keys[idx[j]]
+            node = self.nodes[node_id]
+            out.append(TreeHit(node, name, node.field_text(name), float(scores[idx[j]])))
+        return out
+
+    def _length(self, key: tuple[int, str]) -> int:
+        if key not in self._lengths:
+            self._lengths[key] = self.count(self.nodes[key[0]].field_text(key[1]))
+        return self._lengths[key]
+
+    def _traverse(self, keys: list[tuple[int, str]], scores: np.ndarray, width: int) -> set[int]:
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"width must be a positive int, got {width!r}")
+        best: dict[int, float] = {}
+        for (node_id, _), s in zip(keys, scores, strict=True):
+            best[node_id] = max(best.get(node_id, -np.inf), float(s))
+        kept: set[int] = set()
+        frontier = sorted(n.id for n in self.roots())
+        while frontier:
+            ranked = sorted(frontier, key=lambda i: (-best.get(i, -np.inf), i))[:width]
+            kept.update(ranked)
+            frontier = sorted({c for i in ranked for c in self.nodes[i].children} - kept)
+        return kept
+
+    # ------------------------------------------------------------------------------------------------ persistence
+
+    def to_state(self) -> dict[str, Any]:
+        """Everything but the models, as JSON-compatible data (vectors as lists of floats)."""
+        return {
+            "format": "fragrel-surprise-tree",
+            "version": 1,
+            "config": asdict(self.config),
+            "next_id": self._next_id,
+            "nodes": [{**asdict(n), "children": list(n.children)} for n in self.nodes.values()],
+            "vectors": [[i, f, v.tolist()] for (i, f), v in sorted(self.vectors.items())],
+            "cache": {k: asdict(v) for k, v in sorted(self.summary_cache.items())},
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: Mapping[str, Any], chat_model: Any = None, embedder: Embedder | None = None, **kwargs: Any
+    ) -> SurpriseTree:
+        """Rebuild a tree from :meth:`to_state` data; ``kwargs`` are constructor options (not config fields)."""
+        if not isinstance(state, Mapping) or state.get("format") != "fragrel-surprise-tree":
+            raise ValueError("not a saved surprise tree (missing format 'fragrel-surprise-tree')")
+        if state.get("version") != 1:
+            raise ValueError(f"unsupported surprise tree version {state.get('version')!r}; expected 1")
+        tree = cls(chat_model, embedder, config=TreeConfig(**state["config"]), **kwargs)
+        for raw in state["nodes"]:
+            node = TreeNode(**{**raw, "children": tuple(int(c) for c in raw["children"])})
+            tree.nodes[node.id] = node
+        tree.vectors = {(int(i), str(f)): np.asarray(v, dtype=np.float32) for i, f, v in state["vectors"]}
+        tree.summary_cache = {k: SummaryResult(**v) for k, v in state["cache"].items()}
+        tree._next_id = int(state["next_id"])
+        return tree

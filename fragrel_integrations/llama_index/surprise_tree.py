@@ -1,0 +1,261 @@
+"""The surprise tree as a native LlamaIndex retriever (all tree logic lives in the core SurpriseTree).
+
+>>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+>>> llm = ScriptedChatModel(lambda m: "(Summary): Pets make noises.\\n(Surprise): None")
+>>> retriever = SurpriseTreeRetriever.from_texts(
+...     ["Cats purr softly. Dogs bark loudly."], chat_model=llm, embedder=HashingEmbedder(dim=64),
+...     show_progress=False, similarity_top_k=2)
+>>> nodes = retriever.retrieve("Do cats purr softly?")
+>>> nodes[0].node.metadata["tree_field"], len(nodes)
+('text', 2)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.extractors import BaseExtractor
+from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
+from pydantic import Field, PrivateAttr
+
+from ..core.selection import check_k
+from ..core.tree import FIELDS, BuildReport, Summariser, SurpriseTree, TreeHit
+from ..models.llama_index_models import llama_index_embedder
+from ._convert import resolve_k
+
+__all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
+
+_RETRIEVER_KWARGS = ("similarity_top_k", "k", "budget_tokens", "mode", "fields", "width", "callback_manager", "verbose")
+_HIDDEN = ["tree_node_id", "tree_layer", "tree_field", "tree_children", "relevance_score", "doc_id", "position"]
+
+
+def hit_to_node(hit: TreeHit) -> NodeWithScore:
+    """A scored ``TextNode`` for one retrieved tree text (metadata as in the LangChain adapter; the tree keys
+    are hidden from the embed and LLM views)."""
+    node = hit.node
+    metadata: dict[str, Any] = {
+        **node.metadata,
+        "tree_node_id": node.id,
+        "tree_layer": node.layer,
+        "tree_field": hit.field,
+        "relevance_score": hit.score,
+    }
+    if node.is_leaf:
+        metadata["doc_id"], metadata["position"] = node.doc_id, node.position
+    else:
+        metadata["tree_children"] = list(node.children)
+    text_node = TextNode(
+        id_=f"surprise-tree:{node.id}:{hit.field}",
+        text=hit.text,
+        metadata=metadata,
+        excluded_embed_metadata_keys=list(_HIDDEN),
+        excluded_llm_metadata_keys=list(_HIDDEN),
+    )
+    return NodeWithScore(node=text_node, score=hit.score)
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    own = {k: kwargs.pop(k) for k in list(kwargs) if k in _RETRIEVER_KWARGS}
+    return own, kwargs
+
+
+def _tree(chat_model: Any, embedder: Any, tree_kwargs: dict[str, Any]) -> SurpriseTree:
+    return SurpriseTree(chat_model, llama_index_embedder(embedder), **tree_kwargs)
+
+
+def _from_documents(documents: Sequence[Document]) -> dict[str, Any]:
+    documents = list(documents)
+    for i, d in enumerate(documents):
+        if not isinstance(d, Document):
+            raise TypeError(f"documents[{i}] must be a llama_index Document, got {type(d).__name__}")
+    ids = [d.doc_id for d in documents]
+    return {
+        "texts": [d.text for d in documents],
+        "doc_ids": ids if len(set(ids)) == len(ids) else None,
+        "metadatas": [dict(d.metadata) for d in documents],
+    }
+
+
+class SurpriseTreeRetriever(BaseRetriever):
+    """Retrieve from a :class:`~fragrel_integrations.core.tree.SurpriseTree` (RAPTOR tree with surprise facts).
+
+    Args:
+        tree: a built core tree (or use :meth:`from_texts` / :meth:`from_documents` and their async forms).
+        similarity_top_k: how many texts to return (default 4); ``k`` is an alias.
+        budget_tokens: also stop when the returned texts reach this many tokens.
+        mode: ``"collapsed"`` (score every node text) or ``"traversal"`` (walk down from the roots).
+        fields: which node texts may be returned (``text``, ``summary``, ``surprise``).
+        width: nodes kept per level in traversal mode.
+
+    ``aretrieve`` runs the search in a worker thread, so it is safe inside a running event loop.
+    """
+
+    def __init__(
+        self,
+        tree: SurpriseTree,
+        similarity_top_k: int | None = None,
+        *,
+        k: int | None = None,
+        budget_tokens: int | None = None,
+        mode: Literal["collapsed", "traversal"] = "collapsed",
+        fields: Sequence[str] = FIELDS,
+        width: int = 3,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(tree, SurpriseTree):
+            raise TypeError(
+                f"tree must be a SurpriseTree (or use SurpriseTreeRetriever.from_texts), got {type(tree).__name__}"
+            )
+        if mode not in ("collapsed", "traversal"):
+            raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
+        fields = tuple(fields)
+        if not fields or not set(fields) <= set(FIELDS):
+            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
+        self.tree = tree
+        self.similarity_top_k = resolve_k(similarity_top_k, k, 4)
+        self.budget_tokens = check_k(budget_tokens, "budget_tokens")
+        self.mode = mode
+        self.fields = fields
+        self.width = check_k(width, "width")
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Sequence[str],
+        *,
+        chat_model: Any,
+        embedder: Any = None,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> SurpriseTreeRetriever:
+        """Build a tree over ``texts`` and wrap it. ``chat_model`` may be a LlamaIndex LLM, ``embedder`` a
+        LlamaIndex embedding (None = the embedded MiniLM). Retriever arguments are picked out of ``kwargs``;
+        the rest go to :class:`SurpriseTree` (``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
+        own, tree_kwargs = _split(dict(kwargs))
+        tree = _tree(chat_model, embedder, tree_kwargs)
+        tree.build(texts, doc_ids=doc_ids, metadatas=metadatas)
+        return cls(tree, **own)
+
+    @classmethod
+    async def afrom_texts(
+        cls,
+        texts: Sequence[str],
+        *,
+        chat_model: Any,
+        embedder: Any = None,
+        doc_ids: Sequence[str] | None = None,
+        metadatas: Sequence[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> SurpriseTreeRetriever:
+        """Async :meth:`from_texts` (summary calls via ``ainvoke`` with bounded concurrency)."""
+        own, tree_kwargs = _split(dict(kwargs))
+        tree = _tree(chat_model, embedder, tree_kwargs)
+        await tree.abuild(texts, doc_ids=doc_ids, metadatas=metadatas)
+        return cls(tree, **own)
+
+    @classmethod
+    def from_documents(cls, documents: Sequence[Document], *, chat_model: Any, **kwargs: Any) -> SurpriseTreeRetriever:
+        """:meth:`from_texts` for LlamaIndex Documents (``doc_id`` = the document's id, metadata copied)."""
+        return cls.from_texts(chat_model=chat_model, **_from_documents(documents), **kwargs)
+
+    @classmethod
+    async def afrom_documents(
+        cls, documents: Sequence[Document], *, chat_model: Any, **kwargs: Any
+    ) -> SurpriseTreeRetriever:
+        """Async :meth:`from_documents`."""
+        return await cls.afrom_texts(chat_model=chat_model, **_from_documents(documents), **kwargs)
+
+    def insert(self, documents: Sequence[Document]) -> BuildReport:
+        """Add Documents to the tree (only the branches they join are re-summarised)."""
+        return self.tree.insert(**_from_documents(documents))
+
+    async def ainsert(self, documents: Sequence[Document]) -> BuildReport:
+        """Async :meth:`insert`."""
+        return await self.tree.ainsert(**_from_documents(documents))
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        hits = self.tree.retrieve(
+            query_bundle.query_str,
+            k=self.similarity_top_k,
+            budget_tokens=self.budget_tokens,
+            mode=self.mode,  # type: ignore[arg-type]
+            fields=self.fields,
+            width=self.width,  # type: ignore[arg-type]
+        )
+        return [hit_to_node(h) for h in hits]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return await asyncio.to_thread(self._retrieve, query_bundle)
+
+    def __repr__(self) -> str:
+        return f"SurpriseTreeRetriever({self.tree!r}, similarity_top_k={self.similarity_top_k}, mode={self.mode!r})"
+
+
+class SurpriseExtractor(BaseExtractor):
+    """Per-node summary and surprising facts as node metadata (``tree_summary``, ``tree_surprise``): the leaf
+    step of the surprise tree as a LlamaIndex extractor, for ingestion pipelines.
+
+    One call per node with the core prompt and parser (:class:`~fragrel_integrations.core.tree.Summariser`):
+    replies are cached by content, failed calls never stop the pipeline (the summary is then the start of the
+    node text), at most ``max_concurrency`` calls run at once. ``report`` accumulates the counts.
+
+    >>> from llama_index.core.schema import TextNode
+    >>> from fragrel_integrations.testing import ScriptedChatModel
+    >>> extractor = SurpriseExtractor(ScriptedChatModel(lambda m: "(Summary): Cats.\\n(Surprise): They glow."))
+    >>> extractor.extract([TextNode(text="Cats purr.")])
+    [{'tree_summary': 'Cats.', 'tree_surprise': 'They glow.'}]
+    """
+
+    summary_tokens: int = Field(default=300, gt=0, description="Length of each summary, in tokens.")
+    surprise_tokens: int = Field(default=150, gt=0, description="Room for the surprising facts, in tokens.")
+    _summariser: Summariser = PrivateAttr()
+    _report: BuildReport = PrivateAttr(default_factory=BuildReport)
+
+    def __init__(
+        self,
+        chat_model: Any,
+        *,
+        summary_tokens: int = 300,
+        surprise_tokens: int = 150,
+        max_concurrency: int = 4,
+        show_progress: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            summary_tokens=summary_tokens,
+            surprise_tokens=surprise_tokens,
+            num_workers=max_concurrency,
+            show_progress=show_progress,
+            **kwargs,
+        )
+        self._summariser = Summariser(
+            chat_model,
+            summary_tokens=summary_tokens,
+            surprise_tokens=surprise_tokens,
+            max_concurrency=max_concurrency,
+            show_progress=show_progress,
+        )
+        if self._summariser.chat_model is None:
+            raise ValueError("SurpriseExtractor needs a chat_model (a LlamaIndex LLM or any ChatModel)")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "SurpriseExtractor"
+
+    @property
+    def report(self) -> BuildReport:
+        """Calls made, cache hits, unparsable replies and failed calls so far."""
+        return self._report
+
+    async def aextract(self, nodes: Sequence[BaseNode]) -> list[dict]:
+        texts = [node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes]
+        results, report = await self._summariser.asummarise(texts)
+        self._report.add(report)
+        return [{"tree_summary": r.summary, "tree_surprise": r.surprise} for r in results]

@@ -1,0 +1,599 @@
+"""The surprise tree core: chunking, parser, clustering, build / insert / retrieve, persistence (deterministic fakes)
+and one end-to-end build with the embedded real LLM (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import time
+
+import numpy as np
+import pytest
+
+import fragrel_integrations.core.tree as tree_pkg
+from fragrel_integrations.core.tree import (
+    FIELDS,
+    SurpriseTree,
+    TreeConfig,
+    chunk_text,
+    cluster_embeddings,
+    gmm_clusters,
+    load_tree,
+    pack_by_tokens,
+    parse_summary,
+    reduce_dimensions,
+    save_tree,
+    split_sentences,
+    summary_messages,
+)
+from fragrel_integrations.models.tokens import estimate_tokens
+from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+
+TOPICS = {
+    "cats": "cat kitten purr whiskers fur meow litter paws",
+    "markets": "stock market shares trading price investor bond dividend",
+    "space": "rocket launch orbit astronaut space mission capsule booster",
+}
+
+
+def _passage(messages: list[dict[str, str]]) -> str:
+    user = messages[-1]["content"]
+    return user.split("Passage:\n", 1)[1].split("\n\nReply in exactly", 1)[0]
+
+
+def fake_reply(messages: list[dict[str, str]]) -> str:
+    """A deterministic 'summariser': the first 12 words of the passage; the surprise names its last word."""
+    words = _passage(messages).replace(".", " ").split()
+    return f"(Summary): {' '.join(words[:12])}.\n(Surprise): oddly zzsurprise {words[-1]}"
+
+
+def topic_docs(n_per_topic: int = 4, seed: int = 0) -> dict[str, str]:
+    """One document per topic; each sentence draws words of its topic, so chunks of a topic share vocabulary."""
+    rng = np.random.default_rng(seed)
+    docs = {}
+    for name, vocab in TOPICS.items():
+        words = vocab.split()
+        sentences = [" ".join(rng.choice(words, 8)).capitalize() + "." for _ in range(n_per_topic * 3)]
+        docs[name] = " ".join(sentences)
+    return docs
+
+
+def make_tree(model=None, **kwargs) -> SurpriseTree:
+    model = model or ScriptedChatModel(fake_reply)
+    options = {"chunk_tokens": 40, "summary_tokens": 40, "reduction_dim": 2, "max_cluster_tokens": 200, "seed": 0}
+    options.update(kwargs)
+    return SurpriseTree(model, HashingEmbedder(dim=256), show_progress=False, **options)
+
+
+def built_tree(**kwargs) -> tuple[SurpriseTree, ScriptedChatModel]:
+    model = ScriptedChatModel(fake_reply)
+    tree = make_tree(model, **kwargs)
+    docs = topic_docs()
+    tree.build(list(docs.values()), doc_ids=list(docs))
+    return tree, model
+
+
+# ---------------------------------------------------------------------------------------------------- chunking
+
+
+def test_public_names_are_pinned():
+    assert sorted(tree_pkg.__all__) == sorted(
+        [
+            "FIELDS",
+            "PROMPT_VERSION",
+            "SUMMARY_SYSTEM_PROMPT",
+            "BuildReport",
+            "ParsedSummary",
+            "Summariser",
+            "SummaryResult",
+            "SurpriseTree",
+            "TreeConfig",
+            "TreeHit",
+            "TreeNode",
+            "chunk_text",
+            "cluster_embeddings",
+            "gmm_clusters",
+            "load_tree",
+            "pack_by_tokens",
+            "parse_summary",
+            "reduce_dimensions",
+            "save_tree",
+            "split_sentences",
+            "summary_messages",
+        ]
+    )
+
+
+def test_chunks_respect_the_limit_and_keep_sentences_whole():
+    text = " ".join(f"Sentence number {i} talks about item {i} here." for i in range(40))
+    chunks = chunk_text(text, max_tokens=30)
+    assert len(chunks) > 1
+    assert all(estimate_tokens(c) <= 30 for c in chunks)
+    assert " ".join(chunks) == " ".join(text.split())  # nothing lost, order kept
+    for c in chunks:  # every chunk starts and ends on a sentence boundary
+        assert c.startswith("Sentence") and c.endswith(".")
+
+
+def test_sentence_that_would_overflow_moves_to_the_next_chunk():
+    chunks = chunk_text("Short one. " + "Word " * 8 + "end.", max_tokens=12)
+    assert chunks == ["Short one.", "Word Word Word Word Word Word Word Word end."]
+
+
+def test_sentence_longer_than_the_limit_is_cut_at_words():
+    long = " ".join(["alpha"] * 50) + "."
+    chunks = chunk_text("Tiny. " + long, max_tokens=10)
+    assert chunks[0] == "Tiny."
+    assert all(estimate_tokens(c) <= 10 for c in chunks)
+    assert " ".join(chunks).split() == ("Tiny. " + long).split()
+
+
+def test_chunking_edge_cases():
+    assert chunk_text("") == []
+    assert split_sentences("  \n\n ") == []
+    assert chunk_text("No punctuation at all", max_tokens=100) == ["No punctuation at all"]
+    with pytest.raises(ValueError, match="max_tokens"):
+        chunk_text("x", max_tokens=0)
+    with pytest.raises(TypeError):
+        chunk_text(b"bytes")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------------------------------- parser
+
+
+@pytest.mark.parametrize(
+    ("reply", "summary", "surprise", "ok"),
+    [
+        ("(Summary): A.\n(Surprise): B.", "A.", "B.", True),
+        ("(surprise): B.\n(summary): A.", "A.", "B.", True),  # reversed order, lower case
+        ("**(Summary):** A.\n**(Surprise):** B.", "A.", "B.", True),  # markdown
+        ("Summary: A.\nSurprising facts: B; C.", "A.", "B; C.", True),  # no brackets, variant label
+        ("(Summary): A.\n(Surprise): None", "A.", "", True),  # no surprise is fine
+        ("(Summary): A.\n(Surprise): N/A.", "A.", "", True),
+        ("(Summary): A.\n(Surprise): B.\n(Summary): A again.\n(Surprise): C.", "A.", "B.", True),  # loop
+        ("(Summary): A only.", "A only.", "", False),  # missing surprise
+        ("(Surprise): B only.", "B only.", "", False),  # missing summary
+        ("(Summary):\n(Surprise): B.", "B.", "", False),  # empty summary section
+        ("Plain text reply.", "Plain text reply.", "", False),
+        ("", "", "", False),
+        ("The summary: is inline (Surprise): x", "The summary: is inline (Surprise): x", "", False),
+    ],
+)
+def test_parser_edge_cases(reply, summary, surprise, ok):
+    parsed = parse_summary(reply)
+    assert (parsed.summary, parsed.surprise, parsed.ok) == (summary, surprise, ok)
+
+
+def test_parser_rejects_non_strings_and_prompt_validates():
+    with pytest.raises(TypeError):
+        parse_summary(None)
+    with pytest.raises(ValueError, match="summary_tokens"):
+        summary_messages("x", 0)
+    msgs = summary_messages("The passage text.", 300)
+    assert "The passage text." in msgs[-1]["content"] and "(Surprise):" in msgs[-1]["content"]
+
+
+# ---------------------------------------------------------------------------------------------------- clustering
+
+
+def _topic_embeddings(per_topic: int = 6) -> tuple[np.ndarray, list[str]]:
+    rng = np.random.default_rng(1)
+    texts, labels = [], []
+    for name, vocab in TOPICS.items():
+        for _ in range(per_topic):
+            texts.append(" ".join(rng.choice(vocab.split(), 5)))
+            labels.append(name)
+    return HashingEmbedder(dim=256).embed_documents(texts), labels
+
+
+def test_clustering_recovers_topics_and_is_seeded():
+    x, labels = _topic_embeddings()
+    clusters = cluster_embeddings(x, [10] * len(x), max_cluster_tokens=1000, dim=2, seed=0)
+    assert sorted(map(len, clusters)) == [6, 6, 6]
+    for c in clusters:
+        assert len({labels[i] for i in c}) == 1
+    assert cluster_embeddings(x, [10] * len(x), max_cluster_tokens=1000, dim=2, seed=0) == clusters
+
+
+def test_clustering_respects_the_token_cap():
+    x, _ = _topic_embeddings()
+    lengths = [30] * len(x)
+    clusters = cluster_embeddings(x, lengths, max_cluster_tokens=70, dim=2, seed=0)
+    assert all(sum(lengths[i] for i in c) <= 70 for c in clusters)
+    assert set().union(*map(set, clusters)) == set(range(len(x)))  # nobody lost
+
+
+def test_unsplittable_clusters_terminate():
+    x = np.ones((30, 16), dtype=np.float32)  # identical summaries: no GMM can split them
+    start = time.perf_counter()
+    clusters = cluster_embeddings(x, [10] * 30, max_cluster_tokens=25, dim=3, seed=0)
+    assert time.perf_counter() - start < 30
+    assert all(len(c) <= 2 for c in clusters)
+    assert sorted(i for c in clusters for i in c) == list(range(30))
+    # a single summary over the cap is a cluster of its own; the rest still fit
+    clusters = cluster_embeddings(x[:3], [500, 5, 5], max_cluster_tokens=20, dim=3, seed=0)
+    assert [0] in clusters and all(sum([500, 5, 5][i] for i in c) <= 20 for c in clusters if c != [0])
+
+
+def test_small_cases_are_guarded():
+    assert cluster_embeddings(np.zeros((0, 4)), [], max_cluster_tokens=10) == []
+    assert cluster_embeddings(np.ones((1, 4)), [3], max_cluster_tokens=10) == [[0]]
+    assert cluster_embeddings(np.eye(2), [3, 3], max_cluster_tokens=10) == [[0, 1]]
+    three = cluster_embeddings(np.eye(3), [3, 3, 3], max_cluster_tokens=100, dim=10)
+    assert sorted(i for c in three for i in c) == [0, 1, 2]
+    assert reduce_dimensions(np.eye(5), 10, method="pca").shape == (5, 3)  # n - 2 components at most
+    assert reduce_dimensions(np.eye(2), 10).shape == (2, 2)
+    assert gmm_clusters(np.zeros((0, 2))) == []
+    assert pack_by_tokens([], [], 5) == []
+
+
+def test_clustering_validation():
+    with pytest.raises(ValueError, match="lengths"):
+        cluster_embeddings(np.eye(3), [1, 2], max_cluster_tokens=5)
+    with pytest.raises(ValueError, match="max_cluster_tokens"):
+        cluster_embeddings(np.eye(3), [1, 2, 3], max_cluster_tokens=0)
+    with pytest.raises(ValueError, match="method"):
+        reduce_dimensions(np.eye(4), 2, method="tsne")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="threshold"):
+        gmm_clusters(np.eye(4), threshold=0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("umap") is not None, reason="umap-learn is installed")
+def test_umap_missing_names_the_extra():
+    with pytest.raises(ImportError, match=r"fragrel-integrations\[umap\]"):
+        reduce_dimensions(np.random.default_rng(0).normal(size=(20, 8)), 2, method="umap")
+
+
+# ---------------------------------------------------------------------------------------------------- building
+
+
+def test_build_makes_layers_and_embeds_every_text():
+    tree, model = built_tree()
+    assert tree.n_layers >= 2
+    leaves = tree.leaves()
+    assert len(leaves) >= 6 and {n.doc_id for n in leaves} == set(TOPICS)
+    for node in tree.nodes.values():
+        assert node.summary and not node.failed and node.parsed
+        assert node.surprise.startswith("oddly zzsurprise")
+        for f in FIELDS:
+            assert ((node.id, f) in tree.vectors) == bool(node.field_text(f))
+    assert tree.report.llm_calls == len(model.calls)
+    assert tree.report.llm_calls + tree.report.cache_hits == len(tree.nodes)
+    # positions number the chunks of each document
+    for doc in TOPICS:
+        assert [n.position for n in leaves if n.doc_id == doc] == list(range(sum(n.doc_id == doc for n in leaves)))
+    # every non-leaf summarises its children's summaries only (never their surprise facts)
+    cluster_calls = [c for c in model.calls if "zzsurprise" in str(c)]
+    assert cluster_calls == []
+    for node in tree.nodes.values():
+        for c in node.children:
+            assert tree.nodes[c].layer == node.layer - 1
+
+
+def test_clusters_follow_topics():
+    tree, _ = built_tree()
+    for parent in tree.layer(1):
+        docs = {tree.nodes[c].doc_id for c in parent.children}
+        assert len(docs) == 1, docs
+
+
+def test_same_input_and_seed_give_the_same_tree():
+    a, _ = built_tree()
+    b, _ = built_tree()
+    assert a.to_state() == b.to_state()
+
+
+def test_layers_stop_and_every_node_is_reachable():
+    tree, _ = built_tree(max_layers=1)
+    assert tree.n_layers == 2
+    reachable = set()
+    stack = [n.id for n in tree.roots()]
+    while stack:
+        i = stack.pop()
+        reachable.add(i)
+        stack.extend(tree.nodes[i].children)
+    assert reachable == set(tree.nodes)
+
+
+def test_failed_and_malformed_calls_never_crash_the_build():
+    def flaky(messages):
+        passage = _passage(messages)
+        if "whiskers" in passage.split()[:3] or "Whiskers" in passage.split()[:1]:
+            raise RuntimeError("backend exploded")
+        if "orbit" in passage:
+            return "I think this is about space things."  # no sections
+        if "bond" in passage:
+            return "   "  # empty
+        return fake_reply(messages)
+
+    tree = make_tree(ScriptedChatModel(flaky))
+    docs = topic_docs()
+    report = tree.build(list(docs.values()), doc_ids=list(docs))
+    assert report.call_failures >= 1 and report.parse_failures >= 1
+    assert len(report.errors) == report.call_failures
+    for node in tree.nodes.values():
+        assert node.summary
+        assert "exploded" not in node.summary and "RuntimeError" not in node.summary
+        if node.failed:  # the fallback is the start of the input, never the error
+            source = node.text or tree._cluster_input(node.children)
+            assert source.startswith(node.summary.split()[0])
+    # failures are not cached: a rebuild retries them
+    assert all(not r.failed for r in tree.summary_cache.values())
+
+
+def test_prompt_fits_a_small_context_window():
+    model = ScriptedChatModel(fake_reply, context_window=400)
+    tree = make_tree(model, chunk_tokens=400, summary_tokens=30)
+    tree.build([topic_docs(n_per_topic=8)["cats"]])
+    from fragrel_integrations.models.tokens import count_message_tokens
+
+    for call in model.calls:
+        assert count_message_tokens(model, call["messages"]) + 30 + 150 <= 400
+
+
+def test_summary_cache_by_content():
+    tree, model = built_tree()
+    calls = len(model.calls)
+    cat_chunks = [n.text for n in tree.leaves() if n.doc_id == "cats"]
+    report = tree.insert([topic_docs()["cats"]], doc_ids=["cats-copy"])  # same text under a new id
+    assert report.cache_hits >= len(cat_chunks)
+    passages = [_passage(c["messages"]) for c in model.calls[calls:]]
+    assert not set(passages) & set(cat_chunks)  # no chunk was summarised twice
+    assert len({n.text for n in tree.leaves() if n.doc_id == "cats-copy"}) == len(set(cat_chunks))
+
+
+def test_progress_bar_counts_llm_calls(capsys):
+    model = ScriptedChatModel(fake_reply)
+    tree = SurpriseTree(model, HashingEmbedder(dim=64), chunk_tokens=40, reduction_dim=2, show_progress=True)
+    tree.build([topic_docs()["space"]])
+    err = capsys.readouterr().err
+    assert "summarising" in err
+    quiet = SurpriseTree(model, HashingEmbedder(dim=64), chunk_tokens=40, reduction_dim=2, show_progress=False)
+    quiet.build([topic_docs()["space"]])
+    assert "summarising" not in capsys.readouterr().err
+
+
+def test_async_build_bounds_concurrency_and_matches_sync():
+    model = ScriptedChatModel(fake_reply, delay=0.01)
+    tree = make_tree(model, max_concurrency=2)
+    docs = topic_docs()
+    asyncio.run(tree.abuild(list(docs.values()), doc_ids=list(docs)))
+    assert 1 < model.max_in_flight <= 2
+    sync, _ = built_tree()
+    assert tree.to_state() == sync.to_state()
+
+
+async def test_sync_build_works_inside_a_running_loop():
+    tree, _ = built_tree()
+    assert tree.n_layers >= 2
+    tree2 = make_tree()
+    await tree2.abuild(["Cats purr. Kittens meow."])
+    assert tree2.leaves()
+
+
+def test_validation_errors_name_the_fix():
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        TreeConfig(chunk_tokens=0)
+    with pytest.raises(ValueError, match="reducer"):
+        TreeConfig(reducer="tsne")
+    with pytest.raises(ValueError, match="either config"):
+        SurpriseTree(ScriptedChatModel(fake_reply), HashingEmbedder(), config=TreeConfig(), seed=1)
+    with pytest.raises(TypeError, match="embed_documents"):
+        SurpriseTree(ScriptedChatModel(fake_reply), object())
+    with pytest.raises(TypeError, match="chat model"):
+        SurpriseTree(object(), HashingEmbedder())
+    with pytest.raises(ValueError, match="max_concurrency"):
+        SurpriseTree(ScriptedChatModel(fake_reply), HashingEmbedder(), max_concurrency=0)
+    with pytest.raises(TypeError, match="list of strings"):
+        make_tree().build("one string")  # type: ignore[arg-type]
+    tree, _ = built_tree()
+    with pytest.raises(ValueError, match="insert"):
+        tree.build(["again"])
+    with pytest.raises(ValueError, match="already in the tree"):
+        tree.insert(["more"], doc_ids=["cats"])
+    with pytest.raises(ValueError, match="already in the tree"):
+        tree.insert(["more", "again"], doc_ids=["x", "x"])
+    with pytest.raises(ValueError, match="one entry per text"):
+        tree.insert(["more"], doc_ids=["y", "z"])
+    no_model = SurpriseTree(None, HashingEmbedder(), show_progress=False)
+    with pytest.raises(ValueError, match="chat_model"):
+        no_model.build(["text"])
+
+
+# ---------------------------------------------------------------------------------------------------- retrieval
+
+
+def test_collapsed_retrieval_finds_the_topic():
+    tree, _ = built_tree()
+    hits = tree.retrieve("rocket launch orbit astronaut", k=5)
+    assert len(hits) == 5
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    for h in hits:
+        leaf_docs = {tree.nodes[i].doc_id for i in _leaves_under(tree, h.node_id)}
+        assert leaf_docs == {"space"}
+    assert {h.layer for h in tree.retrieve("rocket launch orbit", k=40)} >= {0, 1}
+
+
+def _leaves_under(tree: SurpriseTree, node_id: int) -> set[int]:
+    node = tree.nodes[node_id]
+    if node.is_leaf:
+        return {node_id}
+    return set().union(*(_leaves_under(tree, c) for c in node.children))
+
+
+def test_retrieval_budget_fields_and_surprise():
+    tree, _ = built_tree()
+    hits = tree.retrieve("stock market", k=None, budget_tokens=60)
+    assert hits and sum(tree.count(h.text) for h in hits) <= 60
+    only = tree.retrieve("stock market", k=50, fields=("surprise",))
+    assert only and all(h.field == "surprise" for h in only)
+    assert tree.retrieve("zzsurprise oddly", k=1)[0].field == "surprise"
+    with pytest.raises(ValueError, match="fields"):
+        tree.retrieve("x", fields=("body",))
+    with pytest.raises(ValueError, match="k or budget_tokens"):
+        tree.retrieve("x", k=None)
+    with pytest.raises(ValueError, match="mode"):
+        tree.retrieve("x", mode="flat")  # type: ignore[arg-type]
+    assert make_tree().retrieve("anything") == []
+
+
+def test_tree_traversal_descends_into_the_best_branch():
+    tree, _ = built_tree()
+    hits = tree.retrieve("cat kitten purr whiskers", k=20, mode="traversal", width=1)
+    assert hits
+    leaf_hits = [h for h in hits if h.layer == 0]
+    assert leaf_hits and {h.node.doc_id for h in leaf_hits} == {"cats"}
+    per_layer = {}
+    for h in hits:
+        per_layer.setdefault(h.layer, set()).add(h.node_id)
+    assert all(len(ids) == 1 for ids in per_layer.values())  # width=1: one node kept per level
+    with pytest.raises(ValueError, match="width"):
+        tree.retrieve("x", mode="traversal", width=0)
+
+
+def test_wrong_embedder_dimension_is_explained():
+    tree, _ = built_tree()
+    tree.embedder = HashingEmbedder(dim=32)
+    with pytest.raises(ValueError, match="embedder it was built with"):
+        tree.retrieve("cats")
+
+
+# ---------------------------------------------------------------------------------------------------- persistence
+
+
+@pytest.mark.parametrize("name", ["tree.sqlite", "tree.json"])
+def test_persistence_round_trip(tmp_path, name):
+    tree, _ = built_tree()
+    path = tmp_path / "sub" / name
+    save_tree(tree, path)
+    loaded = load_tree(path, embedder=HashingEmbedder(dim=256), show_progress=False)
+    assert loaded.to_state() == tree.to_state()
+    assert loaded.config == tree.config
+    a = [(h.node_id, h.field, round(h.score, 6)) for h in tree.retrieve("kitten purr", k=6)]
+    b = [(h.node_id, h.field, round(h.score, 6)) for h in loaded.retrieve("kitten purr", k=6)]
+    assert a == b
+    save_tree(tree, path)  # overwriting is fine
+    assert load_tree(path, embedder=HashingEmbedder(dim=256)).to_state() == tree.to_state()
+    with pytest.raises(ValueError, match="chat_model"):
+        loaded.insert(["new text."])
+
+
+def test_loaded_tree_keeps_its_cache_and_accepts_inserts(tmp_path):
+    tree, _ = built_tree()
+    save_tree(tree, tmp_path / "t.sqlite")
+    model = ScriptedChatModel(fake_reply)
+    loaded = load_tree(tmp_path / "t.sqlite", chat_model=model, embedder=HashingEmbedder(dim=256), show_progress=False)
+    report = loaded.insert([topic_docs()["markets"]], doc_ids=["markets-2"])
+    assert report.cache_hits > 0  # identical chunks were summarised before the save
+
+
+def test_save_explains_unserialisable_metadata(tmp_path):
+    tree = make_tree()
+    tree.build(["Cats purr."], metadatas=[{"when": object()}])
+    with pytest.raises(ValueError, match="JSON-serialisable"):
+        save_tree(tree, tmp_path / "t.sqlite")
+    with pytest.raises(ValueError, match="format"):
+        save_tree(tree, tmp_path / "t.db", format="yaml")
+
+
+def test_load_rejects_other_files(tmp_path):
+    with pytest.raises(ValueError, match="no saved surprise tree"):
+        load_tree(tmp_path / "missing.sqlite", embedder=HashingEmbedder())
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "other"}')
+    with pytest.raises(ValueError, match="not a saved surprise tree"):
+        load_tree(bad, embedder=HashingEmbedder())
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not a database at all" * 10)
+    with pytest.raises(ValueError, match="not a saved surprise tree"):
+        load_tree(junk, embedder=HashingEmbedder())
+
+
+# ---------------------------------------------------------------------------------------------------- insert
+
+
+def test_incremental_insert_resummarises_only_touched_branches():
+    tree, model = built_tree()
+    before = {i: (n.summary, n.surprise, n.children) for i, n in tree.nodes.items()}
+    calls = len(model.calls)
+    new_doc = "Kitten purr whiskers paws fur. Cat meow litter kitten qqnewfact."
+    report = tree.insert([new_doc], doc_ids=["cats-2"])
+    new_leaves = [n for n in tree.leaves() if n.doc_id == "cats-2"]
+    assert len(new_leaves) == 1 and report.nodes_added >= 1
+    # every new leaf hangs under the tree
+    parents = tree.parents()
+    assert all(n.id in parents for n in new_leaves)
+    # re-summarised: the ancestors of the new leaves, nothing else
+    ancestors: set[int] = set()
+    stack = [n.id for n in new_leaves]
+    while stack:
+        for p in parents.get(stack.pop(), []):
+            if p not in ancestors:
+                ancestors.add(p)
+                stack.append(p)
+    changed = {i for i, v in before.items() if (tree.nodes[i].summary, tree.nodes[i].surprise) != v[:2]}
+    assert changed <= ancestors
+    for i, (_, _, children) in before.items():
+        if i not in ancestors:
+            assert tree.nodes[i].children == children
+    assert report.llm_calls == len(model.calls) - calls <= len(new_leaves) + len(ancestors)
+    assert report.nodes_resummarised >= 1
+    # the cat branch took it, not another topic
+    for p in parents[new_leaves[0].id]:
+        assert {tree.nodes[i].doc_id for i in _leaves_under(tree, p)} <= {"cats", "cats-2"}
+    hits = tree.retrieve("qqnewfact", k=1)
+    assert "cats-2" in {tree.nodes[i].doc_id for i in _leaves_under(tree, hits[0].node_id)}
+
+
+def test_insert_overflowing_parents_creates_new_branches():
+    tree, _ = built_tree(max_cluster_tokens=60)
+    n_before = len(tree.nodes)
+    report = tree.insert([topic_docs(seed=5)["space"]], doc_ids=["space-2"])
+    assert len(tree.nodes) > n_before and report.nodes_added > 0
+    for node in tree.nodes.values():
+        if len(node.children) > 1:
+            assert sum(tree.count(tree.nodes[c].summary) for c in node.children) <= 60
+
+
+def test_insert_into_a_leaf_only_tree_builds_layers():
+    tree = make_tree()
+    tree.build(["Cats purr."])
+    assert tree.n_layers == 1
+    tree.insert(["Rockets launch."])
+    assert tree.n_layers == 2 and len(tree.roots()) == 1
+
+
+async def test_async_insert():
+    tree, _ = built_tree()
+    report = await tree.ainsert(["Rocket orbit launch booster capsule."], doc_ids=["space-3"])
+    assert report.nodes_added >= 1
+
+
+# ---------------------------------------------------------------------------------------------------- real model
+
+
+@pytest.mark.slow
+def test_end_to_end_with_the_embedded_llm(real_embedder):
+    pytest.importorskip("llama_cpp")
+    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+
+    text = (
+        "The lighthouse on Gull Rock was built in 1871 from granite shipped from Aberdeen. "
+        "Its first keeper, Martha Quill, kept a diary in which she recorded every passing ship. "
+        "Oddly, the lamp was fuelled with whale oil until 1923, long after other lighthouses had switched. "
+        "In 1958 a storm tore the lantern room away, and the light was rebuilt with an electric lamp. "
+        "Today the tower is a museum, and Quill's diary is displayed beside a stuffed albatross. "
+    ) * 2
+    model = LlamaCppChatModel(n_ctx=2048)
+    start = time.perf_counter()
+    tree = SurpriseTree(
+        model, real_embedder, chunk_tokens=120, summary_tokens=60, surprise_tokens=40, show_progress=False
+    )
+    report = tree.build([text], doc_ids=["lighthouse"])
+    assert time.perf_counter() - start < 60
+    assert len(tree.leaves()) >= 2
+    assert report.llm_calls + report.cache_hits >= len(tree.leaves())
+    for node in tree.nodes.values():
+        assert isinstance(node.summary, str) and node.summary.strip()
+        assert (node.id, "summary") in tree.vectors
+    hits = tree.retrieve("Who kept the diary?", k=3)
+    assert len(hits) == 3 and all(-1.0 <= h.score <= 1.0 for h in hits)
