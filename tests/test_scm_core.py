@@ -521,3 +521,25 @@ def test_core_imports_no_framework_and_no_model():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_stream_cache_sees_appends_and_clears_from_another_connection(tmp_path):
+    path = tmp_path / "chat.db"
+    reader, writer = SCMStream(path), SCMStream(path)
+    writer.append("ana", "one", "1", embedding=np.ones(2))
+    assert [it.observation for it in reader.items("ana")] == ["one"]
+    writer.append("ana", "two", "2", embedding=np.ones(2))
+    got = reader.items("ana")
+    assert [it.observation for it in got] == ["one", "two"]
+    got.pop()  # the caller's list, not the cache
+    assert len(reader.items("ana")) == 2
+    with pytest.raises(ValueError):
+        reader.items("ana")[0].embedding[0] = 5.0  # shared vectors are read-only
+    writer.clear("ana")
+    writer.append("ana", "new one", "1")
+    writer.append("ana", "new two", "2")  # same count and indexes as before the clear
+    assert [it.observation for it in reader.items("ana")] == ["new one", "new two"]
+    writer.clear("ana")
+    assert reader.items("ana") == []
+    reader.close()
+    writer.close()

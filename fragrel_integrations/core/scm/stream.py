@@ -2,8 +2,10 @@
 
 Embeddings are stored as raw little-endian float32 bytes with their dimension (no pickle). Appends run in a
 ``BEGIN IMMEDIATE`` transaction that also assigns the next interaction index, so two processes appending to the
-same session never reuse an index. The connection and transactions come from the triplet store's
-:class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend` (WAL journal, ``synchronous=FULL``).
+same session never reuse an index. Rows never change once written, so :meth:`SCMStream.items` keeps each
+session's items in memory and reads only the rows added since (by any process). The connection and transactions
+come from the triplet store's :class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend` (WAL
+journal, ``synchronous=FULL``).
 
 >>> import numpy as np
 >>> stream = SCMStream(":memory:")
@@ -16,6 +18,7 @@ same session never reuse an index. The connection and transactions come from the
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +54,8 @@ def _check_session(session_id: object) -> str:
 def _row(row: tuple) -> MemoryItem:
     session_id, idx, observation, response, summary, dim, blob, created = row
     embedding = None if blob is None else np.frombuffer(blob, dtype="<f4", count=dim).astype(np.float32)
+    if embedding is not None:
+        embedding.flags.writeable = False  # shared by every reader of the cached stream
     return MemoryItem(session_id, int(idx), observation, response, summary, embedding, float(created))
 
 
@@ -63,6 +68,8 @@ class SCMStream:
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:
         self._db = SQLiteBackend(path, timeout=timeout, synchronous=synchronous)
         self.path = self._db.path
+        self._cache: dict[str, list[MemoryItem]] = {}
+        self._cache_lock = threading.Lock()
         with self._db.write() as cur:
             for statement in _SCHEMA:
                 cur.execute(statement)
@@ -99,13 +106,28 @@ class SCMStream:
         return MemoryItem(session_id, index, observation, response, summary, vector, created)
 
     def items(self, session_id: str) -> list[MemoryItem]:
-        """Every interaction of the session, in time order."""
+        """Every interaction of the session, in time order (a new list; rows added since the last call are read,
+        the rest comes from memory unless the session was cleared meanwhile)."""
         _check_session(session_id)
-        with self._db.read() as cur:
+        with self._cache_lock, self._db.read() as cur:
+            cached = self._cache.get(session_id, [])
+            if cached:
+                last = cached[-1]
+                count = cur.execute(
+                    "SELECT COUNT(*) FROM scm_items WHERE session_id = ? AND idx <= ?", (session_id, last.index)
+                ).fetchone()[0]
+                row = cur.execute(
+                    "SELECT created FROM scm_items WHERE session_id = ? AND idx = ?", (session_id, last.index)
+                ).fetchone()
+                if count != len(cached) or row is None or float(row[0]) != last.created:  # cleared meanwhile
+                    cached = []
+            after = cached[-1].index if cached else -1
             rows = cur.execute(
-                f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? ORDER BY idx", (session_id,)
+                f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? AND idx > ? ORDER BY idx", (session_id, after)
             ).fetchall()
-        return [_row(r) for r in rows]
+            cached = cached + [_row(r) for r in rows]
+            self._cache[session_id] = cached
+            return list(cached)
 
     def last(self, session_id: str) -> MemoryItem | None:
         """The latest interaction (the flash memory of the next turn), or None for an empty session."""
@@ -130,7 +152,8 @@ class SCMStream:
     def clear(self, session_id: str) -> int:
         """Delete the session's interactions; returns how many were deleted."""
         _check_session(session_id)
-        with self._db.write() as cur:
+        with self._cache_lock, self._db.write() as cur:
+            self._cache.pop(session_id, None)
             return int(cur.execute("DELETE FROM scm_items WHERE session_id = ?", (session_id,)).rowcount)
 
     def close(self) -> None:
