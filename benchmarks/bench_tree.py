@@ -1,0 +1,459 @@
+"""Surprise tree (ILM-TR on RAPTOR) vs plain chunk retrieval: multi-needle-in-a-haystack on the Paul Graham essays.
+
+    python benchmarks/bench_tree.py                               # embedded SmolLM2-135M, 8k and 16k tokens
+    python benchmarks/bench_tree.py --lengths 8k --trials 3       # three haystacks of 8k tokens
+    python benchmarks/bench_tree.py --base-url http://127.0.0.1:8080/v1 --model NAME   # OpenAI-compatible
+
+Haystack: the essays in sorted file order, started at a seeded essay, cut into sentences (at most 40 words) and
+filled until the text has about L tokens (counted with the summary model's tokenizer). Three needles written for
+this benchmark (made-up facts about three made-up places) go in between sentences at seeded depths, one drawn
+uniformly in each third of the haystack (0-100 % overall, never two needles in one chunk); each trial draws new
+depths and a new starting essay. One tree is built per haystack with ``TreeConfig(chunk_tokens=200,
+summary_tokens=48, surprise_tokens=24)``: ILM-TR uses 600-token chunks, but all-MiniLM-L6-v2 reads only its first
+256 word pieces, so most of a 600-token chunk is never embedded (``--chunk-tokens 600`` gives the paper setting;
+the report counts the needles that start inside the embedder's window). Short summaries keep the embedded model
+affordable.
+
+Each needle has its own question. Three retrievals on the SAME tree, the same embedder and the same ``k``:
+
+* ``tree+surprise``: collapsed tree over every node text (leaf chunks, summaries, surprise facts);
+* ``tree``: collapsed tree without surprise facts (``fields=("text", "summary")``);
+* ``chunks``: leaf chunks only (``fields=("text",)``) = plain dense chunk retrieval.
+
+needle recall@k: the share of (haystack, needle) pairs where one of the ``k`` best hits either is a leaf chunk
+whose text contains the needle sentence verbatim, or is a summary / surprise text (of any node) that contains
+every key word of the needle's fact (case-insensitive substring, e.g. ``saldane`` and ``orange``). The first rule
+is the usual one; the second credits a summary that carried the fact up the tree. Hits are ranked once with
+``k = max(--ks)`` and cut for the smaller ``k`` (collapsed retrieval without a token budget is a plain top-k).
+
+Also measured per tree: build seconds, LLM calls, cache hits, replies the parser could not split into
+(Summary)/(Surprise), failed calls, nodes and layers, against the number of leaf chunks. Replies are cached in
+SQLite under the gitignored ``benchmarks/out/``, so a rerun with the same settings makes no calls (its build time
+is then not the model's). Writes ``benchmarks/results/tree.md`` and ``tree.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from _common import OUT_DIR, RESULTS_DIR, book_sentences, default_data_dir, write_json
+
+from fragrel_integrations.core.tree import FIELDS, SurpriseTree, TreeConfig, TreeHit
+from fragrel_integrations.models.cache import CachedChatModel
+
+# Three needles written for this benchmark: (sentence, question, key words of the fact).
+NEEDLES = (
+    (
+        "Every spring the lighthouse keeper of Port Saldane paints the lamp room bright orange "
+        "to honour his grandmother.",
+        "What colour does the lighthouse keeper of Port Saldane paint the lamp room?",
+        ("saldane", "orange"),
+    ),
+    (
+        "The only bakery in the village of Vellmoor sells bread shaped like owls, and only on Thursdays.",
+        "What shape is the bread sold by the bakery in Vellmoor?",
+        ("vellmoor", "owl"),
+    ),
+    (
+        "The chess club of Quillan Bay meets under the sea in a glass dome built by a retired submarine captain.",
+        "Where does the chess club of Quillan Bay meet?",
+        ("quillan", "dome"),
+    ),
+)
+METHODS = {
+    "tree+surprise": FIELDS,
+    "tree": ("text", "summary"),
+    "chunks": ("text",),
+}
+
+
+def parse_length(text: str) -> int:
+    """``"8k"`` -> 8000 tokens, ``"12000"`` -> 12000."""
+    text = text.strip().lower()
+    value = int(float(text[:-1]) * 1000) if text.endswith("k") else int(text)
+    if value < 1000:
+        raise ValueError(f"a haystack length must be at least 1000 tokens, got {text!r}")
+    return value
+
+
+def norm(text: str) -> str:
+    return " ".join(text.split()).lower()
+
+
+def make_haystack(essays: list[list[str]], tokens: int, trial: int, seed: int, count) -> dict:
+    """About ``tokens`` tokens of essays with the three needles at seeded depths (sentence boundaries)."""
+    rng = np.random.default_rng([seed, trial, tokens, 7])
+    needle_tokens = sum(count(n[0]) for n in NEEDLES)
+    filler, total, e = [], 0, int(rng.integers(len(essays)))
+    while total < tokens - needle_tokens:
+        for sentence in essays[e % len(essays)]:
+            filler.append(sentence)
+            total += count(sentence) + 1
+            if total >= tokens - needle_tokens:
+                break
+        e += 1
+    # stratified: one depth in each third of the haystack (so the needles never share one chunk), in seeded order
+    thirds = rng.permutation(len(NEEDLES))
+    depths = (thirds + rng.uniform(0.0, 1.0, size=len(NEEDLES))) / len(NEEDLES)
+    slots = [round(float(d) * len(filler)) for d in depths]
+    parts = list(filler)
+    for i in sorted(range(len(NEEDLES)), key=lambda i: -slots[i]):  # insert from the back: earlier slots stay valid
+        parts.insert(slots[i], NEEDLES[i][0])
+    text = " ".join(parts)
+    return {"text": text, "depths": [round(float(d), 3) for d in depths], "tokens": count(text)}
+
+
+def needle_found(hit: TreeHit, needle: int) -> str | None:
+    """How a hit covers a needle: ``"text"`` (the sentence is in the chunk), ``"summary"``/``"surprise"`` (the
+    fact's key words are all in that text), or None."""
+    sentence, _, keys = NEEDLES[needle]
+    if hit.field == "text":
+        return "text" if norm(sentence) in norm(hit.text) else None
+    low = hit.text.lower()
+    return hit.field if all(k in low for k in keys) else None
+
+
+def evaluate(tree: SurpriseTree, ks: list[int]) -> dict:
+    out: dict = {}
+    kmax = max(ks)
+    for method, fields in METHODS.items():
+        rows = []
+        for i, (_, question, _) in enumerate(NEEDLES):
+            hits = tree.retrieve(question, k=kmax, fields=fields)
+            ways = [needle_found(h, i) for h in hits]
+            first = next((r for r, w in enumerate(ways) if w), None)
+            rows.append(
+                {
+                    "needle": i,
+                    "first_rank": None if first is None else first + 1,
+                    "found_by": None if first is None else ways[first],
+                    "hits": [[h.node_id, h.layer, h.field, round(h.score, 4)] for h in hits],
+                }
+            )
+        out[method] = {
+            "recall": {
+                str(k): float(np.mean([r["first_rank"] is not None and r["first_rank"] <= k for r in rows])) for k in ks
+            },
+            "needles": rows,
+        }
+    return out
+
+
+def embedder_window(embedder: object) -> tuple[int | None, object]:
+    """(max input word pieces, tokenizer) of a sentence-transformers embedder, else (None, None)."""
+    st = getattr(embedder, "_model", None)
+    return getattr(st, "max_seq_length", None), getattr(st, "tokenizer", None)
+
+
+def needle_leaf_notes(tree: SurpriseTree) -> list[dict]:
+    """For each needle: the leaf holding it, whether the embedder sees the needle (it starts inside the
+    embedder's input window) and what the model wrote for that leaf (to judge the summaries)."""
+    window, tokenizer = embedder_window(tree.embedder)
+    notes = []
+    for i, (sentence, _, keys) in enumerate(NEEDLES):
+        leaf = next((n for n in tree.leaves() if norm(sentence) in norm(n.text)), None)
+        if leaf is None:
+            notes.append({"needle": i, "leaf": None})
+            continue
+        parents = tree.parents()
+        up, chain = leaf.id, []
+        while up in parents:
+            up = parents[up][0]
+            chain.append(up)
+        offset = None
+        if tokenizer is not None:
+            start = norm(leaf.text).find(norm(sentence))
+            offset = len(tokenizer(" ".join(leaf.text.split())[:start], add_special_tokens=False)["input_ids"])
+        notes.append(
+            {
+                "needle": i,
+                "leaf": leaf.id,
+                "wordpiece_offset": offset,
+                "embedder_window": window,
+                "visible_to_embedder": None if offset is None or window is None else offset + 2 < window,
+                "parsed": leaf.parsed,
+                "summary": leaf.summary,
+                "surprise": leaf.surprise,
+                "fact_in_leaf_summary": all(k in leaf.summary.lower() for k in keys),
+                "fact_in_leaf_surprise": all(k in leaf.surprise.lower() for k in keys),
+                "fact_in_ancestors": any(
+                    all(k in (tree.nodes[a].summary + " " + tree.nodes[a].surprise).lower() for k in keys)
+                    for a in chain
+                ),
+            }
+        )
+    return notes
+
+
+def make_model(args: argparse.Namespace) -> tuple[object, str]:
+    if args.base_url:
+        from fragrel_integrations.models.openai_chat import OpenAIChatModel
+
+        if not args.model:
+            raise SystemExit("--base-url needs --model")
+        return OpenAIChatModel(args.model, base_url=args.base_url, context_window=args.context_window), args.model
+    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+
+    return LlamaCppChatModel(), "SmolLM2-135M-Instruct (embedded, llama.cpp)"
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split()).replace("|", "/")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def auto_summary(res: dict) -> list[str]:
+    agg, k = res["aggregate"], str(res["k_main"])
+    lines = []
+    r = {m: agg["recall"][m][k] for m in METHODS}
+    lines.append(
+        f"- needle recall@{k} over {agg['pairs']} (haystack, needle) pairs: "
+        f"tree+surprise {100 * r['tree+surprise']:.0f} %, "
+        f"tree without surprise {100 * r['tree']:.0f} %, plain chunks {100 * r['chunks']:.0f} %."
+    )
+    by = agg["found_by"]["tree+surprise"]
+    lines.append(
+        f"- What found the needle for tree+surprise (best-ranked covering hit): leaf chunk text {by.get('text', 0)}, "
+        f"summary {by.get('summary', 0)}, surprise {by.get('surprise', 0)}, none {by.get('none', 0)}."
+    )
+    lines.append(
+        f"- Leaf summaries that kept the needle's fact: {agg['fact_in_leaf_summary']} of {agg['pairs']}; "
+        f"leaf surprise texts that kept it: {agg['fact_in_leaf_surprise']}; any ancestor summary/surprise: "
+        f"{agg['fact_in_ancestors']}."
+    )
+    lines.append(
+        f"- Needles that start inside the embedder's input window (all-MiniLM-L6-v2 reads 256 word pieces) of "
+        f"their leaf chunk: {agg['visible_to_embedder']} of {agg['pairs']}; the rest of a longer chunk is cut off "
+        "before embedding, so plain chunk retrieval cannot match a needle there."
+    )
+    lines.append(
+        f"- Cost: {agg['llm_calls']} LLM calls for {agg['leaves']} leaf chunks ({agg['calls_per_leaf']:.2f} per "
+        f"chunk), {agg['parse_failures']} replies not in the (Summary)/(Surprise) format "
+        f"({100 * agg['parse_failures'] / max(1, agg['llm_calls']):.0f} %), {agg['call_failures']} failed calls; "
+        f"build {agg['build_seconds']:.0f} s in total ({agg['build_seconds'] / max(1, agg['leaves']):.1f} s per chunk)."
+    )
+    if agg["cache_hits"]:
+        lines.append(f"- {agg['cache_hits']} replies came from the response cache: build times understate the model.")
+    if r["tree+surprise"] <= r["chunks"] and r["tree"] <= r["chunks"]:
+        lines.append(
+            "- With this model the summary and surprise texts add no needle recall over plain chunks at this k."
+        )
+    return lines
+
+
+def report(res: dict) -> str:
+    agg, ks = res["aggregate"], res["ks"]
+    m = res["machine"]
+    out = [
+        "# Surprise tree: multi-needle-in-a-haystack retrieval",
+        "",
+        f"Command: `{res['command']}`  ",
+        f"Machine: {m['cpus']} CPUs ({m['processor']}), Python {m['python']}, "
+        f"load average at start {m['loadavg_start']}, "
+        f"at end {m['loadavg_end']} (other jobs shared the machine: timings are noisy).  ",
+        f"Model: {res['model']}; embedder: all-MiniLM-L6-v2 (embedded). Wall time {res['wall_seconds']:.0f} s.  ",
+        f"Tree: {res['config']}  ",
+        f"Haystacks: lengths {', '.join(str(x) for x in res['lengths'])} tokens (SmolLM2 tokenizer), "
+        f"{res['trials']} per length, seed {res['seed']}; 3 needles per haystack at seeded depths.",
+        "",
+        "Only what is listed below was run. needle recall@k: a needle counts when one of the k best hits is a leaf "
+        "chunk containing its sentence, or a summary/surprise text containing all its key words.",
+        "",
+        "## Summary",
+        "",
+        *auto_summary(res),
+        "",
+        "## needle recall@k (%)",
+        "",
+        "| method | " + " | ".join(f"@{k}" for k in ks) + " |",
+        "|---|" + "---|" * len(ks),
+    ]
+    for method in METHODS:
+        out.append(f"| {method} | " + " | ".join(f"{100 * agg['recall'][method][str(k)]:.0f}" for k in ks) + " |")
+    out += [
+        "",
+        "## Per haystack",
+        "",
+        "| haystack | tokens | needle depths | leaves | nodes | layers | LLM calls | parse fail | call fail | build s "
+        f"| first rank tree+surprise / tree / chunks (k ≤ {max(ks)}) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for h in res["haystacks"]:
+        b = h["build"]
+        ranks = " ; ".join(
+            "/".join(str(h["eval"][mm]["needles"][i]["first_rank"] or "–") for mm in METHODS) for i in range(3)
+        )
+        out.append(
+            f"| {h['name']} | {h['tokens']} | {', '.join(f'{d:.2f}' for d in h['depths'])} | {b['leaves']} | "
+            f"{b['nodes']} | {b['layers']} | {b['llm_calls']} | {b['parse_failures']} | {b['call_failures']} | "
+            f"{b['seconds']:.0f} | {ranks} |"
+        )
+    out += ["", "## What the model wrote for the leaves holding the needles", ""]
+    for h in res["haystacks"]:
+        for note in h["needle_leaves"]:
+            if note["leaf"] is None:
+                out.append(f"- {h['name']} needle {note['needle']}: not found whole in any leaf")
+                continue
+            out.append(
+                f"- {h['name']} needle {note['needle']} (leaf {note['leaf']}, starts at word piece "
+                f"{note['wordpiece_offset']}, parsed {note['parsed']}): "
+                f"summary “{one_line(note['summary'])}”; surprise “{one_line(note['surprise']) or '—'}”"
+            )
+    out += [
+        "",
+        "## Needles (written for this benchmark)",
+        "",
+        *[f"{i}. {s} — question: {q} — key words: {', '.join(k)}" for i, (s, q, k) in enumerate(NEEDLES)],
+        "",
+    ]
+    return "\n".join(out)
+
+
+def aggregate(haystacks: list[dict], ks: list[int]) -> dict:
+    rows = {mm: [r for h in haystacks for r in h["eval"][mm]["needles"]] for mm in METHODS}
+    found_by = {}
+    for mm, rs in rows.items():
+        counts: dict[str, int] = {}
+        for r in rs:
+            key = r["found_by"] or "none"
+            counts[key] = counts.get(key, 0) + 1
+        found_by[mm] = counts
+    notes = [n for h in haystacks for n in h["needle_leaves"] if n["leaf"] is not None]
+    builds = [h["build"] for h in haystacks]
+    leaves = sum(b["leaves"] for b in builds)
+    calls = sum(b["llm_calls"] for b in builds)
+    return {
+        "pairs": len(rows["chunks"]),
+        "recall": {
+            mm: {str(k): float(np.mean([r["first_rank"] is not None and r["first_rank"] <= k for r in rs])) for k in ks}
+            for mm, rs in rows.items()
+        },
+        "found_by": found_by,
+        "fact_in_leaf_summary": sum(n["fact_in_leaf_summary"] for n in notes),
+        "fact_in_leaf_surprise": sum(n["fact_in_leaf_surprise"] for n in notes),
+        "fact_in_ancestors": sum(n["fact_in_ancestors"] for n in notes),
+        "visible_to_embedder": sum(bool(n["visible_to_embedder"]) for n in notes),
+        "leaves": leaves,
+        "llm_calls": calls,
+        "calls_per_leaf": calls / max(1, leaves),
+        "cache_hits": sum(b["cache_hits"] for b in builds),
+        "parse_failures": sum(b["parse_failures"] for b in builds),
+        "call_failures": sum(b["call_failures"] for b in builds),
+        "build_seconds": sum(b["seconds"] for b in builds),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=default_data_dir(), help="the shared data folder")
+    ap.add_argument("--lengths", default="8k,16k", help="haystack lengths in tokens, comma-separated (8k, 12000)")
+    ap.add_argument("--trials", type=int, default=1, help="haystacks (trees) per length, each with new depths")
+    ap.add_argument("--ks", default="1,3,5,10", help="k values for recall@k")
+    ap.add_argument("--k-main", type=int, default=5, help="the k the summary lines quote")
+    ap.add_argument("--chunk-tokens", type=int, default=200, help="200 fits MiniLM's 256 word pieces; ILM-TR: 600")
+    ap.add_argument("--summary-tokens", type=int, default=48)
+    ap.add_argument("--surprise-tokens", type=int, default=24)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--base-url", default=None, help="an OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    ap.add_argument("--model", default=None, help="the model name that server serves")
+    ap.add_argument("--context-window", type=int, default=None, help="the served model's context window (tokens)")
+    ap.add_argument("--out", type=Path, default=RESULTS_DIR / "tree.md")
+    args = ap.parse_args(argv)
+    ks = sorted({int(x) for x in args.ks.split(",") if x.strip()})
+    if args.trials < 1 or not ks or ks[0] < 1 or args.k_main not in ks:
+        raise SystemExit("--trials and every k must be positive, and --k-main one of --ks")
+    lengths = [parse_length(x) for x in args.lengths.split(",") if x.strip()]
+
+    wall = time.perf_counter()
+    loadavg_start = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    base, model_name = make_model(args)
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    model = CachedChatModel(base, OUT_DIR / "tree_llm_cache.sqlite")
+    from fragrel_integrations.models.local import default_embedder
+
+    embedder = default_embedder()
+    config = TreeConfig(
+        chunk_tokens=args.chunk_tokens,
+        summary_tokens=args.summary_tokens,
+        surprise_tokens=args.surprise_tokens,
+        seed=args.seed,
+    )
+    folder = args.data / "needle_haystack" / "PaulGrahamEssays"
+    essays = [book_sentences(p) for p in sorted(folder.glob("*.txt"))]
+    if not essays:
+        raise SystemExit(f"no essays under {folder}")
+
+    haystacks = []
+    for tokens in lengths:
+        for trial in range(args.trials):
+            hay = make_haystack(essays, tokens, trial, args.seed, model.count_tokens)
+            name = f"{tokens // 1000}k-{trial}"
+            tree = SurpriseTree(model, embedder, config=config, max_concurrency=1, show_progress=False)
+            hits_before, start = model.hits, time.perf_counter()
+            rep = tree.build([hay["text"]], doc_ids=[name])
+            seconds = time.perf_counter() - start
+            build = {
+                "leaves": len(tree.leaves()),
+                "nodes": len(tree),
+                "layers": tree.n_layers,
+                "llm_calls": rep.llm_calls,
+                "cache_hits": model.hits - hits_before,
+                "parse_failures": rep.parse_failures,
+                "call_failures": rep.call_failures,
+                "seconds": seconds,
+            }
+            ev = evaluate(tree, ks)
+            haystacks.append(
+                {
+                    "name": name,
+                    "tokens": hay["tokens"],
+                    "depths": hay["depths"],
+                    "build": build,
+                    "eval": ev,
+                    "needle_leaves": needle_leaf_notes(tree),
+                }
+            )
+            print(
+                f"{name}: {build['leaves']} leaves, {build['nodes']} nodes, {build['llm_calls']} calls, "
+                f"{build['parse_failures']} parse failures, {seconds:.0f} s; recall@{args.k_main} "
+                + ", ".join(f"{mm} {ev[mm]['recall'][str(args.k_main)]:.2f}" for mm in METHODS),
+                file=sys.stderr,
+            )
+
+    res = {
+        "command": " ".join(["python benchmarks/bench_tree.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": {
+            "cpus": len(os.sched_getaffinity(0)),
+            "processor": platform.processor() or platform.machine(),
+            "loadavg_start": loadavg_start,
+            "loadavg_end": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
+            "python": platform.python_version(),
+        },
+        "model": model_name,
+        "config": {k: getattr(config, k) for k in ("chunk_tokens", "summary_tokens", "surprise_tokens", "seed")},
+        "seed": args.seed,
+        "trials": args.trials,
+        "lengths": lengths,
+        "ks": ks,
+        "k_main": args.k_main,
+        "methods": {mm: list(f) for mm, f in METHODS.items()},
+        "needles": [{"text": s, "question": q, "keys": list(k)} for s, q, k in NEEDLES],
+        "wall_seconds": time.perf_counter() - wall,
+        "aggregate": aggregate(haystacks, ks),
+        "haystacks": haystacks,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(res), encoding="utf-8")
+    write_json(args.out.with_suffix(".json"), res)
+    print(report(res))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
