@@ -156,5 +156,6 @@ def test_embedder_with_wrong_shape_is_named():
 def test_real_embedder_end_to_end(real_embedder):
     index = FragRelIndex.from_fragments(STORY, embedder=real_embedder, show_progress=False)
     assert index.embeddings.shape == (5, 384)
+    assert real_embedder.max_input_tokens == 256  # what the tree warns about for longer chunks
     top = index.retrieve("Which door did the key open?", k=1)[0]
     assert top.fragment.position in (1, 2)

@@ -597,3 +597,16 @@ def test_end_to_end_with_the_embedded_llm(real_embedder):
         assert (node.id, "summary") in tree.vectors
     hits = tree.retrieve("Who kept the diary?", k=3)
     assert len(hits) == 3 and all(-1.0 <= h.score <= 1.0 for h in hits)
+
+
+def test_chunks_longer_than_the_embedders_window_are_warned_about(caplog):
+    class ShortWindow(HashingEmbedder):
+        max_input_tokens = 256
+
+    with caplog.at_level("WARNING", logger="fragrel_integrations.core.tree.tree"):
+        SurpriseTree(ScriptedChatModel(["x"], cycle=True), ShortWindow(dim=16), chunk_tokens=600, show_progress=False)
+    assert "chunk_tokens=600 but the embedder reads only 256 tokens" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="fragrel_integrations.core.tree.tree"):
+        SurpriseTree(ScriptedChatModel(["x"], cycle=True), ShortWindow(dim=16), chunk_tokens=200, show_progress=False)
+    assert caplog.text == ""

@@ -43,6 +43,11 @@ class MiniLMEmbedder:
     def dim(self) -> int:
         return int(self._model.get_sentence_embedding_dimension())
 
+    @property
+    def max_input_tokens(self) -> int:
+        """Word pieces the model reads per text (256 for all-MiniLM-L6-v2); the rest of a longer text is cut off."""
+        return int(self._model.max_seq_length)
+
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return self._model.encode(
             list(texts),

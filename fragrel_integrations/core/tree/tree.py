@@ -173,6 +173,16 @@ class SurpriseTree:
                 f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
             )
         self.embedder = embedder
+        window = getattr(embedder, "max_input_tokens", None)
+        if isinstance(window, int) and self.config.chunk_tokens > window:
+            logger.warning(
+                "chunk_tokens=%d but the embedder reads only %d tokens of a text: the end of every chunk is never "
+                "embedded (needles there cannot be retrieved); use chunk_tokens <= %d or an embedder with a longer "
+                "window",
+                self.config.chunk_tokens,
+                window,
+                window,
+            )
         self._counter = counter if counter is not None else self.chat_model
         self.summariser = Summariser(
             self.chat_model,
