@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import platform
 import re
 import time
 from collections.abc import Sequence
@@ -32,6 +34,8 @@ __all__ = [
     "load_hotpotqa",
     "load_locomo",
     "load_mtbench",
+    "loadavg",
+    "machine_info",
     "paired_bootstrap",
     "recall_at_k",
     "write_json",
@@ -375,6 +379,22 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int = 2000, seed: 
     means = d[rng.integers(0, d.size, size=(n_boot, d.size))].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     return float(lo), float(hi)
+
+
+def loadavg() -> str:
+    """The 1/5/15-minute load averages, e.g. ``'1.0, 0.9, 0.8'`` (the machine is shared: report it with timings)."""
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def machine_info(loadavg_start: str) -> dict[str, object]:
+    """CPUs, processor, Python and the load at the start (given) and now, for a results file."""
+    return {
+        "cpus": len(os.sched_getaffinity(0)),
+        "processor": platform.processor() or platform.machine(),
+        "loadavg_start": loadavg_start,
+        "loadavg_end": loadavg(),
+        "python": platform.python_version(),
+    }
 
 
 def write_json(path: Path, obj: object) -> None:

@@ -38,8 +38,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import platform
 import re
 import statistics
 import sys
@@ -56,6 +54,8 @@ from _common import (
     book_sentences,
     default_data_dir,
     load_babilong,
+    loadavg,
+    machine_info,
     write_json,
 )
 from bench_llm import babi_items
@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--sets takes babilong, mniah or both")
 
     wall = time.perf_counter()
-    loadavg_start = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    loadavg_start = loadavg()
     model, model_name = make_model(args)
     from fragrel_integrations.models.local import default_embedder
 
@@ -536,13 +536,7 @@ def main(argv: list[str] | None = None) -> int:
 
     res = {
         "command": " ".join(["python benchmarks/bench_inner_loop.py", *(argv if argv is not None else sys.argv[1:])]),
-        "machine": {
-            "cpus": len(os.sched_getaffinity(0)),
-            "processor": platform.processor() or platform.machine(),
-            "loadavg_start": loadavg_start,
-            "loadavg_end": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "python": platform.python_version(),
-        },
+        "machine": machine_info(loadavg_start),
         "model": model_name,
         "model_short": args.model or "SmolLM2-135M-Instruct",
         "seed": args.seed,

@@ -35,14 +35,12 @@ is then not the model's). Writes ``benchmarks/results/tree.md`` and ``tree.json`
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from _common import OUT_DIR, RESULTS_DIR, book_sentences, default_data_dir, write_json
+from _common import OUT_DIR, RESULTS_DIR, book_sentences, default_data_dir, loadavg, machine_info, write_json
 
 from fragrel_integrations.core.tree import FIELDS, SurpriseTree, TreeConfig, TreeHit
 from fragrel_integrations.models.cache import CachedChatModel
@@ -371,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = [parse_length(x) for x in args.lengths.split(",") if x.strip()]
 
     wall = time.perf_counter()
-    loadavg_start = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    loadavg_start = loadavg()
     base, model_name = make_model(args)
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     model = CachedChatModel(base, OUT_DIR / "tree_llm_cache.sqlite")
@@ -428,13 +426,7 @@ def main(argv: list[str] | None = None) -> int:
 
     res = {
         "command": " ".join(["python benchmarks/bench_tree.py", *(argv if argv is not None else sys.argv[1:])]),
-        "machine": {
-            "cpus": len(os.sched_getaffinity(0)),
-            "processor": platform.processor() or platform.machine(),
-            "loadavg_start": loadavg_start,
-            "loadavg_end": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
-            "python": platform.python_version(),
-        },
+        "machine": machine_info(loadavg_start),
         "model": model_name,
         "config": {k: getattr(config, k) for k in ("chunk_tokens", "summary_tokens", "surprise_tokens", "seed")},
         "seed": args.seed,
