@@ -15,6 +15,7 @@ from fragrel_integrations.core.tree import (
     FIELDS,
     SurpriseTree,
     TreeConfig,
+    TreeRelation,
     chunk_text,
     cluster_embeddings,
     gmm_clusters,
@@ -90,6 +91,7 @@ def test_public_names_are_pinned():
             "TreeConfig",
             "TreeHit",
             "TreeNode",
+            "TreeRelation",
             "chunk_text",
             "cluster_embeddings",
             "gmm_clusters",
@@ -610,3 +612,112 @@ def test_chunks_longer_than_the_embedders_window_are_warned_about(caplog):
     with caplog.at_level("WARNING", logger="fragrel_integrations.core.tree.tree"):
         SurpriseTree(ScriptedChatModel(["x"], cycle=True), ShortWindow(dim=16), chunk_tokens=200, show_progress=False)
     assert caplog.text == ""
+
+
+# ---------------------------------------------------------------------------------------------------- FragRel
+
+
+def _dense(weights) -> np.ndarray:
+    return np.asarray(weights.todense())
+
+
+def test_tree_relation_weights_follow_nodes_tree_and_positions():
+    tree, _ = built_tree()
+    keys = sorted(tree.vectors)
+    rel = TreeRelation(w_tree=0.4, w_pos=0.5, w_node=0.7, min_weight=0.2)
+    w = _dense(rel.weights(tree, keys))
+    assert rel.max_distance == 2  # 0.5 ** 2 = 0.25 >= 0.2 > 0.125
+    assert np.allclose(w, w.T) and np.all(np.diag(w) == 0)
+    pos = {key: i for i, key in enumerate(keys)}
+    leaves = tree.leaves()
+    a = leaves[0]
+    assert w[pos[(a.id, "text")], pos[(a.id, "summary")]] == pytest.approx(0.7)
+    same_doc = sorted((n for n in leaves if n.doc_id == a.doc_id), key=lambda n: n.position)
+    first, second, third, fourth = same_doc[:4]
+    assert w[pos[(first.id, "text")], pos[(second.id, "text")]] == pytest.approx(0.5)
+    assert w[pos[(first.id, "summary")], pos[(third.id, "text")]] == pytest.approx(0.25)
+    assert w[pos[(first.id, "text")], pos[(fourth.id, "text")]] == 0.0  # beyond max_distance
+    other_doc = next(n for n in leaves if n.doc_id != a.doc_id)
+    assert w[pos[(a.id, "text")], pos[(other_doc.id, "text")]] == 0.0  # position never crosses documents
+    parent = next(n for n in tree.nodes.values() if n.children)
+    child = tree.nodes[parent.children[0]]
+    assert w[pos[(parent.id, "summary")], pos[(child.id, "text")]] == pytest.approx(0.4)
+    assert np.all(w >= 0)
+
+
+def test_tree_relation_changes_scores_exactly_as_fragrel_says():
+    from fragrel_integrations.core.scoring import relation_aware_scores
+
+    tree, _ = built_tree()
+    query = "rocket launch orbit"
+    keys, matrix = tree._entries()
+    s = matrix @ tree._query_vector(query, matrix.shape[1])
+    rel = TreeRelation()
+    expected = relation_aware_scores(s.astype(np.float64), rel.weights(tree, keys), 0.5)
+    hits = tree.retrieve(query, k=len(keys), relation=rel, alpha=0.5)
+    got = {(h.node_id, h.field): h.score for h in hits}
+    assert got == pytest.approx({key: float(v) for key, v in zip(keys, expected, strict=True)})
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_tree_relation_off_is_plain_retrieval_and_boosts_context_when_on():
+    tree, _ = built_tree()
+    plain = tree.retrieve("stock market", k=6)
+    off = tree.retrieve("stock market", k=6, relation=TreeRelation(0.0, 0.0, 0.0))
+    zero_alpha = tree.retrieve("stock market", k=6, relation=TreeRelation(), alpha=0.0)
+    assert [(h.node_id, h.field) for h in off] == [(h.node_id, h.field) for h in plain]
+    assert [(h.node_id, h.field) for h in zero_alpha] == [(h.node_id, h.field) for h in plain]
+    on = tree.retrieve("stock market", k=6, relation=TreeRelation(), alpha=1.0)
+    assert all(tree.nodes[h.node_id].doc_id in ("markets", "") for h in on[:3])
+
+
+def test_tree_relation_environment_uses_only_the_allowed_texts():
+    tree, _ = built_tree()
+    keys = sorted(tree.vectors)
+    hits = tree.retrieve("cat kitten purr", k=len(keys), fields=("text",), relation=TreeRelation(), alpha=0.5)
+    assert {h.field for h in hits} == {"text"}
+    # leaf texts only: parent/child and node links fall away, the position relation alone remains
+    keys_text = [k for k in keys if k[1] == "text"]
+    _, matrix = tree._entries()
+    q = tree._query_vector("cat kitten purr", matrix.shape[1])
+    s = np.array([tree.vectors[k] @ q for k in keys_text], dtype=np.float64)
+    from fragrel_integrations.core.scoring import relation_aware_scores
+
+    w = TreeRelation(w_tree=0.0, w_node=0.0).weights(tree, keys_text)
+    expected = dict(zip(keys_text, relation_aware_scores(s, w, 0.5), strict=True))
+    assert {(h.node_id, h.field): h.score for h in hits} == pytest.approx(expected)
+
+
+def test_tree_relation_weights_follow_inserts():
+    tree, _ = built_tree()
+    rel = TreeRelation()
+    tree.retrieve("cats", k=2, relation=rel)
+    tree.insert(["Rocket booster capsule orbit launch. Astronaut mission space rocket."], doc_ids=["space-2"])
+    hits = tree.retrieve("rocket booster capsule", k=3, relation=rel)
+    assert len(hits) == 3
+    assert tree._relation_weights(rel).shape == (len(tree.vectors), len(tree.vectors))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"w_pos": 1.5}, ValueError),
+        ({"w_tree": -0.1}, ValueError),
+        ({"w_node": "high"}, TypeError),
+        ({"w_pos": float("nan")}, ValueError),
+        ({"min_weight": 0.0}, ValueError),
+    ],
+)
+def test_tree_relation_validation(kwargs, error):
+    with pytest.raises(error):
+        TreeRelation(**kwargs)
+
+
+def test_retrieve_validates_relation_and_alpha():
+    tree, _ = built_tree()
+    from fragrel_integrations.core.relations import ContextRelation
+
+    with pytest.raises(TypeError, match="TreeRelation"):
+        tree.retrieve("cats", relation=ContextRelation(0.3))
+    with pytest.raises(ValueError, match="alpha"):
+        tree.retrieve("cats", relation=TreeRelation(), alpha=-1.0)

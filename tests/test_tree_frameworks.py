@@ -203,3 +203,30 @@ async def test_llama_index_extractor_async_and_failures():
     assert extractor.report.call_failures == 1 and extractor.report.parse_failures == 1
     with pytest.raises(ValueError, match="chat_model"):
         SurpriseExtractor(None)
+
+
+# ---------------------------------------------------------------------------------------------------- FragRel option
+
+
+def test_both_retrievers_pass_the_tree_relation_to_the_core():
+    from fragrel_integrations.core.tree import TreeRelation
+
+    tree = _tree()
+    rel = TreeRelation()
+    expected = [(h.node_id, h.field, h.score) for h in tree.retrieve("cat kitten", k=4, relation=rel, alpha=0.8)]
+    lc = LCRetriever(tree=tree, k=4, relation=rel, alpha=0.8).invoke("cat kitten")
+    li = LIRetriever(tree, similarity_top_k=4, relation=rel, alpha=0.8).retrieve("cat kitten")
+    assert [(d.metadata["tree_node_id"], d.metadata["tree_field"], d.metadata["relevance_score"]) for d in lc] == (
+        expected
+    )
+    assert [(n.node.metadata["tree_node_id"], n.node.metadata["tree_field"], n.score) for n in li] == expected
+    built = LCRetriever.from_texts(
+        list(topic_docs().values()), chat_model=ScriptedChatModel(fake_reply), relation=rel, **_options()
+    )
+    assert built.relation == rel and len(built.invoke("cat kitten")) == 4
+    with pytest.raises((TypeError, ValueError)):
+        LIRetriever(tree, relation="context")
+    with pytest.raises(ValueError):
+        LIRetriever(tree, relation=rel, alpha=-0.5)
+    with pytest.raises(ValueError):
+        LCRetriever(tree=tree, relation=rel, alpha=-0.5)

@@ -22,12 +22,12 @@ from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, field_validator
 
 from ..core.selection import check_k
-from ..core.tree import FIELDS, BuildReport, SurpriseTree, TreeHit
+from ..core.tree import FIELDS, BuildReport, SurpriseTree, TreeHit, TreeRelation
 from ._documents import check_documents
 
 __all__ = ["SurpriseTreeRetriever", "hit_to_document"]
 
-_RETRIEVER_FIELDS = ("k", "budget_tokens", "mode", "fields", "width")
+_RETRIEVER_FIELDS = ("k", "budget_tokens", "mode", "fields", "width", "relation", "alpha")
 
 
 def hit_to_document(hit: TreeHit) -> Document:
@@ -87,6 +87,10 @@ class SurpriseTreeRetriever(BaseRetriever):
     """Which node texts may be returned: any of ``text``, ``summary``, ``surprise``."""
     width: int = Field(default=3, gt=0)
     """Nodes kept per level in traversal mode."""
+    relation: TreeRelation | None = None
+    """FragRel over the tree (``TreeRelation()``: texts related by node, parent/child and chunk position)."""
+    alpha: float = Field(default=0.5, ge=0)
+    """Weight of the relation's environment score (FragRel default 0.5)."""
 
     @field_validator("fields")
     @classmethod
@@ -166,6 +170,8 @@ class SurpriseTreeRetriever(BaseRetriever):
             mode=self.mode,
             fields=self.fields,
             width=self.width,
+            relation=self.relation,
+            alpha=self.alpha,
         )
         return [hit_to_document(h) for h in hits]
 

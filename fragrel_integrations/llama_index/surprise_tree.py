@@ -22,14 +22,26 @@ from llama_index.core.extractors import BaseExtractor
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
+from ..core.scoring import check_alpha
 from ..core.selection import check_k
-from ..core.tree import FIELDS, BuildReport, Summariser, SurpriseTree, TreeHit
+from ..core.tree import FIELDS, BuildReport, Summariser, SurpriseTree, TreeHit, TreeRelation
 from ..models.llama_index_models import llama_index_embedder
 from ._convert import resolve_k
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
 
-_RETRIEVER_KWARGS = ("similarity_top_k", "k", "budget_tokens", "mode", "fields", "width", "callback_manager", "verbose")
+_RETRIEVER_KWARGS = (
+    "similarity_top_k",
+    "k",
+    "budget_tokens",
+    "mode",
+    "fields",
+    "width",
+    "relation",
+    "alpha",
+    "callback_manager",
+    "verbose",
+)
 _HIDDEN = ["tree_node_id", "tree_layer", "tree_field", "tree_children", "relevance_score", "doc_id", "position"]
 
 
@@ -90,6 +102,8 @@ class SurpriseTreeRetriever(BaseRetriever):
         mode: ``"collapsed"`` (score every node text) or ``"traversal"`` (walk down from the roots).
         fields: which node texts may be returned (``text``, ``summary``, ``surprise``).
         width: nodes kept per level in traversal mode.
+        relation: FragRel over the tree (``TreeRelation()``: texts related by node, parent/child and chunk
+            position); ``alpha`` weighs its environment score (FragRel default 0.5).
 
     ``aretrieve`` runs the search in a worker thread, so it is safe inside a running event loop.
     """
@@ -104,6 +118,8 @@ class SurpriseTreeRetriever(BaseRetriever):
         mode: Literal["collapsed", "traversal"] = "collapsed",
         fields: Sequence[str] = FIELDS,
         width: int = 3,
+        relation: TreeRelation | None = None,
+        alpha: float = 0.5,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -122,6 +138,10 @@ class SurpriseTreeRetriever(BaseRetriever):
         self.mode = mode
         self.fields = fields
         self.width = check_k(width, "width")
+        if relation is not None and not isinstance(relation, TreeRelation):
+            raise TypeError(f"relation must be a TreeRelation or None, got {type(relation).__name__}")
+        self.relation = relation
+        self.alpha = check_alpha(alpha)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
@@ -188,6 +208,8 @@ class SurpriseTreeRetriever(BaseRetriever):
             mode=self.mode,  # type: ignore[arg-type]
             fields=self.fields,
             width=self.width,  # type: ignore[arg-type]
+            relation=self.relation,
+            alpha=self.alpha,
         )
         return [hit_to_node(h) for h in hits]
 

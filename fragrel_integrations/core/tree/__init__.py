@@ -3,12 +3,13 @@
 Needs scikit-learn (Gaussian mixtures, PCA); UMAP is used for dimension reduction when ``umap-learn`` is
 installed. Modules: :mod:`.chunking` (sentence-aware chunks), :mod:`.summary` (prompt and parser),
 :mod:`.summariser` (cached, concurrent summary calls), :mod:`.clustering` (GMM clustering of summaries),
-:mod:`.tree` (build / insert / retrieve) and :mod:`.persist` (SQLite / JSON).
+:mod:`.tree` (build / insert / retrieve), :mod:`.relation` (FragRel over the tree) and :mod:`.persist` (SQLite / JSON).
 """
 
 from .chunking import chunk_text, split_sentences
 from .clustering import cluster_embeddings, gmm_clusters, pack_by_tokens, reduce_dimensions
 from .persist import load_tree, save_tree
+from .relation import TreeRelation
 from .summariser import Summariser
 from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse_summary, summary_messages
 from .tree import FIELDS, BuildReport, SummaryResult, SurpriseTree, TreeConfig, TreeHit, TreeNode
@@ -25,6 +26,7 @@ __all__ = [
     "TreeConfig",
     "TreeHit",
     "TreeNode",
+    "TreeRelation",
     "chunk_text",
     "cluster_embeddings",
     "gmm_clusters",

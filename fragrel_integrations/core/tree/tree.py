@@ -25,9 +25,11 @@ import numpy as np
 from ...models.base import Embedder, embed_documents, embed_query
 from ...models.chat import ChatModel, as_chat_model
 from ...models.tokens import count_tokens
+from ..scoring import check_alpha, relation_aware_scores
 from ..selection import check_k, select
 from .chunking import chunk_text
 from .clustering import REDUCERS, cluster_embeddings
+from .relation import TreeRelation
 from .summariser import BuildReport, Summariser, SummaryResult
 
 __all__ = ["FIELDS", "BuildReport", "SummaryResult", "SurpriseTree", "TreeConfig", "TreeHit", "TreeNode"]
@@ -197,6 +199,7 @@ class SurpriseTree:
         self.report = BuildReport()
         self._next_id = 0
         self._matrix: tuple[list[tuple[int, str]], np.ndarray] | None = None
+        self._relations: dict[TreeRelation, Any] = {}  # relation weights over the texts of self._matrix
         self._lengths: dict[tuple[int, str], int] = {}  # token counts of node texts, for budgets
         self._last_report = BuildReport()
         self._new_leaf_ids: list[int] = []
@@ -490,6 +493,7 @@ class SurpriseTree:
             keys = sorted(self.vectors)
             matrix = np.stack([self.vectors[k] for k in keys]) if keys else np.zeros((0, 1), np.float32)
             self._matrix = (keys, matrix)
+            self._relations = {}
         return self._matrix
 
     def _query_vector(self, query: str, dim: int) -> np.ndarray:
@@ -511,12 +515,17 @@ class SurpriseTree:
         mode: Literal["collapsed", "traversal"] = "collapsed",
         fields: Sequence[str] = FIELDS,
         width: int = 3,
+        relation: TreeRelation | None = None,
+        alpha: float = 0.5,
     ) -> list[TreeHit]:
         """The best node texts for ``query``, best first: at most ``k`` and within ``budget_tokens`` in total.
 
         ``mode="collapsed"`` scores every embedded text of every node (RAPTOR's collapsed tree).
         ``mode="traversal"`` starts at the roots, keeps the ``width`` best nodes of each level and descends into
         their children; the texts of the nodes it kept are then ranked. ``fields`` limits which texts count.
+        ``relation``: FragRel over the tree (:class:`TreeRelation`): each candidate text scores
+        ``cosine + alpha * s_env``, the environment taken over the candidate texts (those ``fields`` and ``mode``
+        allow); :attr:`TreeHit.score` is then that relation-aware score.
         """
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
@@ -529,6 +538,9 @@ class SurpriseTree:
             raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
         if mode not in ("collapsed", "traversal"):
             raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
+        if relation is not None and not isinstance(relation, TreeRelation):
+            raise TypeError(f"relation must be a TreeRelation or None, got {type(relation).__name__}")
+        alpha = check_alpha(alpha)
         keys, matrix = self._entries()
         if not keys:
             return []
@@ -537,14 +549,26 @@ class SurpriseTree:
         if mode == "traversal":
             allowed &= np.isin([i for i, _ in keys], sorted(self._traverse(keys, scores, width)))
         idx = np.flatnonzero(allowed)
+        candidate = scores[idx].astype(np.float64)
+        if relation is not None and alpha > 0 and idx.size > 1:
+            weights = self._relation_weights(relation)[idx][:, idx]
+            candidate = relation_aware_scores(candidate, weights, alpha)
         lengths = [self._length(keys[i]) for i in idx] if budget_tokens else None
-        chosen = select(scores[idx], k=k, budget=budget_tokens, lengths=lengths)
+        chosen = select(candidate, k=k, budget=budget_tokens, lengths=lengths)
         out = []
         for j in chosen:
             node_id, name = keys[idx[j]]
             node = self.nodes[node_id]
-            out.append(TreeHit(node, name, node.field_text(name), float(scores[idx[j]])))
+            out.append(TreeHit(node, name, node.field_text(name), float(candidate[j])))
         return out
+
+    def _relation_weights(self, relation: TreeRelation) -> Any:
+        """The relation's weights over every embedded text, cached until the tree changes."""
+        keys, _ = self._entries()
+        cached = self._relations.get(relation)
+        if cached is None:
+            cached = self._relations[relation] = relation.weights(self, keys)
+        return cached
 
     def _length(self, key: tuple[int, str]) -> int:
         if key not in self._lengths:
