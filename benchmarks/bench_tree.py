@@ -1,24 +1,31 @@
 """Surprise tree (ILM-TR on RAPTOR) vs plain chunk retrieval: multi-needle-in-a-haystack on the Paul Graham essays.
 
-    python benchmarks/bench_tree.py                               # embedded SmolLM2-135M, 8k and 16k tokens
+    python benchmarks/bench_tree.py --lengths 8k,16k,32k,64k      # embedded SmolLM2-135M (the reported run)
     python benchmarks/bench_tree.py --lengths 8k --trials 3       # three haystacks of 8k tokens
     python benchmarks/bench_tree.py --base-url http://127.0.0.1:8080/v1 --model NAME   # OpenAI-compatible
 
 Haystack: the essays in sorted file order, started at a seeded essay, cut into sentences (at most 40 words) and
 filled until the text has about L tokens (counted with the summary model's tokenizer). Three needles written for
-this benchmark (made-up facts about three made-up places) go in between sentences at seeded depths, one drawn
-uniformly in each third of the haystack (0-100 % overall, never two needles in one chunk); each trial draws new
-depths and a new starting essay. One tree is built per haystack with ``TreeConfig(chunk_tokens=200,
+this benchmark (made-up facts about three made-up places) go in between sentences. Depths (``--depths grid``,
+the default): ``3 x H`` evenly spaced points from 0 % to 100 % for the ``H`` haystacks of the run, dealt
+round-robin (haystack ``h`` gets points ``h, h + H, ...``, assigned to the needles in seeded order), so every
+haystack spans its text and the run covers the 0-100 % grid; ``--depths random`` draws one depth uniformly in
+each third instead. Each trial starts at a new seeded essay.
+One tree is built per haystack with ``TreeConfig(chunk_tokens=200,
 summary_tokens=48, surprise_tokens=24)``: ILM-TR uses 600-token chunks, but all-MiniLM-L6-v2 reads only its first
 256 word pieces, so most of a 600-token chunk is never embedded (``--chunk-tokens 600`` gives the paper setting;
 the report counts the needles that start inside the embedder's window). Short summaries keep the embedded model
 affordable.
 
-Each needle has its own question. Three retrievals on the SAME tree, the same embedder and the same ``k``:
+Each needle has its own question. Five retrievals on the SAME tree, the same embedder and the same ``k``:
 
 * ``tree+surprise``: collapsed tree over every node text (leaf chunks, summaries, surprise facts);
 * ``tree``: collapsed tree without surprise facts (``fields=("text", "summary")``);
-* ``chunks``: leaf chunks only (``fields=("text",)``) = plain dense chunk retrieval.
+* ``chunks``: leaf chunks only (``fields=("text",)``) = plain dense chunk retrieval;
+* ``tree+surprise+fragrel``: ``tree+surprise`` with FragRel over the tree (``TreeRelation()``: texts of one node,
+  of parent and child, and leaf chunks by position; untuned defaults, ``alpha=0.5``);
+* ``chunks+fragrel``: ``chunks`` with the same relation, which among leaf texts is FragRel's context relation
+  (``0.3 ** distance``).
 
 needle recall@k: the share of (haystack, needle) pairs where one of the ``k`` best hits either is a leaf chunk
 whose text contains the needle sentence verbatim, or is a summary / surprise text (of any node) that contains
@@ -37,12 +44,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 from _common import OUT_DIR, RESULTS_DIR, book_sentences, default_data_dir, loadavg, machine_info, write_json
 
-from fragrel_integrations.core.tree import FIELDS, SurpriseTree, TreeConfig, TreeHit
+from fragrel_integrations.core.tree import FIELDS, SurpriseTree, TreeConfig, TreeHit, TreeRelation
 from fragrel_integrations.models.cache import CachedChatModel
 
 # Three needles written for this benchmark: (sentence, question, key words of the fact).
@@ -64,10 +72,15 @@ NEEDLES = (
         ("quillan", "dome"),
     ),
 )
+#: FragRel over the tree: untuned defaults (w_pos 0.3 = FragRel's story setting; w_tree, w_node 0.5), alpha 0.5.
+RELATION, ALPHA = TreeRelation(), 0.5
+#: method -> (fields that compete, relation)
 METHODS = {
-    "tree+surprise": FIELDS,
-    "tree": ("text", "summary"),
-    "chunks": ("text",),
+    "tree+surprise": (FIELDS, None),
+    "tree": (("text", "summary"), None),
+    "chunks": (("text",), None),
+    "tree+surprise+fragrel": (FIELDS, RELATION),
+    "chunks+fragrel": (("text",), RELATION),
 }
 
 
@@ -84,8 +97,22 @@ def norm(text: str) -> str:
     return " ".join(text.split()).lower()
 
 
-def make_haystack(essays: list[list[str]], tokens: int, trial: int, seed: int, count) -> dict:
-    """About ``tokens`` tokens of essays with the three needles at seeded depths (sentence boundaries)."""
+def grid_depths(n_haystacks: int) -> list[list[float]]:
+    """``3 * n`` evenly spaced depths from 0 to 1, dealt round-robin: haystack ``h`` gets every ``n``-th one, so
+    every haystack spans the text and together they cover 0-100 %.
+
+    >>> grid_depths(2)
+    [[0.0, 0.4, 0.8], [0.2, 0.6, 1.0]]
+    """
+    points = np.linspace(0.0, 1.0, len(NEEDLES) * n_haystacks)
+    return [[round(float(d), 3) for d in points[h::n_haystacks]] for h in range(n_haystacks)]
+
+
+def make_haystack(
+    essays: list[list[str]], tokens: int, trial: int, seed: int, count, depths: list[float] | None = None
+) -> dict:
+    """About ``tokens`` tokens of essays with the three needles at ``depths`` (dealt to the needles in seeded
+    order) or, without them, at seeded depths one per third; needles go in between sentences."""
     rng = np.random.default_rng([seed, trial, tokens, 7])
     needle_tokens = sum(count(n[0]) for n in NEEDLES)
     filler, total, e = [], 0, int(rng.integers(len(essays)))
@@ -98,7 +125,10 @@ def make_haystack(essays: list[list[str]], tokens: int, trial: int, seed: int, c
         e += 1
     # stratified: one depth in each third of the haystack (so the needles never share one chunk), in seeded order
     thirds = rng.permutation(len(NEEDLES))
-    depths = (thirds + rng.uniform(0.0, 1.0, size=len(NEEDLES))) / len(NEEDLES)
+    if depths is None:
+        depths = (thirds + rng.uniform(0.0, 1.0, size=len(NEEDLES))) / len(NEEDLES)
+    else:
+        depths = np.asarray(depths, dtype=np.float64)[thirds]
     slots = [round(float(d) * len(filler)) for d in depths]
     parts = list(filler)
     for i in sorted(range(len(NEEDLES)), key=lambda i: -slots[i]):  # insert from the back: earlier slots stay valid
@@ -120,10 +150,10 @@ def needle_found(hit: TreeHit, needle: int) -> str | None:
 def evaluate(tree: SurpriseTree, ks: list[int]) -> dict:
     out: dict = {}
     kmax = max(ks)
-    for method, fields in METHODS.items():
+    for method, (fields, relation) in METHODS.items():
         rows = []
         for i, (_, question, _) in enumerate(NEEDLES):
-            hits = tree.retrieve(question, k=kmax, fields=fields)
+            hits = tree.retrieve(question, k=kmax, fields=fields, relation=relation, alpha=ALPHA)
             ways = [needle_found(h, i) for h in hits]
             first = next((r for r, w in enumerate(ways) if w), None)
             rows.append(
@@ -236,6 +266,12 @@ def auto_summary(res: dict) -> list[str]:
         f"({100 * agg['parse_failures'] / max(1, agg['llm_calls']):.0f} %), {agg['call_failures']} failed calls; "
         f"build {agg['build_seconds']:.0f} s in total ({agg['build_seconds'] / max(1, agg['leaves']):.1f} s per chunk)."
     )
+    f = {m: agg["recall"][m][k] for m in METHODS}
+    lines.append(
+        f"- FragRel (TreeRelation defaults, alpha {ALPHA}): tree+surprise {100 * f['tree+surprise']:.0f} % -> "
+        f"{100 * f['tree+surprise+fragrel']:.0f} %; plain chunks {100 * f['chunks']:.0f} % -> "
+        f"{100 * f['chunks+fragrel']:.0f} % (position relation only) at k={k}."
+    )
     if agg["cache_hits"]:
         lines.append(f"- {agg['cache_hits']} replies came from the response cache: build times understate the model.")
     if r["tree+surprise"] <= r["chunks"] and r["tree"] <= r["chunks"]:
@@ -258,7 +294,12 @@ def report(res: dict) -> str:
         f"Model: {res['model']}; embedder: all-MiniLM-L6-v2 (embedded). Wall time {res['wall_seconds']:.0f} s.  ",
         f"Tree: {res['config']}  ",
         f"Haystacks: lengths {', '.join(str(x) for x in res['lengths'])} tokens (SmolLM2 tokenizer), "
-        f"{res['trials']} per length, seed {res['seed']}; 3 needles per haystack at seeded depths.",
+        f"{res['trials']} per length, seed {res['seed']}; 3 needles per haystack at "
+        + (
+            "grid depths (3 x haystacks points from 0 to 100 %, dealt round-robin)."
+            if res.get("depth_scheme") == "grid"
+            else "seeded depths (one per third)."
+        ),
         "",
         "Only what is listed below was run. needle recall@k: a needle counts when one of the k best hits is a leaf "
         "chunk containing its sentence, or a summary/surprise text containing all its key words.",
@@ -279,19 +320,33 @@ def report(res: dict) -> str:
         "## Per haystack",
         "",
         "| haystack | tokens | needle depths | leaves | nodes | layers | LLM calls | parse fail | call fail | build s "
-        f"| first rank tree+surprise / tree / chunks (k ≤ {max(ks)}) |",
+        f"| first rank {' / '.join(METHODS)} (k ≤ {max(ks)}) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for h in res["haystacks"]:
         b = h["build"]
         ranks = " ; ".join(
-            "/".join(str(h["eval"][mm]["needles"][i]["first_rank"] or "–") for mm in METHODS) for i in range(3)
+            "/".join(str(h["eval"][mm]["needles"][i]["first_rank"] or "–") for mm in METHODS)
+            for i in range(len(NEEDLES))
         )
         out.append(
             f"| {h['name']} | {h['tokens']} | {', '.join(f'{d:.2f}' for d in h['depths'])} | {b['leaves']} | "
             f"{b['nodes']} | {b['layers']} | {b['llm_calls']} | {b['parse_failures']} | {b['call_failures']} | "
             f"{b['seconds']:.0f} | {ranks} |"
         )
+    out += [
+        "",
+        "## By needle depth",
+        "",
+        f"First rank of the needle (– = not in the top {max(ks)}), every (haystack, needle) pair sorted by depth.",
+        "",
+        "| depth | haystack | needle | " + " | ".join(METHODS) + " |",
+        "|---|---|---|" + "---|" * len(METHODS),
+    ]
+    pairs = [(h["depths"][i], h, i) for h in res["haystacks"] for i in range(len(NEEDLES))]
+    for depth, h, i in sorted(pairs, key=lambda t: (t[0], t[1]["name"])):
+        ranks = " | ".join(str(h["eval"][mm]["needles"][i]["first_rank"] or "–") for mm in METHODS)
+        out.append(f"| {depth:.2f} | {h['name']} | {i} | {ranks} |")
     out += ["", "## What the model wrote for the leaves holding the needles", ""]
     for h in res["haystacks"]:
         for note in h["needle_leaves"]:
@@ -352,6 +407,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=default_data_dir(), help="the shared data folder")
     ap.add_argument("--lengths", default="8k,16k", help="haystack lengths in tokens, comma-separated (8k, 12000)")
     ap.add_argument("--trials", type=int, default=1, help="haystacks (trees) per length, each with new depths")
+    ap.add_argument(
+        "--depths",
+        choices=("grid", "random"),
+        default="grid",
+        help="grid: 3 x haystacks depths from 0 to 100 %% over the run; random: one seeded depth per third",
+    )
     ap.add_argument("--ks", default="1,3,5,10", help="k values for recall@k")
     ap.add_argument("--k-main", type=int, default=5, help="the k the summary lines quote")
     ap.add_argument("--chunk-tokens", type=int, default=200, help="200 fits MiniLM's 256 word pieces; ILM-TR: 600")
@@ -388,9 +449,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no essays under {folder}")
 
     haystacks = []
-    for tokens in lengths:
+    grid = grid_depths(len(lengths) * args.trials) if args.depths == "grid" else None
+    for n_length, tokens in enumerate(lengths):
         for trial in range(args.trials):
-            hay = make_haystack(essays, tokens, trial, args.seed, model.count_tokens)
+            depths = None if grid is None else grid[n_length * args.trials + trial]
+            hay = make_haystack(essays, tokens, trial, args.seed, model.count_tokens, depths)
             name = f"{tokens // 1000}k-{trial}"
             tree = SurpriseTree(model, embedder, config=config, max_concurrency=1, show_progress=False)
             hits_before, start = model.hits, time.perf_counter()
@@ -434,7 +497,11 @@ def main(argv: list[str] | None = None) -> int:
         "lengths": lengths,
         "ks": ks,
         "k_main": args.k_main,
-        "methods": {mm: list(f) for mm, f in METHODS.items()},
+        "depth_scheme": args.depths,
+        "methods": {
+            mm: {"fields": list(f), "relation": None if r is None else asdict(r), "alpha": ALPHA}
+            for mm, (f, r) in METHODS.items()
+        },
         "needles": [{"text": s, "question": q, "keys": list(k)} for s, q, k in NEEDLES],
         "wall_seconds": time.perf_counter() - wall,
         "aggregate": aggregate(haystacks, ks),
