@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import sys
 import time
 
 import numpy as np
@@ -239,13 +240,47 @@ def test_clustering_validation():
         gmm_clusters(np.eye(4), threshold=0)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("umap") is not None, reason="umap-learn is installed")
-def test_umap_missing_names_the_extra():
+def test_umap_missing_names_the_extra_and_auto_falls_back_to_pca(monkeypatch):
+    x = np.random.default_rng(0).normal(size=(20, 8))
+    monkeypatch.setitem(sys.modules, "umap", None)  # as if umap-learn were not installed
     with pytest.raises(ImportError, match=r"fragrel-integrations\[umap\]"):
-        reduce_dimensions(np.random.default_rng(0).normal(size=(20, 8)), 2, method="umap")
+        reduce_dimensions(x, 2, method="umap")
+    assert np.allclose(reduce_dimensions(x, 2, method="auto"), reduce_dimensions(x, 2, method="pca"))
 
 
-# ---------------------------------------------------------------------------------------------------- building
+needs_umap = pytest.mark.skipif(importlib.util.find_spec("umap") is None, reason="umap-learn not installed")
+
+
+@needs_umap
+def test_umap_reduction_is_seeded_and_used_by_auto():
+    x, _ = _topic_embeddings()
+    a = reduce_dimensions(x, 2, seed=3, method="umap")
+    assert a.shape == (x.shape[0], 2) and np.all(np.isfinite(a))
+    assert np.array_equal(a, reduce_dimensions(x, 2, seed=3, method="umap"))
+    assert np.array_equal(a, reduce_dimensions(x, 2, seed=3, method="auto"))
+    assert not np.allclose(a, reduce_dimensions(x, 2, seed=3, method="pca"))
+
+
+@needs_umap
+@pytest.mark.parametrize("n", [4, 5, 6, 9])
+def test_umap_small_inputs_do_not_crash(n):
+    x = np.random.default_rng(n).normal(size=(n, 16))
+    out = reduce_dimensions(x, 2, method="umap")
+    assert out.shape[0] == n and np.all(np.isfinite(out))
+    groups = cluster_embeddings(x, [5] * n, method="umap", dim=2, max_cluster_tokens=100)
+    assert {i for g in groups for i in g} == set(range(n))  # soft clustering: every row in at least one cluster
+
+
+@needs_umap
+def test_tree_built_with_umap_clusters_topics_and_is_seeded():
+    tree, _ = built_tree(reducer="umap")
+    again, _ = built_tree(reducer="umap")
+    assert [(n.layer, n.children, n.summary) for n in tree.nodes.values()] == [
+        (n.layer, n.children, n.summary) for n in again.nodes.values()
+    ]
+    for parent in tree.layer(1):
+        docs = {tree.nodes[c].doc_id for c in parent.children}
+        assert len(docs) == 1, f"a layer-1 cluster mixes topics: {docs}"
 
 
 def test_build_makes_layers_and_embeds_every_text():

@@ -67,7 +67,7 @@ def reduce_dimensions(
     if method == "umap":
         umap = require("umap", "umap")
         nn = max(2, min(n_neighbors or int(math.sqrt(n - 1)), n - 1))
-        reducer = umap.UMAP(n_neighbors=nn, n_components=target, metric="cosine", random_state=seed)
+        reducer = umap.UMAP(n_neighbors=nn, n_components=target, metric="cosine", random_state=seed, n_jobs=1)
         return np.asarray(reducer.fit_transform(x), dtype=np.float64)
     decomposition = require("sklearn.decomposition", "tree")
     return decomposition.PCA(n_components=target, svd_solver="full", random_state=seed).fit_transform(x)
