@@ -10,13 +10,23 @@ The middleware converts messages and delegates every step to the core
   SCM's memory stands in for the full transcript a checkpointer would otherwise replay;
 * ``after_agent`` - writes the interaction (observation, final AI reply) back to the stream.
 
-Stream backend: our own SQLite :class:`~fragrel_integrations.core.scm.SCMStream`, not a LangGraph store. SCM
-needs an ordered, per-session stream whose next interaction index is assigned inside the write transaction (the
-flash memory is "the last index", retrieved turns are re-ordered by index, the FragRel context relation reads
-index distances), with each turn's embedding stored next to it and scored by the core (cosine plus the optional
-relation). A LangGraph ``BaseStore`` offers key-value items with store-side vector search, so that ordering and
-scoring would have to be rebuilt on top of it, and the LlamaIndex adapter could not share the same file. The
-agent therefore needs no ``store=``; the SQLite file is shared with :class:`fragrel_integrations.llama_index.SCMMemory`.
+Stream backend (at most one of ``path=``, ``store=``, ``stream=``):
+
+* default - our SQLite :class:`~fragrel_integrations.core.scm.SCMStream` (``path=``, in memory when left out).
+  Every append assigns the next interaction index inside a write transaction, so several processes can share one
+  session safely; ``items`` reads only the rows added since its last call; and the same file can be opened by
+  :class:`fragrel_integrations.llama_index.SCMMemory`.
+* ``store=`` - a LangGraph ``BaseStore``, the same object you pass to ``create_agent(store=...)`` (``InMemoryStore``,
+  ``PostgresStore``, ...), through :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream`: one
+  item per interaction under ``("fragrel", "scm", session_id)``, keyed by its zero-padded index, with its embedding
+  in the value (written with ``index=False``; SCM scores the embeddings itself, the store's vector search is not
+  used). A store has no transactions: appends are serialised within one process, but two processes appending to
+  one session at the same moment could take the same index (use the SQLite stream for that), and each turn reads
+  the whole session from the store.
+* ``stream=`` - any :class:`~fragrel_integrations.core.scm.MemoryStream`.
+
+SCM needs an ordered, per-session stream: the flash memory is the last index, recalled turns are re-ordered by
+index and the FragRel context relation reads index distances.
 
 Session id: ``session_id=`` if given, else ``runtime.context["session_id"]`` (or a ``session_id`` attribute of
 the context object), else the ``thread_id`` of the run's config, else ``"default"``.
@@ -47,9 +57,11 @@ require("langchain.agents", "langchain")
 from langchain.agents.middleware import AgentMiddleware, AgentState  # noqa: E402
 from langchain.agents.middleware.types import ModelRequest, ModelResponse, PrivateStateAttr  # noqa: E402
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage  # noqa: E402
+from langgraph.store.base import BaseStore  # noqa: E402
 
-from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory  # noqa: E402
+from ..core.scm import DEFAULT_SESSION, MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
+from .scm_store import LangGraphStoreStream  # noqa: E402
 
 __all__ = ["SCMMiddleware", "SCMState"]
 
@@ -84,8 +96,16 @@ class SCMMiddleware(AgentMiddleware):
     Args:
         memory: a built core :class:`SelfControlledMemory` (custom prompts, thresholds, relation); or leave it
             out and pass ``model`` (the controller: a LangChain chat model or any ChatModel) and optionally
-            ``path`` (SQLite file of the stream, default in memory), ``embedder`` and any other
-            :class:`SelfControlledMemory` keyword (``k``, ``relation``, ``item_tokens``, ...).
+            one stream backend, ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``,
+            ``relation``, ``item_tokens``, ...).
+        path: SQLite file of the stream (default: a throw-away in-memory stream).
+        store: a LangGraph ``BaseStore`` for the stream instead (the store you give ``create_agent(store=...)``),
+            wrapped in :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream`.
+        stream: any built :class:`~fragrel_integrations.core.scm.MemoryStream` instead. At most one of ``path``,
+            ``store`` and ``stream``.
+        index: (a :class:`SelfControlledMemory` keyword) an external vector index for memory activation, e.g.
+            :class:`fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex` over any LangChain
+            ``VectorStore``; the stream stays the record of every turn.
         session_id: a fixed session; None reads it from the runtime (see the module docstring).
         keep_history: show the model the whole message history of the thread (True) or only the current turn
             plus the SCM memory (False, the SCM setting).
@@ -98,24 +118,34 @@ class SCMMiddleware(AgentMiddleware):
         memory: SelfControlledMemory | None = None,
         *,
         model: Any = None,
-        path: str | Path = ":memory:",
+        path: str | Path | None = None,
+        store: BaseStore | None = None,
+        stream: MemoryStream | None = None,
         embedder: Embedder | None = None,
         session_id: str | None = None,
         keep_history: bool = False,
         **memory_kwargs: Any,
     ) -> None:
         super().__init__()
+        backends = [name for name, value in (("path", path), ("store", store), ("stream", stream)) if value is not None]
         if memory is not None:
             if not isinstance(memory, SelfControlledMemory):
                 raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
-            if model is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
-                raise ValueError("pass either memory=... or model=/path=/embedder=/settings, not both")
+            if model is not None or embedder is not None or memory_kwargs or backends:
+                raise ValueError("pass either memory=... or model=/path=/store=/stream=/embedder=/settings, not both")
         else:
             if model is None:
                 raise ValueError(
                     "model is required: pass the controller chat model as model=..., or memory=SelfControlledMemory()"
                 )
-            memory = SelfControlledMemory(model, stream=path, embedder=embedder, **memory_kwargs)
+            if len(backends) > 1:
+                raise ValueError(f"pass at most one of path=, store= and stream=, got {' and '.join(backends)}")
+            backend: MemoryStream | str | Path = ":memory:" if path is None else path
+            if store is not None:
+                backend = LangGraphStoreStream(store)
+            elif stream is not None:
+                backend = stream
+            memory = SelfControlledMemory(model, stream=backend, embedder=embedder, **memory_kwargs)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise TypeError(f"session_id must be a non-empty str or None, got {session_id!r}")
         if not isinstance(keep_history, bool):

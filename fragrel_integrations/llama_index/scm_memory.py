@@ -59,6 +59,9 @@ class SCMMemory(BaseMemory):
         memory: a built core :class:`SelfControlledMemory`; or leave it out and pass ``llm`` (the controller: a
             LlamaIndex LLM or any ChatModel), optionally ``path`` (SQLite file of the stream, default in memory),
             ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``, ``relation``, ...).
+        index: (a :class:`SelfControlledMemory` keyword) an external vector index for memory activation, e.g.
+            :class:`fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex` over any LlamaIndex vector
+            store; the stream stays the record of every turn, and ``reset`` also deletes the session's entries.
         session_id: the conversation this memory reads and writes; other sessions in the same file are never seen.
     """
 

@@ -6,6 +6,7 @@ See :mod:`fragrel_integrations.core.scm.memory` for the per-turn workflow.
 from __future__ import annotations
 
 from .controller import ACTIVATION_PROMPT, SUFFICIENCY_PROMPT, SUMMARY_PROMPT, SCMController, parse_yes_no
+from .index import InMemoryStreamIndex, SCMIndexError, StreamIndex
 from .memory import (
     DEFAULT_SESSION,
     DIALOGUE_W_REL,
@@ -18,7 +19,7 @@ from .memory import (
     SelfControlledMemory,
     render_memory_block,
 )
-from .stream import SCMStream
+from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [
@@ -33,13 +34,17 @@ __all__ = [
     "SUFFICIENCY_PROMPT",
     "SUMMARY_PROMPT",
     "Decision",
+    "InMemoryStreamIndex",
     "MemoryItem",
+    "MemoryStream",
     "RecalledMemory",
     "SCMContext",
     "SCMController",
+    "SCMIndexError",
     "SCMStream",
     "SCMTurn",
     "SelfControlledMemory",
+    "StreamIndex",
     "parse_yes_no",
     "render_memory_block",
 ]

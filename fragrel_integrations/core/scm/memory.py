@@ -6,7 +6,9 @@
    (the previous turn) is always shown, whatever the answer.
 3. **Retrieval** - the top ``k`` earlier turns by cosine of the observation's embedding and each turn's stored
    embedding, the flash turn excluded, re-ordered by time. With ``relation=ContextRelation(0.8)`` (FragRel's
-   dialogue setting, ``alpha=0.5``) turns near other relevant turns score higher: ``s + alpha * s_env``.
+   dialogue setting, ``alpha=0.5``) turns near other relevant turns score higher: ``s + alpha * s_env``. With an
+   external ``index`` (a vector store, see :mod:`~fragrel_integrations.core.scm.index`) only the pool of turns the
+   index returns is scored, so the relation's environment is taken over that pool.
 4. **Reorganisation** - when the recalled turns together exceed ``total_tokens`` (paper: 2000), the controller
    is asked for every turn longer than ``item_tokens`` (paper: 800) whether its summary can answer the
    observation; if so the summary replaces the full text. The public SCM4LLMs code uses other thresholds (300,
@@ -33,6 +35,8 @@ Both the sync and the async methods drive one shared step generator, so they can
 from __future__ import annotations
 
 import asyncio
+import operator
+import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +52,8 @@ from ..scorers import BM25Scorer, HybridScorer
 from ..scoring import check_alpha, environment_from_sums
 from ..types import Fragment
 from .controller import SCMController
-from .stream import SCMStream
+from .index import SCMIndexError, StreamIndex
+from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [
@@ -170,7 +175,9 @@ class SelfControlledMemory:
         controller: the controller's chat model (any :class:`~fragrel_integrations.models.chat.ChatModel`, a
             LangChain chat model or a LlamaIndex LLM), or a built :class:`SCMController` (custom prompts and
             fallbacks).
-        stream: an :class:`SCMStream`, or a path for one (a SQLite file; ``":memory:"`` for a throw-away one).
+        stream: any :class:`~fragrel_integrations.core.scm.stream.MemoryStream` (an :class:`SCMStream`, or a
+            LangGraph store through :class:`fragrel_integrations.langchain.scm_store.LangGraphStoreStream`), or
+            a path for an :class:`SCMStream` (a SQLite file; ``":memory:"`` for a throw-away one).
         embedder: embeds the observation and each turn's summary; None loads the embedded offline default
             (all-MiniLM-L6-v2) on first use.
         k: most activated memories per turn (the paper uses 3-10).
@@ -190,13 +197,21 @@ class SelfControlledMemory:
             ``{memory}`` and ``{observation}``.
         memory_template: the system message adapters add (:meth:`memory_prompt`); needs ``{memory}``.
         response_max_tokens: output limit of :meth:`chat`'s reply (None: the model's default).
+        index: an optional external :class:`~fragrel_integrations.core.scm.index.StreamIndex` (e.g. a LangChain or
+            LlamaIndex vector store through the adapters' ``VectorStoreStreamIndex``). The stream stays the record
+            of every turn; write-back also adds each turn to the index, and retrieval asks the index for a pool of
+            candidates instead of scoring every turn (see :meth:`scores`: the scorer, and the relation's
+            environment, are then taken over that pool only, as FragRel re-ranks a base retriever's pool).
+        pool: candidates asked from the index per turn, the flash turn included (at least ``k + 1``); None uses
+            ``k + 1`` with the plain dense scorer and ``max(4 * k, 20)`` with a relation or a non-dense scorer.
+            Only with ``index``.
     """
 
     def __init__(
         self,
         controller: SCMController | ChatModel | Any,
         *,
-        stream: SCMStream | str | Path = ":memory:",
+        stream: MemoryStream | str | Path = ":memory:",
         embedder: Embedder | None = None,
         k: int = 5,
         relation: Relation | None = None,
@@ -211,12 +226,17 @@ class SelfControlledMemory:
         fusion_template: str = FUSION_TEMPLATE,
         memory_template: str = MEMORY_SYSTEM_TEMPLATE,
         response_max_tokens: int | None = None,
+        index: StreamIndex | None = None,
+        pool: int | None = None,
     ) -> None:
         self.controller = controller if isinstance(controller, SCMController) else SCMController(controller)
         if isinstance(stream, str | Path):
             stream = SCMStream(stream)
-        if not isinstance(stream, SCMStream):
-            raise TypeError(f"stream must be an SCMStream or a SQLite path, got {type(stream).__name__}")
+        if not isinstance(stream, MemoryStream):
+            raise TypeError(
+                "stream must be a MemoryStream (an SCMStream, a LangGraphStoreStream, or any object with "
+                f"append/items/last/count/sessions/clear/close) or a SQLite path, got {type(stream).__name__}"
+            )
         self.stream = stream
         if embedder is not None and not isinstance(embedder, Embedder):
             raise TypeError(
@@ -257,6 +277,19 @@ class SelfControlledMemory:
         if response_max_tokens is not None:
             _check_int("response_max_tokens", response_max_tokens, 1)
         self.response_max_tokens = response_max_tokens
+        if index is not None and not isinstance(index, StreamIndex):
+            raise TypeError(
+                "index must be a StreamIndex (add/search/delete_session), got "
+                f"{type(index).__name__}; wrap a LangChain VectorStore with "
+                "fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex(store) or a LlamaIndex vector store "
+                "with fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex(store)"
+            )
+        self.index = index
+        if pool is not None:
+            if index is None:
+                raise ValueError("pool only applies with an index: pass index=... or leave pool=None")
+            _check_int("pool", pool, self.k + 1, f" (k + 1 = {self.k + 1}: the flash turn is dropped from the pool)")
+        self.pool = pool
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -283,6 +316,60 @@ class SelfControlledMemory:
         vector = np.asarray(self.embedder.embed_query(text), dtype=np.float32)
         return check_embeddings(vector[None, :], 1, source="embedder.embed_query")[0]
 
+    @property
+    def pool_size(self) -> int:
+        """Candidates asked from the index per turn, the flash turn included (see ``pool``)."""
+        if self.pool is not None:
+            return max(self.pool, self.k + 1)
+        if self.scorer == "dense" and (self.relation is None or self.alpha == 0.0):
+            return self.k + 1
+        return max(4 * self.k, 20)
+
+    def _index_pool(self, hits: object, candidates: list[MemoryItem], session_id: str) -> list[MemoryItem]:
+        """The stream's items named by the index's hits (flash and unknown indexes dropped), in time order."""
+        if not isinstance(hits, list | tuple):
+            raise TypeError(f"index.search must return a list of (interaction index, similarity), got {hits!r}")
+        by_index = {it.index: it for it in candidates}
+        chosen: dict[int, MemoryItem] = {}
+        for hit in hits[: self.pool_size]:
+            try:
+                position, score = hit
+                position = operator.index(position)
+                float(score)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"index.search must return (interaction index, similarity) pairs, got {hit!r}") from exc
+            if position in by_index:
+                chosen[position] = by_index[position]
+        if not chosen:
+            warnings.warn(
+                f"the index returned none of the {len(candidates)} earlier turns of session {session_id!r}, so "
+                f"no memory is recalled; if the stream was written without this index, run "
+                f"memory.reindex({session_id!r})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return [chosen[i] for i in sorted(chosen)]
+
+    def _index_add(self, item: MemoryItem, text: str, embedding: np.ndarray, reindex: bool = False) -> None:
+        """Add a stored turn to the index; a failure raises :class:`SCMIndexError` (the stream keeps the turn)."""
+        index = self.index
+        if index is None:
+            return
+        try:
+            index.add(item, text, embedding)
+        except Exception as exc:
+            where = f"turn {item.index} of session {item.session_id!r}"
+            done = (
+                f"reindexing stopped at {where} (the stream is unchanged)"
+                if reindex
+                else f"{where} is saved in the stream but was not added to the index"
+            )
+            raise SCMIndexError(
+                f"{done}: {type(exc).__name__}: {exc}; once the index works again, run "
+                f"memory.reindex({item.session_id!r}) (it rewrites the session's entries, nothing is duplicated)",
+                item,
+            ) from exc
+
     def scores(
         self, query: np.ndarray, items: Sequence[MemoryItem], embeddings: np.ndarray, observation: str | None = None
     ) -> np.ndarray:
@@ -290,8 +377,9 @@ class SelfControlledMemory:
         the ``observation`` text), plus ``alpha * s_env`` with a relation.
 
         The relation treats the turns as fragments of one conversation (``position`` = interaction index); its
-        environment is taken over ``items`` only (the workflow passes every turn but the flash turn), with the
-        core's O(N) sums (FragRel eq. 9-10).
+        environment is taken over ``items`` only (the workflow passes every turn but the flash turn, or with an
+        ``index`` the pool it returned), with the core's O(N) sums (FragRel eq. 9-10). BM25's statistics are
+        likewise those of ``items``.
         """
         e = np.asarray(embeddings, dtype=np.float64)
         q = np.asarray(query, dtype=np.float64)
@@ -332,6 +420,11 @@ class SelfControlledMemory:
             reply = yield _Chat(self.controller.activation_messages(observation, flash), 4, *self._controller_model())
             activation = self.controller.decide_activation(reply)
         recalled: list[RecalledMemory] = []
+        query: np.ndarray | None = None
+        if candidates and (activation is None or activation.value) and self.index is not None:
+            query = yield _Call(self._embed_query, (observation,))
+            hits = yield _Call(self.index.search, (session_id, observation, query, self.pool_size))
+            candidates = self._index_pool(hits, candidates, session_id)  # the pool, in time order
         if candidates and (activation is None or activation.value):
             missing = [i for i, it in enumerate(candidates) if it.embedding is None]
             vectors: list[np.ndarray | None] = [it.embedding for it in candidates]
@@ -345,7 +438,8 @@ class SelfControlledMemory:
                     f"the session's turns were embedded with different dimensions {sorted(dims)}: "
                     "clear the session or use one embedder"
                 )
-            query = yield _Call(self._embed_query, (observation,))
+            if query is None:
+                query = yield _Call(self._embed_query, (observation,))
             scores = self.scores(query, candidates, np.stack(vectors), observation)  # type: ignore[arg-type]
             top = np.argsort(-scores, kind="stable")[: self.k]
             for i in sorted(int(t) for t in top):  # time order
@@ -381,7 +475,25 @@ class SelfControlledMemory:
         item = yield _Call(
             lambda: self.stream.append(session_id, observation, response, summary=summary, embedding=vectors[0]), ()
         )
+        if self.index is not None:  # after the stream: the index needs the turn's index; a failure loses nothing
+            stored = vectors[0] if item.embedding is None else item.embedding
+            yield _Call(self._index_add, (item, item_text, stored))
         return item
+
+    def _reindex_steps(self, session_id: str) -> _Steps:
+        session_id = _check_session(session_id)
+        if self.index is None:
+            raise ValueError("reindex needs an index: build the memory with index=...")
+        items: list[MemoryItem] = yield _Call(self.stream.items, (session_id,))
+        missing = [it for it in items if it.embedding is None]
+        fresh: dict[int, np.ndarray] = {}
+        if missing:
+            vectors = yield _Call(self._embed, ([it.summary or it.text for it in missing],))
+            fresh = {it.index: v for it, v in zip(missing, vectors, strict=True)}
+        for item in items:
+            vector = item.embedding if item.embedding is not None else fresh[item.index]
+            yield _Call(self._index_add, (item, item.summary or item.text, vector, True))
+        return len(items)
 
     def _turn_steps(self, observation: str, session_id: str, model: ChatModel | None) -> _Steps:
         context = yield from self._prepare_steps(observation, session_id)
@@ -465,11 +577,30 @@ class SelfControlledMemory:
         return self.stream.items(session_id)
 
     def clear(self, session_id: str = DEFAULT_SESSION) -> int:
-        """Forget a session; returns the number of interactions deleted."""
+        """Forget a session; returns the number of interactions deleted.
+
+        With an ``index`` its entries of the session are deleted first, so a failing index leaves the stream
+        untouched."""
+        if self.index is not None:
+            self.index.delete_session(_check_session(session_id))
         return self.stream.clear(session_id)
+
+    def reindex(self, session_id: str = DEFAULT_SESSION) -> int:
+        """Add every stored turn of a session to the ``index`` (for a stream written before the index was
+        attached, or after an :class:`SCMIndexError`); returns the number of turns indexed.
+
+        Entries are keyed by interaction index, so running it again rewrites them; the stream is never changed.
+        Turns stored without an embedding are embedded with the memory's embedder (not written back).
+        """
+        return self._drive(self._reindex_steps(session_id))
+
+    async def areindex(self, session_id: str = DEFAULT_SESSION) -> int:
+        """Async :meth:`reindex` (the index, stream and embedder run in a worker thread)."""
+        return await self._adrive(self._reindex_steps(session_id))
 
     def __repr__(self) -> str:
         return (
-            f"SelfControlledMemory(stream={self.stream!r}, k={self.k}, relation={self.relation!r}, "
-            f"alpha={self.alpha}, item_tokens={self.item_tokens}, total_tokens={self.total_tokens})"
+            f"SelfControlledMemory(stream={self.stream!r}, index={self.index!r}, k={self.k}, "
+            f"relation={self.relation!r}, alpha={self.alpha}, item_tokens={self.item_tokens}, "
+            f"total_tokens={self.total_tokens})"
         )

@@ -21,13 +21,62 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from ..triplets.sqlite_backend import SQLiteBackend
 from .types import MemoryItem
 
-__all__ = ["SCMStream"]
+__all__ = ["MemoryStream", "SCMStream", "check_turn"]
+
+
+@runtime_checkable
+class MemoryStream(Protocol):
+    """What :class:`~fragrel_integrations.core.scm.SelfControlledMemory` needs from a memory stream.
+
+    Implementations: :class:`SCMStream` (SQLite, the default) and
+    :class:`fragrel_integrations.langchain.scm_store.LangGraphStoreStream` (a LangGraph ``BaseStore``). Each
+    session's items are numbered from 0 in time order; ``items`` returns them oldest first. ``isinstance`` checks
+    only that the methods exist.
+    """
+
+    def append(
+        self,
+        session_id: str,
+        observation: str,
+        response: str,
+        *,
+        summary: str = "",
+        embedding: np.ndarray | None = None,
+    ) -> MemoryItem:
+        """Write one interaction at the end of the session's stream and return it (with its index)."""
+        ...
+
+    def items(self, session_id: str) -> list[MemoryItem]:
+        """Every interaction of the session, in time order."""
+        ...
+
+    def last(self, session_id: str) -> MemoryItem | None:
+        """The latest interaction, or None for an empty session."""
+        ...
+
+    def count(self, session_id: str) -> int:
+        """Number of interactions in the session."""
+        ...
+
+    def sessions(self) -> list[str]:
+        """The session ids with at least one interaction, sorted."""
+        ...
+
+    def clear(self, session_id: str) -> int:
+        """Delete the session's interactions; returns how many were deleted."""
+        ...
+
+    def close(self) -> None:
+        """Release the stream's resources."""
+        ...
+
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS scm_items (
@@ -43,6 +92,24 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
 )
 _COLUMNS = "session_id, idx, observation, response, summary, dim, embedding, created"
+
+
+def check_turn(observation: object, response: object, summary: object, embedding: object) -> np.ndarray | None:
+    """Validate one interaction before a stream stores it; returns the embedding as a read-only float32 copy.
+
+    >>> check_turn("Hi", "Hello", "", [1, 2]).tolist()
+    [1.0, 2.0]
+    """
+    for name, value in (("observation", observation), ("response", response), ("summary", summary)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be str, got {type(value).__name__}")
+    if embedding is None:
+        return None
+    vector = np.array(embedding, dtype=np.float32).ravel()
+    if vector.size == 0 or not np.all(np.isfinite(vector)):
+        raise ValueError("embedding must be a non-empty finite vector (or None)")
+    vector.flags.writeable = False
+    return vector
 
 
 def _check_session(session_id: object) -> str:
@@ -85,14 +152,7 @@ class SCMStream:
     ) -> MemoryItem:
         """Write one interaction at the end of the session's stream and return it (with its index)."""
         _check_session(session_id)
-        for name, value in (("observation", observation), ("response", response), ("summary", summary)):
-            if not isinstance(value, str):
-                raise TypeError(f"{name} must be str, got {type(value).__name__}")
-        vector = None
-        if embedding is not None:
-            vector = np.asarray(embedding, dtype=np.float32).ravel()
-            if vector.size == 0 or not np.all(np.isfinite(vector)):
-                raise ValueError("embedding must be a non-empty finite vector (or None)")
+        vector = check_turn(observation, response, summary, embedding)
         blob = None if vector is None else vector.astype("<f4").tobytes()
         dim = 0 if vector is None else int(vector.size)
         created = time.time()

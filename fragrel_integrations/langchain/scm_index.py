@@ -1,0 +1,221 @@
+"""Any LangChain ``VectorStore`` (Chroma, PGVector, Qdrant, ...) as the index of an SCM memory stream.
+
+The stream (SQLite by default) stays the ordered record of every turn; the vector store only finds the
+candidate turns for memory activation (see :mod:`fragrel_integrations.core.scm.index`). Each turn becomes one
+document: its text is what the stream embedded (the controller's summary, else the full turn), its metadata
+``{session_key: session_id, index_key: interaction index}`` and its id ``f"scm:{session_id}:{index}"``.
+
+**Embeddings.** The vector store embeds documents and queries with *its own* embedding model; the memory's
+``embedder`` still embeds each turn for the stream and re-scores the pool the store returns, so the two models may
+differ (the store picks candidates, the memory ranks them).
+
+>>> from langchain_core.vectorstores import InMemoryVectorStore
+>>> from fragrel_integrations.core.scm import SelfControlledMemory
+>>> from fragrel_integrations.langchain.embeddings import MiniLMEmbeddings
+>>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+>>> store = InMemoryVectorStore(MiniLMEmbeddings(HashingEmbedder(dim=64)))
+>>> controller = ScriptedChatModel(lambda m: "yes" if "yes or no" in m[-1]["content"] else "")
+>>> memory = SelfControlledMemory(
+...     controller, embedder=HashingEmbedder(dim=64), k=1, index=VectorStoreStreamIndex(store)
+... )
+>>> for text in ["My cat is called Miso.", "I live in Lisbon.", "I play the cello."]:
+...     _ = memory.record(text, "Nice.", session_id="ana")
+>>> sorted(store.store)
+['scm:ana:0', 'scm:ana:1', 'scm:ana:2']
+>>> [m.item.observation for m in memory.prepare("What is my cat called?", session_id="ana").memories]
+['My cat is called Miso.']
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._optional import require
+
+require("langchain_core", "langchain")
+
+from langchain_core.documents import Document  # noqa: E402
+from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
+
+from ..core.scm.index import check_keys, default_entry_id, read_index  # noqa: E402
+from ..core.scm.types import MemoryItem  # noqa: E402
+
+__all__ = ["VectorStoreStreamIndex"]
+
+_PROBE_BLOCK = 256
+
+
+class VectorStoreStreamIndex:
+    """A LangChain ``VectorStore`` as an SCM :class:`~fragrel_integrations.core.scm.StreamIndex`.
+
+    Args:
+        vectorstore: any LangChain ``VectorStore`` with ``add_texts(..., ids=...)``,
+            ``similarity_search_with_score(query, k, filter=...)`` and ``delete(ids=...)``.
+        session_key, index_key: the metadata keys of the turn's session id and interaction index.
+        filter: ``filter(session_id)`` returns the store's ``filter=`` argument for one session (None: no filter).
+            The default is ``{session_key: session_id}`` (the dict format of Chroma, PGVector and the
+            community ``Qdrant`` class) and a ``Document -> bool`` callable for ``InMemoryVectorStore``; stores
+            with another format (e.g. ``langchain_qdrant.QdrantVectorStore``, which takes ``models.Filter``) need
+            their own. Results are always post-filtered by metadata too, so another session's turns are never
+            returned even when the store ignores the filter.
+        fetch_k: documents asked from the store per search (at least the memory's ``k``); raise it when the
+            filter is weak (e.g. ``filter=lambda s: None``) so post-filtering still leaves enough turns.
+        relevance_scores: True: ``similarity_search_with_relevance_scores`` (0..1, higher is better; use it for
+            stores that return distances); False: ``similarity_search_with_score`` as the store returns it; None
+            (default): relevance scores where the store defines them, else raw scores (``InMemoryVectorStore``
+            returns cosine similarity). The memory re-scores the pool, so scores only order the candidates.
+        make_id: ``make_id(session_id, index)`` gives a turn's document id (default ``f"scm:{session}:{index}"``;
+            stores that need UUIDs, such as Qdrant, can use ``uuid.uuid5`` of it). Ids must be stable: adding a
+            turn again replaces its document.
+
+    ``delete_session`` deletes the ids this object added, plus (for stores with ``get_by_ids``) the session's
+    ids found by probing ``make_id(session, 0), make_id(session, 1), ...`` in blocks of 256 until a block has
+    none, which also finds turns indexed by another process.
+    """
+
+    def __init__(
+        self,
+        vectorstore: VectorStore,
+        *,
+        session_key: str = "scm_session",
+        index_key: str = "scm_index",
+        filter: Callable[[str], Any] | None = None,
+        fetch_k: int | None = None,
+        relevance_scores: bool | None = None,
+        make_id: Callable[[str, int], str] | None = None,
+    ) -> None:
+        if not isinstance(vectorstore, VectorStore):
+            raise TypeError(
+                f"vectorstore must be a LangChain VectorStore, got {type(vectorstore).__name__}; for a LlamaIndex "
+                "vector store use fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex"
+            )
+        self.vectorstore = vectorstore
+        self.session_key, self.index_key = check_keys(session_key, index_key)
+        if filter is not None and not callable(filter):
+            raise TypeError(
+                "filter must be a function session_id -> the store's filter argument (or None), "
+                f"got {type(filter).__name__}; e.g. filter=lambda s: {{'{session_key}': s}}"
+            )
+        self.filter = filter
+        if fetch_k is not None and (isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1):
+            raise ValueError(f"fetch_k must be an int >= 1 or None, got {fetch_k!r}")
+        self.fetch_k = fetch_k
+        if relevance_scores is not None and not isinstance(relevance_scores, bool):
+            raise TypeError(f"relevance_scores must be True, False or None, got {relevance_scores!r}")
+        self.relevance_scores = relevance_scores
+        if make_id is not None and not callable(make_id):
+            raise TypeError(f"make_id must be a function (session_id, index) -> str, got {type(make_id).__name__}")
+        self.make_id = make_id or default_entry_id
+        self._ids: dict[str, set[str]] = {}
+        self._lock = threading.Lock()
+        self._relevance_works: bool | None = None
+
+    # ------------------------------------------------------------------------------------------- StreamIndex
+
+    def add(self, item: MemoryItem, text: str, embedding: np.ndarray | None = None) -> None:
+        """Add (or replace) one turn's document; the store embeds ``text`` itself (``embedding`` is unused)."""
+        if not isinstance(item, MemoryItem):
+            raise TypeError(f"item must be a MemoryItem, got {type(item).__name__}")
+        if not isinstance(text, str) or not text:
+            raise TypeError(f"text must be a non-empty str, got {text!r}")
+        doc_id = self._doc_id(item.session_id, item.index)
+        metadata = {self.session_key: item.session_id, self.index_key: item.index}
+        self.vectorstore.add_texts([text], metadatas=[metadata], ids=[doc_id])
+        with self._lock:
+            self._ids.setdefault(item.session_id, set()).add(doc_id)
+
+    def search(
+        self, session_id: str, query: str, embedding: np.ndarray | None = None, k: int = 4
+    ) -> list[tuple[int, float]]:
+        """At most ``k`` ``(interaction index, score)`` of ``session_id``, in the store's order (best first)."""
+        if not isinstance(session_id, str) or not session_id:
+            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        fetch = max(k, self.fetch_k or k)
+        store_filter = self.filter(session_id) if self.filter is not None else self._default_filter(session_id)
+        kwargs: dict[str, Any] = {} if store_filter is None else {"filter": store_filter}
+        hits: list[tuple[int, float]] = []
+        seen: set[int] = set()
+        for doc, score in self._search(query, fetch, kwargs):
+            index = self._owned_index(doc, session_id)
+            if index is None or index in seen:
+                continue
+            seen.add(index)
+            hits.append((index, float(score)))
+            if len(hits) == k:
+                break
+        return hits
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete the session's documents (see the class docstring for how they are found)."""
+        if not isinstance(session_id, str) or not session_id:
+            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        with self._lock:
+            ids = set(self._ids.get(session_id, ()))
+        ids |= self._probe(session_id)
+        if ids:
+            self.vectorstore.delete(ids=sorted(ids))
+        with self._lock:
+            self._ids.pop(session_id, None)
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    def _doc_id(self, session_id: str, index: int) -> str:
+        doc_id = self.make_id(session_id, index)
+        if not isinstance(doc_id, str) or not doc_id:
+            raise TypeError(f"make_id must return a non-empty str, got {doc_id!r}")
+        return doc_id
+
+    def _default_filter(self, session_id: str) -> Any:
+        if isinstance(self.vectorstore, InMemoryVectorStore):
+            key = self.session_key
+            return lambda doc: (doc.metadata or {}).get(key) == session_id
+        return {self.session_key: session_id}
+
+    def _search(self, query: str, fetch: int, kwargs: dict[str, Any]) -> Sequence[tuple[Document, float]]:
+        store = self.vectorstore
+        if self.relevance_scores is False or self._relevance_works is False:
+            return store.similarity_search_with_score(query, k=fetch, **kwargs)
+        try:
+            results = store.similarity_search_with_relevance_scores(query, k=fetch, **kwargs)
+        except NotImplementedError:
+            if self.relevance_scores:
+                raise
+            self._relevance_works = False  # the store defines no relevance function: use its raw scores
+            return store.similarity_search_with_score(query, k=fetch, **kwargs)
+        self._relevance_works = True
+        return results
+
+    def _owned_index(self, doc: Document, session_id: str) -> int | None:
+        """The interaction index of ``doc`` if it is a turn of ``session_id`` (by metadata), else None."""
+        metadata = doc.metadata or {}
+        if metadata.get(self.session_key) != session_id:
+            return None
+        return read_index(metadata.get(self.index_key))
+
+    def _probe(self, session_id: str) -> set[str]:
+        found: set[str] = set()
+        for start in itertools.count(0, _PROBE_BLOCK):
+            wanted = {self._doc_id(session_id, i) for i in range(start, start + _PROBE_BLOCK)}
+            try:
+                docs = self.vectorstore.get_by_ids(sorted(wanted))
+            except NotImplementedError:
+                return found
+            hits = {doc.id for doc in docs if doc.id in wanted}
+            if not hits:
+                return found
+            found |= hits
+
+    def __repr__(self) -> str:
+        return (
+            f"VectorStoreStreamIndex({type(self.vectorstore).__name__}, session_key={self.session_key!r}, "
+            f"index_key={self.index_key!r})"
+        )

@@ -1,0 +1,304 @@
+"""The SCM memory stream in a LangGraph store: :class:`LangGraphStoreStream` over any ``BaseStore``.
+
+Each interaction is one store item under the namespace ``namespace + (session_id,)``, keyed by its index
+zero-padded to ten digits (``"0000000000"``, ``"0000000001"``, ...) so that keys sort in time order. The value is
+a JSON-compatible dict: ``observation``, ``response``, ``summary``, ``embedding`` (a list of floats, or None),
+``created`` (a Unix timestamp) and ``index``. Items are written with ``index=False``: SCM scores the stored
+embeddings itself (cosine plus the optional FragRel relation), so a store configured with an ``index`` must not
+embed them again. Use the same store object you pass to ``create_agent(store=...)`` (an ``InMemoryStore``, a
+``PostgresStore``, ...). The sync store methods are used; with an async store (``AsyncPostgresStore``) call the
+stream from a worker thread, as the async methods of the SCM memory do.
+
+Session ids are free text: ``%``, ``.`` and NUL (not allowed in a namespace label) are percent-encoded in the
+label and decoded by :meth:`LangGraphStoreStream.sessions`.
+
+Trade-offs against the SQLite :class:`~fragrel_integrations.core.scm.SCMStream`:
+
+* a ``BaseStore`` has no transactions. The next index is the largest stored key plus one (checked against the
+  store before every append); within one process a lock serialises appends, but two *processes* appending to the
+  same session at the same moment could both take the same index and one write would replace the other. Use
+  ``SCMStream``'s SQLite file when several processes write one session concurrently.
+* :meth:`LangGraphStoreStream.items` reads the whole session from the store on every call (in pages of
+  ``page_size``; ``store.search`` returns 10 items unless told otherwise), where ``SCMStream`` reads only the
+  rows added since its last call.
+
+>>> import numpy as np
+>>> from langgraph.store.memory import InMemoryStore
+>>> store = InMemoryStore()
+>>> stream = LangGraphStoreStream(store)
+>>> item = stream.append("ana", "Hi, I am Ana.", "Hello Ana!", summary="The user is Ana.", embedding=np.ones(2))
+>>> item.index, stream.count("ana"), stream.count("bo"), stream.sessions()
+(0, 1, 0, ['ana'])
+>>> stream.last("ana").summary, stream.items("ana")[0].embedding.tolist()
+('The user is Ana.', [1.0, 1.0])
+>>> store.get(("fragrel", "scm", "ana"), "0000000000").value["response"]
+'Hello Ana!'
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import unquote
+
+import numpy as np
+
+from .._optional import require
+
+require("langgraph.store.base", "langchain")
+
+from langgraph.store.base import BaseStore, Item, PutOp  # noqa: E402
+
+from ..core.scm.stream import check_turn  # noqa: E402
+from ..core.scm.types import MemoryItem  # noqa: E402
+
+__all__ = ["DEFAULT_NAMESPACE", "LangGraphStoreStream"]
+
+#: The namespace prefix of the stream's items (the session id is appended as the last label).
+DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
+
+_KEY_DIGITS = 10
+_FIELDS = ("observation", "response", "summary")
+
+
+def _key(index: int) -> str:
+    return f"{index:0{_KEY_DIGITS}d}"
+
+
+def _index(key: str) -> int | None:
+    """The interaction index of a key, or None for a key the stream did not write."""
+    return int(key) if len(key) == _KEY_DIGITS and key.isascii() and key.isdigit() else None
+
+
+def _check_session(session_id: object) -> str:
+    if not isinstance(session_id, str) or not session_id:
+        raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+    return session_id
+
+
+def _label(session_id: str) -> str:
+    """The namespace label of a session (``%``, ``.`` and NUL percent-encoded; :func:`unquote` reverses it)."""
+    return session_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
+
+
+def _check_namespace(namespace: object) -> tuple[str, ...]:
+    if not isinstance(namespace, tuple) or not namespace:
+        raise TypeError(f"namespace must be a non-empty tuple of str, got {namespace!r}")
+    for label in namespace:
+        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
+            raise ValueError(f"namespace labels must be non-empty str without '.' or NUL, got {label!r}")
+    if namespace[0] == "langgraph":
+        raise ValueError("the namespace cannot start with 'langgraph' (reserved by LangGraph)")
+    return namespace
+
+
+def _created(item: Item | None) -> float | None:
+    value = None if item is None else item.value
+    created = value.get("created") if isinstance(value, Mapping) else None
+    return float(created) if isinstance(created, int | float) else None
+
+
+def _decode(session_id: str, index: int, item: Item) -> MemoryItem:
+    value = item.value
+    if not isinstance(value, Mapping) or any(not isinstance(value.get(f), str) for f in _FIELDS):
+        raise ValueError(
+            f"store item {item.namespace}/{item.key} is not an SCM interaction (needs str observation, response "
+            "and summary): keep other data out of the stream's namespace"
+        )
+    raw = value.get("embedding")
+    embedding = None
+    if raw is not None:
+        embedding = np.asarray(raw, dtype=np.float32).ravel()
+        embedding.flags.writeable = False
+    created = value.get("created")
+    return MemoryItem(
+        session_id,
+        index,
+        value["observation"],
+        value["response"],
+        value["summary"],
+        embedding,
+        float(created) if isinstance(created, int | float) else 0.0,
+    )
+
+
+class LangGraphStoreStream:
+    """An SCM memory stream in a LangGraph ``BaseStore`` (see the module docstring for the layout and caveats).
+
+    Implements :class:`~fragrel_integrations.core.scm.MemoryStream`; pass it as
+    ``SelfControlledMemory(..., stream=LangGraphStoreStream(store))`` or ``SCMMiddleware(..., store=store)``.
+
+    Args:
+        store: the LangGraph store (the caller owns it: :meth:`close` leaves it open).
+        namespace: prefix of the stream's namespaces; each session lives under ``namespace + (session_id,)``.
+        page_size: items per ``store.search`` / ``store.list_namespaces`` call when reading a whole session.
+    """
+
+    def __init__(
+        self, store: BaseStore, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
+    ) -> None:
+        if not isinstance(store, BaseStore):
+            raise TypeError(
+                "store must be a LangGraph BaseStore (e.g. langgraph.store.memory.InMemoryStore() or a "
+                f"PostgresStore), got {type(store).__name__}"
+            )
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
+        self.store = store
+        self.namespace = _check_namespace(namespace)
+        self.page_size = page_size
+        self._lock = threading.RLock()
+        self._tail: dict[str, tuple[int, float]] = {}  # session -> (index, created) of the newest item seen
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    def _ns(self, session_id: str) -> tuple[str, ...]:
+        return (*self.namespace, _label(_check_session(session_id)))
+
+    def _scan(self, ns: tuple[str, ...]) -> dict[int, Item]:
+        """Every item of one session namespace by index, paging through ``store.search``."""
+        found: dict[int, Item] = {}
+        offset = 0
+        while True:
+            page = self.store.search(ns, limit=self.page_size, offset=offset)
+            for item in page:
+                index = _index(item.key)
+                if tuple(item.namespace) == ns and index is not None:
+                    found[index] = item
+            if len(page) < self.page_size:
+                return found
+            offset += len(page)
+
+    def _remember(self, session_id: str, index: int, created: float | None) -> None:
+        if created is not None:
+            with self._lock:
+                self._tail[session_id] = (index, created)
+
+    def _newest(self, session_id: str, ns: tuple[str, ...]) -> tuple[int, Item] | None:
+        """The newest stored item of the session: the cached tail if the store still has it, else a full scan;
+        then any items written after it (by another stream) are followed."""
+        newest: tuple[int, Item] | None = None
+        cached = self._tail.get(session_id)
+        if cached is not None:
+            item = self.store.get(ns, _key(cached[0]))
+            if item is not None and _created(item) == cached[1]:
+                newest = (cached[0], item)
+        if newest is None:
+            found = self._scan(ns)
+            if found:
+                top = max(found)
+                newest = (top, found[top])
+        while True:
+            following = 0 if newest is None else newest[0] + 1
+            item = self.store.get(ns, _key(following))
+            if item is None:
+                break
+            newest = (following, item)
+        if newest is None:
+            self._tail.pop(session_id, None)
+        else:
+            self._remember(session_id, newest[0], _created(newest[1]))
+        return newest
+
+    # ------------------------------------------------------------------------------------------- stream
+
+    def append(
+        self,
+        session_id: str,
+        observation: str,
+        response: str,
+        *,
+        summary: str = "",
+        embedding: np.ndarray | None = None,
+    ) -> MemoryItem:
+        """Write one interaction at the end of the session's stream and return it (with its index)."""
+        ns = self._ns(session_id)
+        vector = check_turn(observation, response, summary, embedding)
+        with self._lock:
+            newest = self._newest(session_id, ns)
+            index = 0 if newest is None else newest[0] + 1
+            created = time.time()
+            value: dict[str, Any] = {
+                "observation": observation,
+                "response": response,
+                "summary": summary,
+                "embedding": None if vector is None else [float(x) for x in vector.tolist()],
+                "created": created,
+                "index": index,
+            }
+            self.store.put(ns, _key(index), value, index=False)
+            self._tail[session_id] = (index, created)
+        return MemoryItem(session_id, index, observation, response, summary, vector, created)
+
+    def items(self, session_id: str) -> list[MemoryItem]:
+        """Every interaction of the session, in time order (read from the store on every call)."""
+        ns = self._ns(session_id)
+        found = self._scan(ns)
+        result = [_decode(session_id, i, found[i]) for i in sorted(found)]
+        if result:
+            self._remember(session_id, result[-1].index, _created(found[result[-1].index]))
+        return result
+
+    def last(self, session_id: str) -> MemoryItem | None:
+        """The latest interaction (the flash memory of the next turn), or None for an empty session."""
+        ns = self._ns(session_id)
+        with self._lock:
+            newest = self._newest(session_id, ns)
+        return None if newest is None else _decode(session_id, *newest)
+
+    def count(self, session_id: str) -> int:
+        """Number of interactions in the session."""
+        return len(self._scan(self._ns(session_id)))
+
+    def sessions(self) -> list[str]:
+        """The session ids with at least one interaction, sorted."""
+        depth = len(self.namespace) + 1
+        labels: set[str] = set()
+        offset = 0
+        while True:
+            page = self.store.list_namespaces(
+                prefix=self.namespace, max_depth=depth, limit=self.page_size, offset=offset
+            )
+            labels.update(ns[-1] for ns in page if len(ns) == depth and tuple(ns[:-1]) == self.namespace)
+            if len(page) < self.page_size:
+                break
+            offset += len(page)
+        # a store may keep listing a namespace whose items were all deleted
+        names = [unquote(label) for label in labels]
+        return sorted(name for name in names if name and self._scan_one(self._ns(name)))
+
+    def _scan_one(self, ns: tuple[str, ...]) -> bool:
+        offset = 0
+        while True:
+            page = self.store.search(ns, limit=self.page_size, offset=offset)
+            if any(tuple(it.namespace) == ns and _index(it.key) is not None for it in page):
+                return True
+            if len(page) < self.page_size:
+                return False
+            offset += len(page)
+
+    def clear(self, session_id: str) -> int:
+        """Delete the session's interactions (one ``store.batch`` of deletes); returns how many were deleted."""
+        ns = self._ns(session_id)
+        with self._lock:
+            self._tail.pop(session_id, None)
+            keys = [item.key for item in self._scan(ns).values()]
+            if keys:
+                self.store.batch([PutOp(ns, key, None) for key in keys])
+            return len(keys)
+
+    def close(self) -> None:
+        """Forget the cached tails; the store itself belongs to the caller and stays open."""
+        with self._lock:
+            self._tail.clear()
+
+    def __enter__(self) -> LangGraphStoreStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LangGraphStoreStream({type(self.store).__name__}, namespace={self.namespace!r})"
