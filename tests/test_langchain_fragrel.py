@@ -310,14 +310,17 @@ def test_real_index_retriever_from_texts_matches_index(minilm):
 
 def test_public_names_are_pinned():
     assert fl.__all__ == [
+        "FragRelChatModel",
         "FragRelIndexRetriever",
         "FragRelRetriever",
         "InnerLoopRunnable",
+        "LangGraphStoreStream",
         "MiniLMEmbeddings",
         "SCMMiddleware",
         "SurpriseTreeRetriever",
         "TripletKVStore",
         "TripletMemoryStore",
+        "VectorStoreStreamIndex",
         "add_positions",
         "make_memory_tools",
     ]

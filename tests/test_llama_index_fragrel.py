@@ -154,6 +154,7 @@ def index(embed_model, store) -> VectorStoreIndex:
 def test_public_names():
     assert fli.__all__ == [
         "FragRelIndexRetriever",
+        "FragRelLLM",
         "FragRelPostprocessor",
         "FragRelRetriever",
         "InnerLoopQueryEngine",
@@ -164,6 +165,7 @@ def test_public_names():
         "SurpriseTreeRetriever",
         "TripletGraphStore",
         "TripletMemoryRetriever",
+        "VectorStoreStreamIndex",
         "tag_positions",
     ]
     assert issubclass(FragRelRetriever, BaseRetriever)

@@ -7,10 +7,12 @@
 - :class:`TripletGraphStore` is a ``PropertyGraphStore`` over the RET-LLM triplet memory;
   :class:`TripletMemoryRetriever` reads it.
 - :class:`InnerLoopQueryEngine` answers with ILM-TR's inner loop (short-term memory) over any retriever.
-- :class:`SCMMemory` is SCM's self-controlled long-term chat memory for chat engines and agents.
+- :class:`SCMMemory` is SCM's self-controlled long-term chat memory for chat engines and agents;
+  :class:`VectorStoreStreamIndex` lets it search a vector store you already run.
 - :class:`SurpriseTreeRetriever` retrieves from ILM-TR's surprise tree; :class:`SurpriseExtractor` adds summary
   and surprising facts to each node during ingestion.
-- :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model.
+- :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model;
+  :class:`FragRelLLM` is any of our chat models (the embedded SmolLM2, an OpenAI-compatible server) as an ``LLM``.
 
 >>> from fragrel_integrations.llama_index import FragRelRetriever, PositionTagger   # doctest: +SKIP
 """
@@ -22,14 +24,17 @@ require("llama_index.core", "llama-index")
 from .embeddings import MiniLMEmbedding  # noqa: E402
 from .indexing import PositionTagger, tag_positions  # noqa: E402
 from .inner_loop import InnerLoopQueryEngine  # noqa: E402
+from .llm import FragRelLLM  # noqa: E402
 from .postprocessor import FragRelPostprocessor  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
+from .scm_index import VectorStoreStreamIndex  # noqa: E402
 from .scm_memory import SCMMemory  # noqa: E402
 from .surprise_tree import SurpriseExtractor, SurpriseTreeRetriever  # noqa: E402
 from .triplet_graph_store import TripletGraphStore, TripletMemoryRetriever  # noqa: E402
 
 __all__ = [
     "FragRelIndexRetriever",
+    "FragRelLLM",
     "FragRelPostprocessor",
     "FragRelRetriever",
     "InnerLoopQueryEngine",
@@ -40,5 +45,6 @@ __all__ = [
     "SurpriseTreeRetriever",
     "TripletGraphStore",
     "TripletMemoryRetriever",
+    "VectorStoreStreamIndex",
     "tag_positions",
 ]

@@ -1,0 +1,258 @@
+"""Any of our chat models (the embedded SmolLM2, ``OpenAIChatModel``, ``CachedChatModel``, ...) as a LlamaIndex
+``LLM`` for chat engines and query engines: the reverse of :mod:`fragrel_integrations.models.llama_index_chat`.
+
+The wrapped model returns finished text, so the streaming methods yield the whole reply as one chunk. There is no
+function calling (``metadata.is_function_calling_model`` is False).
+
+>>> from llama_index.core.chat_engine import SimpleChatEngine
+>>> from fragrel_integrations.testing import ScriptedChatModel
+>>> engine = SimpleChatEngine.from_defaults(llm=FragRelLLM(model=ScriptedChatModel(["Hi! How can I help?"])))
+>>> engine.chat("Hello").response
+'Hi! How can I help?'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    LLMMetadata,
+    MessageRole,
+)
+from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
+from llama_index.core.llms import LLM, CustomLLM
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from pydantic import Field, field_validator, model_validator
+
+from ..models.chat import _is_instance_of, check_params, context_window, model_id
+
+__all__ = ["FragRelLLM", "to_role_messages"]
+
+_ROLES = {
+    MessageRole.SYSTEM: "system",
+    MessageRole.DEVELOPER: "system",
+    MessageRole.USER: "user",
+    MessageRole.ASSISTANT: "assistant",
+    MessageRole.CHATBOT: "assistant",
+    MessageRole.MODEL: "assistant",
+}
+_TOOL_ROLES = frozenset({MessageRole.TOOL, MessageRole.FUNCTION})
+_MEDIA_BLOCKS = frozenset({"image", "audio", "video", "document"})
+
+
+def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+    """LlamaIndex ``ChatMessage`` objects -> ``{"role", "content"}`` dicts for a
+    :class:`~fragrel_integrations.models.chat.ChatModel`.
+
+    System/developer -> ``system``, user -> ``user``, assistant/chatbot/model -> ``assistant`` (tool-call blocks
+    from another model's turn are written out as text), tool/function results -> ``user`` turns labelled
+    ``Tool result (name):``. Image, audio, video and document blocks raise ``ValueError`` (text only).
+
+    >>> to_role_messages([ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="Hi")])
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
+    """
+    out: list[dict[str, str]] = []
+    for message in messages:
+        texts: list[str] = []
+        calls: list[str] = []
+        for block in message.blocks:
+            kind = getattr(block, "block_type", None)
+            if kind in _MEDIA_BLOCKS:
+                raise ValueError(
+                    f"a {message.role.value} message has a {kind!r} block: the wrapped chat model reads text only"
+                )
+            if kind == "text":
+                texts.append(block.text)
+            elif kind == "tool_call":
+                args = json.dumps(block.tool_kwargs, ensure_ascii=False, sort_keys=True, default=str)
+                calls.append(f"[tool call {block.tool_name}({args})]")
+        text = "\n".join(p for p in ("".join(texts), "\n".join(calls)) if p)
+        if message.role in _TOOL_ROLES:
+            extra = message.additional_kwargs
+            label = extra.get("name") or extra.get("tool_call_id") or "tool"
+            out.append({"role": "user", "content": f"Tool result ({label}): {text}"})
+        elif message.role in _ROLES:
+            out.append({"role": _ROLES[message.role], "content": text})
+        else:  # pragma: no cover - a role added by a future LlamaIndex
+            raise ValueError(f"cannot send a {message.role!r} message to a chat model (roles: system, user, assistant)")
+    return out
+
+
+class FragRelLLM(CustomLLM):
+    """A :class:`~fragrel_integrations.models.chat.ChatModel` (``invoke(messages) -> str``) as a LlamaIndex chat LLM.
+
+    ``temperature``, ``max_tokens`` and ``stop`` are the defaults of every call (``None``: the wrapped model's
+    own); ``chat(..., temperature=..., max_tokens=..., stop=...)`` overrides them per call and other keyword
+    arguments are ignored. ``metadata.context_window`` is ``context_window`` if given, else the model's own
+    (``LlamaCppChatModel`` knows it), else LlamaIndex's default; ``num_output`` is ``max_tokens`` (or the
+    model's ``default_max_tokens``). Async methods use the model's ``ainvoke`` when it has one, else the sync
+    call runs in a worker thread. ``stream_chat`` / ``stream_complete`` (and their async forms) yield one chunk
+    holding the whole reply.
+
+    >>> from fragrel_integrations.testing import ScriptedChatModel
+    >>> llm = FragRelLLM(model=ScriptedChatModel(["Paris. A city."]), max_tokens=16, stop=["."])
+    >>> llm.complete("Capital of France?").text, llm.metadata.is_chat_model
+    ('Paris', True)
+    """
+
+    model: Any = Field(description="The wrapped chat model: an object with invoke(messages, ...) -> str.")
+    temperature: float | None = Field(default=None, description="Default sampling temperature (None: model's).")
+    max_tokens: int | None = Field(default=None, description="Default reply length limit (None: model's).")
+    stop: list[str] | None = Field(default=None, description="Default stop strings.")
+    context_window: int | None = Field(default=None, description="Override of the model's context window.")
+
+    @field_validator("model")
+    @classmethod
+    def _check_model(cls, model: Any) -> Any:
+        if isinstance(model, LLM):
+            raise TypeError(
+                f"{type(model).__name__} is already a LlamaIndex LLM: use it directly instead of wrapping it"
+            )
+        langchain_model = _is_instance_of(model, "langchain_core.language_models", "BaseLanguageModel")
+        if langchain_model or not callable(getattr(model, "invoke", None)):
+            raise TypeError(
+                f"model must be a fragrel ChatModel with invoke(messages) -> str, got {type(model).__name__}; "
+                "convert LangChain models with fragrel_integrations.models.chat.as_chat_model, or pass e.g. "
+                "LlamaCppChatModel() / OpenAIChatModel(...)"
+            )
+        return model
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_list(cls, stop: Any) -> Any:
+        return [stop] if isinstance(stop, str) else stop
+
+    @model_validator(mode="after")
+    def _check_params(self) -> FragRelLLM:
+        self.temperature, self.max_tokens, self.stop = check_params(self.temperature, self.max_tokens, self.stop)
+        if self.context_window is not None and (isinstance(self.context_window, bool) or self.context_window < 1):
+            raise ValueError(f"context_window must be a positive int or None, got {self.context_window!r}")
+        return self
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "fragrel_llm"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        """Context window, reply length and name of the wrapped model; a chat model without function calling."""
+        default_out = getattr(self.model, "default_max_tokens", None)
+        if not isinstance(default_out, int) or isinstance(default_out, bool) or default_out < 1:
+            default_out = DEFAULT_NUM_OUTPUTS
+        return LLMMetadata(
+            context_window=self.context_window or context_window(self.model, DEFAULT_CONTEXT_WINDOW),
+            num_output=self.max_tokens or default_out,
+            is_chat_model=True,
+            is_function_calling_model=False,
+            model_name=model_id(self.model),
+        )
+
+    # -- plumbing ------------------------------------------------------------------------------------------------
+    def _params(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        t, n, s = check_params(
+            kwargs.get("temperature", self.temperature),
+            kwargs.get("max_tokens", self.max_tokens),
+            kwargs.get("stop", self.stop),
+        )
+        return {"temperature": t, "max_tokens": n, "stop": s}
+
+    def _call(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> str:
+        return self._text(self.model.invoke(sent, **self._params(kwargs)))
+
+    async def _acall(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> str:
+        params = self._params(kwargs)
+        ainvoke = getattr(self.model, "ainvoke", None)
+        if callable(ainvoke):
+            return self._text(await ainvoke(sent, **params))
+        return self._text(await asyncio.to_thread(self.model.invoke, sent, **params))
+
+    def _text(self, reply: Any) -> str:
+        if not isinstance(reply, str):
+            raise TypeError(f"{type(self.model).__name__}.invoke returned {type(reply).__name__}, not str")
+        return reply
+
+    @staticmethod
+    def _prompt(prompt: str) -> list[dict[str, str]]:
+        if not isinstance(prompt, str):
+            raise TypeError(f"prompt must be str, got {type(prompt).__name__}")
+        return [{"role": "user", "content": prompt}]
+
+    @staticmethod
+    def _chat_response(text: str) -> ChatResponse:
+        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=text)
+
+    # -- chat ----------------------------------------------------------------------------------------------------
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """Send the conversation to the wrapped model; the reply is the assistant message."""
+        return self._chat_response(self._call(to_role_messages(messages), kwargs))
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        """Async :meth:`chat` (the model's ``ainvoke`` when it has one)."""
+        return self._chat_response(await self._acall(to_role_messages(messages), kwargs))
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        """:meth:`chat` as a stream of one chunk (the whole reply; the model is called when iteration starts)."""
+        sent = to_role_messages(messages)
+
+        def gen() -> ChatResponseGen:
+            yield self._chat_response(self._call(sent, kwargs))
+
+        return gen()
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        """Async :meth:`stream_chat`: one chunk with the whole reply."""
+        sent = to_role_messages(messages)
+
+        async def gen() -> ChatResponseAsyncGen:
+            yield self._chat_response(await self._acall(sent, kwargs))
+
+        return gen()
+
+    # -- completion ----------------------------------------------------------------------------------------------
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Send ``prompt`` as one user message (``formatted`` is accepted and ignored)."""
+        text = self._call(self._prompt(prompt), kwargs)
+        return CompletionResponse(text=text, delta=text)
+
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        """Async :meth:`complete`."""
+        text = await self._acall(self._prompt(prompt), kwargs)
+        return CompletionResponse(text=text, delta=text)
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        """:meth:`complete` as a stream of one chunk: the wrapped model returns finished text, not tokens."""
+        sent = self._prompt(prompt)
+
+        def gen() -> CompletionResponseGen:
+            text = self._call(sent, kwargs)
+            yield CompletionResponse(text=text, delta=text)
+
+        return gen()
+
+    @llm_completion_callback()
+    async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
+        """Async :meth:`stream_complete`: one chunk with the whole reply."""
+        sent = self._prompt(prompt)
+
+        async def gen() -> CompletionResponseAsyncGen:
+            text = await self._acall(sent, kwargs)
+            yield CompletionResponse(text=text, delta=text)
+
+        return gen()
