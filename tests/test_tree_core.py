@@ -756,3 +756,69 @@ def test_retrieve_validates_relation_and_alpha():
         tree.retrieve("cats", relation=ContextRelation(0.3))
     with pytest.raises(ValueError, match="alpha"):
         tree.retrieve("cats", relation=TreeRelation(), alpha=-1.0)
+
+
+# ---------------------------------------------------------------------------------------------------- failures
+
+
+class _FailingEmbedder(HashingEmbedder):
+    """Raises on the ``fail_on``-th ``embed_documents`` call (1-based) while ``armed``."""
+
+    def __init__(self, fail_on: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.fail_on, self.calls, self.armed = fail_on, 0, True
+
+    def embed_documents(self, texts):
+        self.calls += 1
+        if self.armed and self.calls == self.fail_on:
+            raise ConnectionError("embedding server went away")
+        return super().embed_documents(texts)
+
+
+def _state(tree: SurpriseTree):
+    nodes = [
+        (n.id, n.layer, n.children, n.summary, n.surprise, n.text, n.doc_id, n.position) for n in tree.nodes.values()
+    ]
+    vectors = {k: v.tolist() for k, v in tree.vectors.items()}
+    return nodes, vectors, tree._next_id
+
+
+@pytest.mark.parametrize("fail_on", [1, 2])  # 1: while embedding the new leaves, 2: the re-summarised parents
+def test_failed_insert_leaves_the_tree_as_it_was_and_a_retry_works(fail_on):
+    model = ScriptedChatModel(fake_reply)
+    embedder = _FailingEmbedder(fail_on=10**9, dim=256)
+    tree = SurpriseTree(
+        model,
+        embedder,
+        show_progress=False,
+        chunk_tokens=40,
+        summary_tokens=40,
+        reduction_dim=2,
+        max_cluster_tokens=200,
+        seed=0,
+    )
+    docs = topic_docs()
+    tree.build(list(docs.values()), doc_ids=list(docs))
+    before = _state(tree)
+    hits_before = [(h.node_id, h.field) for h in tree.retrieve("rocket orbit", k=5, relation=TreeRelation())]
+    embedder.calls, embedder.fail_on = 0, fail_on
+    new = ["Rocket booster capsule orbit launch. Astronaut mission space rocket booster orbit."]
+    with pytest.raises(ConnectionError):
+        tree.insert(new, doc_ids=["space-2"])
+    assert _state(tree) == before
+    assert [(h.node_id, h.field) for h in tree.retrieve("rocket orbit", k=5, relation=TreeRelation())] == hits_before
+    embedder.armed = False
+    report = tree.insert(new, doc_ids=["space-2"])
+    assert report.nodes_added >= 1 and "space-2" in {n.doc_id for n in tree.leaves()}
+    assert report.cache_hits >= 1  # the summaries made before the failure are not paid for again
+
+
+def test_failed_async_build_leaves_an_empty_tree():
+    embedder = _FailingEmbedder(fail_on=1, dim=256)
+    tree = SurpriseTree(ScriptedChatModel(fake_reply), embedder, show_progress=False, chunk_tokens=40)
+    with pytest.raises(ConnectionError):
+        asyncio.run(tree.abuild(list(topic_docs().values())))
+    assert len(tree) == 0 and not tree.vectors and tree._next_id == 0
+    embedder.armed = False
+    asyncio.run(tree.abuild(list(topic_docs().values())))
+    assert len(tree.leaves()) > 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -408,25 +408,44 @@ class SurpriseTree:
 
     def _run(self, steps: _Steps) -> BuildReport:
         self._last_report = BuildReport()
+        saved = self._snapshot()
         try:
             request = next(steps)
             while True:
                 request = steps.send(self._summarise(request) if request else [])
         except StopIteration:
             pass
+        except BaseException:
+            self._restore(saved)
+            raise
         self.report.add(self._last_report)
         return self._last_report
 
     async def _arun(self, steps: _Steps) -> BuildReport:
         self._last_report = BuildReport()
+        saved = self._snapshot()
         try:
             request = next(steps)
             while True:
                 request = steps.send(await self._asummarise(request) if request else [])
         except StopIteration:
             pass
+        except BaseException:  # also a cancelled task: the tree must not keep half an insert
+            self._restore(saved)
+            raise
         self.report.add(self._last_report)
         return self._last_report
+
+    def _snapshot(self) -> tuple[dict[int, TreeNode], dict[tuple[int, str], np.ndarray], int]:
+        """What a build or insert may change (node copies; vectors are replaced, never written in place)."""
+        nodes = {i: replace(n, metadata=dict(n.metadata)) for i, n in self.nodes.items()}
+        return nodes, dict(self.vectors), self._next_id
+
+    def _restore(self, saved: tuple[dict[int, TreeNode], dict[tuple[int, str], np.ndarray], int]) -> None:
+        """Undo a failed build or insert (an embedder or model error half-way): the tree is as it was before;
+        summaries already made stay in the cache, so a retry does not pay for them again."""
+        self.nodes, self.vectors, self._next_id = saved
+        self._matrix, self._lengths, self._new_leaf_ids = None, {}, []
 
     def build(
         self,
@@ -463,7 +482,8 @@ class SurpriseTree:
         Each new node joins the most similar parent (summary cosine) that still has room under
         ``max_cluster_tokens``; nodes that fit nowhere are clustered into new parents. The parents that gained
         a child, and their ancestors, get new summaries; the rest of the tree is untouched. A tree that has no
-        summary layer yet gets them built over all leaves.
+        summary layer yet gets them built over all leaves. All or nothing: when the embedder (or anything else)
+        fails half-way, the tree is restored to what it was, and a retry reuses the cached summaries.
         """
         return self._run(self._insert_steps(*_check_texts(texts, doc_ids, metadatas)))
 
