@@ -225,10 +225,15 @@ async def abatch(
     ``timeout`` (seconds) bounds each call (``TimeoutError``). With ``return_exceptions=True`` a failed call puts
     its exception in the result list instead of cancelling the rest.
 
+    In async code (a server, a notebook cell with top-level ``await``):
+
     >>> import asyncio
     >>> from fragrel_integrations.testing import ScriptedChatModel
-    >>> asyncio.run(abatch(ScriptedChatModel(lambda m: m[-1]["content"].upper()), ["a", "b"], max_concurrency=2))
+    >>> async def main():
+    ...     return await abatch(ScriptedChatModel(lambda m: m[-1]["content"].upper()), ["a", "b"], max_concurrency=2)
+    >>> loop = asyncio.new_event_loop(); loop.run_until_complete(main())
     ['A', 'B']
+    >>> loop.close()
     """
     model = _check_chat_model(model)
     sem = asyncio.Semaphore(_check_concurrency(max_concurrency))
