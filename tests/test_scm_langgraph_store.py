@@ -160,6 +160,136 @@ def test_index_assignment_after_clear_and_after_other_writers():
     assert stream.last("s").index == 3 and stream.append("s", "tail", "r").index == 4
 
 
+class CountingStore(InMemoryStore):
+    """InMemoryStore that records the operation types of every ``batch`` call."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.calls: list[list[str]] = []
+
+    def batch(self, ops):
+        ops = list(ops)
+        self.calls.append([type(op).__name__ for op in ops])
+        return super().batch(ops)
+
+
+def test_items_are_cached_and_only_new_keys_are_read():
+    store = CountingStore()
+    stream = LangGraphStoreStream(store, page_size=50)
+    fill(stream, "s", 120)
+    first = stream.items("s")
+    assert [i.index for i in first] == list(range(120))
+    store.calls.clear()
+    again = stream.items("s")
+    assert again is not first and all(a is b for a, b in zip(again, first, strict=True))  # decoded once
+    # one batch of gets: the first and last cached items, then the first keys after the last one
+    assert len(store.calls) == 1 and set(store.calls[0]) == {"GetOp"} and len(store.calls[0]) <= 10
+    stream.append("s", "new", "reply", embedding=np.ones(3))
+    store.calls.clear()
+    items = stream.items("s")
+    assert [i.index for i in items] == list(range(121)) and items[-1].observation == "new"
+    assert all(a is b for a, b in zip(items[:120], first, strict=True))
+    assert all(set(c) == {"GetOp"} for c in store.calls)
+    items.append("not stored")  # the caller's list is a copy
+    assert len(stream.items("s")) == 121
+
+
+def test_cache_sees_items_appended_by_another_stream_object():
+    store = InMemoryStore()
+    mine, other = LangGraphStoreStream(store, page_size=16), LangGraphStoreStream(store)
+    fill(mine, "s", 3)
+    assert [i.index for i in mine.items("s")] == [0, 1, 2]
+    other.append("s", "theirs", "r")
+    assert [i.observation for i in mine.items("s")] == ["obs 0", "obs 1", "obs 2", "theirs"]
+    fill(other, "s", 70)  # more than one block of following keys (blocks grow 8, 16, then page_size)
+    items = mine.items("s")
+    assert [i.index for i in items] == list(range(74))
+    assert [i.observation for i in items[4:]] == [f"obs {i}" for i in range(70)]
+    fresh = LangGraphStoreStream(store).items("s")  # a fresh object (a full read) agrees
+    assert [(i.index, i.observation, i.created) for i in items] == [(i.index, i.observation, i.created) for i in fresh]
+    assert mine.append("s", "mine", "r").index == 74 and other.last("s").observation == "mine"
+
+
+def test_cache_is_dropped_after_a_clear_by_another_stream_object():
+    store = InMemoryStore()
+    mine, other = LangGraphStoreStream(store), LangGraphStoreStream(store)
+    fill(mine, "s", 5)
+    assert len(mine.items("s")) == 5
+    assert other.clear("s") == 5
+    assert mine.items("s") == [] and mine.count("s") == 0
+    # cleared and refilled with fewer turns: the cached last item (index 4) is gone
+    fill(mine, "s", 5)
+    mine.items("s")
+    other.clear("s")
+    other.append("s", "after clear", "r")
+    assert [i.observation for i in mine.items("s")] == ["after clear"]
+    # cleared and refilled with more turns: the keys exist again but are other writes (created differs)
+    fill(mine, "s", 2)
+    assert len(mine.items("s")) == 3
+    other.clear("s")
+    for i in range(6):
+        other.append("s", f"new {i}", "r")
+    assert [i.observation for i in mine.items("s")] == [f"new {i}" for i in range(6)]
+
+
+def test_cache_notices_a_rewritten_first_or_last_item():
+    store = InMemoryStore()
+    stream = LangGraphStoreStream(store)
+    fill(stream, "s", 4)
+    stream.items("s")
+    # another process took the same index at the same moment and its write replaced ours
+    value = dict(store.get((*NS, "s"), "0000000003").value, observation="theirs", created=1.5)
+    store.put((*NS, "s"), "0000000003", value, index=False)
+    assert stream.items("s")[-1].observation == "theirs"
+    value = dict(store.get((*NS, "s"), "0000000000").value, observation="first", created=2.5)
+    store.put((*NS, "s"), "0000000000", value, index=False)
+    assert stream.items("s")[0].observation == "first"
+
+
+def test_a_deletion_in_the_middle_is_seen_after_close():
+    store = InMemoryStore()
+    stream = LangGraphStoreStream(store)
+    fill(stream, "s", 5)
+    stream.items("s")
+    store.delete((*NS, "s"), "0000000002")  # not something the stream does: the cache still has the turn
+    assert [i.index for i in stream.items("s")] == [0, 1, 2, 3, 4]
+    stream.close()
+    assert [i.index for i in stream.items("s")] == [0, 1, 3, 4]
+
+
+def test_no_cache_on_a_store_with_a_default_ttl():
+    class TTLStore(CountingStore):
+        supports_ttl = True  # the items do not really expire here; only the stream's choice is checked
+
+    store = TTLStore()
+    store.ttl_config = {"default_ttl": 60.0}
+    stream = LangGraphStoreStream(store)
+    fill(stream, "s", 3)
+    assert len(stream.items("s")) == 3
+    store.calls.clear()
+    store.delete((*NS, "s"), "0000000001")  # as an expiry would
+    assert [i.index for i in stream.items("s")] == [0, 2]
+    assert any("SearchOp" in c for c in store.calls)  # read in full
+
+
+def test_reads_while_another_thread_appends():
+    store = InMemoryStore()
+    writer, reader = LangGraphStoreStream(store), LangGraphStoreStream(store)
+    seen: list[list[int]] = []
+
+    def write() -> None:
+        for i in range(60):
+            writer.append("s", f"w {i}", "r")
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    while thread.is_alive():
+        seen.append([i.index for i in reader.items("s")])
+    thread.join()
+    assert all(indices == list(range(len(indices))) for indices in seen)
+    assert [i.observation for i in reader.items("s")] == [f"w {i}" for i in range(60)]
+
+
 def test_namespace_option_and_foreign_items_are_ignored():
     store = InMemoryStore()
     stream = LangGraphStoreStream(store, namespace=("app", "memories"))

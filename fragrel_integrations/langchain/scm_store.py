@@ -18,9 +18,21 @@ Trade-offs against the SQLite :class:`~fragrel_integrations.core.scm.SCMStream`:
   store before every append); within one process a lock serialises appends, but two *processes* appending to the
   same session at the same moment could both take the same index and one write would replace the other. Use
   ``SCMStream``'s SQLite file when several processes write one session concurrently.
-* :meth:`LangGraphStoreStream.items` reads the whole session from the store on every call (in pages of
-  ``page_size``; ``store.search`` returns 10 items unless told otherwise), where ``SCMStream`` reads only the
-  rows added since its last call.
+* :meth:`LangGraphStoreStream.items` keeps each session's items in memory, as ``SCMStream`` does. On every call
+  it asks the store, in one ``store.batch`` of ``get`` operations, for the first and last cached items (to check
+  that they are still the same writes: their ``created`` must match, so a clear by another stream object or
+  process is noticed) and for the keys that follow the last one (items appended since, by any writer; indices
+  are contiguous because every append takes the newest index plus one). Only those new items are decoded. When
+  the check fails, or nothing is cached, the whole session is read with ``store.search`` (in pages of
+  ``page_size``; it returns 10 items unless told otherwise). ``get`` by key works the same on every
+  ``BaseStore``; a ``search`` filter such as ``{"index": {"$gt": last}}`` does not: ``InMemoryStore`` compares
+  numbers but scans the whole namespace, and ``PostgresStore`` compares ``value->>'index'`` as text
+  (``"10" < "9"``). Unlike ``SCMStream``, which also counts the rows, a deletion in the *middle* of a session
+  that leaves its first and last items in place (the stream itself never deletes single items; a direct
+  ``store.delete`` or a TTL sweep could) is not noticed while the cache lasts; :meth:`LangGraphStoreStream.close`
+  drops the cache. A store with a default TTL (``PostgresStore(ttl={"default_ttl": ...})``) expires items on its
+  own, so no cache is kept there: every call reads the whole session, as before. :meth:`LangGraphStoreStream.count`
+  always reads the whole session.
 
 >>> import numpy as np
 >>> from langgraph.store.memory import InMemoryStore
@@ -49,7 +61,7 @@ from .._optional import require
 
 require("langgraph.store.base", "langchain")
 
-from langgraph.store.base import BaseStore, Item, PutOp  # noqa: E402
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp  # noqa: E402
 
 from ..core.scm.stream import check_turn  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
@@ -133,7 +145,8 @@ class LangGraphStoreStream:
     Args:
         store: the LangGraph store (the caller owns it: :meth:`close` leaves it open).
         namespace: prefix of the stream's namespaces; each session lives under ``namespace + (session_id,)``.
-        page_size: items per ``store.search`` / ``store.list_namespaces`` call when reading a whole session.
+        page_size: items per ``store.search`` / ``store.list_namespaces`` call when reading a whole session; also
+            the most keys asked in one ``store.batch`` when following the items appended since the last read.
     """
 
     def __init__(
@@ -151,6 +164,11 @@ class LangGraphStoreStream:
         self.page_size = page_size
         self._lock = threading.RLock()
         self._tail: dict[str, tuple[int, float]] = {}  # session -> (index, created) of the newest item seen
+        self._items: dict[str, list[MemoryItem]] = {}  # session -> its items as last read, in time order
+        # With a default TTL the store expires items (the stream passes no ttl of its own), oldest or not: then
+        # items() keeps no cache and reads the whole session, which also refreshes every item's TTL on read.
+        ttl = getattr(store, "ttl_config", None) or {}
+        self._cache_items = not (getattr(store, "supports_ttl", False) and ttl.get("default_ttl") is not None)
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -170,6 +188,38 @@ class LangGraphStoreStream:
             if len(page) < self.page_size:
                 return found
             offset += len(page)
+
+    def _get_many(self, ns: tuple[str, ...], indices: list[int]) -> list[Item | None]:
+        """The items under ``indices`` of one session, in one ``store.batch`` (``None`` where missing)."""
+        config = getattr(self.store, "ttl_config", None) or {}
+        refresh = bool(config.get("refresh_on_read", True))  # as BaseStore.get does by default
+        results = self.store.batch([GetOp(ns, _key(i), refresh) for i in indices])
+        return [item if isinstance(item, Item) else None for item in results]
+
+    def _read_all(self, session_id: str, ns: tuple[str, ...]) -> list[MemoryItem]:
+        found = self._scan(ns)
+        return [_decode(session_id, i, found[i]) for i in sorted(found)]
+
+    def _read_new(self, session_id: str, ns: tuple[str, ...], cached: list[MemoryItem]) -> list[MemoryItem] | None:
+        """The cached items plus those appended since (read by key), or None when the cache is stale: its first
+        or last item is gone or was rewritten (``created`` differs), e.g. after a clear by another writer."""
+        first, last = cached[0], cached[-1]
+        checks = [first.index] if first is last else [first.index, last.index]
+        block = min(8, self.page_size)
+        found = self._get_many(ns, [*checks, *range(last.index + 1, last.index + 1 + block)])
+        for item, result in zip((first, last), found[: len(checks)], strict=False):
+            if result is None or _created(result) != item.created:
+                return None
+        fresh: list[MemoryItem] = []
+        following, after = found[len(checks) :], last.index + 1
+        while True:
+            for result in following:
+                if result is None:
+                    return cached + fresh
+                fresh.append(_decode(session_id, after, result))
+                after += 1
+            block = min(2 * block, self.page_size)
+            following = self._get_many(ns, list(range(after, after + block)))
 
     def _remember(self, session_id: str, index: int, created: float | None) -> None:
         if created is not None:
@@ -233,13 +283,20 @@ class LangGraphStoreStream:
         return MemoryItem(session_id, index, observation, response, summary, vector, created)
 
     def items(self, session_id: str) -> list[MemoryItem]:
-        """Every interaction of the session, in time order (read from the store on every call)."""
+        """Every interaction of the session, in time order (a new list; items appended since the last call are
+        read by key, the rest comes from memory unless the session was cleared or rewritten meanwhile)."""
         ns = self._ns(session_id)
-        found = self._scan(ns)
-        result = [_decode(session_id, i, found[i]) for i in sorted(found)]
-        if result:
-            self._remember(session_id, result[-1].index, _created(found[result[-1].index]))
-        return result
+        with self._lock:
+            cached = self._items.get(session_id)
+            result = self._read_new(session_id, ns, cached) if cached else None
+            if result is None:
+                result = self._read_all(session_id, ns)
+            if result and self._cache_items:
+                self._items[session_id] = result
+                self._remember(session_id, result[-1].index, result[-1].created)
+            else:
+                self._items.pop(session_id, None)
+            return list(result)
 
     def last(self, session_id: str) -> MemoryItem | None:
         """The latest interaction (the flash memory of the next turn), or None for an empty session."""
@@ -284,15 +341,17 @@ class LangGraphStoreStream:
         ns = self._ns(session_id)
         with self._lock:
             self._tail.pop(session_id, None)
+            self._items.pop(session_id, None)
             keys = [item.key for item in self._scan(ns).values()]
             if keys:
                 self.store.batch([PutOp(ns, key, None) for key in keys])
             return len(keys)
 
     def close(self) -> None:
-        """Forget the cached tails; the store itself belongs to the caller and stays open."""
+        """Forget the cached items and tails; the store itself belongs to the caller and stays open."""
         with self._lock:
             self._tail.clear()
+            self._items.clear()
 
     def __enter__(self) -> LangGraphStoreStream:
         return self
