@@ -5,6 +5,7 @@ processes, session isolation, sync/async parity."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import sys
@@ -547,3 +548,92 @@ def test_stream_cache_sees_appends_and_clears_from_another_connection(tmp_path):
     assert reader.items("ana") == []
     reader.close()
     writer.close()
+
+
+# ------------------------------------------------------------------------------------------ turn matrix
+
+
+def _recalled(memory: SelfControlledMemory, question: str, session_id: str = "ana") -> list[tuple[int, float]]:
+    context = memory.prepare(question, session_id=session_id)
+    return [(m.item.index, round(m.score, 6)) for m in context.memories]
+
+
+def _expected(memory: SelfControlledMemory, question: str, session_id: str = "ana") -> list[tuple[int, float]]:
+    """Top-k by the public scores() over freshly stacked vectors: what the cached matrix must reproduce."""
+    items = memory.stream.items(session_id)[:-1]
+    query = memory._embed_query(question)
+    s = memory.scores(query, items, np.stack([it.embedding for it in items]), question)
+    top = sorted(int(i) for i in np.argsort(-s, kind="stable")[: memory.k])
+    return [(items[i].index, round(float(s[i]), 6)) for i in top]
+
+
+def test_the_session_matrix_grows_with_the_stream_and_gives_the_same_scores():
+    memory = build(k=3, activation=False)
+    assert _recalled(memory, "What is my cat called?") == _expected(memory, "What is my cat called?")
+    n = memory._matrices["ana"].n
+    memory.record("My sister lives in Porto.", "Nice.", session_id="ana")
+    memory.record("I bought a red bicycle.", "Fun!", session_id="ana")
+    assert _recalled(memory, "Where does my sister live?") == _expected(memory, "Where does my sister live?")
+    assert memory._matrices["ana"].n == n + 2  # only the two new turns were stacked
+
+
+def test_the_session_matrix_is_rebuilt_after_a_clear_and_refill():
+    memory = build(k=2, activation=False)
+    _recalled(memory, "cat")
+    old = memory._matrices["ana"]
+    memory.stream.clear("ana")  # behind the memory's back: new items, new objects
+    for observation, response in [("I play the cello.", "Lovely."), ("My dog is Rex.", "Cute."), ("Hi", "Hello")]:
+        memory.record(observation, response, session_id="ana")
+    assert _recalled(memory, "What instrument do I play?") == _expected(memory, "What instrument do I play?")
+    assert memory._matrices["ana"] is not old and memory._matrices["ana"].n == 2
+
+
+class _FreshObjectsStream:
+    """A MemoryStream that returns new MemoryItem objects on every read (no cache of its own)."""
+
+    def __init__(self) -> None:
+        self.inner = SCMStream(":memory:")
+
+    def items(self, session_id):
+        return [dataclasses.replace(it) for it in self.inner.items(session_id)]
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_stream_without_its_own_cache_still_gets_exact_scores():
+    stream = _FreshObjectsStream()
+    memory = SelfControlledMemory(FakeController(), stream=stream, embedder=HashingEmbedder(dim=256), k=2)
+    for observation, response in TURNS:
+        memory.record(observation, response, session_id="ana")
+    for question in ("What is my cat called?", "Where do I live?"):
+        assert _recalled(memory, question) == _expected(memory, question)
+
+
+def test_concurrent_growth_of_the_matrix_falls_back_to_a_private_copy():
+    memory = build(k=2, activation=False)
+    _recalled(memory, "cat")
+    for text in ("Turn without a vector one.", "Turn without a vector two."):
+        memory.stream.append("ana", text, "ok")  # no embedding: the matrix step must embed them (and yield)
+    candidates = memory.stream.items("ana")[:-1]
+    first = memory._turn_matrix("ana", candidates, True)
+    call = next(first)  # paused while "embedding" the new turns
+    other = memory._turn_matrix("ana", candidates, True)
+    other_call = next(other)
+    with pytest.raises(StopIteration) as done_other:
+        other.send(other_call.fn(*other_call.args))  # the other caller grows the shared matrix first
+    with pytest.raises(StopIteration) as done_first:
+        first.send(call.fn(*call.args))
+    (m1, n1), (m2, n2) = done_first.value.value, done_other.value.value
+    assert m1.shape == m2.shape == (len(candidates), 256)
+    assert np.array_equal(m1, m2) and np.array_equal(n1, n2)
+    assert memory._matrices["ana"].n == len(candidates)  # grown once, not twice
+
+
+def test_turn_matrix_rejects_a_new_dimension():
+    from fragrel_integrations.core.scm.vectors import TurnMatrix
+
+    items = [MemoryItem("s", i, "q", "a") for i in range(2)]
+    matrix = TurnMatrix.from_vectors(items[:1], [np.ones(4, np.float32)])
+    with pytest.raises(ValueError, match="dimension"):
+        matrix.append(items[1:], [np.ones(3, np.float32)])

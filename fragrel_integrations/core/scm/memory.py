@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import threading
 import warnings
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from .controller import SCMController
 from .index import SCMIndexError, StreamIndex
 from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
+from .vectors import TurnMatrix
 
 __all__ = [
     "DEFAULT_SESSION",
@@ -290,6 +292,8 @@ class SelfControlledMemory:
                 raise ValueError("pool only applies with an index: pass index=... or leave pool=None")
             _check_int("pool", pool, self.k + 1, f" (k + 1 = {self.k + 1}: the flash turn is dropped from the pool)")
         self.pool = pool
+        self._matrices: dict[str, TurnMatrix] = {}  # session -> its turns' embeddings, grown per turn
+        self._matrices_lock = threading.Lock()
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -371,7 +375,13 @@ class SelfControlledMemory:
             ) from exc
 
     def scores(
-        self, query: np.ndarray, items: Sequence[MemoryItem], embeddings: np.ndarray, observation: str | None = None
+        self,
+        query: np.ndarray,
+        items: Sequence[MemoryItem],
+        embeddings: np.ndarray,
+        observation: str | None = None,
+        *,
+        norms: np.ndarray | None = None,
     ) -> np.ndarray:
         """Retrieval scores of ``items``: the ``scorer``'s score (cosine with ``query``; BM25 and hybrid also need
         the ``observation`` text), plus ``alpha * s_env`` with a relation.
@@ -379,17 +389,24 @@ class SelfControlledMemory:
         The relation treats the turns as fragments of one conversation (``position`` = interaction index); its
         environment is taken over ``items`` only (the workflow passes every turn but the flash turn, or with an
         ``index`` the pool it returned), with the core's O(N) sums (FragRel eq. 9-10). BM25's statistics are
-        likewise those of ``items``.
+        likewise those of ``items``. Cosine is computed in the embeddings' precision (float32 turns stay float32);
+        ``norms`` are the rows' norms when the caller has them.
         """
-        e = np.asarray(embeddings, dtype=np.float64)
+        e = np.asarray(embeddings)
+        if e.dtype not in (np.float32, np.float64):
+            e = e.astype(np.float64)
         q = np.asarray(query, dtype=np.float64)
+        if e.ndim != 2:
+            raise ValueError(f"embeddings must be a 2-D array (one row per turn), got shape {e.shape}")
         if e.shape[1] != q.shape[0]:
             raise ValueError(
                 f"stored turn embeddings have dimension {e.shape[1]} but the embedder returns {q.shape[0]}: "
                 "use the embedder the stream was written with, or start a new stream"
             )
-        norms = np.linalg.norm(e, axis=1) * max(float(np.linalg.norm(q)), 1e-12)
-        s = (e @ q) / np.maximum(norms, 1e-12)
+        if norms is None:
+            norms = np.sqrt(np.einsum("ij,ij->i", e, e, dtype=np.float64))
+        scale = np.maximum(np.asarray(norms, dtype=np.float64) * max(float(np.linalg.norm(q)), 1e-12), 1e-12)
+        s = (e @ q.astype(e.dtype)).astype(np.float64) / scale
         if self.scorer != "dense":
             if not isinstance(observation, str):
                 raise ValueError(f"scorer={self.scorer!r} needs the observation text: scores(..., observation=...)")
@@ -426,21 +443,11 @@ class SelfControlledMemory:
             hits = yield _Call(self.index.search, (session_id, observation, query, self.pool_size))
             candidates = self._index_pool(hits, candidates, session_id)  # the pool, in time order
         if candidates and (activation is None or activation.value):
-            missing = [i for i, it in enumerate(candidates) if it.embedding is None]
-            vectors: list[np.ndarray | None] = [it.embedding for it in candidates]
-            if missing:
-                fresh = yield _Call(self._embed, ([candidates[i].summary or candidates[i].text for i in missing],))
-                for i, v in zip(missing, fresh, strict=True):
-                    vectors[i] = v
-            dims = {v.shape[0] for v in vectors if v is not None}
-            if len(dims) != 1:
-                raise ValueError(
-                    f"the session's turns were embedded with different dimensions {sorted(dims)}: "
-                    "clear the session or use one embedder"
-                )
+            cached = self.index is None  # the whole session: reuse its matrix; an index pool changes every turn
+            matrix, norms = yield from self._turn_matrix(session_id, candidates, cached)
             if query is None:
                 query = yield _Call(self._embed_query, (observation,))
-            scores = self.scores(query, candidates, np.stack(vectors), observation)  # type: ignore[arg-type]
+            scores = self.scores(query, candidates, matrix, observation, norms=norms)
             top = np.argsort(-scores, kind="stable")[: self.k]
             for i in sorted(int(t) for t in top):  # time order
                 item = candidates[i]
@@ -455,6 +462,46 @@ class SelfControlledMemory:
                         recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
         block = render_memory_block(flash, recalled)
         return SCMContext(session_id, observation, activation, flash, tuple(recalled), block)
+
+    def _turn_matrix(
+        self, session_id: str, candidates: list[MemoryItem], cached: bool
+    ) -> Generator[_Call, Any, tuple[np.ndarray, np.ndarray]]:
+        """The candidates' embeddings (turns stored without one are embedded now) and their norms. With
+        ``cached`` the session's matrix is kept and only the turns added since the last call are stacked."""
+        entry = None
+        if cached:
+            with self._matrices_lock:
+                entry = self._matrices.get(session_id)
+            if entry is not None and not entry.extends(candidates):
+                entry = None
+        start = entry.n if entry is not None else 0
+        new = candidates[start:]
+        vectors: list[np.ndarray | None] = [it.embedding for it in new]
+        missing = [i for i, v in enumerate(vectors) if v is None]
+        if missing:
+            fresh = yield _Call(self._embed, ([new[i].summary or new[i].text for i in missing],))
+            for i, v in zip(missing, fresh, strict=True):
+                vectors[i] = v
+        dims = {v.shape[0] for v in vectors if v is not None} | ({entry.dim} if entry is not None else set())
+        if len(dims) != 1:
+            raise ValueError(
+                f"the session's turns were embedded with different dimensions {sorted(dims)}: "
+                "clear the session or use one embedder"
+            )
+        if entry is None:
+            entry = TurnMatrix.from_vectors(new, vectors)  # type: ignore[arg-type]
+            if cached:
+                with self._matrices_lock:
+                    self._matrices[session_id] = entry
+            return entry.view(len(candidates))
+        with self._matrices_lock:
+            if entry.n == start:
+                entry.append(new, vectors)  # type: ignore[arg-type]
+                return entry.view(len(candidates))
+        # another thread grew the matrix meanwhile: its first rows are still ours, the rest is built here
+        rows, norms = entry.view(start)
+        more, more_norms = TurnMatrix.from_vectors(new, vectors).view(len(new))  # type: ignore[arg-type]
+        return (np.vstack([rows, more]), np.concatenate([norms, more_norms])) if len(new) else (rows, norms)
 
     def _record_steps(self, observation: str, response: str, session_id: str) -> _Steps:
         observation = _check_observation(observation)
@@ -583,6 +630,8 @@ class SelfControlledMemory:
         untouched."""
         if self.index is not None:
             self.index.delete_session(_check_session(session_id))
+        with self._matrices_lock:
+            self._matrices.pop(session_id, None)
         return self.stream.clear(session_id)
 
     def reindex(self, session_id: str = DEFAULT_SESSION) -> int:

@@ -2,8 +2,10 @@
 
 Embeddings are stored as raw little-endian float32 bytes with their dimension (no pickle). Appends run in a
 ``BEGIN IMMEDIATE`` transaction that also assigns the next interaction index, so two processes appending to the
-same session never reuse an index. Rows never change once written, so :meth:`SCMStream.items` keeps each
-session's items in memory and reads only the rows added since (by any process). The connection and transactions
+same session never reuse an index. Rows never change once written and only :meth:`SCMStream.clear` deletes, so
+:meth:`SCMStream.items` keeps each session's items in memory, re-checks the first and last cached rows (a clear
+followed by new turns gives rows with other ``created`` times) and reads only the rows added since (by any
+process). The connection and transactions
 come from the triplet store's :class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend` (WAL
 journal, ``synchronous=FULL``).
 
@@ -171,16 +173,14 @@ class SCMStream:
         _check_session(session_id)
         with self._cache_lock, self._db.read() as cur:
             cached = self._cache.get(session_id, [])
-            if cached:
-                last = cached[-1]
-                count = cur.execute(
-                    "SELECT COUNT(*) FROM scm_items WHERE session_id = ? AND idx <= ?", (session_id, last.index)
-                ).fetchone()[0]
-                row = cur.execute(
-                    "SELECT created FROM scm_items WHERE session_id = ? AND idx = ?", (session_id, last.index)
-                ).fetchone()
-                if count != len(cached) or row is None or float(row[0]) != last.created:  # cleared meanwhile
-                    cached = []
+            if cached:  # still the same writes? (a clear, then new turns, gives new first/last rows)
+                for known in {cached[0].index: cached[0], cached[-1].index: cached[-1]}.values():
+                    row = cur.execute(
+                        "SELECT created FROM scm_items WHERE session_id = ? AND idx = ?", (session_id, known.index)
+                    ).fetchone()
+                    if row is None or float(row[0]) != known.created:
+                        cached = []
+                        break
             after = cached[-1].index if cached else -1
             rows = cur.execute(
                 f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? AND idx > ? ORDER BY idx", (session_id, after)
