@@ -567,8 +567,13 @@ def _expected(memory: SelfControlledMemory, question: str, session_id: str = "an
     return [(items[i].index, round(float(s[i]), 6)) for i in top]
 
 
-def test_the_session_matrix_grows_with_the_stream_and_gives_the_same_scores():
-    memory = build(k=3, activation=False)
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"relation": ContextRelation(0.8), "alpha": 0.5}, {"scorer": "hybrid", "relation": ContextRelation(0.3)}],
+    ids=["dense", "fragrel", "hybrid-fragrel"],
+)
+def test_the_session_matrix_grows_with_the_stream_and_gives_the_same_scores(options):
+    memory = build(k=3, activation=False, **options)
     assert _recalled(memory, "What is my cat called?") == _expected(memory, "What is my cat called?")
     n = memory._matrices["ana"].n
     memory.record("My sister lives in Porto.", "Nice.", session_id="ana")
@@ -624,10 +629,13 @@ def test_concurrent_growth_of_the_matrix_falls_back_to_a_private_copy():
         other.send(other_call.fn(*other_call.args))  # the other caller grows the shared matrix first
     with pytest.raises(StopIteration) as done_first:
         first.send(call.fn(*call.args))
-    (m1, n1), (m2, n2) = done_first.value.value, done_other.value.value
+    (m1, n1), (m2, n2) = (done.value.value.view(len(candidates)) for done in (done_first, done_other))
     assert m1.shape == m2.shape == (len(candidates), 256)
     assert np.array_equal(m1, m2) and np.array_equal(n1, n2)
     assert memory._matrices["ana"].n == len(candidates)  # grown once, not twice
+    assert done_first.value.value is not memory._matrices["ana"]  # the late caller got a private copy
+    layout = done_first.value.value.layout(len(candidates))
+    assert layout.positions.tolist() == [it.index for it in candidates]
 
 
 def test_turn_matrix_rejects_a_new_dimension():

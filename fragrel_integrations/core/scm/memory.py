@@ -39,7 +39,7 @@ import operator
 import threading
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +51,11 @@ from ...models.tokens import count_tokens
 from ..relations import FragmentLayout, Relation
 from ..scorers import BM25Scorer, HybridScorer
 from ..scoring import check_alpha, environment_from_sums
-from ..types import Fragment
 from .controller import SCMController
 from .index import SCMIndexError, StreamIndex
 from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
-from .vectors import TurnMatrix
+from .vectors import TurnMatrix, turn_fragment
 
 __all__ = [
     "DEFAULT_SESSION",
@@ -382,6 +381,7 @@ class SelfControlledMemory:
         observation: str | None = None,
         *,
         norms: np.ndarray | None = None,
+        layout: FragmentLayout | None = None,
     ) -> np.ndarray:
         """Retrieval scores of ``items``: the ``scorer``'s score (cosine with ``query``; BM25 and hybrid also need
         the ``observation`` text), plus ``alpha * s_env`` with a relation.
@@ -390,7 +390,7 @@ class SelfControlledMemory:
         environment is taken over ``items`` only (the workflow passes every turn but the flash turn, or with an
         ``index`` the pool it returned), with the core's O(N) sums (FragRel eq. 9-10). BM25's statistics are
         likewise those of ``items``. Cosine is computed in the embeddings' precision (float32 turns stay float32);
-        ``norms`` are the rows' norms when the caller has them.
+        ``norms`` (the rows' norms) and ``layout`` (the turns' FragRel layout) may come precomputed.
         """
         e = np.asarray(embeddings)
         if e.dtype not in (np.float32, np.float64):
@@ -419,8 +419,10 @@ class SelfControlledMemory:
             )
         if self.relation is None or self.alpha == 0.0:
             return s
-        fragments = [Fragment(it.summary or it.text, it.session_id, it.index) for it in items]
-        layout = FragmentLayout.from_fragments(fragments, e if self.relation.needs_embeddings else None)
+        if layout is None:
+            layout = FragmentLayout.from_fragments([turn_fragment(it) for it in items])
+        if self.relation.needs_embeddings:
+            layout = replace(layout, embeddings=e)
         num, den = self.relation.prepare(layout).sums(s)
         return s + self.alpha * environment_from_sums(num, den)
 
@@ -444,10 +446,12 @@ class SelfControlledMemory:
             candidates = self._index_pool(hits, candidates, session_id)  # the pool, in time order
         if candidates and (activation is None or activation.value):
             cached = self.index is None  # the whole session: reuse its matrix; an index pool changes every turn
-            matrix, norms = yield from self._turn_matrix(session_id, candidates, cached)
+            rows = yield from self._turn_matrix(session_id, candidates, cached)
             if query is None:
                 query = yield _Call(self._embed_query, (observation,))
-            scores = self.scores(query, candidates, matrix, observation, norms=norms)
+            matrix, norms = rows.view(len(candidates))
+            layout = rows.layout(len(candidates)) if self.relation is not None else None
+            scores = self.scores(query, candidates, matrix, observation, norms=norms, layout=layout)
             top = np.argsort(-scores, kind="stable")[: self.k]
             for i in sorted(int(t) for t in top):  # time order
                 item = candidates[i]
@@ -465,9 +469,9 @@ class SelfControlledMemory:
 
     def _turn_matrix(
         self, session_id: str, candidates: list[MemoryItem], cached: bool
-    ) -> Generator[_Call, Any, tuple[np.ndarray, np.ndarray]]:
-        """The candidates' embeddings (turns stored without one are embedded now) and their norms. With
-        ``cached`` the session's matrix is kept and only the turns added since the last call are stacked."""
+    ) -> Generator[_Call, Any, TurnMatrix]:
+        """The candidates' rows (turns stored without an embedding are embedded now); read its first
+        ``len(candidates)`` rows. With ``cached`` the session's rows are kept and only turns added since are added."""
         entry = None
         if cached:
             with self._matrices_lock:
@@ -493,15 +497,13 @@ class SelfControlledMemory:
             if cached:
                 with self._matrices_lock:
                     self._matrices[session_id] = entry
-            return entry.view(len(candidates))
+            return entry
         with self._matrices_lock:
             if entry.n == start:
-                entry.append(new, vectors)  # type: ignore[arg-type]
-                return entry.view(len(candidates))
-        # another thread grew the matrix meanwhile: its first rows are still ours, the rest is built here
-        rows, norms = entry.view(start)
-        more, more_norms = TurnMatrix.from_vectors(new, vectors).view(len(new))  # type: ignore[arg-type]
-        return (np.vstack([rows, more]), np.concatenate([norms, more_norms])) if len(new) else (rows, norms)
+                return entry.append(new, vectors)  # type: ignore[arg-type]
+        # another thread grew the rows meanwhile: build a private copy for this call
+        rows, _ = entry.view(start)
+        return TurnMatrix.from_vectors(candidates, [*rows, *vectors])  # type: ignore[list-item]
 
     def _record_steps(self, observation: str, response: str, session_id: str) -> _Steps:
         observation = _check_observation(observation)

@@ -1,4 +1,5 @@
-"""A session's turn embeddings as one growing float32 matrix, so a turn stacks only the vectors added since.
+"""A session's turns as scoring needs them, grown per turn: embeddings (one float32 matrix), their norms, and the
+turns as FragRel fragments with their layout, so a turn converts only the turns added since.
 
 Streams are append-only and return the same :class:`~fragrel_integrations.core.scm.types.MemoryItem` objects
 from their caches, so a cached matrix stays valid while its first and last rows belong to the very items the
@@ -13,6 +14,8 @@ Rows never change once written, so views handed out earlier stay valid when the 
 (True, 3)
 >>> rows.view(3)[0].tolist(), rows.view(3)[1].round(3).tolist()
 ([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]], [1.414, 2.828, 4.243])
+>>> rows.layout(2).positions.tolist(), rows.layout(2).fragments[1].position
+([0, 1], 1)
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..relations import FragmentLayout
+from ..types import Fragment
 from .types import MemoryItem
 
 __all__ = ["TurnMatrix"]
@@ -32,19 +37,27 @@ def _rows(vectors: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return matrix, norms
 
 
-class TurnMatrix:
-    """The embeddings (float32 rows) and their norms of a session's first ``n`` turns, in time order."""
+def turn_fragment(item: MemoryItem) -> Fragment:
+    """A turn as a FragRel fragment: its summary (else its text), one document per session, position = index."""
+    return Fragment(item.summary or item.text, item.session_id, item.index)
 
-    def __init__(self, matrix: np.ndarray, norms: np.ndarray, first: MemoryItem | None, last: MemoryItem | None):
+
+class TurnMatrix:
+    """The embeddings (float32 rows), their norms and the fragments of a session's first ``n`` turns, in time
+    order."""
+
+    def __init__(self, matrix: np.ndarray, norms: np.ndarray, items: Sequence[MemoryItem]):
         self._matrix, self._norms = matrix, norms
         self.n = int(matrix.shape[0])
-        self.first, self.last = first, last
+        self.first, self.last = (items[0], items[-1]) if items else (None, None)
+        self.fragments = [turn_fragment(it) for it in items]
+        self._positions = np.fromiter((it.index for it in items), np.int64, len(items))
 
     @classmethod
     def from_vectors(cls, items: Sequence[MemoryItem], vectors: Sequence[np.ndarray]) -> TurnMatrix:
         """Rows for ``items`` (``vectors[i]`` is the embedding of ``items[i]``)."""
         matrix, norms = _rows(vectors)
-        return cls(matrix, norms, items[0] if items else None, items[-1] if items else None)
+        return cls(matrix, norms, items)
 
     @property
     def dim(self) -> int:
@@ -70,6 +83,8 @@ class TurnMatrix:
             grown[: self.n], grown_norms[: self.n] = self._matrix[: self.n], self._norms[: self.n]
             self._matrix, self._norms = grown, grown_norms
         self._matrix[self.n : need], self._norms[self.n : need] = matrix, norms
+        self.fragments.extend(turn_fragment(it) for it in items)
+        self._positions = np.concatenate([self._positions, np.fromiter((it.index for it in items), np.int64)])
         self.n, self.last = need, items[-1]
         if self.first is None:
             self.first = items[0]
@@ -78,3 +93,7 @@ class TurnMatrix:
     def view(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The first ``n`` rows and their norms (views: rows never change)."""
         return self._matrix[:n], self._norms[:n]
+
+    def layout(self, n: int, embeddings: np.ndarray | None = None) -> FragmentLayout:
+        """The FragRel layout of the first ``n`` turns (one document: the session)."""
+        return FragmentLayout(np.zeros(n, np.int64), self._positions[:n], self.fragments[:n], embeddings)
