@@ -42,6 +42,7 @@ is then not the model's). Writes ``benchmarks/results/tree.md`` and ``tree.json`
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from dataclasses import asdict
@@ -217,6 +218,13 @@ def needle_leaf_notes(tree: SurpriseTree) -> list[dict]:
             }
         )
     return notes
+
+
+def reducer_in_effect(config: TreeConfig) -> str:
+    """The dimension reduction the clustering used: ``auto`` means UMAP when umap-learn is installed, else PCA."""
+    if config.reducer != "auto":
+        return config.reducer
+    return "umap (auto)" if importlib.util.find_spec("umap") is not None else "pca (auto, umap-learn not installed)"
 
 
 def make_model(args: argparse.Namespace) -> tuple[object, str]:
@@ -491,7 +499,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["python benchmarks/bench_tree.py", *(argv if argv is not None else sys.argv[1:])]),
         "machine": machine_info(loadavg_start),
         "model": model_name,
-        "config": {k: getattr(config, k) for k in ("chunk_tokens", "summary_tokens", "surprise_tokens", "seed")},
+        "config": {
+            **{k: getattr(config, k) for k in ("chunk_tokens", "summary_tokens", "surprise_tokens", "seed")},
+            "reducer": reducer_in_effect(config),
+        },
         "seed": args.seed,
         "trials": args.trials,
         "lengths": lengths,
