@@ -20,7 +20,12 @@ question is asked with ``prepare(question)``:
   min-max dense). Plain top-k over all stored turns is given for the same three scores;
 * SCM + FragRel: ``relation=ContextRelation(w_rel)`` and ``alpha`` of the memory: (0.8, 0.5), the paper's chat
   setting, and (0.3, 1.0), the dialogue default tuned in ``bench_quality.py``; plain dense + FragRel (0.3, 1.0)
-  over all turns is the matching plain row.
+  over all turns is the matching plain row;
+* SCM through an external index: *SCM (k + flash), index = LangChain InMemoryVectorStore* is SCM dense with
+  ``index=`` a LangChain ``VectorStoreStreamIndex(InMemoryVectorStore(MiniLMEmbeddings(<the cached embedder>)))``
+  (one vector store for all conversations of a part, filtered by session). The memory asks the store for k + 1
+  candidates and re-scores them with the same vectors, so it should show the same turns as *SCM (k + flash)* up to
+  ties; the number of questions where the shown turns differ is reported.
 
 Recall@k = share of a question's gold turns (LoCoMo evidence turns; MTBench+ turns of the topics the probe refers
 to) among the turns shown. Differences are to plain dense top-k at the same k, with paired-bootstrap 95% CIs.
@@ -30,7 +35,15 @@ adds the held-out parts (LoCoMo 5-9, MTBench+ second half), reported separately.
 *Latency.* A stream pre-filled with N turns (1e3, 1e4; HashingEmbedder vectors of dimension 384, so no model
 time is included), then per turn ``prepare(question)`` + ``record(question, reply)`` with k = 5, for a SQLite
 stream in memory and in a file (``synchronous=FULL``), with and without FragRel; next to plain top-k on an
-in-memory numpy matrix (embed the query, cosine, top-k, append the new turn's vector) in the same run.
+in-memory numpy matrix (embed the query, cosine, top-k, append the new turn's vector) in the same run. The same
+protocol, in the same run, for the other backends: the LangGraph store stream
+(``LangGraphStoreStream(InMemoryStore())``, with and without FragRel), and the SQLite stream in memory with an
+external index: a LangChain ``VectorStoreStreamIndex(InMemoryVectorStore(...))`` whose ``Embeddings`` return the
+same HashingEmbedder vectors, and a LlamaIndex ``VectorStoreStreamIndex(SimpleVectorStore())``. Streams are
+pre-filled with one ``append`` per turn; the vector stores with the documents (LangChain) or nodes (LlamaIndex) that
+the adapter's ``add`` builds for each turn, written 1000 at a time (the adapters have no batch method). A path
+stops early once it has spent ``--path-budget`` seconds (60; at least 5 turns), so slow backends at N = 1e4 are
+measured on fewer turns (the report gives the count per path).
 
 Usage::
 
@@ -64,7 +77,14 @@ from _common import (
 )
 
 from fragrel_integrations import ContextRelation
-from fragrel_integrations.core.scm import MemoryItem, SCMController, SCMStream, SelfControlledMemory
+from fragrel_integrations.core.scm import (
+    MemoryItem,
+    MemoryStream,
+    SCMController,
+    SCMStream,
+    SelfControlledMemory,
+    StreamIndex,
+)
 from fragrel_integrations.core.scorers import BM25Scorer, minmax
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
@@ -83,6 +103,8 @@ SCM_VARIANTS = {  # name -> (scorer, (w_rel, alpha) of the memory's relation or 
 }
 EQUAL = "SCM (k-1) + flash"
 PLAIN_FRAGREL = "plain dense + FragRel (0.3, 1.0) top-k"
+# SCM dense with a LangChain InMemoryVectorStore (MiniLM, the same cached vectors) as the memory's index
+VIA_INDEX = "SCM (k + flash), index = LangChain InMemoryVectorStore"
 METHODS = (
     BASELINE,
     "plain BM25 top-k",
@@ -90,6 +112,7 @@ METHODS = (
     PLAIN_FRAGREL,
     *SCM_VARIANTS,
     EQUAL,
+    VIA_INDEX,
 )
 # Self-contained messages (written for this benchmark) that need no memory: the controller should say "no".
 NO_MEMORY_MESSAGES = (
@@ -111,7 +134,12 @@ def _never(messages: object) -> str:
 
 
 def make_memory(
-    stream: SCMStream, embedder: object, relation: tuple[float, float] | None, k: int = 5, scorer: str = "dense"
+    stream: MemoryStream,
+    embedder: object,
+    relation: tuple[float, float] | None,
+    k: int = 5,
+    scorer: str = "dense",
+    index: StreamIndex | None = None,
 ):
     """A memory on ``stream`` that never asks the controller (activation off = always recall; no summaries)."""
     rel, alpha = (None, 0.5) if relation is None else (ContextRelation(relation[0]), relation[1])
@@ -125,7 +153,49 @@ def make_memory(
         scorer=scorer,
         activation=False,
         summarize=False,
+        index=index,
     )
+
+
+class _Collector:
+    """Stands in for the vector store while an index adapter's ``add`` runs, so the adapter builds exactly the
+    documents (LangChain: texts, metadata, ids) or nodes (LlamaIndex) it would write, one call per turn."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.metadatas: list[dict] = []
+        self.ids: list[str] = []
+        self.nodes: list = []
+
+    def add_texts(self, texts, metadatas=None, *, ids=None, **kwargs):  # LangChain VectorStore
+        self.texts += list(texts)
+        self.metadatas += list(metadatas)
+        self.ids += list(ids)
+        return list(ids)
+
+    def add(self, nodes, **kwargs):  # LlamaIndex vector store
+        self.nodes += list(nodes)
+        return [n.node_id for n in nodes]
+
+
+def bulk_index(index: StreamIndex, items: Sequence[MemoryItem], batch: int = 1000) -> None:
+    """Index stored turns in batches. The adapters add one turn per call (no batch method), so their ``add``
+    builds each turn's document against a :class:`_Collector` (the same ids, metadata and text as
+    ``memory.reindex``) and the documents are then written to the real store ``batch`` at a time."""
+    attr = "vectorstore" if hasattr(index, "vectorstore") else "vector_store"
+    store, collector = getattr(index, attr), _Collector()
+    setattr(index, attr, collector)
+    try:
+        for it in items:
+            index.add(it, it.summary or it.text, it.embedding)
+    finally:
+        setattr(index, attr, store)
+    for lo in range(0, len(items), batch):
+        if attr == "vectorstore":
+            sl = slice(lo, lo + batch)
+            store.add_texts(collector.texts[sl], metadatas=collector.metadatas[sl], ids=collector.ids[sl])
+        else:
+            store.add(collector.nodes[lo : lo + batch])
 
 
 def item_text(turn: str) -> str:
@@ -151,11 +221,21 @@ def evaluate(ds: Dataset, emb: CachedEmbedder, n_boot: int, seed: int) -> dict:
     emb.ensure(
         [item_text(f.text) for c in ds.corpora for f in c.fragments] + [q.text for c in ds.corpora for q in c.queries]
     )
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from fragrel_integrations.langchain.embeddings import MiniLMEmbeddings
+    from fragrel_integrations.langchain.scm_index import VectorStoreStreamIndex
+
     stream = SCMStream(":memory:")
     memories = {name: make_memory(stream, emb, rel, scorer=sc) for name, (sc, rel) in SCM_VARIANTS.items()}
     plain_mem, fragrel_mem = memories["SCM (k + flash)"], memories["SCM + FragRel (0.3, 1.0) (k + flash)"]
+    # the same stream, with one LangChain vector store (the cached MiniLM vectors) holding every conversation
+    via_index = make_memory(
+        stream, emb, None, index=VectorStoreStreamIndex(InMemoryVectorStore(embedding=MiniLMEmbeddings(emb)))
+    )
     per = {m: {k: [] for k in KS} for m in METHODS}
     flash_gold, mismatches, n_checked = 0, 0, 0
+    index_differs = {k: 0 for k in KS}
     t0 = time.perf_counter()
     for corpus in ds.corpora:
         session = corpus.name
@@ -164,6 +244,7 @@ def evaluate(ds: Dataset, emb: CachedEmbedder, n_boot: int, seed: int) -> dict:
         items = stream.items(session)
         if len(items) != len(corpus.fragments) or any(it.index != i for i, it in enumerate(items)):
             raise RuntimeError(f"stream of {session} does not match its turns")
+        bulk_index(via_index.index, items)
         vectors = np.stack([it.embedding for it in items])
         bm25 = BM25Scorer([it.text for it in items])
         for q in corpus.queries:
@@ -191,6 +272,12 @@ def evaluate(ds: Dataset, emb: CachedEmbedder, n_boot: int, seed: int) -> dict:
                         mismatches += int(expected != shown)
                         n_checked += 1
                         per[EQUAL][k].append(len(q.gold & shown_by_k[k - 1]) / len(q.gold))
+                if name == "SCM (k + flash)":
+                    plain_shown = shown_by_k
+            by_index = shown_turns(via_index, q.text, session, KS)
+            for k in KS:
+                per[VIA_INDEX][k].append(len(q.gold & by_index[k]) / len(q.gold))
+                index_differs[k] += int(by_index[k] != plain_shown[k])
     seconds = time.perf_counter() - t0
     stream.close()
     base = {k: np.array(per[BASELINE][k]) for k in KS}
@@ -213,6 +300,7 @@ def evaluate(ds: Dataset, emb: CachedEmbedder, n_boot: int, seed: int) -> dict:
         "turns_per_conversation": [len(c.fragments) for c in ds.corpora],
         "flash_turn_is_gold_pct": 100 * flash_gold / max(ds.n_queries, 1),
         "scm_path_check": {"checked": n_checked, "mismatches": mismatches},
+        "index_path_check": {"questions": ds.n_queries, "differs_from_scm": index_differs},
         "seconds": seconds,
         "summary": summary,
         "per_query": {m: {str(k): [round(x, 4) for x in per[m][k]] for k in KS} for m in METHODS},
@@ -262,13 +350,46 @@ def controller_sample(datasets: Sequence[Dataset], n: int, seed: int) -> dict:
 # --------------------------------------------------------------------------------------------- latency
 
 
-def _fill(stream: SCMStream, session: str, texts: Sequence[str], vectors: np.ndarray) -> None:
+def _fill(stream: MemoryStream, session: str, texts: Sequence[str], vectors: np.ndarray) -> None:
     for t, v in zip(texts, vectors, strict=True):
         stream.append(session, t, "", embedding=v)
 
 
-def latency(sizes: Sequence[int], turns: int, pool: Sequence[str], questions: Sequence[str], dim: int = 384) -> list:
-    """Per-turn prepare + record at N stored turns, next to plain numpy top-k, in the same run."""
+def _turns(memory: SelfControlledMemory, qs: Sequence[str], budget: float, min_turns: int = 5) -> dict:
+    """prepare + record per question, stopping early once ``budget`` seconds are spent (at least ``min_turns``)."""
+    prep, rec = [], []
+    t_start = time.perf_counter()
+    for q in qs:
+        t0 = time.perf_counter()
+        memory.prepare(q, session_id="s")
+        t1 = time.perf_counter()
+        memory.record(q, "Noted.", session_id="s")
+        prep.append(t1 - t0)
+        rec.append(time.perf_counter() - t1)
+        if len(prep) >= min_turns and time.perf_counter() - t_start > budget:
+            break
+    return _stats(prep, rec)
+
+
+def latency(
+    sizes: Sequence[int],
+    turns: int,
+    pool: Sequence[str],
+    questions: Sequence[str],
+    dim: int = 384,
+    budget: float = 60.0,
+) -> list:
+    """Per-turn prepare + record at N stored turns, next to plain numpy top-k, in the same run: SQLite streams,
+    the LangGraph store stream, and the SQLite stream with a LangChain / LlamaIndex vector store as index."""
+    from langchain_core.vectorstores import InMemoryVectorStore
+    from langgraph.store.memory import InMemoryStore
+    from llama_index.core.vector_stores import SimpleVectorStore
+
+    from fragrel_integrations.langchain.embeddings import MiniLMEmbeddings
+    from fragrel_integrations.langchain.scm_index import VectorStoreStreamIndex as LangChainIndex
+    from fragrel_integrations.langchain.scm_store import LangGraphStoreStream
+    from fragrel_integrations.llama_index.scm_index import VectorStoreStreamIndex as LlamaIndexIndex
+
     embedder = HashingEmbedder(dim=dim)
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="bench_scm_"))
@@ -276,27 +397,47 @@ def latency(sizes: Sequence[int], turns: int, pool: Sequence[str], questions: Se
         texts = [f"{pool[i % len(pool)]} (#{i})" for i in range(n)]
         vectors = embedder.embed_documents([item_text(t) for t in texts])
         qs = [questions[i % len(questions)] for i in range(turns)]
-        row = {"n": n, "turns": turns, "k": 5}
-        for backend in ("memory", "file"):
+        row: dict = {"n": n, "turns": turns, "k": 5, "fill_s": {}}
+        for backend in ("memory", "file", "LangGraph InMemoryStore"):
+            t_fill = time.perf_counter()
             if backend == "memory":
                 stream = SCMStream(":memory:")
                 _fill(stream, "s", texts, vectors)
-            else:
+            elif backend == "file":
                 path = tmp / f"scm_{n}.sqlite"
                 with SCMStream(path, synchronous="OFF") as fill:
                     _fill(fill, "s", texts, vectors)
                 stream = SCMStream(path)  # synchronous=FULL, the default
+            else:  # one append per turn through the stream (it has no bulk method)
+                stream = LangGraphStoreStream(InMemoryStore())
+                _fill(stream, "s", texts, vectors)
+            row["fill_s"][backend] = time.perf_counter() - t_fill
             for label, rel in (("SCM", None), ("SCM + FragRel (0.3, 1.0)", (0.3, 1.0))):
-                memory = make_memory(stream, embedder, rel)
-                prep, rec = [], []
-                for q in qs:
-                    t0 = time.perf_counter()
-                    memory.prepare(q, session_id="s")
-                    t1 = time.perf_counter()
-                    memory.record(q, "Noted.", session_id="s")
-                    prep.append(t1 - t0)
-                    rec.append(time.perf_counter() - t1)
-                row[f"{label} [{backend}]"] = _stats(prep, rec)
+                row[f"{label} [{backend}]"] = _turns(make_memory(stream, embedder, rel), qs, budget)
+            stream.close()
+        # the SQLite stream in memory with an external index (the memory's default pool: k + 1 candidates)
+        indexes = {
+            "LangChain InMemoryVectorStore": lambda: LangChainIndex(
+                InMemoryVectorStore(embedding=MiniLMEmbeddings(embedder))  # the store embeds: the same vectors
+            ),
+            "LlamaIndex SimpleVectorStore": lambda: LlamaIndexIndex(SimpleVectorStore()),
+        }
+        for name, make_index in indexes.items():
+            t_fill = time.perf_counter()
+            stream = SCMStream(":memory:")
+            _fill(stream, "s", texts, vectors)
+            index = make_index()
+            bulk_index(index, stream.items("s"))
+            row["fill_s"][name] = time.perf_counter() - t_fill
+            held = (
+                len(index.vectorstore.store)
+                if name.startswith("LangChain")
+                else len(index.vector_store.data.embedding_dict)
+            )
+            check = index.search("s", item_text(texts[0]), vectors[0], 3)
+            if held != n or len(check) != 3 or check[0][0] != 0:
+                raise RuntimeError(f"the {name} index was not filled as the adapter would fill it: {held}, {check}")
+            row[f"SCM + index [{name}]"] = _turns(make_memory(stream, embedder, None, index=index), qs, budget)
             stream.close()
         # plain top-k: the same vectors in a numpy matrix, the new turn appended after each query
         matrix = np.zeros((n + turns, dim), np.float32)
@@ -326,6 +467,7 @@ def _stats(prep: list[float], rec: list[float]) -> dict:
         "record_ms": 1e3 * float(np.median(rec)),
         "turn_ms": 1e3 * float(np.median(total)),
         "turn_p90_ms": 1e3 * float(np.percentile(total, 90)),
+        "turns": len(total),
     }
 
 
@@ -370,6 +512,20 @@ def report(res: dict) -> str:
                 f"recalled set equals flash + top-k of the other turns by cosine in "
                 f"{chk['checked'] - chk['mismatches']}/{chk['checked']} cases. {d['seconds']:.0f} s.",
                 "",
+            ]
+            ipc = d.get("index_path_check")
+            if ipc:
+                diffs = ", ".join(f"k = {k}: {v}" for k, v in ipc["differs_from_scm"].items())
+                lines += [
+                    f"*{VIA_INDEX}*: the same memory (dense, no relation) with `index=` a LangChain "
+                    "`VectorStoreStreamIndex(InMemoryVectorStore(MiniLMEmbeddings(<the cached MiniLM>)))` holding "
+                    "every conversation of the part (the session filter picks the conversation); the memory asks "
+                    "it for 11 candidates (k + 1 at k = 10; smaller k take the best of them, as in the other SCM rows) "
+                    "and re-scores them by cosine. Shown turns differ from *SCM (k + flash)* for "
+                    f"{diffs} of {ipc['questions']} questions.",
+                    "",
+                ]
+            lines += [
                 "| method | " + " | ".join(f"R@{k}" for k in KS) + " |",
                 "|---|" + "---:|" * len(KS),
             ]
@@ -401,23 +557,33 @@ def report(res: dict) -> str:
         "",
         "HashingEmbedder (dimension 384) for every vector, so no model time is included; medians over the turns "
         "(p90 in brackets), ms. `[memory]` = SQLite in memory, `[file]` = SQLite file with `synchronous=FULL` "
-        "(one fsync per record). Plain top-k = the same vectors in a numpy matrix: embed the query, cosine, "
-        "top-k, append the turn's vector.",
+        "(one fsync per record); `[LangGraph InMemoryStore]` = `LangGraphStoreStream(InMemoryStore())`. "
+        "`SCM + index [...]` = the SQLite stream in memory with an external index (`index=` a "
+        "`VectorStoreStreamIndex`; the memory asks it for k + 1 candidates and re-scores them): LangChain "
+        "`InMemoryVectorStore` whose `Embeddings` return the same HashingEmbedder vectors, or LlamaIndex "
+        "`SimpleVectorStore` (it stores the memory's vectors). Plain top-k = the same vectors in a numpy matrix: "
+        "embed the query, cosine, top-k, append the turn's vector. Each path is measured on the same questions "
+        f"and stops early after {res.get('path_budget_s', 60):.0f} s (at least 5 turns): see the turns column.",
+        "",
+        "Pre-filling: SQLite and LangGraph streams get one `append` per turn; the vector stores get the documents "
+        "(LangChain: text, metadata, id) or nodes (LlamaIndex) that the adapter's `add` builds for each turn, "
+        "written to the store 1000 at a time (the adapters have no batch method).",
         "",
     ]
     for row in res["latency"]:
         plain = row["plain top-k [numpy]"]["turn_ms"]
+        fill = ", ".join(f"{k} {v:.1f} s" for k, v in row.get("fill_s", {}).items())
         lines += [
-            f"N = {row['n']} stored turns, {row['turns']} measured turns:",
+            f"N = {row['n']} stored turns, up to {row['turns']} measured turns (pre-fill: {fill}):",
             "",
-            "| path | prepare | record | turn (p90) | x plain top-k |",
-            "|---|---:|---:|---:|---:|",
+            "| path | prepare | record | turn (p90) | x plain top-k | turns |",
+            "|---|---:|---:|---:|---:|---:|",
         ]
         for key, s in row.items():
-            if isinstance(s, dict):
+            if isinstance(s, dict) and "turn_ms" in s:
                 lines.append(
                     f"| {key} | {s['prepare_ms']:.2f} | {s['record_ms']:.2f} | {s['turn_ms']:.2f} "
-                    f"({s['turn_p90_ms']:.2f}) | {s['turn_ms'] / max(plain, 1e-9):.0f} |"
+                    f"({s['turn_p90_ms']:.2f}) | {s['turn_ms'] / max(plain, 1e-9):.0f} | {s.get('turns', '')} |"
                 )
         lines.append("")
     return "\n".join(lines) + "\n"
@@ -432,6 +598,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     p.add_argument("--sizes", type=lambda x: [int(float(v)) for v in x.split(",")], default=[1000, 10000])
     p.add_argument("--turns", type=int, default=30, help="measured turns per size and path")
+    p.add_argument(
+        "--path-budget", type=float, default=60.0, help="seconds per latency path before it stops early (min 5 turns)"
+    )
     p.add_argument("--quick", action="store_true", help="smoke test: LoCoMo conversation 0, 3 controller calls, N=1e3")
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
@@ -462,10 +631,17 @@ def main(argv: list[str] | None = None) -> dict:
     controller = controller_sample(dev_sets, a.controller_sample, a.seed) if a.controller_sample > 0 else None
     pool = [f.text for c in dev_sets[0].corpora for f in c.fragments]
     questions = [q.text for c in dev_sets[0].corpora for q in c.queries]
-    lat = latency(a.sizes, a.turns, pool, questions)
+    lat = latency(a.sizes, a.turns, pool, questions, budget=a.path_budget)
     res = {
-        "command": "python benchmarks/bench_scm.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "machine": f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}",
+        "command": " ".join(
+            [
+                *(f"{v}={os.environ[v]}" for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS") if v in os.environ),
+                "python benchmarks/bench_scm.py",
+                *(sys.argv[1:] if argv is None else argv),
+            ]
+        ),
+        "machine": f"{os.cpu_count()} CPUs ({platform.machine()}), Python {platform.python_version()}, "
+        f"BLAS threads {_blas_threads()}",
         "load_start": load_start,
         "load_end": ", ".join(f"{x:.2f}" for x in os.getloadavg()),
         "seconds": time.perf_counter() - t_start,
@@ -474,6 +650,7 @@ def main(argv: list[str] | None = None) -> dict:
         "n_boot": a.n_boot,
         "seed": a.seed,
         "ks": list(KS),
+        "path_budget_s": a.path_budget,
         "quality": quality,
         "controller": controller,
         "latency": lat,
@@ -484,6 +661,15 @@ def main(argv: list[str] | None = None) -> dict:
     (a.out / "scm.md").write_text(report(res))
     print((a.out / "scm.md").read_text())
     return res
+
+
+def _blas_threads() -> str:
+    """Threads of the BLAS numpy uses (``OPENBLAS_NUM_THREADS=1`` keeps a shared 2-CPU machine from thrashing)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown"
+    return "/".join(str(n) for n in sorted({i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}))
 
 
 def _jsonable(obj):
