@@ -71,14 +71,8 @@ class SyncOnlyModel:
 
 
 # ------------------------------------------------------------------------------------ LangChain standard suites
-class TestFragRelChatModelStandardUnit(ChatModelUnitTests):
-    @property
-    def chat_model_class(self) -> type[BaseChatModel]:
-        return FragRelChatModel
-
-    @property
-    def chat_model_params(self) -> dict[str, Any]:
-        return {"model": ScriptedChatModel(_echo)}
+class _TextOnly:
+    """What a text-in, text-out model cannot do (the standard suites skip those tests)."""
 
     @property
     def has_tool_calling(self) -> bool:
@@ -97,8 +91,18 @@ class TestFragRelChatModelStandardUnit(ChatModelUnitTests):
         return False
 
 
+class TestFragRelChatModelStandardUnit(_TextOnly, ChatModelUnitTests):
+    @property
+    def chat_model_class(self) -> type[BaseChatModel]:
+        return FragRelChatModel
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"model": ScriptedChatModel(_echo)}
+
+
 @pytest.mark.slow
-class TestFragRelChatModelStandardIntegration(ChatModelIntegrationTests):
+class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTests):
     """The real embedded SmolLM2-135M (one process-wide instance), short replies."""
 
     @property
@@ -108,22 +112,6 @@ class TestFragRelChatModelStandardIntegration(ChatModelIntegrationTests):
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return {"model": get_embedded(), "max_tokens": 24}
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return False
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return False
-
-    @property
-    def has_structured_output(self) -> bool:
-        return False
-
-    @property
-    def supports_model_override(self) -> bool:
-        return False
 
 
 # ------------------------------------------------------------------------------------ LangChain behaviour

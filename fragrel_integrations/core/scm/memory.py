@@ -322,8 +322,8 @@ class SelfControlledMemory:
     @property
     def pool_size(self) -> int:
         """Candidates asked from the index per turn, the flash turn included (see ``pool``)."""
-        if self.pool is not None:
-            return max(self.pool, self.k + 1)
+        if self.pool is not None:  # validated to be at least k + 1
+            return self.pool
         if self.scorer == "dense" and (self.relation is None or self.alpha == 0.0):
             return self.k + 1
         return max(4 * self.k, 20)
