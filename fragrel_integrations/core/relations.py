@@ -71,6 +71,14 @@ class Relation(ABC):
     def prepare(self, layout: FragmentLayout) -> PreparedRelation:
         """Do the per-corpus work once; the result scores any number of queries."""
 
+    def full_weight(self) -> float | None:
+        """``sum_{j != i} w_ij`` over every position of an unbounded document, if the relation defines it.
+
+        A re-ranker that sees only a pool of candidates uses it to count the fragments outside the pool (with an
+        imputed score) instead of normalising over the pool alone. None: not defined (the default).
+        """
+        return None
+
 
 @dataclass(frozen=True)
 class _MatrixSums:
@@ -113,6 +121,14 @@ class ContextRelation(Relation):
 
     def prepare(self, layout: FragmentLayout) -> PreparedRelation:
         return _PreparedContext(layout.doc_codes, layout.positions, self.w_rel)
+
+    def full_weight(self) -> float | None:
+        """``sum_{d != 0} w_rel ** |d| = 2 w_rel / (1 - w_rel)`` (None for ``w_rel = 1``: unbounded).
+
+        >>> ContextRelation(0.5).full_weight()
+        2.0
+        """
+        return None if self.w_rel >= 1.0 else 2.0 * self.w_rel / (1.0 - self.w_rel)
 
 
 class _PreparedContext:

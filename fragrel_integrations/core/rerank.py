@@ -3,29 +3,56 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import numpy as np
 
 from ..models.base import Embedder, embed_documents
 from .relations import FragmentLayout, Relation
 from .scorers import DenseScorer
 from .scoring import check_alpha, check_scores, environment_from_sums
 from .selection import check_k, order_by_position, select
-from .store import FragmentStore
 from .types import Fragment, ScoredFragment
 
-__all__ = ["dedupe", "rerank"]
+__all__ = ["NeighbourSource", "dedupe", "rank_scores", "rerank"]
+
+
+class NeighbourSource(Protocol):
+    """Where a re-ranker finds the fragments next to its candidates (:class:`FragmentStore` is one)."""
+
+    def neighbours(self, keys: Sequence[tuple[str, int]], radius: int = 1) -> list[Fragment]: ...
 
 
 def dedupe(fragments: Sequence[Fragment], scores: Sequence[float | None] | None = None):
-    """Drop repeated ``(doc_id, position)`` keys, keeping the first (best-ranked) occurrence."""
-    seen: set[tuple[str, int]] = set()
+    """Drop repeated ``(doc_id, position)`` keys, keeping the first (best-ranked) occurrence.
+
+    A repeat must be the same fragment (same text), as when two base retrievers of an ensemble both return it;
+    two *different* texts at one location raise ValueError instead of silently losing one of them.
+    """
+    seen: dict[tuple[str, int], str] = {}
     keep = []
     for i, f in enumerate(fragments):
         key = (f.doc_id, f.position)
         if key not in seen:
-            seen.add(key)
+            seen[key] = f.text
             keep.append(i)
+        elif seen[key] != f.text:
+            raise ValueError(
+                f"two different candidates share doc_id={f.doc_id!r} and position={f.position}: tag all chunks of a "
+                "document in one add_positions / PositionTagger pass (positions restart at 0 on every call), or give "
+                "each document its own doc_id"
+            )
     out_f = [fragments[i] for i in keep]
     return out_f, (None if scores is None else [scores[i] for i in keep])
+
+
+def rank_scores(n: int) -> np.ndarray:
+    """Independent scores for a base that gives none, from its ranking alone: ``1 - r / n`` for rank ``r``.
+
+    >>> rank_scores(4).tolist()
+    [1.0, 0.75, 0.5, 0.25]
+    """
+    return 1.0 - np.arange(n, dtype=np.float64) / max(n, 1)
 
 
 def rerank(
@@ -37,45 +64,65 @@ def rerank(
     k: int | None = None,
     scores: Sequence[float | None] | None = None,
     embedder: Embedder | None = None,
-    store: FragmentStore | None = None,
+    store: NeighbourSource | None = None,
     expand: int = 0,
     order: str = "score",
+    outside: Literal["floor", "ignore"] = "floor",
 ) -> list[ScoredFragment]:
-    """FragRel over a candidate pool from a base retriever.
+    """FragRel over a candidate pool from a base retriever, best first.
 
-    Candidates are de-duplicated by ``(doc_id, position)``. With a ``store`` and ``expand > 0``, the stored
-    fragments within ``expand`` positions of each candidate join the pool. Independent scores are the base
-    retriever's ``scores`` when every pool member has one; otherwise (missing scores, or expanded neighbours)
-    every pool member is scored by the ``embedder``'s cosine, so that all scores share one scale. Without an
-    ``embedder`` the embedded default is used behind an LRU cache, so a pool is embedded once across queries.
+    ``candidates`` come in the base's ranking, best first (duplicates by ``(doc_id, position)`` are dropped).
+    Independent scores, always on one scale:
+
+    - the base's ``scores`` when every candidate has one;
+    - else, with an ``embedder``, the cosine of its embeddings for every candidate (your model, your choice);
+    - else the base's ranking as :func:`rank_scores` — no model is loaded.
+
+    With a ``store`` (anything with ``neighbours(keys, radius=)``, e.g. a :class:`FragmentStore`) and
+    ``expand > 0``, the stored fragments within ``expand`` positions of each candidate join the pool with the
+    pool's lowest score (the base did not rank them higher than that), unless the embedder scores the pool.
+    ``outside="floor"`` (default) counts every position outside the pool with that lowest score when the
+    relation defines its full weight (:meth:`Relation.full_weight`, e.g. :class:`ContextRelation`), so a
+    candidate whose neighbours the base missed is not judged by a far-away candidate alone; ``"ignore"``
+    normalises over the pool only (eq. 9-10 on the pool, as if it were the whole corpus). The embedded MiniLM
+    is loaded only for a relation that needs embeddings and no ``embedder``.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be str, got {type(query).__name__}")
     alpha = check_alpha(alpha)
     k = check_k(k)
+    if outside not in ("floor", "ignore"):
+        raise ValueError(f"outside must be 'floor' or 'ignore', got {outside!r}")
     if scores is not None and len(scores) != len(candidates):
         raise ValueError(f"{len(scores)} scores for {len(candidates)} candidates")
     pool, pool_scores = dedupe(list(candidates), scores)
     if not pool:
         return []
+    n_base = len(pool)
     if store is not None and expand > 0:
-        extra = store.neighbours([(f.doc_id, f.position) for f in pool], radius=expand)
-        pool += extra
-        pool_scores = None if pool_scores is None else [*pool_scores, *([None] * len(extra))]
-    use_base = pool_scores is not None and all(s is not None for s in pool_scores)
+        pool += store.neighbours([(f.doc_id, f.position) for f in pool], radius=expand)
+    has_base = pool_scores is not None and all(s is not None for s in pool_scores)
+    by_embedder = not has_base and embedder is not None
     embeddings = None
-    if not use_base or relation.needs_embeddings:
+    if by_embedder or relation.needs_embeddings:
         if embedder is None:
             from ..models.local import default_cached_embedder
 
             embedder = default_cached_embedder()
         embeddings = embed_documents(embedder, [f.text for f in pool])
-    if use_base:
-        s_ind = check_scores(pool_scores, "base retriever scores")
-    else:
+    if by_embedder:
         s_ind = DenseScorer(embeddings, embedder)(query)
+    else:
+        base = check_scores(pool_scores, "base retriever scores") if has_base else rank_scores(n_base)
+        s_ind = np.concatenate([base, np.full(len(pool) - n_base, base.min())])
     layout = FragmentLayout.from_fragments(pool, embeddings)
-    s_env = environment_from_sums(*relation.prepare(layout).sums(s_ind))
+    num, den = relation.prepare(layout).sums(s_ind)
+    full = relation.full_weight() if outside == "floor" else None
+    if full:
+        floor = float(s_ind.min())
+        s_env = (num + floor * np.maximum(full - den, 0.0)) / full
+    else:
+        s_env = environment_from_sums(num, den)
     s_rel = s_ind + alpha * s_env
     picked = select(s_rel, k=k)
     if order == "position":

@@ -81,14 +81,17 @@ class BM25Scorer:
             stopwords = STOPWORDS_EN
         self.stopwords = frozenset(stopwords)
         self.n = len(texts)
-        self._bm25 = bm25s.BM25(k1=k1, b=b)
-        self._bm25.index([tokenize(t, self.stopwords) for t in texts], show_progress=False)
+        corpus = [tokenize(t, self.stopwords) for t in texts]
+        self._bm25 = None  # a corpus without a single word token (punctuation, NUL bytes) scores 0 everywhere
+        if any(corpus):
+            self._bm25 = bm25s.BM25(k1=k1, b=b)
+            self._bm25.index(corpus, show_progress=False)
 
     def __call__(self, query: str) -> np.ndarray:
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
         tokens = tokenize(query, self.stopwords)
-        if not tokens:
+        if not tokens or self._bm25 is None:
             return np.zeros(self.n)
         return np.asarray(self._bm25.get_scores(tokens), dtype=np.float64)
 

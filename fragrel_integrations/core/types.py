@@ -2,11 +2,56 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Fragment", "ScoredFragment"]
+__all__ = ["MAX_POSITION", "Fragment", "ScoredFragment", "check_position", "parse_position"]
+
+#: Largest ``|position|`` a fragment may have: 2**53, so that a position survives a float round trip through a
+#: vector store's metadata and position differences never overflow int64.
+MAX_POSITION = 2**53
+
+
+def check_position(value: object, what: str = "position") -> int:
+    """``value`` as an int position in ``[-MAX_POSITION, MAX_POSITION]``, or a ValueError/TypeError naming the fix.
+
+    >>> check_position(3)
+    3
+    >>> check_position(2**70)
+    Traceback (most recent call last):
+    ...
+    ValueError: position must be an int in [-2**53, 2**53] (order within the document), got 1180591620717411303424
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be int, got {type(value).__name__}")
+    if not -MAX_POSITION <= value <= MAX_POSITION:
+        raise ValueError(f"{what} must be an int in [-2**53, 2**53] (order within the document), got {value}")
+    return value
+
+
+def parse_position(value: object, what: str = "position") -> int:
+    """A position read back from metadata: an int, an integral float (``3.0``) or a digit string (``"3"``), as
+    vector stores hand them back; checked by :func:`check_position`.
+
+    >>> parse_position(3.0), parse_position(" -2 ")
+    (3, -2)
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int position (order within the document), got {value!r}")
+    if isinstance(value, numbers.Integral):
+        return check_position(int(value), what)
+    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
+        return check_position(int(value), what)  # some vector stores return every number as a float
+    if isinstance(value, str):
+        digits = value.strip()
+        if digits.lstrip("+-").isdigit() and len(digits) <= 20:  # longer cannot be in range
+            return check_position(int(digits), what)
+        if digits.lstrip("+-").isdigit():
+            raise ValueError(f"{what} must be an int in [-2**53, 2**53] (order within the document), got {value!r}")
+    raise TypeError(f"{what} must be an int position (order within the document), got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +72,7 @@ class Fragment:
     def __post_init__(self) -> None:
         if not isinstance(self.text, str):
             raise TypeError(f"Fragment.text must be str, got {type(self.text).__name__}")
-        if isinstance(self.position, bool) or not isinstance(self.position, int):
-            raise TypeError(f"Fragment.position must be int, got {type(self.position).__name__}")
+        check_position(self.position, "Fragment.position")
         if not isinstance(self.doc_id, str):
             object.__setattr__(self, "doc_id", str(self.doc_id))
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from ..core.types import Fragment, ScoredFragment
+from ..core.types import Fragment, ScoredFragment, parse_position
 
 __all__ = [
     "DEFAULT_SCORE_KEYS",
@@ -39,25 +39,13 @@ def check_documents(documents: object, what: str) -> list[Document]:
     return list(documents)
 
 
-def _as_position(value: object, key: str) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"metadata[{key!r}] must be an int position, got {value!r}")
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real) and float(value).is_integer():
-        return int(value)  # some vector stores return every number as a float
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)  # some vector stores return metadata as strings
-    raise TypeError(f"metadata[{key!r}] must be an int position (order within the document), got {value!r}")
-
-
 def read_location(doc: Document, doc_id_key: str, position_key: str) -> tuple[str, int] | None:
     """``(doc_id, position)`` from the metadata, or None when either key is missing (or None)."""
     doc_id = doc.metadata.get(doc_id_key)
     position = doc.metadata.get(position_key)
     if doc_id is None or position is None:
         return None
-    return str(doc_id), _as_position(position, position_key)
+    return str(doc_id), parse_position(position, f"metadata[{position_key!r}]")
 
 
 def read_score(doc: Document, score_key: str | None) -> float | None:

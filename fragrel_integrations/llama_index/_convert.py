@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from ..core.relations import ContextRelation, Relation
@@ -20,7 +19,7 @@ from ..core.rerank import rerank
 from ..core.scoring import check_alpha
 from ..core.selection import check_k
 from ..core.store import FragmentStore
-from ..core.types import Fragment, ScoredFragment
+from ..core.types import Fragment, ScoredFragment, parse_position
 from ..models.base import Embedder
 from ..models.llama_index_models import llama_index_embedder
 
@@ -86,16 +85,13 @@ def node_position(node: BaseNode, position_key: str) -> int | None:
     value = node.metadata.get(position_key)
     if value is None:
         return None
-    if isinstance(value, int | np.integer) and not isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float | np.floating) and float(value).is_integer():
-        return int(value)
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return int(value.strip())
-    raise TypeError(
-        f"node {node.node_id!r}: metadata[{position_key!r}] = {value!r} is not an int position; "
-        "re-tag the nodes with PositionTagger or set position_key to the metadata key that holds the position"
-    )
+    try:
+        return parse_position(value, f"node {node.node_id!r}: metadata[{position_key!r}]")
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(
+            f"{exc}; re-tag the nodes with PositionTagger or set position_key to the metadata key that holds the "
+            "position"
+        ) from None
 
 
 def related_id(node: BaseNode, rel: NodeRelationship) -> str | None:

@@ -1,0 +1,62 @@
+"""Hostile inputs to the FragRel core and its two adapters: huge positions, clashing locations, token-free text."""
+
+import pytest
+from langchain_core.documents import Document
+from llama_index.core.schema import NodeWithScore, TextNode
+
+from fragrel_integrations import ContextRelation, Fragment, FragRelIndex, rerank
+from fragrel_integrations.core.scorers import BM25Scorer
+from fragrel_integrations.core.types import MAX_POSITION, parse_position
+from fragrel_integrations.langchain import FragRelRetriever
+from fragrel_integrations.llama_index import FragRelPostprocessor
+
+
+@pytest.mark.parametrize("bad", [1e30, 2**70, "12345678901234567890", "9" * 5000, -(2**63), 2**63 - 1])
+def test_out_of_range_positions_are_a_clear_value_error(bad):
+    with pytest.raises(ValueError, match=r"\[-2\*\*53, 2\*\*53\]"):
+        parse_position(bad)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), True, "3.5", 2.5, None, [1]])
+def test_non_positions_are_a_type_error(bad):
+    with pytest.raises(TypeError, match="int position"):
+        parse_position(bad)
+
+
+def test_positions_at_the_edge_of_the_range_retrieve():
+    frags = [Fragment("a cat", "d", -MAX_POSITION), Fragment("a dog", "d", MAX_POSITION), Fragment("cat", "e", 0)]
+    hits = FragRelIndex(frags, scorer="bm25", show_progress=False).retrieve("cat", k=3)
+    assert {h.fragment.position for h in hits} == {-MAX_POSITION, MAX_POSITION, 0}
+    with pytest.raises(ValueError, match="2\\*\\*53"):
+        Fragment("x", "d", MAX_POSITION + 1)
+
+
+def test_langchain_document_with_a_huge_position_names_the_fix():
+    docs = [Document("cat", metadata={"doc_id": "d", "position": 1e30, "score": 1.0})]
+    retriever = FragRelRetriever(base_retriever=lambda q: docs, k=1)
+    with pytest.raises(ValueError, match="metadata\\['position'\\]"):
+        retriever.invoke("cat")
+
+
+def test_llama_index_node_with_a_huge_position_names_the_fix():
+    node = NodeWithScore(node=TextNode(text="cat", metadata={"doc_id": "d", "position": "1" * 20}), score=1.0)
+    with pytest.raises(ValueError, match="PositionTagger"):
+        FragRelPostprocessor(top_n=1).postprocess_nodes([node], query_str="cat")
+
+
+def test_two_different_texts_at_one_location_are_not_silently_merged():
+    cands = [Fragment("first text", "d", 0), Fragment("other text", "d", 0)]
+    with pytest.raises(ValueError, match="add_positions"):
+        rerank("q", cands, relation=ContextRelation(), k=2, scores=[1.0, 0.5])
+    same = [Fragment("same", "d", 0), Fragment("same", "d", 0)]
+    assert len(rerank("q", same, relation=ContextRelation(), k=2, scores=[1.0, 1.0])) == 1
+
+
+@pytest.mark.parametrize("texts", [["!!!", "???"], ["\x00" * 100], ["", " "]])
+def test_bm25_over_a_corpus_without_word_tokens_scores_zero(texts):
+    assert BM25Scorer(texts)("anything").tolist() == [0.0] * len(texts)
+
+
+def test_hybrid_index_over_punctuation_only_text_retrieves(bow_embedder):
+    index = FragRelIndex.from_fragments(["!!!", "???"], scorer="bm25", show_progress=False)
+    assert len(index.retrieve("what?", k=2)) == 2
