@@ -61,8 +61,10 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
         "--relation", choices=("context", "semantic", "both"), default="context", help="fragment relation"
     )
     parser.add_argument(
-        "--scorer", choices=("dense", "bm25", "hybrid"), default=DEFAULT_SCORER, help=f"independent score "
-        f"(default {DEFAULT_SCORER}: 0.5 min-max BM25 + 0.5 min-max dense)"
+        "--scorer",
+        choices=("dense", "bm25", "hybrid"),
+        default=DEFAULT_SCORER,
+        help=f"independent score (default {DEFAULT_SCORER}: 0.5 min-max BM25 + 0.5 min-max dense)",
     )
     parser.add_argument("--fragment-words", type=int, default=None, help="words per fragment (default: the preset's)")
     parser.add_argument(

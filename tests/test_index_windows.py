@@ -32,7 +32,7 @@ class TruncatingEmbedder(BagOfWordsEmbedder):
         return super().embed_documents(cut)
 
 
-FILLER = "the weather was grey and the sea was calm all day long".split()
+FILLER = ["the", "weather", "was", "grey", "and", "the", "sea", "was", "calm", "all", "day", "long"]
 
 
 def _filler(n: int, seed: int) -> str:

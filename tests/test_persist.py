@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 from conftest import BagOfWordsEmbedder
 
-from fragrel_integrations import CallableRelation, CompositeRelation, ContextRelation, Fragment, FragRelIndex
-from fragrel_integrations import SemanticRelation
+from fragrel_integrations import (
+    CallableRelation,
+    CompositeRelation,
+    ContextRelation,
+    Fragment,
+    FragRelIndex,
+    SemanticRelation,
+)
 
 TEXTS = [
     "the lighthouse keeper polished the lamp every evening " * 8 + "and the parrot named Poll spoke",
@@ -40,7 +46,8 @@ def test_round_trip_keeps_fragments_embeddings_settings_and_scores(index, bow_em
     assert loaded.fragments == index.fragments and loaded.fragments[1].metadata == {"page": 1, "tags": ["a", "b"]}
     np.testing.assert_array_equal(loaded.window_embeddings, index.window_embeddings)
     np.testing.assert_array_equal(loaded.window_offsets, index.window_offsets)
-    assert (loaded.alpha, loaded.relation, loaded.scorer_name, loaded.window_words) == (0.7, index.relation, "hybrid", 20)
+    settings = (loaded.alpha, loaded.relation, loaded.scorer_name, loaded.window_words)
+    assert settings == (0.7, index.relation, "hybrid", 20)
     assert loaded.saved_metadata == {"source": "book.txt"}
     for got, want in zip(loaded.scores("parrot Poll"), index.scores("parrot Poll"), strict=True):
         np.testing.assert_allclose(got, want)
@@ -78,7 +85,7 @@ def test_foreign_files_are_refused_and_never_overwritten(index, bow_embedder, tm
         assert path.read_bytes() == before
     with pytest.raises(ValueError, match="is a directory"):
         index.save(tmp_path)
-    with pytest.raises(FileNotFoundError, match="missing.fragrel"):
+    with pytest.raises(FileNotFoundError, match=r"missing\.fragrel"):
         FragRelIndex.load(tmp_path / "missing.fragrel")
     assert not (tmp_path / "missing.fragrel").exists()
 
@@ -114,7 +121,7 @@ def test_truncated_file_is_refused(index, bow_embedder, tmp_path):
     path = index.save(tmp_path / "book.fragrel")
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 3])
-    with pytest.raises(ValueError, match="book.fragrel"):
+    with pytest.raises(ValueError, match=r"book\.fragrel"):
         FragRelIndex.load(path, embedder=bow_embedder)
 
 
@@ -124,7 +131,7 @@ def test_other_embedder_custom_relation_and_stale_metadata_are_refused(index, bo
     class Other(BagOfWordsEmbedder):
         model_name = "other-model"
 
-    with pytest.raises(ValueError, match="was embedded with .*BagOfWordsEmbedder.*pass embedder="):
+    with pytest.raises(ValueError, match=r"was embedded with .*BagOfWordsEmbedder.*pass embedder="):
         FragRelIndex.load(path, embedder=Other())
     with pytest.raises(ValueError, match="stale"):
         FragRelIndex.load(path, embedder=bow_embedder, expect={"file_sha256": "def"})

@@ -139,7 +139,9 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
         try:
             fmeta = json.dumps(dict(f.metadata), sort_keys=True)
         except (TypeError, ValueError) as exc:
-            raise TypeError(f"fragment {i} ({f.doc_id}[{f.position}]) metadata must be JSON-serialisable: {exc}")
+            raise TypeError(
+                f"fragment {i} ({f.doc_id}[{f.position}]) metadata must be JSON-serialisable: {exc}"
+            ) from exc
         blob, n_win = None, 0
         if bounds is not None:
             block = np.ascontiguousarray(vectors[bounds[i] : bounds[i + 1]], dtype="<f4")
