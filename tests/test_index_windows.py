@@ -123,3 +123,30 @@ def test_dense_scorer_takes_the_best_window_and_checks_offsets():
     for bad in ([1, 2], [0, 0], [0, 3]):
         with pytest.raises(ValueError, match="offsets"):
             DenseScorer(windows, emb, offsets=bad)
+
+
+SEA = [
+    "The lighthouse keeper polished the great lamp every evening before the sun went down.",
+    "Fishing boats came back to the harbour with nets full of silver herring.",
+    "The old baker sold warm bread to the villagers at dawn.",
+    "Children played on the beach and built castles out of wet sand.",
+    "Gulls circled above the market square and quarrelled over scraps of fish.",
+]
+
+
+@pytest.mark.slow
+def test_real_model_reads_the_end_of_a_500_word_fragment(real_embedder):
+    """all-MiniLM-L6-v2 reads 256 word pieces: a fact in the last 100 words of a 500-word fragment was invisible."""
+    filler = " ".join(SEA[i % 5] for i in range(60)).split()
+    fact = "Daniel travelled to the bathroom with the football."
+    fragments = [" ".join(filler[:500]), " ".join(filler[:440]) + " " + fact, " ".join(filler[40:540])]
+    whole = FragRelIndex.from_fragments(fragments, embedder=real_embedder, alpha=0.0, show_progress=False)
+    cut = FragRelIndex.from_fragments(
+        fragments, embedder=real_embedder, window_words=None, alpha=0.0, show_progress=False
+    )
+    assert whole.window_words == 152
+    question = "Where is the football?"
+    assert whole.retrieve(question, k=1)[0].fragment.position == 1
+    s_whole, s_cut = whole.scores(question)[0], cut.scores(question)[0]
+    assert s_whole[1] - max(s_whole[0], s_whole[2]) > 0.03
+    assert s_cut[1] == pytest.approx(s_cut[0], abs=1e-5)  # cut: the fact is never read, same text as fragment 0

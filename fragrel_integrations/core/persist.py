@@ -47,7 +47,8 @@ __all__ = [
 
 #: The header's ``format`` value: what makes a SQLite file a FragRel index.
 FORMAT = "fragrel-index"
-#: The newest layout this module writes and reads.
+#: The newest layout this module writes and reads (bumped too when fragments are split or windowed differently,
+#: so that the CLI's cache, keyed by it, never reuses embeddings made another way).
 VERSION = 1
 
 _SCHEMA = (
