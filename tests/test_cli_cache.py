@@ -10,7 +10,7 @@ from conftest import BagOfWordsEmbedder
 from fragrel_integrations.cli import main
 from fragrel_integrations.models import local
 
-BOOK = " ".join(f"filler{i % 37} words here" for i in range(400)) + " the captain was killed by the cook " + "tail " * 90
+BOOK = " ".join(f"filler{i % 37} words here" for i in range(400)) + " the captain was killed by the cook " + "x " * 90
 
 
 class CountingEmbedder(BagOfWordsEmbedder):
