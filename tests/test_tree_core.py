@@ -1025,3 +1025,17 @@ def test_a_sqlite_save_refuses_to_overwrite_other_files(tmp_path, saved):
     save_tree(tree, empty)  # an empty file, and our own save, are fine
     save_tree(tree, empty)
     assert load_tree(empty, embedder=HashingEmbedder(dim=256)).to_state() == tree.to_state()
+
+
+class NoneModel(VerboseModel):
+    def invoke(self, messages, *, temperature=None, max_tokens=None, stop=None):
+        return None
+
+
+def test_a_model_returning_none_is_a_failed_call_and_surrogates_are_refused_up_front():
+    tree = make_tree(NoneModel(0))
+    report = tree.build(["Cats purr. Dogs bark."])
+    assert report.call_failures == len(tree.nodes) and all(n.failed for n in tree.nodes.values())
+    assert "returned NoneType" in report.errors[0]
+    with pytest.raises(ValueError, match="lone surrogate"):
+        make_tree().build(["Cats \ud800 purr."])

@@ -660,7 +660,10 @@ class SelfControlledMemory:
         return await self._adrive(self._prepare_steps(observation, session_id))
 
     def record(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
-        """Step 6: summarise, embed and append one interaction to the stream."""
+        """Step 6: summarise, embed and append one interaction to the stream.
+
+        A failing summary call or embedder does not lose the turn: it is stored without a summary or embedding
+        and a ``RuntimeWarning`` says so (see the module docstring)."""
         return self._drive(self._record_steps(observation, response, session_id))
 
     async def arecord(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
@@ -668,7 +671,10 @@ class SelfControlledMemory:
         return await self._adrive(self._record_steps(observation, response, session_id))
 
     def chat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
-        """A whole turn: prepare, answer with ``model`` (default: the controller's model), write back."""
+        """A whole turn: prepare, answer with ``model`` (default: the controller's model), write back.
+
+        Once the reply exists the turn is stored whatever fails afterwards (see :meth:`record`); errors before it
+        (the observation, the activation question, retrieval, the model's own call) raise and store nothing."""
         return self._drive(self._turn_steps(observation, session_id, None if model is None else as_chat_model(model)))
 
     async def achat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:

@@ -66,10 +66,11 @@ def save_tree(tree: SurpriseTree, path: str | Path, *, format: str | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     state = tree.to_state()
     try:
-        json.dumps(state["nodes"])
-    except (TypeError, ValueError) as exc:
+        json.dumps(state["nodes"], ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(
-            f"cannot save the tree: node metadata must be JSON-serialisable (str, numbers, lists, dicts): {exc}"
+            "cannot save the tree: node metadata must be JSON-serialisable (str, numbers, lists, dicts) and all "
+            f"text valid Unicode (no lone surrogates): {exc}"
         ) from exc
     if as_json:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")

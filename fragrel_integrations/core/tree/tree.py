@@ -141,6 +141,13 @@ def _check_texts(texts: object, doc_ids: object, metadatas: object) -> tuple[lis
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise TypeError(f"texts[{i}] must be str, got {type(t).__name__}")
+        try:
+            t.encode("utf-8")
+        except UnicodeEncodeError as exc:  # found now, not when the tree is saved
+            raise ValueError(
+                f"texts[{i}] contains a lone surrogate at position {exc.start}, which cannot be saved: decode the "
+                "input with errors='replace'"
+            ) from None
     ids = [None] * len(texts) if doc_ids is None else list(doc_ids)  # type: ignore[call-overload]
     metas = [{}] * len(texts) if metadatas is None else [dict(m) for m in metadatas]  # type: ignore[union-attr]
     if len(ids) != len(texts) or len(metas) != len(texts):
