@@ -4,8 +4,8 @@ The model is asked for two labelled sections, ``(Summary): ...`` and ``(Surprise
 never raises on model output: when a section is missing or empty, the whole reply (labels removed) becomes the
 summary, there is no surprise, and ``ok`` is False so the builder can count it. A surprise that says "None",
 "N/A", "nothing" or has no letters or digits at all means no surprise. The parser runs in linear time (no
-pattern with nested or adjacent overlapping quantifiers); the builder caps the reply and each section before
-storing them (:class:`~fragrel_integrations.core.tree.summariser.Summariser`).
+pattern with nested or adjacent overlapping quantifiers); the builder caps each section before storing it
+(:class:`~fragrel_integrations.core.tree.summariser.Summariser`).
 
 >>> parse_summary("(Summary): Tom buys a boat.\\n(Surprise): The boat is made of glass.")
 ParsedSummary(summary='Tom buys a boat.', surprise='The boat is made of glass.', ok=True)
