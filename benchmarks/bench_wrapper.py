@@ -115,22 +115,20 @@ def run(split: str, n_boot: int) -> dict:
         bases = {**_langchain_bases(docs, cached), **_llama_bases(nodes, cached)}
         for name, base in bases.items():
             if name.startswith("lc"):
-                methods = {
-                    "base": lambda q, b=base: b.invoke(q)[:K],
-                    "fragrel": lambda q, w=LCFragRel(base_retriever=base, k=K): w.invoke(q),
-                    "fragrel-dialogue": lambda q, w=LCFragRel(base_retriever=base, k=K, preset="dialogue"): w.invoke(
-                        q
-                    ),
+                wrappers = {
+                    "fragrel": LCFragRel(base_retriever=base, k=K),
+                    "fragrel-dialogue": LCFragRel(base_retriever=base, k=K, preset="dialogue"),
                 }
+                methods = {"base": lambda q, b=base: b.invoke(q)[:K]}
+                methods |= {m: (lambda q, w=w: w.invoke(q)) for m, w in wrappers.items()}
                 text_of = lambda d: d.page_content  # noqa: E731
             else:
-                methods = {
-                    "base": lambda q, b=base: b.retrieve(q)[:K],
-                    "fragrel": lambda q, w=LIFragRel(base, similarity_top_k=K): w.retrieve(q),
-                    "fragrel-dialogue": lambda q, w=LIFragRel(base, similarity_top_k=K, preset="dialogue"): w.retrieve(
-                        q
-                    ),
+                wrappers = {
+                    "fragrel": LIFragRel(base, similarity_top_k=K),
+                    "fragrel-dialogue": LIFragRel(base, similarity_top_k=K, preset="dialogue"),
                 }
+                methods = {"base": lambda q, b=base: b.retrieve(q)[:K]}
+                methods |= {m: (lambda q, w=w: w.retrieve(q)) for m, w in wrappers.items()}
                 text_of = lambda n: n.node.get_content()  # noqa: E731
             for q in corpus.queries:
                 for m, fn in methods.items():
@@ -161,7 +159,7 @@ def to_markdown(res: dict) -> str:
         "",
         f"{res['n_queries']} questions, recall@{res['k']} in %, difference to the base asked for k={res['k']} and its "
         f"paired-bootstrap 95% CI. Run time {res['seconds']} s. *fragrel* = `FragRelRetriever(base, k=5)` with no "
-        "other argument (preset story: w_rel 0.3, alpha 0.5); *dialogue* = `preset=\"dialogue\"` (w_rel 0.3, alpha 1.0).",
+        'other argument (preset story: w_rel 0.3, alpha 0.5); *dialogue* = `preset="dialogue"` (w_rel 0.3, alpha 1.0).',
         "",
         "| base | alone | fragrel (defaults) | fragrel preset=dialogue |",
         "|---|---:|---:|---:|",
