@@ -85,6 +85,9 @@ _BINARY_PROBE = 8192
 #: Default caps (see :func:`load_repository`): indexing work grows with the lines of a file and of a folder.
 DEFAULT_MAX_FILE_BYTES = 1_000_000
 DEFAULT_MAX_FILE_LINES = 20_000
+#: Skip reasons worth a warning (a user would expect the file indexed); symlinks, binary and generated files are
+#: left out by design and only logged at debug level.
+_NOTABLE = ("unreadable", "not a regular file", "larger than", "more than", "not UTF-8")
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
@@ -283,7 +286,7 @@ def read_source_file(
     if decoded is None:
         return SkippedFile(rel, "not UTF-8 and no fallback encoding decodes it")
     text, encoding = decoded
-    n_lines = text.count("\n") + 1
+    n_lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)  # as SourceFile.n_lines
     if n_lines > max_file_lines:
         return SkippedFile(rel, f"more than max_file_lines={max_file_lines} lines")
     if encoding != "utf-8":
@@ -369,4 +372,9 @@ def load_repository(
     repo.skipped.sort(key=lambda s: s.path)
     for s in repo.skipped:
         logger.debug("skipped %s: %s", s.path, s.reason)
+    notable = [s for s in repo.skipped if s.reason.startswith(_NOTABLE)]
+    if notable:
+        shown = "; ".join(f"{s.path} ({s.reason})" for s in notable[:5])
+        more = f"; and {len(notable) - 5} more" if len(notable) > 5 else ""
+        logger.warning("left out %d source file(s) or folder(s): %s%s", len(notable), shown, more)
     return repo
