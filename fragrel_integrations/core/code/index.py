@@ -68,7 +68,7 @@ def _nothing_to_index(relation: CodeRelation) -> str:
     """Why a repository gave no fragment, naming what was left out (the fix depends on it)."""
     if not relation.skipped:
         return (
-            "the repository has no source file to index: give the root folder of a repository holding "
+            "the repository has no source code to index: give the root folder of a repository holding "
             "Python, JavaScript, TypeScript, Java or Go files"
         )
     counts = Counter(s.reason.split(":")[0].split("=")[0].strip() for s in relation.skipped)
@@ -76,7 +76,7 @@ def _nothing_to_index(relation: CodeRelation) -> str:
     more = f" and {len(relation.skipped) - 5} more" if len(relation.skipped) > 5 else ""
     reasons = "; ".join(f"{n} {r}" for r, n in counts.most_common())
     return (
-        f"the repository has no source file to index: every source file was left out ({reasons}): {shown}{more}; "
+        f"the repository has no source code to index; left out ({reasons}): {shown}{more}; "
         "fix those files, or raise max_file_bytes / max_file_lines when the files are too large"
     )
 
