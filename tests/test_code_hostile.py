@@ -36,7 +36,7 @@ def _finishes(fn, seconds=20.0):
     def run():
         try:
             out["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below in the test thread
+        except BaseException as exc:  # re-raised below in the test thread
             out["error"] = exc
 
     t = threading.Thread(target=run, daemon=True)
@@ -100,7 +100,7 @@ def test_truncated_index_is_a_clear_error_not_a_raw_sqlite_error(repo, tmp_path)
         lambda: load_relation(truncated),
         lambda: CodeRelation.from_repository(repo, cache=truncated, show_progress=False),
     ):
-        with pytest.raises(ValueError, match="not a FragRel code index|damaged") as info:
+        with pytest.raises(ValueError, match=r"not a FragRel code index|damaged") as info:
             call()
         assert not isinstance(info.value, sqlite3.Error)
     assert truncated.read_bytes() == before  # not ours for sure: kept for the user to look at

@@ -9,8 +9,10 @@ Rules (all configurable through :func:`load_repository`):
   inside the root is reported as a duplicate (its target is indexed under its own path);
 - only regular files are read (FIFOs, sockets and devices are skipped and reported, never opened for a blocking
   read); an unreadable file or folder is skipped and reported;
-- files over ``max_file_bytes`` (1 MB) or ``max_file_lines`` (20,000 lines), binary files (a NUL byte in the first 8 KiB) and generated files (minified
-  JavaScript, protobuf output, Go's ``Code generated ... DO NOT EDIT.`` header) are skipped;
+- files over ``max_file_bytes`` (1 MB) or ``max_file_lines`` (20,000 lines: indexing work grows with the lines
+  of a file), binary files (a NUL byte in the first 8 KiB) and generated files (minified JavaScript, protobuf
+  output, Go's ``Code generated ... DO NOT EDIT.`` header) are skipped; every skip is reported (a warning for the
+  ones a user would not expect: unreadable, special, over a cap, undecodable);
 - text is decoded as UTF-8 (a BOM is dropped); a file that is not valid UTF-8 is decoded with
   ``fallback_encoding`` (latin-1 by default, which never fails) and reported in ``Repository.fallback_decoded``;
   with ``fallback_encoding=None`` such a file is skipped and reported.
@@ -258,6 +260,8 @@ def read_source_file(
     """
     _check_cap("max_file_bytes", max_file_bytes)
     _check_cap("max_file_lines", max_file_lines)
+    if "\x00" in str(rel_path):
+        raise ValueError(f"{rel_path!r} holds a NUL character: give the path of a file inside the repository")
     root_path = Path(root).resolve()
     rel = PurePosixPath(str(rel_path).replace(os.sep, "/")).as_posix()
     if rel.startswith("../") or rel == ".." or PurePosixPath(rel).is_absolute():
