@@ -216,6 +216,8 @@ def _assert_same(a, b):
         {"pkg/b.py": "\n\n" + B_PY + "\n\ndef g2():\n    return g()\n"},  # shifted lines, a new in-file call
         {"pkg/new.py": "from .cycle import pong\n\n\ndef n():\n    return pong(1)\n"},  # a new file
         {"pkg/cycle.py": None},  # a removed file
+        # a flat file (folded statements) calling into b.py, then b.py changed under it
+        {"pkg/flat.py": "from .b import g\n" + "a = 1\n" * 30 + "z = g()\n", "pkg/b.py": "def g():\n    return 3\n"},
     ],
 )
 def test_incremental_update_equals_a_full_rebuild(repo, tmp_path, changes):
