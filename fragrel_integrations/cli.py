@@ -189,7 +189,12 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 def _cmd_retrieve_code(args: argparse.Namespace) -> int:
     from .core.code.command import retrieve_code
 
-    print(retrieve_code(args))
+    try:
+        print(retrieve_code(args))
+    except OSError as exc:  # a cache folder that cannot be written, a repository that vanished meanwhile, ...
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"fragrel: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     return 0
 
 
