@@ -18,7 +18,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableBinding
 from langchain_core.vectorstores import VectorStoreRetriever
 
-__all__ = ["BASE_SCORE_KEY", "default_pool_size", "sized_base", "takes_k"]
+__all__ = ["BASE_SCORE_KEY", "default_pool_size", "oriented", "sized_base", "takes_k"]
 
 #: Metadata key under which a vector store's own relevance score reaches the re-ranker.
 BASE_SCORE_KEY = "fragrel_base_score"
@@ -41,8 +41,22 @@ def takes_k(runnable: object) -> bool:
     return isinstance(runnable, BaseRetriever) and bool(runnable._expects_other_args)
 
 
+def oriented(pairs: list[tuple[Document, float]]) -> list[tuple[Document, float]]:
+    """Raw store scores made "higher is better": a store lists its best match first, so scores that grow down the
+    list are distances and are negated (an affine change, which FragRel's ranking does not see).
+
+    >>> [s for _, s in oriented([(Document("a"), 0.1), (Document("b"), 0.4)])]
+    [-0.1, -0.4]
+    """
+    scores = [s for _, s in pairs]
+    if len(scores) > 1 and scores[-1] > scores[0]:
+        return [(d, -s) for d, s in pairs]
+    return pairs
+
+
 class _ScoredVectorStoreRetriever(VectorStoreRetriever):
-    """A vector-store retriever that returns the store's relevance score in each Document's metadata."""
+    """A vector-store retriever that returns the store's own score in each Document's metadata: its relevance
+    score, else its raw similarity/distance oriented by its ranking, else none (the ranking is used)."""
 
     def _with_scores(self, pairs: list[tuple[Document, float]]) -> list[Document]:
         return [d.model_copy(update={"metadata": {**d.metadata, BASE_SCORE_KEY: float(s)}}) for d, s in pairs]
@@ -50,22 +64,28 @@ class _ScoredVectorStoreRetriever(VectorStoreRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        search = self.search_kwargs | kwargs
         try:
-            pairs = self.vectorstore.similarity_search_with_relevance_scores(query, **(self.search_kwargs | kwargs))
-        except NotImplementedError:  # a store without relevance scores: its ranking is all we get
+            return self._with_scores(self.vectorstore.similarity_search_with_relevance_scores(query, **search))
+        except NotImplementedError:  # no relevance function (e.g. InMemoryVectorStore): the raw score
+            pass
+        try:
+            return self._with_scores(oriented(self.vectorstore.similarity_search_with_score(query, **search)))
+        except NotImplementedError:  # a store without scores: its ranking is all we get
             return super()._get_relevant_documents(query, run_manager=run_manager, **kwargs)
-        return self._with_scores(pairs)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
+        search = self.search_kwargs | kwargs
         try:
-            pairs = await self.vectorstore.asimilarity_search_with_relevance_scores(
-                query, **(self.search_kwargs | kwargs)
-            )
+            return self._with_scores(await self.vectorstore.asimilarity_search_with_relevance_scores(query, **search))
+        except NotImplementedError:
+            pass
+        try:
+            return self._with_scores(oriented(await self.vectorstore.asimilarity_search_with_score(query, **search)))
         except NotImplementedError:
             return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
-        return self._with_scores(pairs)
 
 
 def sized_base(base: Any, n: int) -> Any | None:
