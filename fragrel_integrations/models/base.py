@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 __all__ = [
     "CachedEmbedder",
     "Embedder",
+    "WrappedEmbedder",
     "as_embedder",
     "check_embeddings",
     "embed_documents",
