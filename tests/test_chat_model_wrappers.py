@@ -103,7 +103,8 @@ class TestFragRelChatModelStandardUnit(_TextOnly, ChatModelUnitTests):
 
 @pytest.mark.slow
 class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTests):
-    """The real embedded SmolLM2-135M (one process-wide instance), short replies."""
+    """The real embedded SmolLM2-135M (one process-wide instance), short replies; tool calling included
+    (llama.cpp grammars choose the call and keep its arguments valid JSON), structured output not."""
 
     @property
     def chat_model_class(self) -> type[BaseChatModel]:
@@ -111,7 +112,19 @@ class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTes
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
-        return {"model": get_embedded(), "max_tokens": 24}
+        return {"model": get_embedded(), "max_tokens": 48}
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def tool_choice_value(self) -> str:
+        return "any"
 
 
 # ------------------------------------------------------------------------------------ LangChain behaviour
