@@ -9,8 +9,8 @@ SmolLM2-135M.
    weather requests (did it call the tool with the right city; did the final answer use the tool's result), and
    ``invoke_with_tools`` on three requests that need no tool (did it answer directly).
 
-Writes ``benchmarks/results/ecosystem.json`` and ``.md``. About 1-2 minutes on 2 shared CPUs. Import times grow with the machine's load
-(reported with the results): compare runs made under similar load only.
+Writes ``benchmarks/results/ecosystem.json`` and ``.md``. About 1-2 minutes on 2 shared CPUs. Import times grow
+with the machine's load (reported with the results): compare runs made under similar load only.
 
     python benchmarks/bench_ecosystem.py [--repeats 5] [--skip-llm]
 """
