@@ -226,8 +226,10 @@ def test_tools_escape_stored_values(memory):
 
 
 def test_adapter_rejects_bad_arguments(tmp_path):
-    with pytest.raises(TypeError):
-        TripletMemoryStore(store="not a store")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="TripletStore"):
+        TripletMemoryStore(store=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="path twice"):
+        TripletMemoryStore(str(tmp_path / "a.db"), path=tmp_path / "b.db")
     core = TripletStore(":memory:", embedder=HashingEmbedder(dim=16))
     with pytest.raises(ValueError, match="not both"):
         TripletMemoryStore(core, embedder=HashingEmbedder(dim=16))
