@@ -25,7 +25,7 @@ from ..core.relations import Relation
 from ..core.rerank import rerank
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ..models.base import Embedder
+from ..models.base import Embedder, optional_embedder
 from ._documents import (
     check_documents,
     fragment_to_document,
@@ -142,12 +142,7 @@ class FragRelRetriever(BaseRetriever):
     @field_validator("embedder")
     @classmethod
     def _check_embedder(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, Embedder):
-            raise TypeError(
-                "embedder must have embed_documents(texts) and embed_query(text) (e.g. a LangChain Embeddings), "
-                f"got {type(value).__name__}"
-            )
-        return value
+        return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
