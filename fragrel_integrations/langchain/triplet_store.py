@@ -46,7 +46,9 @@ from langgraph.store.base import (  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, render_read, render_write  # noqa: E402
+from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
+from ..core.triplets.text_api import term_problem  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 
 __all__ = ["TripletKVStore", "TripletMemoryStore", "make_memory_tools"]
@@ -298,17 +300,32 @@ class _ReadArgs(BaseModel):
     object: str = Field(default="", description="the object, or empty to look it up")
 
 
-def make_memory_tools(store: TripletStore, *, namespace: Sequence[str] = ("memories",)) -> list[BaseTool]:
+def make_memory_tools(
+    store: TripletStore, *, namespace: Sequence[str] = ("memories",), max_term_chars: int = DEFAULT_MAX_TERM_CHARS
+) -> list[BaseTool]:
     """Agent tools over a triplet memory: ``memory_write(subject, relation, object)`` and
     ``memory_read(subject, relation, object)`` (leave one or two fields empty). Both answer in the
     RET-LLM text format, so the model sees ``[MEM_READ{..}: {..}; ..]``.
+
+    The arguments come from a model: a write with a term longer than ``max_term_chars``, an empty term or a
+    NUL character is not stored, and the tool answers ``not stored: <why>`` so the model can retry.
     """
     if not isinstance(store, TripletStore):
         raise TypeError(f"store must be a TripletStore, got {type(store).__name__}")
+    if isinstance(max_term_chars, bool) or not isinstance(max_term_chars, int) or max_term_chars < 1:
+        raise ValueError(f"max_term_chars must be a positive int, got {max_term_chars!r}")
     ns = tuple(namespace)
 
     def memory_write(subject: str, relation: str, object: str) -> str:
-        rec = store.write((subject, relation, object), namespace=ns)
+        terms = (subject, relation, object)
+        problem = next((p for p in (term_problem(t, max_term_chars) for t in terms if isinstance(t, str)) if p), None)
+        if problem:
+            return f"not stored: {problem}"
+        try:
+            trip = Triplet(*terms)
+        except (TypeError, ValueError) as exc:
+            return f"not stored: {exc}"
+        rec = store.write(trip, namespace=ns)
         return "stored " + render_write(rec.triplet)
 
     def memory_read(subject: str = "", relation: str = "", object: str = "") -> str:

@@ -131,7 +131,10 @@ def _row(row: tuple) -> MemoryItem:
 class SCMStream:
     """A persistent memory stream (``path``: a SQLite file, or ``":memory:"`` for a throw-away stream).
 
-    Every method takes the ``session_id``; sessions never see each other's interactions.
+    Every method takes the ``session_id``; sessions never see each other's interactions. A ``path`` that is
+    not a SQLite database (a text file, a directory) or a truncated or corrupt one raises ValueError naming
+    the path, and the file is left unchanged (see
+    :class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend`).
     """
 
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:

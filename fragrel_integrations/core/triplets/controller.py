@@ -46,7 +46,7 @@ from typing import Any
 
 from ...models.chat import ChatModel, as_chat_model
 from .store import TripletStore, TripletWrite
-from .text_api import MemoryCall, SkippedCall, _bad_term, escape_term, render_read, scan_calls, strip_calls
+from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls, term_problem
 from .types import Triplet, TripletRecord, namespace_tuple
 
 __all__ = [
@@ -141,7 +141,7 @@ def _lenient_scan(text: str, max_term_chars: int | None) -> tuple[list[tuple[Tri
         parts = [p.strip() for p in line.split(">>")]
         if len(parts) != 3 or not all(parts):
             continue
-        reason = next((r for r in (_bad_term(p, max_term_chars) for p in parts) if r), None)
+        reason = next((r for r in (term_problem(p, max_term_chars) for p in parts) if r), None)
         if reason is None:
             try:
                 found.append((Triplet(*parts), start))

@@ -54,6 +54,7 @@ __all__ = [
     "render_write",
     "scan_calls",
     "strip_calls",
+    "term_problem",
     "unescape_term",
 ]
 
@@ -136,8 +137,13 @@ def unescape_term(text: str) -> str:
     return "".join(out)
 
 
-def _bad_term(term: str, max_chars: int | None) -> str | None:
-    """Why ``term`` cannot be a call field (None: it can)."""
+def term_problem(term: str, max_chars: int | None) -> str | None:
+    """Why ``term`` (from a model) must not be stored: a NUL character, more than ``max_chars`` characters, or
+    a lone surrogate; None when it may.
+
+    >>> term_problem("Google", 200) is None, term_problem("x" * 300, 200)
+    (True, 'a term has 300 characters (more than 200)')
+    """
     if "\x00" in term:
         return "a term contains a NUL character"
     if max_chars is not None and len(term) > max_chars:
@@ -279,7 +285,7 @@ def _parse_one(sc: _Scanner, name: str, start: int, max_term_chars: int | None) 
     if len(parts) != 3:
         raise MemoryCallError(f"a {name} needs three fields separated by '>>', got {len(parts)}")
     for p in parts:
-        reason = _bad_term(p, max_term_chars)
+        reason = term_problem(p, max_term_chars)
         if reason:
             raise MemoryCallError(f"{reason}; {name} skipped")
     pattern: Pattern = tuple(p if p.strip() else None for p in parts)  # type: ignore[assignment]
