@@ -1,16 +1,22 @@
 """Fuzzing the triplet memory's untrusted-text entry points (issue 15) with Hypothesis: the MEM_WRITE/MEM_READ
 parsers, the controller's lenient parser and ``memorize``/``answer`` over arbitrary model replies, and batches
-of writes with bad items. Properties: no exception outside the documented ValueError/TypeError family,
+of writes with bad items; and the SQLite files of the triplet store and the SCM stream, truncated or with
+bytes flipped. Properties: no exception outside the documented ValueError/TypeError family,
 bounded (linear) time, exact round trips, caps respected, and nothing already stored lost."""
 
 from __future__ import annotations
 
+import functools
+import tempfile
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fragrel_integrations.core.scm import SCMStream
 from fragrel_integrations.core.triplets import Triplet, TripletMemoryController, TripletStore
 from fragrel_integrations.core.triplets.controller import lenient_triplets
 from fragrel_integrations.core.triplets.text_api import (
@@ -177,3 +183,56 @@ def test_a_failing_model_loses_nothing(reply):
     with pytest.raises(RuntimeError, match="model server down"):
         ctl.memorize("y")
     assert before <= _snapshot() and ("anchor", "stays", "stored") in _snapshot()
+
+
+@functools.cache
+def _base_files() -> dict[str, bytes]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return _build_files(Path(tmp))
+
+
+def _build_files(root: Path) -> dict[str, bytes]:
+    with TripletStore(root / "t.db", embedder=HashingEmbedder(dim=8)) as store:
+        store.write_many([(f"s{i}", "rel", f"o{i}") for i in range(60)])
+    with SCMStream(root / "s.db") as stream:
+        for i in range(30):
+            stream.append("s", f"turn {i} " * 5, "reply", summary="sum", embedding=np.ones(4))
+    return {"triplets": (root / "t.db").read_bytes(), "scm": (root / "s.db").read_bytes()}
+
+
+def _use(kind: str, path: Path) -> None:
+    if kind == "triplets":
+        with TripletStore(path, embedder=HashingEmbedder(dim=8)) as store:
+            store.records(), store.read("s1"), store.read("s1x", "rel"), store.write(("a", "b", "c"))
+    else:
+        with SCMStream(path) as stream:
+            stream.items("s"), stream.sessions(), stream.last("s"), stream.append("s", "a", "b")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.sampled_from(["triplets", "scm"]),
+    st.one_of(
+        st.tuples(st.just("cut"), st.floats(0, 0.999)),
+        st.tuples(st.just("flip"), st.lists(st.tuples(st.floats(0, 0.999), st.integers(0, 255)), min_size=1)),
+    ),
+)
+def test_damaged_database_files_give_value_errors_and_refusals_leave_them_unchanged(kind, damage):
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data = bytearray(_base_files()[kind])
+        if damage[0] == "cut":
+            data = data[: int(len(data) * damage[1])]
+        else:
+            for where, byte in damage[1]:
+                data[int(len(data) * where)] = byte
+        path = root / "damaged.db"
+        path.write_bytes(bytes(data))
+        try:
+            _use(kind, path)
+        except ValueError as exc:
+            assert "damaged.db" in str(exc) or "scm_items" in str(exc) or "schema" in str(exc)
+        except TypeError:
+            pass  # a NULL where a number belongs, read from a damaged row
+        if damage[0] == "cut" and len(data) > 0:
+            assert path.read_bytes() == bytes(data)  # a truncated file is refused at open, untouched

@@ -270,3 +270,15 @@ def test_healthy_files_still_open(tmp_path):
         stream.append("s", "hi", "hello", embedding=np.ones(2))
     with SCMStream(tmp_path / "empty.db") as stream:
         assert stream.count("s") == 1
+
+
+def test_an_scm_stream_refuses_another_applications_scm_items_table(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE scm_items (id INTEGER PRIMARY KEY, note TEXT)")
+    conn.execute("INSERT INTO scm_items (note) VALUES ('keep me')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(ValueError, match=r"other\.db.*scm_items.*\['id', 'note'\]"):
+        SCMStream(path)
+    assert sqlite3.connect(path).execute("SELECT note FROM scm_items").fetchall() == [("keep me",)]

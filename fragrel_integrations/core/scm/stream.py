@@ -142,9 +142,20 @@ class SCMStream:
         self.path = self._db.path
         self._cache: dict[str, list[MemoryItem]] = {}
         self._cache_lock = threading.Lock()
-        with self._db.write() as cur:
-            for statement in _SCHEMA:
-                cur.execute(statement)
+        try:
+            with self._db.write() as cur:
+                for statement in _SCHEMA:
+                    cur.execute(statement)
+                columns = [row[1] for row in cur.execute("PRAGMA table_info(scm_items)")]
+        except BaseException:
+            self._db.close()
+            raise
+        if columns != _COLUMNS.split(", "):
+            self._db.close()
+            raise ValueError(
+                f"{self.path!r} has a table scm_items with the columns {columns}, not those of an SCM memory "
+                f"stream ({_COLUMNS}); it is another application's table or a damaged file. Give another path"
+            )
 
     def append(
         self,

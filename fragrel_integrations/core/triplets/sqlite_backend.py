@@ -17,7 +17,7 @@ import sqlite3
 import stat
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from .backend import Cursor, StorageBackend
@@ -27,6 +27,7 @@ __all__ = ["SQLiteBackend"]
 _SYNC = ("OFF", "NORMAL", "FULL", "EXTRA")
 _HEADER = b"SQLite format 3\x00"
 _DAMAGED = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: a page the database counts is missing from the file
 
 
 def _not_a_database(path: str, why: str) -> ValueError:
@@ -37,9 +38,14 @@ def _not_a_database(path: str, why: str) -> ValueError:
 
 
 def _damaged(exc: BaseException) -> bool:
-    """Whether ``exc`` is SQLite saying the file is not a database or is corrupt."""
+    """Whether ``exc`` says the file is not a database, is corrupt or truncated, or holds text that is not
+    UTF-8 (which SQLite never writes from Python strings)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
     code = getattr(exc, "sqlite_errorcode", None)
-    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _DAMAGED
+    if code is None:
+        return str(exc).startswith("Could not decode to UTF-8")
+    return code & 0xFF in _DAMAGED or code == _SHORT_READ
 
 
 def _check_file(path: str) -> None:
@@ -141,7 +147,8 @@ class SQLiteBackend(StorageBackend):
             conn.execute(f"PRAGMA synchronous={str(synchronous).upper()}")
         except BaseException as exc:
             self.close()
-            if _damaged(exc):
+            # these fixed statements fail with SQLITE_ERROR only on a damaged file ("unsupported file format")
+            if _damaged(exc) or getattr(exc, "sqlite_errorcode", None) == 1:
                 raise _not_a_database(self.path, f"is not a SQLite database or is corrupt ({exc})") from exc
             raise
 
@@ -174,16 +181,16 @@ class SQLiteBackend(StorageBackend):
             self._depth = 1
             try:
                 yield conn.cursor()
+                self._depth = 0
+                conn.execute("COMMIT")
             except BaseException as exc:
                 self._depth = 0
                 if conn.in_transaction:  # SQLite may already have rolled back (e.g. after corruption)
-                    conn.execute("ROLLBACK")
+                    with suppress(sqlite3.Error):  # keep the first error, the informative one
+                        conn.execute("ROLLBACK")
                 if _damaged(exc):
                     raise _not_a_database(self.path, f"is a corrupt SQLite database ({exc})") from exc
                 raise
-            else:
-                self._depth = 0
-                conn.execute("COMMIT")
 
     def write(self) -> AbstractContextManager[Cursor]:
         return self._transaction("BEGIN IMMEDIATE")
