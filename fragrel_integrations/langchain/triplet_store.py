@@ -47,7 +47,9 @@ from pydantic import BaseModel, Field  # noqa: E402
 
 from .._adapters import split_store_or_path  # noqa: E402
 from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, render_read, render_write  # noqa: E402
+from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
+from ..core.triplets.text_api import term_problem  # noqa: E402
 from ..models.base import Embedder, optional_embedder  # noqa: E402
 
 __all__ = ["TripletKVStore", "TripletMemoryStore", "core_triplet_store", "make_memory_tools"]
@@ -318,7 +320,10 @@ def core_triplet_store(store: object) -> TripletStore:
 
 
 def make_memory_tools(
-    store: TripletStore | TripletMemoryStore | TripletKVStore | Any, *, namespace: Sequence[str] = ("memories",)
+    store: TripletStore | TripletMemoryStore | TripletKVStore | Any,
+    *,
+    namespace: Sequence[str] = ("memories",),
+    max_term_chars: int = DEFAULT_MAX_TERM_CHARS,
 ) -> list[BaseTool]:
     """Agent tools over a triplet memory: ``memory_write(subject, relation, object)`` and
     ``memory_read(subject, relation, object)`` (leave one or two fields empty). Both answer in the
@@ -326,12 +331,24 @@ def make_memory_tools(
 
     ``store`` is a core :class:`TripletStore` or a framework store over one (:class:`TripletMemoryStore`,
     :class:`TripletKVStore`, the LlamaIndex ``TripletGraphStore``); the tools read and write its core store.
+    The arguments come from a model: a write with a term longer than ``max_term_chars``, an empty term or a
+    NUL character is not stored, and the tool answers ``not stored: <why>`` so the model can retry.
     """
     store = core_triplet_store(store)
+    if isinstance(max_term_chars, bool) or not isinstance(max_term_chars, int) or max_term_chars < 1:
+        raise ValueError(f"max_term_chars must be a positive int, got {max_term_chars!r}")
     ns = tuple(namespace)
 
     def memory_write(subject: str, relation: str, object: str) -> str:
-        rec = store.write((subject, relation, object), namespace=ns)
+        terms = (subject, relation, object)
+        problem = next((p for p in (term_problem(t, max_term_chars) for t in terms if isinstance(t, str)) if p), None)
+        if problem:
+            return f"not stored: {problem}"
+        try:
+            trip = Triplet(*terms)
+        except (TypeError, ValueError) as exc:
+            return f"not stored: {exc}"
+        rec = store.write(trip, namespace=ns)
         return "stored " + render_write(rec.triplet)
 
     def memory_read(subject: str = "", relation: str = "", object: str = "") -> str:
