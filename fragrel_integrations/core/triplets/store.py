@@ -58,7 +58,15 @@ from .types import (
     to_timestamp,
 )
 
-__all__ = ["DEFAULT_BITS", "DEFAULT_TABLES", "FUZZY_INDEXES", "NodeRecord", "TripletStore", "TripletWrite", "build_store"]
+__all__ = [
+    "DEFAULT_BITS",
+    "DEFAULT_TABLES",
+    "FUZZY_INDEXES",
+    "NodeRecord",
+    "TripletStore",
+    "TripletWrite",
+    "build_store",
+]
 
 logger = logging.getLogger(__name__)
 

@@ -3,10 +3,10 @@ term vectors with an exact cosine over every vector of the probed partitions.
 
 Below ``train_at`` vectors the index is one partition, i.e. an exact scan (one matrix-vector product). From
 ``train_at`` on, spherical k-means (on a sample) splits the vectors into about ``sqrt(n)`` partitions; a query
-ranks the centroids and scans the closest ``probe_share`` of the partitions (at least ``min_probe``) exactly. Near neighbours of a query fall in the
-partitions of its closest centroids, so recall of the best term stays near 1 while the scan touches a small
-share of the vectors. New vectors join their nearest partition; when the index has grown ``regrow`` times past
-the size it was trained at, it is re-partitioned.
+ranks the centroids and scans the closest ``probe_share`` of the partitions (at least ``min_probe``) exactly.
+Near neighbours of a query fall in the partitions of its closest centroids, so recall of the best term stays
+near 1 while the scan touches a small share of the vectors. New vectors join their nearest partition; when
+the index has grown ``regrow`` times past the size it was trained at, it is re-partitioned.
 
 The index is a cache: :class:`~fragrel_integrations.core.triplets.store.TripletStore` rebuilds it from the
 database and feeds it only committed terms, in id order (``max_id`` says how far it has read).
