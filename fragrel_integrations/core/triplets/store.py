@@ -162,10 +162,12 @@ class TripletStore:
             first write or fuzzy read. One store must always use embedders of the same dimension.
         bits, tables, seed: LSH settings (see :class:`RandomHyperplaneLSH`). Fixed when the first term is
             stored and saved in the database; reopening with different values raises ValueError.
-        probe_radius: multi-probe radius at query time (0 or 1 or 2); may differ between opens.
+        probe_radius: multi-probe radius at query time (0 or 1 or 2; ``fuzzy_index="database"`` only); may
+            differ between opens.
         threshold: minimum exact cosine for a fuzzy alternative (default 0.7).
         fuzzy_k: how many alternative terms a fuzzy lookup may use per field (the paper uses one).
-        max_candidates: LSH candidates re-checked per lookup at most (those colliding in the most tables).
+        max_candidates: LSH candidates re-checked per lookup at most (those colliding in the most tables;
+            ``fuzzy_index="database"`` only: the in-memory index re-checks every candidate it scans).
         single_valued: relations that hold one object per subject at a time (saved in the database,
             so later opens keep them; add more with :meth:`mark_single_valued`).
         fuzzy_index: ``"memory"`` (default): fuzzy candidates from an in-memory term index kept in step with
@@ -340,7 +342,8 @@ class TripletStore:
                     break
                 ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
                 vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4").reshape(len(rows), -1)
-                index.add(ids, vecs)
+                index.add(ids, vecs, rebalance=False)  # partition once, after the last page
+            index.rebalance()
         return index
 
     def _index_committed(self, ids: np.ndarray, vectors: np.ndarray) -> None:

@@ -142,8 +142,10 @@ class TermIndex:
             total = sum(p.vecs.nbytes + p.ids.nbytes for p in self._parts)
             return total + (0 if self._centroids is None else self._centroids.nbytes)
 
-    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
-        """Add unit vectors with ids greater than every id already held (the store's id order)."""
+    def add(self, ids: np.ndarray, vectors: np.ndarray, *, rebalance: bool = True) -> None:
+        """Add unit vectors with ids greater than every id already held (the store's id order).
+
+        ``rebalance=False`` defers (re-)partitioning to a later :meth:`rebalance` (bulk loads in pages)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         vecs = np.asarray(vectors, dtype=np.float32).reshape(ids.shape[0], self.dim)
         if ids.size == 0:
@@ -160,6 +162,12 @@ class TermIndex:
                     self._parts[int(part)].append(ids[sel], vecs[sel])
             self._n += ids.size
             self.max_id = int(ids.max())
+            if rebalance:
+                self.rebalance()
+
+    def rebalance(self) -> None:
+        """Partition the index once it reaches ``train_at`` vectors, and again each time it grows ``regrow``-fold."""
+        with self._lock:
             if self._n >= self.train_at and (self._centroids is None or self._n >= self.regrow * self._trained_n):
                 self._partition()
 
