@@ -981,8 +981,10 @@ class TripletStore:
         self.backend.optimize()
 
     def close(self) -> None:
-        """Close the backend's connections."""
+        """Close the backend's connections and drop the in-memory term index."""
         self.backend.close()
+        with self._index_lock:
+            self._index = None
 
     def __enter__(self) -> TripletStore:
         return self
