@@ -262,7 +262,8 @@ def test_real_neighbour_expansion_brings_missed_neighbours(vectorstore, minilm):
     base = vs.as_retriever(search_kwargs={"k": 1})
     [hit] = base.invoke(query)
     d, p = key(hit)
-    retriever = FragRelRetriever(base_retriever=base, k=10, embedder=minilm, store=store, expand=1)
+    # a base with no pool knob returns its one hit; the store brings the neighbours
+    retriever = FragRelRetriever(base_retriever=lambda q: [hit], k=10, embedder=minilm, store=store, expand=1)
     got = retriever.invoke(query)
     keys = {key(doc) for doc in got}
     wanted = {(d, q) for q in (p - 1, p, p + 1) if store.get(d, q) is not None}
