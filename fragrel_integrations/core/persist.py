@@ -1,0 +1,359 @@
+"""A :class:`~fragrel_integrations.core.index.FragRelIndex` in one SQLite file, and the CLI's embedding cache.
+
+The file holds a header table (format name, version, settings and user metadata as JSON) and one row per
+fragment (text, document, position, metadata as JSON, its sub-window embeddings as a float32 blob). No pickle:
+loading a file never runs code from it. Every check on load raises a ValueError naming the file; a file that is
+not a FragRel index is never overwritten. Writes go to a temporary file in the same folder, then replace the
+target in one step, so a crash never leaves half an index behind.
+
+>>> import tempfile
+>>> index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25")
+>>> path = index.save(Path(tempfile.mkdtemp()) / "cats.fragrel")
+>>> [h.fragment.text for h in FragRelIndex.load(path).retrieve("cat", k=1)]
+['a cat']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import sqlite3
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import numpy as np
+
+from ..models.base import Embedder, embedder_id
+from .index import FragRelIndex, Scorer, ScorerName
+from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
+from .types import Fragment
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "default_cache_dir",
+    "file_sha256",
+    "load_index",
+    "relation_from_spec",
+    "relation_spec",
+    "save_index",
+]
+
+#: The header's ``format`` value: what makes a SQLite file a FragRel index.
+FORMAT = "fragrel-index"
+#: The newest layout this module writes and reads (bumped too when fragments are split or windowed differently,
+#: so that the CLI's cache, keyed by it, never reuses embeddings made another way).
+VERSION = 1
+
+_SCHEMA = (
+    "CREATE TABLE fragrel_index (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "CREATE TABLE fragments (idx INTEGER PRIMARY KEY, doc_id TEXT NOT NULL, position INTEGER NOT NULL, "
+    "text TEXT NOT NULL, metadata TEXT NOT NULL, n_windows INTEGER NOT NULL, vectors BLOB)",
+)
+_SEMANTIC_FIELDS = ("top_m", "dense_limit", "default_top_m", "block_size")
+
+
+# --------------------------------------------------------------------------------------------- relations
+
+
+def relation_spec(relation: Relation) -> dict[str, Any] | None:
+    """JSON description of a built-in relation (None for one that cannot be written down, e.g. a callable).
+
+    >>> relation_spec(ContextRelation(0.5))
+    {'type': 'context', 'w_rel': 0.5}
+    """
+    if type(relation) is ContextRelation:
+        return {"type": "context", "w_rel": relation.w_rel}
+    if type(relation) is SemanticRelation:
+        return {"type": "semantic", **{f: getattr(relation, f) for f in _SEMANTIC_FIELDS}}
+    if type(relation) is CompositeRelation:
+        parts = [(relation_spec(r), float(w)) for r, w in relation.parts]
+        if any(spec is None for spec, _ in parts):
+            return None
+        return {"type": "composite", "parts": [[spec, w] for spec, w in parts]}
+    return None
+
+
+def relation_from_spec(spec: object) -> Relation:
+    """The relation :func:`relation_spec` described; ValueError for anything else.
+
+    >>> relation_from_spec({"type": "context", "w_rel": 0.5})
+    ContextRelation(w_rel=0.5)
+    """
+    if not isinstance(spec, dict):
+        raise ValueError(f"relation must be a JSON object, got {spec!r}")
+    kind = spec.get("type")
+    try:
+        if kind == "context":
+            return ContextRelation(spec["w_rel"])
+        if kind == "semantic":
+            return SemanticRelation(**{f: spec[f] for f in _SEMANTIC_FIELDS})
+        if kind == "composite":
+            return CompositeRelation([(relation_from_spec(s), w) for s, w in spec["parts"]])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"bad {kind} relation {spec!r}: {exc}") from exc
+    raise ValueError(f"unknown relation type {kind!r}")
+
+
+# --------------------------------------------------------------------------------------------- save
+
+
+def _check_target(path: Path) -> None:
+    """A file already at ``path`` may be replaced only when it is a FragRel index itself."""
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory: give a file path for the index")
+    if path.exists():
+        try:
+            _read_header(path)
+        except ValueError as exc:
+            raise ValueError(f"refusing to overwrite {path}: {exc}") from None
+
+
+def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
+    """Write ``index`` to the SQLite file ``path`` (replacing an older FragRel index there); returns the path.
+
+    ``metadata`` (JSON-serialisable) is stored beside the settings; :func:`load_index` can require values
+    in it (``expect=``). Raises ValueError for a path holding something else and TypeError for metadata that
+    JSON cannot hold.
+    """
+    if not isinstance(index, FragRelIndex):
+        raise TypeError(f"save_index takes a FragRelIndex, got {type(index).__name__}")
+    path = Path(path).expanduser()
+    _check_target(path)
+    try:
+        meta_json = json.dumps(dict(metadata or {}), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"index metadata must be JSON-serialisable: {exc}") from exc
+    vectors, offsets = index.window_embeddings, index.window_offsets
+    if vectors is None and index.embeddings is not None:
+        vectors, offsets = index.embeddings, np.arange(len(index), dtype=np.int64)
+    n = len(index)
+    rows = []
+    bounds = np.append(offsets, vectors.shape[0]) if vectors is not None else None
+    for i, f in enumerate(index.fragments):
+        try:
+            fmeta = json.dumps(dict(f.metadata), sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(
+                f"fragment {i} ({f.doc_id}[{f.position}]) metadata must be JSON-serialisable: {exc}"
+            ) from exc
+        blob, n_win = None, 0
+        if bounds is not None:
+            block = np.ascontiguousarray(vectors[bounds[i] : bounds[i + 1]], dtype="<f4")
+            blob, n_win = block.tobytes(), block.shape[0]
+        rows.append((i, f.doc_id, f.position, f.text, fmeta, n_win, blob))
+    settings = {
+        "n_fragments": n,
+        "n_windows": 0 if vectors is None else int(vectors.shape[0]),
+        "dim": 0 if vectors is None else int(vectors.shape[1]),
+        "embedder": None if vectors is None else embedder_id(index.embedder),
+        "window_words": index.window_words,
+        "alpha": index.alpha,
+        "scorer": index.scorer_name,
+        "relation": relation_spec(index.relation),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(tmp)
+        try:
+            with conn:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.executemany(
+                    "INSERT INTO fragrel_index VALUES (?, ?)",
+                    [
+                        ("format", FORMAT),
+                        ("version", str(VERSION)),
+                        ("settings", json.dumps(settings, sort_keys=True)),
+                        ("metadata", meta_json),
+                    ],
+                )
+                conn.executemany("INSERT INTO fragments VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        finally:
+            conn.close()
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+# --------------------------------------------------------------------------------------------- load
+
+
+def _connect_ro(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+
+
+def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(settings, metadata)`` of the index file ``path``, or a ValueError saying what is wrong with it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such index file")
+    try:
+        conn = _connect_ro(path)
+        try:
+            header = dict(conn.execute("SELECT key, value FROM fragrel_index").fetchall())
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{path} is not a FragRel index file ({exc})") from None
+    if header.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a FragRel index file (no {FORMAT!r} header)")
+    if header.get("version") != str(VERSION):
+        raise ValueError(
+            f"{path} is a FragRel index of version {header.get('version')!r}; this fragrel-integrations reads "
+            f"version {VERSION}: rebuild the index"
+        )
+    try:
+        settings, metadata = json.loads(header["settings"]), json.loads(header["metadata"])
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"{path}: damaged FragRel index header ({exc})") from None
+    if not isinstance(settings, dict) or not isinstance(metadata, dict):
+        raise ValueError(f"{path}: damaged FragRel index header (settings/metadata are not JSON objects)")
+    return settings, metadata
+
+
+def _count(settings: dict[str, Any], key: str, path: Path) -> int:
+    value = settings.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{path}: damaged FragRel index header ({key}={value!r})")
+    return value
+
+
+def _read_fragments(
+    path: Path, n: int, dim: int, n_windows: int
+) -> tuple[list[Fragment], np.ndarray | None, np.ndarray | None]:
+    try:
+        conn = _connect_ro(path)
+        try:
+            rows = conn.execute(
+                "SELECT idx, doc_id, position, text, metadata, n_windows, vectors FROM fragments ORDER BY idx"
+            ).fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{path}: damaged FragRel index ({exc})") from None
+    if len(rows) != n or any(r[0] != i for i, r in enumerate(rows)):
+        raise ValueError(f"{path}: damaged FragRel index (expected fragments 0..{n - 1}, found {len(rows)} rows)")
+    fragments, blocks, offsets = [], [], np.zeros(n, dtype=np.int64)
+    total = 0
+    for i, (_, doc_id, position, text, meta, n_win, blob) in enumerate(rows):
+        try:
+            fragments.append(Fragment(text, doc_id, position, json.loads(meta)))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: damaged fragment {i} ({exc})") from None
+        if dim == 0:
+            continue
+        if not isinstance(n_win, int) or n_win < 1 or not isinstance(blob, bytes) or len(blob) != n_win * dim * 4:
+            raise ValueError(f"{path}: damaged embeddings of fragment {i} (expected {n_win} x {dim} float32)")
+        offsets[i] = total
+        total += n_win
+        blocks.append(np.frombuffer(blob, dtype="<f4").reshape(n_win, dim))
+    if dim == 0:
+        return fragments, None, None
+    vectors = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, dim), np.float32)
+    if vectors.shape[0] != n_windows or not np.all(np.isfinite(vectors)):
+        raise ValueError(f"{path}: damaged embeddings ({vectors.shape[0]} windows for {n_windows}, or NaN/inf)")
+    return fragments, vectors, offsets
+
+
+def load_index(
+    path: str | Path,
+    *,
+    embedder: Embedder | None = None,
+    relation: Relation | None = None,
+    alpha: float | None = None,
+    scorer: ScorerName | Scorer | None = None,
+    expect: Mapping[str, Any] | None = None,
+) -> FragRelIndex:
+    """Read the index :func:`save_index` wrote to ``path`` (see :meth:`FragRelIndex.load`).
+
+    The file is opened read-only. A missing file raises FileNotFoundError; a file that is not a FragRel index,
+    a damaged one, one embedded by another model than ``embedder`` (``None``: the embedded default) or one
+    whose metadata differs from ``expect`` raises ValueError naming the file. The loaded index has the file's
+    metadata in ``index.saved_metadata``.
+    """
+    path = Path(path).expanduser()
+    settings, metadata = _read_header(path)
+    for key, value in (expect or {}).items():
+        if metadata.get(key) != value:
+            raise ValueError(f"{path}: saved {key}={metadata.get(key)!r}, expected {value!r} (a stale index)")
+    n, dim = _count(settings, "n_fragments", path), _count(settings, "dim", path)
+    n_windows = _count(settings, "n_windows", path)
+    stored_model = settings.get("embedder")
+    if dim and not isinstance(stored_model, str):
+        raise ValueError(f"{path}: damaged FragRel index header (embedder={stored_model!r})")
+    if dim:
+        if embedder is None:
+            from ..models.local import default_embedder_id
+
+            current = default_embedder_id()
+        else:
+            current = embedder_id(embedder)
+        if current != stored_model:
+            raise ValueError(
+                f"{path} was embedded with {stored_model!r}, not {current!r}: pass embedder= the model it was "
+                "built with, or rebuild the index"
+            )
+    if relation is None:
+        if settings.get("relation") is None:
+            raise ValueError(f"{path} was saved with a custom relation: pass relation= to load it")
+        try:
+            relation = relation_from_spec(settings["relation"])
+        except ValueError as exc:
+            raise ValueError(f"{path}: damaged FragRel index header ({exc})") from None
+    if scorer is None:
+        scorer = settings.get("scorer")
+        if scorer is None:
+            raise ValueError(f"{path} was saved with a custom scorer: pass scorer= to load it")
+        if scorer not in ("dense", "bm25", "hybrid"):
+            raise ValueError(f"{path}: damaged FragRel index header (scorer={scorer!r})")
+    if alpha is None:
+        alpha = settings.get("alpha")
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
+            raise ValueError(f"{path}: damaged FragRel index header (alpha={alpha!r})")
+    window_words = settings.get("window_words")
+    if window_words is not None and (isinstance(window_words, bool) or not isinstance(window_words, int)):
+        raise ValueError(f"{path}: damaged FragRel index header (window_words={window_words!r})")
+    fragments, vectors, offsets = _read_fragments(path, n, dim, n_windows)
+    try:
+        index = FragRelIndex(
+            fragments,
+            embedder=embedder,
+            relation=relation,
+            alpha=alpha,
+            scorer=scorer,
+            window_words=window_words,
+            window_embeddings=None if vectors is None else (vectors, offsets),
+        )
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from exc
+    index.saved_metadata = metadata
+    return index
+
+
+# --------------------------------------------------------------------------------------------- CLI cache
+
+
+def default_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/fragrel``, or ``~/.cache/fragrel`` when XDG_CACHE_HOME is unset or empty."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    return (Path(base).expanduser() if base else Path.home() / ".cache") / "fragrel"
+
+
+def file_sha256(data: bytes) -> str:
+    """Hex SHA-256 of a file's bytes (what a cached index of the file is keyed by).
+
+    >>> file_sha256(b"")[:12]
+    'e3b0c44298fc'
+    """
+    return hashlib.sha256(data).hexdigest()

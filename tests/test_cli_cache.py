@@ -1,0 +1,108 @@
+"""`fragrel retrieve`/`ask`: the on-disk embedding cache and --preset (a counting stand-in for the embedded model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import BagOfWordsEmbedder
+
+from fragrel_integrations.cli import main
+from fragrel_integrations.models import local
+
+BOOK = " ".join(f"filler{i % 37} words here" for i in range(400)) + " the captain was killed by the cook " + "x " * 90
+
+
+class CountingEmbedder(BagOfWordsEmbedder):
+    max_input_tokens = 52  # windows of 30 words
+    model_id = "counting-test-model"
+
+    def __init__(self) -> None:
+        super().__init__(dim=256)
+        self.n_texts = 0
+
+    def embed_documents(self, texts):
+        self.n_texts += len(texts)
+        return super().embed_documents(texts)
+
+
+@pytest.fixture
+def model(monkeypatch):
+    emb = CountingEmbedder()
+    monkeypatch.setattr(local, "default_embedder", lambda: emb)
+    monkeypatch.setattr(local, "default_embedder_id", lambda: emb.model_id)
+    return emb
+
+
+@pytest.fixture
+def book(tmp_path):
+    path = tmp_path / "book.txt"
+    path.write_text(BOOK, encoding="utf-8")
+    return path
+
+
+def retrieve(capsys, book, *extra):
+    argv = ["retrieve", str(book), "who killed the captain", "--json", "--quiet", "--fragment-words", "100", *extra]
+    code = main(argv)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out), out.err
+
+
+def test_second_run_reads_the_cache_and_a_changed_file_is_embedded_again(model, book, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    first, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    embedded = model.n_texts
+    assert embedded > 13  # 14 fragments of 100 words, several windows each
+    [entry] = cache.iterdir()
+    assert entry.name.startswith("book-") and entry.suffix == ".fragrel"
+    second, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    assert model.n_texts == embedded  # nothing embedded again
+    assert second == first and "captain" in first[0]["text"]
+    # other settings that do not change the embeddings reuse the same cache entry
+    retrieve(capsys, book, "--cache-dir", str(cache), "--preset", "haystack", "--scorer", "dense")
+    assert model.n_texts == embedded
+    # a changed file is embedded again, into its own entry
+    book.write_text(BOOK.replace("captain", "admiral"), encoding="utf-8")
+    changed, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    assert model.n_texts > embedded and "admiral" in " ".join(h["text"] for h in changed)
+    assert len(list(cache.iterdir())) == 2
+    # another fragment size is another entry
+    retrieve(capsys, book, "--cache-dir", str(cache), "--fragment-words", "120")
+    assert len(list(cache.iterdir())) == 3
+
+
+def test_xdg_cache_home_and_no_cache(model, book, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    retrieve(capsys, book)
+    assert len(list((tmp_path / "xdg" / "fragrel").iterdir())) == 1
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg2"))
+    embedded = model.n_texts
+    retrieve(capsys, book, "--no-cache")
+    assert model.n_texts == 2 * embedded and not (tmp_path / "xdg2").exists()
+    before = model.n_texts
+    retrieve(capsys, book, "--scorer", "bm25")  # nothing to embed, nothing cached
+    assert model.n_texts == before and not (tmp_path / "xdg2").exists()
+
+
+def test_unreadable_cache_entry_is_reported_and_left_alone(model, book, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    first, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    [entry] = cache.iterdir()
+    entry.write_bytes(b"not an index")
+    again, err = retrieve(capsys, book, "--cache-dir", str(cache))
+    assert again == first
+    assert "ignoring the cache file" in err and entry.name in err and "not a FragRel index file" in err
+    assert entry.read_bytes() == b"not an index"
+
+
+def test_preset_sets_alpha_w_rel_and_options_override_it(model, book, tmp_path, capsys):
+    hits, _ = retrieve(capsys, book, "--no-cache", "--preset", "haystack")
+    for h in hits:
+        assert h["score"] == pytest.approx(h["independent_score"] + 0.1 * h["environment_score"])
+    hits, _ = retrieve(capsys, book, "--no-cache", "--preset", "haystack", "--alpha", "0.7")
+    for h in hits:
+        assert h["score"] == pytest.approx(h["independent_score"] + 0.7 * h["environment_score"])
+    with pytest.raises(SystemExit):
+        main(["retrieve", str(book), "q", "--preset", "nonsense"])
+    assert "invalid choice: 'nonsense'" in capsys.readouterr().err
