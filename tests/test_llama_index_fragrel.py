@@ -559,7 +559,9 @@ def test_real_index_base_scores_are_minilm_cosine(real_setup, real_embedder):
     texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in pool]
     cos = real_embedder.embed_documents(texts) @ real_embedder.embed_query(QUERY)
     np.testing.assert_allclose([n.score for n in pool], cos, atol=1e-5)
-    got = FragRelRetriever(index.as_retriever(similarity_top_k=8), similarity_top_k=4).retrieve(QUERY)
+    got = FragRelRetriever(
+        index.as_retriever(similarity_top_k=8), similarity_top_k=4, pool_size=8, outside="ignore"
+    ).retrieve(QUERY)
     want = expected_scores([_key(n) for n in pool], np.array([n.score for n in pool]), 0.3, 0.5)
     np.testing.assert_allclose([n.score for n in got], np.sort(want)[::-1][:4], rtol=1e-9)
     assert got[0].node.metadata["doc_id"] == "lighthouse"
