@@ -42,10 +42,16 @@ def _relation(name: str, w_rel: float) -> Relation:
 
 
 def _read_bytes(path: str) -> bytes:
+    """The file's bytes; a missing, non-regular (FIFO, device, folder) or unreadable file is a one-line exit."""
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise SystemExit(f"fragrel: {path}: no such file")
-    return p.read_bytes()
+    if not p.is_file():
+        raise SystemExit(f"fragrel: {path}: not a regular file (give a text file)")
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise SystemExit(f"fragrel: {path}: cannot read it: {exc.strerror or exc}") from None
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
@@ -290,7 +296,12 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 def _cmd_retrieve_code(args: argparse.Namespace) -> int:
     from .core.code.command import retrieve_code
 
-    print(retrieve_code(args))
+    try:
+        print(retrieve_code(args))
+    except OSError as exc:  # a cache folder that cannot be written, a repository that vanished meanwhile, ...
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"fragrel: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -138,6 +138,16 @@ class ScriptedChatModel(ChatModelBase):
         finally:
             self._exit()
 
+    def _stream(self, messages, temperature, max_tokens, stop) -> Iterator[str]:
+        """The scripted reply one word (with its following spaces) at a time, like a streaming model."""
+        yield from _SPLIT_WORDS.findall(self._generate(messages, temperature, max_tokens, stop))
+
+    async def _astream(self, messages, temperature, max_tokens, stop) -> AsyncIterator[str]:
+        for piece in _SPLIT_WORDS.findall(await self._agenerate(messages, temperature, max_tokens, stop)):
+            yield piece
+
+
+_SPLIT_WORDS = re.compile(r"\s*\S+\s*|\s+")
 
 _STOPWORDS = """
 a an and are as at be but by did do does for from had has have he her him his i in is it its me my

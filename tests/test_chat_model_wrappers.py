@@ -103,7 +103,8 @@ class TestFragRelChatModelStandardUnit(_TextOnly, ChatModelUnitTests):
 
 @pytest.mark.slow
 class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTests):
-    """The real embedded SmolLM2-135M (one process-wide instance), short replies."""
+    """The real embedded SmolLM2-135M (one process-wide instance), short replies; tool calling included
+    (llama.cpp grammars choose the call and keep its arguments valid JSON), structured output not."""
 
     @property
     def chat_model_class(self) -> type[BaseChatModel]:
@@ -111,7 +112,19 @@ class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTes
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
-        return {"model": get_embedded(), "max_tokens": 24}
+        return {"model": get_embedded(), "max_tokens": 48}
+
+    @property
+    def has_tool_calling(self) -> bool:
+        return True
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def tool_choice_value(self) -> str:
+        return "any"
 
 
 # ------------------------------------------------------------------------------------ LangChain behaviour
@@ -219,19 +232,32 @@ def test_model_returning_non_text_raises():
         FragRelLLM(model=Wrong()).complete("hi")
 
 
-def test_no_tool_calling():
+def test_no_tool_calling_names_what_to_use():
     chat = FragRelChatModel(model=ScriptedChatModel(["x"]))
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match=r"no tool calling.*LlamaCppChatModel.*ChatOpenAI"):
         chat.bind_tools([])
     with pytest.raises(NotImplementedError, match="no tool calling"):
         chat.invoke("hi", tools=[{"type": "function", "function": {"name": "f"}}])
+    with pytest.raises(NotImplementedError, match="bind_tools"):
+        chat.invoke("hi", functions=[{"name": "f"}])
 
 
-def test_stream_is_one_final_chunk_with_usage():
-    chat = FragRelChatModel(model=ScriptedChatModel(["all at once"]))
+def test_stream_yields_the_models_pieces_then_usage():
+    chat = FragRelChatModel(model=ScriptedChatModel(["all at once"], cycle=True))
     chunks = list(chat.stream("hi"))
-    assert [c.content for c in chunks] == ["all at once"]
-    assert chunks[0].chunk_position == "last" and chunks[0].usage_metadata["output_tokens"] > 0
+    assert [c.content for c in chunks] == ["all ", "at ", "once", ""]
+    assert chunks[-1].chunk_position == "last" and chunks[-1].usage_metadata["output_tokens"] > 0
+    assert all(c.usage_metadata is None for c in chunks[:-1])
+    whole = chunks[0]
+    for c in chunks[1:]:
+        whole += c
+    assert whole.content == "all at once" and whole.usage_metadata == chat.invoke("hi").usage_metadata
+
+
+def test_stream_of_a_model_without_stream_is_one_chunk():
+    chat = FragRelChatModel(model=SyncOnlyModel())
+    chunks = list(chat.stream("hi"))
+    assert [c.content for c in chunks] == ["sync reply"] and chunks[0].chunk_position == "last"
 
 
 def test_token_counting_is_offline():
@@ -290,7 +316,7 @@ def test_create_agent_without_tools_answers():
     ]
 
 
-def test_create_agent_with_tools_is_refused():
+def test_create_agent_with_tools_on_a_model_without_tool_calling_says_what_to_use():
     from langchain.agents import create_agent
     from langchain_core.tools import tool
 
@@ -300,7 +326,7 @@ def test_create_agent_with_tools_is_refused():
         return a + b
 
     agent = create_agent(FragRelChatModel(model=ScriptedChatModel(["x"])), tools=[add])
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="langchain-openai"):
         agent.invoke({"messages": [{"role": "user", "content": "2+2?"}]})
 
 
@@ -342,8 +368,10 @@ def test_llama_index_metadata_and_params():
         "one two three. "
     )
     assert fake.calls[-1]["max_tokens"] == 9 and fake.calls[-1]["stop"] == ["four"]
-    assert [r.delta for r in llm.stream_complete("count")] == ["one two"]
-    assert [r.message.content for r in llm.stream_chat([LIChatMessage(role="user", content="c")])] == ["one two"]
+    assert [r.delta for r in llm.stream_complete("count")] == ["one ", "two"]
+    assert [r.text for r in llm.stream_complete("count")] == ["one ", "one two"]
+    streamed = list(llm.stream_chat([LIChatMessage(role="user", content="c")]))
+    assert [r.delta for r in streamed] == ["one ", "two"] and streamed[-1].message.content == "one two"
     with pytest.raises(ValueError, match="context_window"):
         FragRelLLM(model=fake, context_window=0)
 

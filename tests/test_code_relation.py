@@ -65,15 +65,8 @@ def _maximal_nodes(f, a, b):
     return chosen
 
 
-def test_sparse_search_equals_brute_force_eq8(graph):
-    """Every pair of 2-line windows (stride 1): the pruned batched search against eq. 8 summed over all node
-    pairs with scipy's Dijkstra on the full graph (the reference ``node_relation``)."""
-    threshold = 0.02
-    spans = []
-    for f in graph.files:
-        for start in range(1, max(f.n_lines, 1) + 1):
-            spans.append((f.path, start, min(start + 1, max(f.n_lines, 1))))
-    fast = fragment_relation(graph, spans, threshold=threshold).toarray()
+def _brute_eq8(graph, spans, threshold):
+    """Eq. 8 summed over all node pairs with scipy's Dijkstra on the full graph (the reference ``node_relation``)."""
     nodes, lens = [], []
     for path, a, b in spans:
         f = graph.syntax(path)
@@ -81,7 +74,7 @@ def test_sparse_search_equals_brute_force_eq8(graph):
         nodes.append([graph.node(path, i) for i in local])
         lens.append(np.array([f.size[i] for i in local], float))
     cache = {}
-    brute = np.zeros_like(fast)
+    brute = np.zeros((len(spans), len(spans)))
     for i in range(len(spans)):
         for j in range(len(spans)):
             if i == j or not nodes[i] or not nodes[j] or lens[i].sum() == 0 or lens[j].sum() == 0:
@@ -92,9 +85,68 @@ def test_sparse_search_equals_brute_force_eq8(graph):
                     cache[k] = graph.node_relation(k, threshold=threshold)
                 total += lk * float(np.dot(lens[j], cache[k][nodes[j]]))
             brute[i, j] = total / (lens[i].sum() * lens[j].sum())
+    return brute
+
+
+def test_sparse_search_equals_brute_force_eq8(graph):
+    """Every pair of 2-line windows (stride 1): the pruned batched search against eq. 8 summed over all node
+    pairs with scipy's Dijkstra on the full graph (the reference ``node_relation``)."""
+    threshold = 0.02
+    spans = []
+    for f in graph.files:
+        for start in range(1, max(f.n_lines, 1) + 1):
+            spans.append((f.path, start, min(start + 1, max(f.n_lines, 1))))
+    fast = fragment_relation(graph, spans, threshold=threshold).toarray()
+    brute = _brute_eq8(graph, spans, threshold)
     assert fast.shape == (len(spans), len(spans)) and len(spans) >= 38
     np.testing.assert_allclose(fast, brute, atol=1e-9)
     assert np.count_nonzero(fast) > 0 and np.allclose(fast, fast.T)
+
+
+FLAT_PY = "a = 1\nb = 2\nc = f(a)\nd = 4\n\n\ndef f(x):\n    return x\n" + "e = 5\n" * 6
+TABLE_PY = "TABLE = {\n" + "".join(f"    {i}: {i * i},\n" for i in range(12)) + "}\nz = TABLE[3]\n"
+
+
+@pytest.mark.parametrize("threshold", [0.01, 0.03, 0.3])
+def test_folded_flat_nodes_equal_brute_force_eq8(tmp_path, threshold):
+    """Flat modules and long literals (many one-edge nodes under one parent, the quadratic case) are folded
+    into their parent; overlapping windows share such nodes. Same values as eq. 8 summed over node pairs,
+    including thresholds that prune folded pairs (0.03) and a node's pairing with itself (0.3 > 0.5 * 0.5)."""
+    root = tmp_path / "flat"
+    (root / "sub").mkdir(parents=True)
+    (root / "flat.py").write_text(FLAT_PY)
+    (root / "table.py").write_text(TABLE_PY)
+    (root / "sub" / "more.py").write_text("from flat import f\n\nx = f(1)\ny = 2\n")
+    graph = CodeGraph.from_path(root, show_progress=False)
+    spans = [
+        (f.path, start, min(start + 2, f.n_lines))
+        for f in graph.files
+        for start in range(1, f.n_lines + 1)  # 3-line windows, stride 1: neighbours share nodes
+    ]
+    fast = fragment_relation(graph, spans, threshold=threshold).toarray()
+    np.testing.assert_allclose(fast, _brute_eq8(graph, spans, threshold), atol=1e-9)
+    assert np.count_nonzero(fast) > len(spans)
+
+
+def test_flat_file_indexes_in_linear_node_work(tmp_path):
+    """Top-level statements of a flat file each searched every other through the module: 10,000 lines took 15 s,
+    40,000 took 255 s. Folded, the node search is one Dijkstra; what is left is the fragment relation itself,
+    dense within such a file under eq. 8 (every window relates to every other at 0.5 * 0.5). A file at the
+    default line cap (20,000 lines) indexes in a few seconds; one line more is skipped and reported."""
+    import time
+
+    root = tmp_path / "flat"
+    root.mkdir()
+    (root / "a.py").write_text("a = 1\n" * 20_000)
+    (root / "b.py").write_text("b = 2\n" * 20_001)
+    t0 = time.perf_counter()
+    rel = CodeRelation.from_repository(root, show_progress=False)
+    elapsed = time.perf_counter() - t0
+    assert len(rel.fragments) == 1999 and rel.graph.n_files == 1
+    assert {s.path: s.reason for s in rel.skipped} == {"b.py": "more than max_file_lines=20000 lines"}
+    assert elapsed < 20, f"indexing 20k flat lines took {elapsed:.1f} s"
+    w = rel.weights
+    assert w[0, 1998] == pytest.approx(0.25) and w[100, 101] > w[0, 1998]  # overlap adds the shared nodes
 
 
 def test_window_inside_one_node_uses_the_innermost_node(tmp_path):
@@ -164,6 +216,8 @@ def _assert_same(a, b):
         {"pkg/b.py": "\n\n" + B_PY + "\n\ndef g2():\n    return g()\n"},  # shifted lines, a new in-file call
         {"pkg/new.py": "from .cycle import pong\n\n\ndef n():\n    return pong(1)\n"},  # a new file
         {"pkg/cycle.py": None},  # a removed file
+        # a flat file (folded statements) calling into b.py, then b.py changed under it
+        {"pkg/flat.py": "from .b import g\n" + "a = 1\n" * 30 + "z = g()\n", "pkg/b.py": "def g():\n    return 3\n"},
     ],
 )
 def test_incremental_update_equals_a_full_rebuild(repo, tmp_path, changes):

@@ -90,7 +90,7 @@ def test_other_scorers_and_errors(tmp_path, bow_embedder):
         from_repository()
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ValueError, match="no source file"):
+    with pytest.raises(ValueError, match="no source code to index"):
         from_repository(empty, show_progress=False)
 
 

@@ -60,3 +60,24 @@ def test_bm25_over_a_corpus_without_word_tokens_scores_zero(texts):
 def test_hybrid_index_over_punctuation_only_text_retrieves(bow_embedder):
     index = FragRelIndex.from_fragments(["!!!", "???"], scorer="bm25", show_progress=False)
     assert len(index.retrieve("what?", k=2)) == 2
+
+
+def test_cli_refuses_a_fifo_and_an_unreadable_file(tmp_path, monkeypatch):
+    import os
+    from pathlib import Path
+
+    from fragrel_integrations.cli import main
+
+    fifo = tmp_path / "book.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(SystemExit, match="not a regular file"):
+        main(["retrieve", str(fifo), "who?", "--quiet"])
+    plain = tmp_path / "plain.txt"
+    plain.write_text("some words")
+
+    def denied(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    with pytest.raises(SystemExit, match="cannot read it: Permission denied"):
+        main(["retrieve", str(plain), "who?", "--quiet"])

@@ -262,7 +262,8 @@ def test_real_neighbour_expansion_brings_missed_neighbours(vectorstore, minilm):
     base = vs.as_retriever(search_kwargs={"k": 1})
     [hit] = base.invoke(query)
     d, p = key(hit)
-    retriever = FragRelRetriever(base_retriever=base, k=10, embedder=minilm, store=store, expand=1)
+    # a base with no pool knob returns its one hit; the store brings the neighbours
+    retriever = FragRelRetriever(base_retriever=lambda q: [hit], k=10, embedder=minilm, store=store, expand=1)
     got = retriever.invoke(query)
     keys = {key(doc) for doc in got}
     wanted = {(d, q) for q in (p - 1, p, p + 1) if store.get(d, q) is not None}
@@ -374,7 +375,9 @@ def test_add_positions_composes_with_inmemory_vectorstore():
 
 def test_scores_equal_core_rerank_with_base_scores():
     docs = scored_docs()
-    retriever = FragRelRetriever(base_retriever=RunnableLambda(lambda q: docs), k=5, embedder=NoEmbedder())
+    retriever = FragRelRetriever(
+        base_retriever=RunnableLambda(lambda q: docs), k=5, embedder=NoEmbedder(), outside="ignore"
+    )
     got = retriever.invoke("q")
     expected = rerank(
         "q",
@@ -383,6 +386,7 @@ def test_scores_equal_core_rerank_with_base_scores():
         alpha=0.5,
         k=5,
         scores=[d.metadata["score"] for d in docs],
+        outside="ignore",
     )
     assert [d.page_content for d in got] == [h.text for h in expected]
     for doc, hit in zip(got, expected, strict=True):
@@ -452,8 +456,8 @@ def test_pool_size_and_kwargs_reach_a_base_retriever():
     assert base.calls == [{"mode": "sync", "k": 4, "filter": "x"}]
     assert len(got) == 2 and {key(d) for d in got} <= {key(d) for d in base.documents[:4]}
     # wrapped in a binding (e.g. .with_config) it still counts as a retriever
-    FragRelRetriever(base_retriever=base.with_config(tags=["t"]), pool_size=4).invoke("q")
-    assert base.calls[-1]["k"] == 4
+    FragRelRetriever(base_retriever=base.with_config(tags=["t"]), pool_size=6).invoke("q")
+    assert base.calls[-1]["k"] == 6
     with pytest.raises(ValueError, match="pool_size"):
         FragRelRetriever(base_retriever=RunnableLambda(lambda q: []), pool_size=4)
     with pytest.raises(TypeError, match="forwarded"):
@@ -494,7 +498,7 @@ def test_missing_position_error_and_isolate_mode():
     with pytest.raises(ValueError, match=r"add_positions.*on_missing_position='isolate'"):
         FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed)).invoke("q")
     isolated = FragRelRetriever(
-        base_retriever=RunnableLambda(lambda q: mixed), k=len(mixed), on_missing_position="isolate"
+        base_retriever=RunnableLambda(lambda q: mixed), k=len(mixed), on_missing_position="isolate", outside="ignore"
     )
     got = isolated.invoke("q")
     assert len(got) == len(mixed)
@@ -518,6 +522,7 @@ def test_missing_position_error_and_isolate_mode():
         relation=ContextRelation(0.3),
         alpha=0.5,
         scores=[d.metadata["score"] for d in docs],
+        outside="ignore",
     )
     for hit in expected:
         got_score = positioned[(hit.fragment.doc_id, hit.fragment.position)].metadata["relevance_score"]
@@ -532,7 +537,7 @@ def test_bad_positions_raise_type_error():
         Document("x", metadata={"doc_id": "a", "position": 2.0, "score": 1.0}),
         Document("y", metadata={"doc_id": "a", "position": "3", "score": 0.5}),
     ]
-    got = FragRelRetriever(base_retriever=RunnableLambda(lambda q: ok)).invoke("q")
+    got = FragRelRetriever(base_retriever=RunnableLambda(lambda q: ok), outside="ignore").invoke("q")
     assert got[1].metadata["fragrel_environment_score"] == pytest.approx(1.0)
 
 

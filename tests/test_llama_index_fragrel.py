@@ -250,7 +250,9 @@ def test_retriever_scores_equal_formula_and_core_rerank(index):
     pool = base.retrieve(QUERY)
     keys = [_key(n) for n in pool]
     s_ind = np.array([n.score for n in pool])
-    retriever = FragRelRetriever(base, similarity_top_k=4, relation=ContextRelation(0.5), alpha=0.7)
+    retriever = FragRelRetriever(
+        base, similarity_top_k=4, relation=ContextRelation(0.5), alpha=0.7, pool_size=8, outside="ignore"
+    )
     got = retriever.retrieve(QUERY)
     assert len(got) == 4
     want = expected_scores(keys, s_ind, 0.5, 0.7)
@@ -270,6 +272,7 @@ def test_retriever_scores_equal_formula_and_core_rerank(index):
         alpha=0.7,
         k=4,
         scores=list(s_ind),
+        outside="ignore",
     )
     assert [(c.fragment.doc_id, c.fragment.position) for c in core] == [_key(n) for n in got]
     assert [c.score for c in core] == [n.score for n in got]
@@ -323,7 +326,7 @@ def test_missing_position_raises_or_isolates(embed_model):
     with pytest.raises(ValueError, match="PositionTagger"):
         FragRelRetriever(base).retrieve(QUERY)
     pool = base.retrieve(QUERY)
-    got = FragRelRetriever(base, on_missing_position="isolate").retrieve(QUERY)
+    got = FragRelRetriever(base, on_missing_position="isolate", pool_size=6, outside="ignore").retrieve(QUERY)
     assert [n.node.node_id for n in got] == [n.node.node_id for n in pool[:5]]
     assert [n.score for n in got] == pytest.approx([n.score for n in pool[:5]])
     assert all(n.node.metadata["fragrel_environment_score"] == 0.0 for n in got)
@@ -342,7 +345,11 @@ def test_links_relate_candidates_chained_by_prev_next():
     pool = _linked_nodes([0.9, 0.8, 0.1, 0.7, 0.2])
     candidates = [pool[i] for i in (0, 1, 3)]  # n2 was not retrieved: n3 is not linked to n0/n1
     got = FragRelRetriever(
-        ListRetriever(candidates), similarity_top_k=3, relation=ContextRelation(0.5), on_missing_position="links"
+        ListRetriever(candidates),
+        similarity_top_k=3,
+        relation=ContextRelation(0.5),
+        on_missing_position="links",
+        outside="ignore",
     ).retrieve(QUERY)
     by_id = {n.node.node_id: n for n in got}
     want = expected_scores([("a", 0), ("a", 1), ("b", 0)], np.array([0.9, 0.8, 0.7]), 0.5, 0.5)
@@ -356,15 +363,16 @@ def test_expansion_through_store(index, store, bow_embedder):
     base = index.as_retriever(similarity_top_k=1)
     [hit] = base.retrieve(QUERY)
     doc_id, position = _key(hit)
-    retriever = FragRelRetriever(base, similarity_top_k=10, store=store, embedder=bow_embedder)
+    retriever = FragRelRetriever(
+        ListRetriever([hit]), similarity_top_k=10, store=store, embedder=bow_embedder, outside="ignore"
+    )
     got = retriever.retrieve(QUERY)
     keys = [_key(n) for n in got]
     neighbours = [(doc_id, p) for p in (position - 1, position + 1) if store.get(doc_id, p) is not None]
     assert sorted(keys) == sorted([(doc_id, position), *neighbours]) and len(keys) > 1
-    # every pool member is scored by embedder cosine (one scale); ids and text come from the store
+    # neighbours join with the pool's lowest base score (one scale, no re-embedding); ids and text from the store
     stored_ids = {n.node_id: n for n in index.docstore.docs.values()}
-    texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in got]
-    s_ind = bow_embedder.embed_documents(texts) @ bow_embedder.embed_query(QUERY)
+    s_ind = np.full(len(got), hit.score)
     np.testing.assert_allclose([n.node.metadata["fragrel_independent_score"] for n in got], s_ind, rtol=1e-5)
     np.testing.assert_allclose([n.score for n in got], expected_scores(keys, s_ind, 0.3, 0.5), rtol=1e-5)
     for n in got:
@@ -429,7 +437,7 @@ def test_position_values_from_vector_stores():
         return [NodeWithScore(node=node, score=0.5)]
 
     for ok in (3, 3.0, "3", np.int64(3)):
-        assert FragRelRetriever(ListRetriever(pool(ok))).retrieve(QUERY)[0].score == 0.5
+        assert FragRelRetriever(ListRetriever(pool(ok)), outside="ignore").retrieve(QUERY)[0].score == 0.5
     with pytest.raises(TypeError, match="position"):
         FragRelRetriever(ListRetriever(pool("third"))).retrieve(QUERY)
 
@@ -465,7 +473,8 @@ def test_postprocessor_in_query_engine(index):
     postprocessor = FragRelPostprocessor(top_n=3, relation=ContextRelation(0.5))
     engine = index.as_query_engine(similarity_top_k=8, llm=MockLLM(), node_postprocessors=[postprocessor])
     response = engine.query(QUERY)
-    want = FragRelRetriever(index.as_retriever(similarity_top_k=8), 3, relation=ContextRelation(0.5)).retrieve(QUERY)
+    base = index.as_retriever(similarity_top_k=8)
+    want = FragRelRetriever(base, 3, relation=ContextRelation(0.5), pool_size=8).retrieve(QUERY)
     assert [n.node.node_id for n in response.source_nodes] == [n.node.node_id for n in want]
     assert [n.score for n in response.source_nodes] == [n.score for n in want]
     for n in response.source_nodes:
@@ -550,7 +559,9 @@ def test_real_index_base_scores_are_minilm_cosine(real_setup, real_embedder):
     texts = [n.node.get_content(metadata_mode=MetadataMode.EMBED) for n in pool]
     cos = real_embedder.embed_documents(texts) @ real_embedder.embed_query(QUERY)
     np.testing.assert_allclose([n.score for n in pool], cos, atol=1e-5)
-    got = FragRelRetriever(index.as_retriever(similarity_top_k=8), similarity_top_k=4).retrieve(QUERY)
+    got = FragRelRetriever(
+        index.as_retriever(similarity_top_k=8), similarity_top_k=4, pool_size=8, outside="ignore"
+    ).retrieve(QUERY)
     want = expected_scores([_key(n) for n in pool], np.array([n.score for n in pool]), 0.3, 0.5)
     np.testing.assert_allclose([n.score for n in got], np.sort(want)[::-1][:4], rtol=1e-9)
     assert got[0].node.metadata["doc_id"] == "lighthouse"

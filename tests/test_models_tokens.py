@@ -19,11 +19,14 @@ def test_all_is_pinned():
     assert sorted(tokens_mod.__all__) == sorted(
         [
             "MESSAGE_OVERHEAD_TOKENS",
+            "OUTPUT_CHARS_PER_TOKEN",
             "TokenCounter",
+            "cap_output",
             "count_message_tokens",
             "count_tokens",
             "estimate_tokens",
             "fit_texts",
+            "storable_text",
             "truncate_to_tokens",
         ]
     )

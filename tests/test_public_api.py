@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 import fragrel_integrations
 
 
@@ -43,3 +45,37 @@ def test_import_has_no_side_effects():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_models_all_is_pinned_and_lazy():
+    import fragrel_integrations.models as models
+
+    assert models.__all__ == [
+        "CachedChatModel",
+        "CachedEmbedder",
+        "ChatMessage",
+        "ChatModel",
+        "ChatModelBase",
+        "Embedder",
+        "LangChainChatModel",
+        "LlamaCppChatModel",
+        "LlamaIndexChatModel",
+        "LlamaIndexEmbedder",
+        "MiniLMEmbedder",
+        "OpenAIChatModel",
+        "ResponseCache",
+        "RetryPolicy",
+        "RetryingChatModel",
+        "abatch",
+        "as_chat_model",
+        "as_embedder",
+        "batch",
+        "complete",
+        "default_chat_model",
+        "default_embedder",
+        "embed_documents",
+        "embed_query",
+        "optional_embedder",
+    ]
+    with pytest.raises(AttributeError):
+        models.not_a_model  # noqa: B018

@@ -11,7 +11,9 @@ def _cands():
 
 
 def test_base_scores_are_used_and_scored_by_eq_9_10():
-    hits = rerank("q", _cands(), relation=ContextRelation(0.5), alpha=0.5, k=3, scores=[0.2, 0.9, 0.5])
+    hits = rerank(
+        "q", _cands(), relation=ContextRelation(0.5), alpha=0.5, k=3, scores=[0.2, 0.9, 0.5], outside="ignore"
+    )
     expected = relation_aware_scores(
         np.array([0.2, 0.9, 0.5]), context_weights(FragmentLayout.from_fragments(_cands()), 0.5), 0.5
     )
@@ -60,3 +62,49 @@ def test_rerank_validates():
         rerank("q", _cands(), relation=ContextRelation(), scores=[0.1, float("nan"), 0.2])
     with pytest.raises(ValueError, match="k must"):
         rerank("q", _cands(), relation=ContextRelation(), scores=[0.1, 0.1, 0.2], k=0)
+
+
+def test_floor_counts_positions_outside_the_pool_with_the_lowest_score():
+    # w = 0.5: full weight 2 w / (1 - w) = 2; floor = 0.2 (the pool's lowest score)
+    # alpha (d4): (0.5 * 0.9 + 0.2 * (2 - 0.5)) / 2 = 0.375; beta (d5): (0.5 * 0.2 + 0.2 * 1.5) / 2 = 0.2;
+    # gamma (alone in e): 0.2 * 2 / 2 = 0.2
+    hits = rerank("q", _cands(), relation=ContextRelation(0.5), alpha=0.5, k=3, scores=[0.2, 0.9, 0.5])
+    env = {h.fragment.text: h.environment_score for h in hits}
+    assert env == pytest.approx({"alpha": 0.375, "beta": 0.2, "gamma": 0.2})
+    assert {h.fragment.text: h.score for h in hits} == pytest.approx({"alpha": 0.3875, "beta": 1.0, "gamma": 0.6})
+    # w_rel = 1 has no finite full weight: the pool-only formula is used
+    flat = rerank("q", _cands(), relation=ContextRelation(1.0), alpha=0.5, k=3, scores=[0.2, 0.9, 0.5])
+    same = rerank(
+        "q", _cands(), relation=ContextRelation(1.0), alpha=0.5, k=3, scores=[0.2, 0.9, 0.5], outside="ignore"
+    )
+    assert [h.score for h in flat] == [h.score for h in same]
+    with pytest.raises(ValueError, match="outside"):
+        rerank("q", _cands(), relation=ContextRelation(), k=1, scores=[1, 1, 1], outside="pool")
+
+
+def test_scoreless_pool_is_ranked_and_cut_without_loading_a_model(monkeypatch):
+    import fragrel_integrations.models.local as local
+
+    monkeypatch.setattr(local, "default_cached_embedder", lambda: pytest.fail("no model may be loaded"))
+    cands = [Fragment(f"t{i}", "d", 10 * i) for i in range(30)]  # far apart: environment = floor for all
+    hits = rerank("q", cands, relation=ContextRelation(0.3), k=5)
+    assert [h.fragment.text for h in hits] == ["t0", "t1", "t2", "t3", "t4"]
+    assert [h.independent_score for h in hits] == pytest.approx([1.0, 0.95, 0.9, 0.85, 0.8])  # 1 - r / 20
+    everything = rerank("q", cands, relation=ContextRelation(0.3), k=30)
+    assert len(everything) == 30  # rank_pool_size(30) = 120 keeps all
+
+
+def test_expanded_neighbours_get_the_pool_floor_not_a_new_scale(bow_embedder):
+    store = FragmentStore()
+    store.add([Fragment(f"w{i}", "d", i) for i in range(6)])
+    hits = rerank(
+        "q",
+        [Fragment("w2", "d", 2), Fragment("w4", "d", 4)],
+        relation=ContextRelation(0.5),
+        k=10,
+        scores=[0.9, 0.4],
+        store=store,
+        expand=1,
+    )
+    by = {h.fragment.position: h.independent_score for h in hits}
+    assert by == {2: 0.9, 4: 0.4, 1: 0.4, 3: 0.4, 5: 0.4}

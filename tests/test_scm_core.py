@@ -10,6 +10,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from fragrel_integrations.core import scm
 from fragrel_integrations.core.relations import ContextRelation, FragmentLayout, context_weights
 from fragrel_integrations.core.scm import (
+    DECISION_MAX_TOKENS,
     PAPER_ITEM_TOKENS,
     PAPER_TOTAL_TOKENS,
     Decision,
@@ -29,6 +31,7 @@ from fragrel_integrations.core.scm import (
 from fragrel_integrations.core.scorers import BM25Scorer, minmax
 from fragrel_integrations.core.scoring import relation_aware_scores
 from fragrel_integrations.core.types import Fragment
+from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 
@@ -83,6 +86,7 @@ def test_public_names_are_pinned():
     assert sorted(scm.__all__) == sorted(
         [
             "ACTIVATION_PROMPT",
+            "DECISION_MAX_TOKENS",
             "DEFAULT_SESSION",
             "DIALOGUE_W_REL",
             "FUSION_SYSTEM_PROMPT",
@@ -645,3 +649,165 @@ def test_turn_matrix_rejects_a_new_dimension():
     matrix = TurnMatrix.from_vectors(items[:1], [np.ones(4, np.float32)])
     with pytest.raises(ValueError, match="dimension"):
         matrix.append(items[1:], [np.ones(3, np.float32)])
+
+
+# ------------------------------------------------------------------------------------------ failure behaviour
+
+
+class RawController:
+    """A controller model with plain invoke/ainvoke (no ChatModelBase checks): per request kind a reply, a value
+    that is not text (None), or an exception; it may ignore max_tokens."""
+
+    def __init__(self, **answers) -> None:
+        self.answers = {"activation": "yes", "sufficiency": "yes", "summary": "Summary: a turn.", "response": "OK."}
+        self.answers.update(answers)
+        self.calls: list[tuple[str, int | None]] = []
+
+    def invoke(self, messages, *, temperature=None, max_tokens=None, stop=None):
+        k = kind(messages)
+        self.calls.append((k, max_tokens))
+        answer = self.answers[k]
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def ainvoke(self, messages, *, temperature=None, max_tokens=None, stop=None):
+        return self.invoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
+
+
+def run_turn(memory, text, mode, **kwargs):
+    if mode == "sync":
+        return memory.chat(text, session_id="ana", **kwargs)
+    return asyncio.run(memory.achat(text, session_id="ana", **kwargs))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("failure", [RuntimeError("controller down"), None, 42])
+def test_a_failing_summary_keeps_the_turn_and_its_reply(mode, failure):
+    """Regression (issue 15): the summary call failing after the reply exists lost the reply and the turn."""
+    memory = build(RawController(), turns=TURNS[:3])
+    memory.controller.model.answers["summary"] = failure
+    memory.controller.model.answers["response"] = "Your cat is Miso."
+    with pytest.warns(RuntimeWarning, match=r"turn 3 of session 'ana' was stored with no summary") as caught:
+        turn = run_turn(memory, "What is my cat called?", mode)
+    message = str(caught[0].message)
+    expected = "controller down" if isinstance(failure, BaseException) else "must return the reply text (str)"
+    assert expected in message
+    assert turn.response == "Your cat is Miso."
+    stored = memory.history("ana")[-1]
+    assert (stored.index, stored.observation, stored.response, stored.summary) == (
+        3,
+        "What is my cat called?",
+        "Your cat is Miso.",
+        "",
+    )
+    assert stored.embedding is not None  # embedded on the full text, so it is recalled like any turn
+    memory.controller.model.answers["summary"] = "Summary: fine again."
+    nxt = run_turn(memory, "And my job?", mode)
+    assert nxt.context.flash.index == 3 and nxt.item.summary == "fine again."
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_failing_embedder_at_write_back_keeps_the_turn(mode):
+    memory = build(RawController(), turns=TURNS[:3])
+    embedder = memory.embedder
+    real = embedder.embed_documents
+
+    def failing(texts):
+        raise OSError("embedding server unreachable")
+
+    embedder.embed_documents = failing
+    with pytest.warns(RuntimeWarning, match="no embedding .*embedding server unreachable"):
+        turn = run_turn(memory, "What is my cat called?", mode)
+    assert memory.history("ana")[-1].embedding is None and memory.history("ana")[-1].response == "OK."
+    assert turn.item.index == 3
+    embedder.embed_documents = real
+    run_turn(memory, "Where do I work?", mode)
+    context = memory.prepare("Tell me about cats", session_id="ana")  # turn 3 is embedded when it is a candidate
+    assert context.flash.index == 4 and [m.item.index for m in context.memories] == [0, 1, 2, 3]
+
+
+def test_an_interrupted_write_back_stores_the_turn_then_stops():
+    """KeyboardInterrupt (sync) and a cancelled task (async) during the summary call keep the turn."""
+    memory = build(RawController(), turns=TURNS[:2])
+    memory.controller.model.answers["summary"] = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        memory.chat("First question?", session_id="ana")
+    assert memory.history("ana")[-1].observation == "First question?"
+    assert memory.history("ana")[-1].response == "OK."
+
+    class Slow(RawController):
+        async def ainvoke(self, messages, **kwargs):
+            if kind(messages) == "summary":
+                self.calls.append(("summary", kwargs.get("max_tokens")))
+                await asyncio.sleep(30)
+            return self.invoke(messages, **kwargs)
+
+    memory = build(Slow(), turns=TURNS[:2])
+    memory.controller.model.calls.clear()
+
+    async def cancel_during_summary():
+        task = asyncio.create_task(memory.achat("Second question?", session_id="ana"))
+        while not any(k == "summary" for k, _ in memory.controller.model.calls):
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(cancel_during_summary(), 10))
+    stored = memory.history("ana")[-1]
+    assert (stored.observation, stored.response, stored.summary) == ("Second question?", "OK.", "")
+
+
+def test_a_controller_returning_none_names_the_fix():
+    memory = build(RawController(), turns=TURNS[:3])
+    memory.controller.model.answers["activation"] = None
+    with pytest.raises(TypeError, match="returned NoneType for the activation question; its invoke/ainvoke must"):
+        memory.prepare("What is my cat called?", session_id="ana")
+    with pytest.raises(TypeError, match="returned NoneType for the summary-sufficiency"):
+        memory.controller.decide_sufficiency(None)
+    memory = build(RawController(), turns=TURNS[:3])
+    memory.controller.model.answers["response"] = None
+    with pytest.raises(TypeError, match="returned NoneType instead of the reply; its invoke/ainvoke must return"):
+        memory.chat("Hi", session_id="ana")
+    assert len(memory.history("ana")) == 3  # no reply, nothing to store
+
+
+def test_model_output_is_capped_before_it_is_stored():
+    """Regression (issue 15): a controller ignoring max_tokens stored a 10 MB summary."""
+    huge = "Summary: " + "lorem ipsum " * 900_000  # ~10.8 MB
+    memory = build(RawController(), turns=TURNS[:3], response_max_tokens=64)
+    memory.controller.model.answers.update(summary=huge, activation="yes " * 500_000, response="word " * 200_000)
+    start = time.perf_counter()
+    turn = memory.chat("What is my cat called?", session_id="ana")
+    assert time.perf_counter() - start < 5
+    cap = OUTPUT_CHARS_PER_TOKEN * memory.controller.summary_max_tokens
+    stored = memory.history("ana")[-1]
+    assert 0 < len(stored.summary) <= cap and stored.summary.startswith("lorem ipsum")
+    assert len(stored.response) <= OUTPUT_CHARS_PER_TOKEN * 64 and stored.response == turn.response
+    assert len(turn.context.activation.raw) <= OUTPUT_CHARS_PER_TOKEN * DECISION_MAX_TOKENS
+    assert turn.context.activation.value is True
+    # without response_max_tokens the reply is the model's business: stored whole
+    memory = build(RawController(response="word " * 1000), turns=TURNS[:1])
+    assert len(memory.chat("Hi", session_id="ana").item.response) == len(("word " * 1000).strip())
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        " " * 100_000 + "x",
+        "answer" + " " * 100_000 + "x",
+        "Answer:" * 20_000,
+        "summary" + " " * 100_000,
+        "a" * 100_000,
+        "-" * 100_000 + "yes",
+    ],
+)
+def test_controller_parsers_are_linear_on_adversarial_replies(reply):
+    controller = SCMController(FakeController())
+    start = time.perf_counter()
+    parse_yes_no(reply)
+    controller.decide_activation(reply)
+    controller.summary_text(reply, "Hi", "Hello")
+    SCMController.clean_summary(reply, "Hi", "Hello")  # uncapped: still linear
+    assert time.perf_counter() - start < 1.0

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
+import shutil
+import sqlite3
 import sys
 import time
 
@@ -28,7 +31,7 @@ from fragrel_integrations.core.tree import (
     split_sentences,
     summary_messages,
 )
-from fragrel_integrations.models.tokens import estimate_tokens
+from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN, estimate_tokens
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 TOPICS = {
@@ -82,6 +85,7 @@ def test_public_names_are_pinned():
     assert sorted(tree_pkg.__all__) == sorted(
         [
             "FIELDS",
+            "MAX_METADATA_DEPTH",
             "PROMPT_VERSION",
             "SUMMARY_SYSTEM_PROMPT",
             "BuildReport",
@@ -93,6 +97,7 @@ def test_public_names_are_pinned():
             "TreeHit",
             "TreeNode",
             "TreeRelation",
+            "check_state",
             "chunk_text",
             "cluster_embeddings",
             "gmm_clusters",
@@ -822,3 +827,215 @@ def test_failed_async_build_leaves_an_empty_tree():
     embedder.armed = False
     asyncio.run(tree.abuild(list(topic_docs().values())))
     assert len(tree.leaves()) > 0
+
+
+# ---------------------------------------------------------------------------------------------------- hostile input
+
+
+class VerboseModel:
+    """A model that ignores max_tokens: every reply is ``size`` characters of summary and of surprise."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def invoke(self, messages, *, temperature=None, max_tokens=None, stop=None):
+        return f"(Summary): {'word ' * (self.size // 5)}\n(Surprise): {'odd ' * (self.size // 4)}"
+
+    async def ainvoke(self, messages, **kwargs):
+        return self.invoke(messages, **kwargs)
+
+
+def test_summaries_of_a_model_ignoring_max_tokens_are_capped(tmp_path):
+    """Regression (issue 15): 5M-character summaries were stored (a 336 MB saved tree)."""
+    tree = make_tree(VerboseModel(5_000_000), summary_tokens=40, surprise_tokens=20)
+    start = time.perf_counter()
+    tree.build(list(topic_docs(1).values()))
+    assert time.perf_counter() - start < 20
+    for node in tree.nodes.values():
+        assert 0 < len(node.summary) <= OUTPUT_CHARS_PER_TOKEN * 40 and node.summary.startswith("word")
+        assert 0 < len(node.surprise) <= OUTPUT_CHARS_PER_TOKEN * 20
+    for cached in tree.summary_cache.values():
+        assert len(cached.summary) <= OUTPUT_CHARS_PER_TOKEN * 40
+    save_tree(tree, tmp_path / "t.sqlite")
+    assert (tmp_path / "t.sqlite").stat().st_size < 2_000_000
+
+
+@pytest.mark.parametrize(
+    "surprise",
+    ["-" * 100_000 + "x", "-" * 100_000, "(" * 100_000, " *" * 50_000 + "x", "\n(Summary" * 10_000, "_:" * 50_000],
+)
+def test_summary_parser_is_linear_on_adversarial_replies(surprise):
+    """The old 'no surprise' pattern (^\\W*(...|-+)\\W*$) backtracked cubically on a run of dashes."""
+    start = time.perf_counter()
+    for reply in (f"(Summary): A.\n(Surprise): {surprise}", surprise, f"(Summary): {surprise}"):
+        parse_summary(reply)
+    assert time.perf_counter() - start < 1.0
+    assert parse_summary("(Summary): A.\n(Surprise): " + "-" * 3000).surprise == ""
+    assert parse_summary("(Summary): A.\n(Surprise): No surprises found.").surprise == ""
+    assert parse_summary("(Summary): A.\n(Surprise): None of the dogs bark.").surprise == "None of the dogs bark."
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """One built tree (building is the slow part), saved as JSON and SQLite; tests tamper with copies."""
+    tree, _ = built_tree()
+    folder = tmp_path_factory.mktemp("saved")
+    save_tree(tree, folder / "t.json")
+    save_tree(tree, folder / "t.sqlite")
+    return tree, folder
+
+
+def _tamper(state, how):
+    nodes = state["nodes"]
+    upper = next(n for n in nodes if n["layer"] > 0)
+    if how == "next_id=0":
+        state["next_id"] = 0
+    elif how == "duplicate id":
+        nodes[1]["id"] = nodes[0]["id"]
+    elif how == "missing child":
+        upper["children"].append(10_000)
+    elif how == "cycle":
+        leaf = next(n for n in nodes if n["id"] == upper["children"][0])
+        leaf["layer"], leaf["children"] = upper["layer"], [upper["id"]]
+    elif how == "layer out of range":
+        upper["layer"] = 99
+    elif how == "vector of another dimension":
+        state["vectors"][0][2] = state["vectors"][0][2][:10]
+    elif how == "nan vector":
+        state["vectors"][0][2][0] = float("nan")
+    elif how == "vector of strings":
+        state["vectors"][0][2] = ["x"] * 256
+    elif how == "missing vector":
+        del state["vectors"][0]
+    elif how == "bad config":
+        state["config"]["chunk_tokens"] = -1
+    elif how == "children not a list":
+        upper["children"] = "1,2"
+    elif how == "summary not text":
+        nodes[0]["summary"] = None
+    elif how == "deep metadata":
+        deep: dict = {}
+        for _ in range(200):
+            deep = {"a": deep}
+        nodes[0]["metadata"] = deep
+    elif how == "bad cache":
+        state["cache"] = {"k": {"summary": 1}}
+    return state
+
+
+TAMPERING = {
+    "next_id=0": "next_id",
+    "duplicate id": "appears twice",
+    "missing child": "not in the tree",
+    "cycle": "on layer",
+    "layer out of range": "layer must be",
+    "vector of another dimension": "different dimensions",
+    "nan vector": "finite",
+    "vector of strings": "flat list of numbers",
+    "missing vector": "no vector",
+    "bad config": "bad config",
+    "children not a list": "children must be",
+    "summary not text": "summary must be a string",
+    "deep metadata": "nested at most",
+    "bad cache": "cache entry",
+}
+
+
+@pytest.mark.parametrize("how", list(TAMPERING))
+def test_tampered_json_saves_are_rejected_with_the_file_and_the_problem(tmp_path, saved, how):
+    """Regression (issue 15): next_id=0 made insert() overwrite node 0 silently."""
+    state = json.loads((saved[1] / "t.json").read_text())
+    path = tmp_path / "tampered.json"
+    path.write_text(json.dumps(_tamper(state, how)))
+    with pytest.raises(ValueError, match=TAMPERING[how]) as info:
+        load_tree(path, chat_model=ScriptedChatModel(fake_reply), embedder=HashingEmbedder(dim=256))
+    assert "tampered.json" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("sql", "problem"),
+    [
+        ("UPDATE meta SET value = '0' WHERE key = 'next_id'", "next_id"),
+        ("UPDATE meta SET value = '{not json' WHERE key = 'config'", "Expecting"),
+        ("UPDATE nodes SET children = NULL WHERE layer > 0", "JSON object must be str"),
+        ("UPDATE nodes SET layer = 'one' WHERE id = 0", "layer must be"),
+        ("UPDATE nodes SET parsed = 7 WHERE id = 0", "parsed must be 0 or 1"),
+        ("UPDATE vectors SET vector = x'0000' WHERE node = 0", "float32 blob"),
+        ("UPDATE vectors SET vector = 'text' WHERE node = 0", "float32 blob"),
+        ("UPDATE nodes SET id = 100 WHERE id = 0", "not in the tree"),
+        ("UPDATE vectors SET node = 1000 WHERE node = 0 AND field = 'text'", "not a text of the tree"),
+        ("DROP TABLE vectors", "no such table"),
+    ],
+)
+def test_tampered_sqlite_saves_are_rejected_with_the_file_and_the_problem(tmp_path, saved, sql, problem):
+    path = tmp_path / "t.sqlite"
+    shutil.copy(saved[1] / "t.sqlite", path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(sql)
+    conn.close()
+    with pytest.raises(ValueError, match=problem) as info:
+        load_tree(path, embedder=HashingEmbedder(dim=256))
+    assert "t.sqlite" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{" * 100_000,
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"format": "fragrel-surprise-tree", "version": 1',
+        b"\xff\xfe\x00",
+    ],
+)
+def test_corrupt_json_gives_a_value_error_not_a_recursion_error(tmp_path, content):
+    path = tmp_path / "c.json"
+    path.write_bytes(content)
+    with pytest.raises(ValueError, match=r"c\.json"):
+        load_tree(path, embedder=HashingEmbedder(dim=256))
+
+
+def test_insert_never_overwrites_a_node(saved):
+    tree = load_tree(saved[1] / "t.json", chat_model=ScriptedChatModel(fake_reply), embedder=HashingEmbedder(dim=256))
+    before = {i: n.summary for i, n in tree.nodes.items()}
+    tree._next_id = 0  # what a tampered save used to give
+    with pytest.raises(ValueError, match="node id 0 is already taken"):
+        tree.insert(["A new text about rockets."], doc_ids=["new"])
+    assert {i: n.summary for i, n in tree.nodes.items()} == before
+
+
+def test_a_sqlite_save_refuses_to_overwrite_other_files(tmp_path, saved):
+    tree = saved[0]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    with pytest.raises(ValueError, match=r"refusing to overwrite .*not a SQLite file"):
+        save_tree(tree, notes)
+    assert notes.read_text() == "my notes"
+    other = tmp_path / "app.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE meta (key TEXT, value TEXT)")
+        conn.execute("INSERT INTO meta VALUES ('owner', 'someone else')")
+    conn.close()
+    with pytest.raises(ValueError, match="not a saved surprise tree"):
+        save_tree(tree, other)
+    with sqlite3.connect(other) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0] == 1
+    conn.close()
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    save_tree(tree, empty)  # an empty file, and our own save, are fine
+    save_tree(tree, empty)
+    assert load_tree(empty, embedder=HashingEmbedder(dim=256)).to_state() == tree.to_state()
+
+
+class NoneModel(VerboseModel):
+    def invoke(self, messages, *, temperature=None, max_tokens=None, stop=None):
+        return None
+
+
+def test_a_model_returning_none_is_a_failed_call_and_surrogates_are_refused_up_front():
+    tree = make_tree(NoneModel(0))
+    report = tree.build(["Cats purr. Dogs bark."])
+    assert report.call_failures == len(tree.nodes) and all(n.failed for n in tree.nodes.values())
+    assert "returned NoneType" in report.errors[0]
+    with pytest.raises(ValueError, match="lone surrogate"):
+        make_tree().build(["Cats \ud800 purr."])

@@ -225,9 +225,24 @@ def test_tools_escape_stored_values(memory):
     assert read.invoke({}) == "give at least one of subject, relation, object"
 
 
+def test_tools_refuse_bad_terms_from_the_model_and_keep_the_rest(memory):
+    write, _ = make_memory_tools(memory.core, namespace=("m",), max_term_chars=50)
+    assert write.invoke({"subject": "Dan", "relation": "works at", "object": "Google"}).startswith("stored")
+    assert write.invoke({"subject": "x" * 51, "relation": "is", "object": "long"}) == (
+        "not stored: a term has 51 characters (more than 50)"
+    )
+    assert "NUL" in write.invoke({"subject": "a\x00", "relation": "b", "object": "c"})
+    assert "empty" in write.invoke({"subject": " ", "relation": "b", "object": "c"})
+    assert [tuple(r.triplet) for r in memory.core.records(namespace=("m",))] == [("Dan", "works at", "Google")]
+    with pytest.raises(ValueError, match="max_term_chars"):
+        make_memory_tools(memory.core, max_term_chars=0)
+
+
 def test_adapter_rejects_bad_arguments(tmp_path):
-    with pytest.raises(TypeError):
-        TripletMemoryStore(store="not a store")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="TripletStore"):
+        TripletMemoryStore(store=42)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="path twice"):
+        TripletMemoryStore(str(tmp_path / "a.db"), path=tmp_path / "b.db")
     core = TripletStore(":memory:", embedder=HashingEmbedder(dim=16))
     with pytest.raises(ValueError, match="not both"):
         TripletMemoryStore(core, embedder=HashingEmbedder(dim=16))

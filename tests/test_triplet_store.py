@@ -114,7 +114,9 @@ def test_no_alternative_means_empty_result(store):
 
 
 def test_fuzzy_lookup_goes_through_the_lsh_band_table(store):
-    """The fuzzy path is an indexed query on band keys: without the band rows nothing is found."""
+    """With ``fuzzy_index="database"`` the fuzzy path is an indexed query on band keys: without the band rows
+    nothing is found. The default in-memory term index reads the term vectors instead."""
+    store.fuzzy_index = "database"
     assert store.lsh is not None
     with store.backend.read() as cur:
         n_terms = cur.execute("SELECT COUNT(*) FROM terms").fetchone()[0]
@@ -125,6 +127,8 @@ def test_fuzzy_lookup_goes_through_the_lsh_band_table(store):
         cur.execute("DELETE FROM term_lsh")
     assert store.read(t1="Jones") == []
     assert store.read(t1="Mike Jones")  # exact matching does not need the bands
+    store.fuzzy_index = "memory"
+    assert [r.t1 for r in store.read(t1="Jones")] == ["Mike Jones"]  # nor does the in-memory index
 
 
 def test_fuzzy_k_uses_several_alternatives(tmp_path, emb):

@@ -32,6 +32,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterat
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tqdm.auto import tqdm
+
 from ..models.chat import ChatModel, as_chat_model, check_params, context_window
 from ..models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
 from .types import Fragment, ScoredFragment
@@ -386,6 +388,8 @@ class InnerLoopEngine:
             which must use ``{question}``, ``{memory}`` and ``{context}``. ``system_prompt=None`` sends none.
         temperature: passed to the model (0 = greedy).
         query_separator: joins the question and the memory into the retrieval query (:func:`join_query`).
+        show_progress: a tqdm bar over the rounds of each question (it goes away when the question is done);
+            False hides it.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> engine = InnerLoopEngine(lambda q: ["Sandra took the milk to the hallway."],
@@ -410,6 +414,7 @@ class InnerLoopEngine:
         prompt_template: str = DEFAULT_PROMPT_TEMPLATE,
         temperature: float | None = 0.0,
         query_separator: str = "\n",
+        show_progress: bool = True,
     ) -> None:
         self._retriever, self._aretriever = _resolve_retrievers(retriever, aretriever)
         self.model = as_chat_model(model)
@@ -428,6 +433,9 @@ class InnerLoopEngine:
         if not isinstance(query_separator, str):
             raise TypeError(f"query_separator must be str, got {type(query_separator).__name__}")
         self.query_separator = query_separator
+        if not isinstance(show_progress, bool):
+            raise TypeError(f"show_progress must be True or False, got {show_progress!r}")
+        self.show_progress = show_progress
 
     # -------------------------------------------------------------------------------------------- building
 
@@ -442,6 +450,7 @@ class InnerLoopEngine:
             "prompt_template": self.prompt_template,
             "temperature": self.temperature,
             "query_separator": self.query_separator,
+            "show_progress": self.show_progress,
         }
 
     def with_retriever(
@@ -510,6 +519,13 @@ class InnerLoopEngine:
         """
         retrieve = self._check_sync()
         state = _LoopState(self, _check_question(question))
+        with self._progress() as bar:
+            yield from self._sync_rounds(state, retrieve, bar)
+
+    def _progress(self) -> tqdm:
+        return tqdm(total=self.max_loops, desc="inner loop", unit="round", leave=False, disable=not self.show_progress)
+
+    def _sync_rounds(self, state: _LoopState, retrieve: SyncRetriever, bar: tqdm) -> Iterator[InnerLoopResult]:
         while not state.done:
             query = state.query()
             try:
@@ -523,13 +539,20 @@ class InnerLoopEngine:
                 )
             except Exception as exc:
                 raise state.error(exc, "model") from exc
-            yield state.accept(reply)
+            result = state.accept(reply)
+            bar.update(1)
+            yield result
 
     async def astream(self, question: str) -> AsyncIterator[InnerLoopResult]:
         """Async :meth:`stream`: the model's ``ainvoke`` and the async retriever (else the sync one in a thread)."""
         if self._retriever is None and self._aretriever is None:
             self._check_sync()  # raises the "no retriever" error
         state = _LoopState(self, _check_question(question))
+        with self._progress() as bar:
+            async for result in self._async_rounds(state, bar):
+                yield result
+
+    async def _async_rounds(self, state: _LoopState, bar: tqdm) -> AsyncIterator[InnerLoopResult]:
         while not state.done:
             query = state.query()
             try:
@@ -546,7 +569,9 @@ class InnerLoopEngine:
                 )
             except Exception as exc:
                 raise state.error(exc, "model") from exc
-            yield state.accept(reply)
+            result = state.accept(reply)
+            bar.update(1)
+            yield result
 
     def run(self, question: str) -> InnerLoopResult:
         """Run the loop to the end and return the result (``.answer`` is the final STM)."""

@@ -15,7 +15,6 @@ from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.signal import lfilter
 
 from .scoring import matrix_sums
 from .types import Fragment
@@ -175,6 +174,8 @@ class _PreparedContext:
             return np.zeros(self.n)
         if not self.use_grid:
             return self._loop_sums(s_sorted)
+        from scipy.signal import lfilter  # imported here: scipy.signal takes ~0.5 s to import
+
         w, g = self.w, self.grid_size
         x = np.zeros(g)
         x[self.cell] = s_sorted

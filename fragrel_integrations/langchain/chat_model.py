@@ -1,8 +1,11 @@
 """Any of our chat models (the embedded SmolLM2, ``OpenAIChatModel``, ``CachedChatModel``, ...) as a LangChain
 ``BaseChatModel``, for agents and chains: the reverse of :mod:`fragrel_integrations.models.langchain_chat`.
 
-The wrapped model is text in, text out: there is no tool calling (``bind_tools`` raises ``NotImplementedError``
-as LangChain's base class does) and no ``with_structured_output``. ``stream`` yields the whole reply as one chunk.
+Tool calling (``bind_tools``, so ``create_agent(chat, tools)``) works when the wrapped model has
+``invoke_with_tools`` (``LlamaCppChatModel``: grammar-constrained calls, one per turn); other wrapped models raise
+``NotImplementedError`` naming what to use instead. There is no ``with_structured_output``. ``stream`` /
+``astream`` yield the reply token by token when the wrapped model streams (the embedded llama.cpp model, an
+OpenAI-compatible server).
 Token counts in ``usage_metadata`` are exact when the model counts tokens itself (``LlamaCppChatModel``), else
 the offline estimate of :mod:`fragrel_integrations.models.tokens`.
 
@@ -16,12 +19,14 @@ the offline estimate of :mod:`fragrel_integrations.models.tokens`.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
-from langchain_core.language_models import BaseLanguageModel
+from langchain_core.language_models import BaseLanguageModel, LanguageModelInput
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -34,10 +39,14 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.messages.ai import UsageMetadata
+from langchain_core.messages.tool import invalid_tool_call, tool_call, tool_call_chunk
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import field_validator, model_validator
 
-from ..models.chat import check_params, model_id
+from ..models.chat import ToolReply, check_params, model_id
 from ..models.tokens import count_message_tokens, count_tokens
 
 __all__ = ["FragRelChatModel", "to_role_messages"]
@@ -51,7 +60,13 @@ _ROLE_ALIASES = {
     "ai": "assistant",
 }
 _MEDIA_BLOCKS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file", "document", "media"})
-_TOOL_KWARGS = ("tools", "tool_choice", "functions", "function_call")
+_LEGACY_TOOL_KWARGS = ("functions", "function_call")
+_NO_TOOLS = (
+    "FragRelChatModel wraps {name}, which has no tool calling. For agents with tools wrap LlamaCppChatModel "
+    "(grammar-constrained tool calls with the embedded SmolLM2 or any chat GGUF), or use a tool-calling LangChain "
+    "chat model, e.g. ChatOpenAI(base_url=..., model=...) from langchain-openai against an OpenAI-compatible server "
+    "(llama-cpp-python's server, vLLM, Ollama)"
+)
 
 
 def _text(message: BaseMessage) -> str:
@@ -74,14 +89,32 @@ def _text(message: BaseMessage) -> str:
     return "".join(parts)
 
 
-def _tool_calls_text(message: AIMessage) -> str:
+def _tool_calls_text(message: AIMessage, style: str = "text") -> str:
+    if style == "drop":
+        return ""
+    if style == "functions":  # the format the tool-calling prompt of LlamaCppChatModel asks for
+        return "\n".join(
+            f"functions.{call['name']}:\n{json.dumps(call.get('args', {}), ensure_ascii=False)}"
+            for call in message.tool_calls
+        )
     return "\n".join(
         f"[tool call {call['name']}({json.dumps(call.get('args', {}), ensure_ascii=False, sort_keys=True)})]"
         for call in message.tool_calls
     )
 
 
-def to_role_messages(messages: list[BaseMessage]) -> list[dict[str, str]]:
+def _called_since_user(messages: list[BaseMessage]) -> set[str]:
+    """Names of the tools the model called after the last human message."""
+    called: set[str] = set()
+    for message in reversed(messages):
+        if isinstance(message, HumanMessage):
+            break
+        if isinstance(message, AIMessage):
+            called.update(call["name"] for call in message.tool_calls)
+    return called
+
+
+def to_role_messages(messages: list[BaseMessage], *, _tool_style: str = "text") -> list[dict[str, str]]:
     """LangChain messages -> ``{"role", "content"}`` dicts for a :class:`~fragrel_integrations.models.chat.ChatModel`.
 
     System -> ``system``, human -> ``user``, AI -> ``assistant`` (tool calls from another model's turn are
@@ -102,8 +135,10 @@ def to_role_messages(messages: list[BaseMessage]) -> list[dict[str, str]]:
             role = "user"
         elif isinstance(message, AIMessage):
             role = "assistant"
-            calls = _tool_calls_text(message)
+            calls = _tool_calls_text(message, _tool_style)
             text = f"{text}\n{calls}" if text and calls else text or calls
+            if not text and _tool_style == "drop":
+                continue
         elif isinstance(message, ToolMessage | FunctionMessage):
             role = "user"
             label = getattr(message, "name", None) or getattr(message, "tool_call_id", None) or "tool"
@@ -138,6 +173,9 @@ class FragRelChatModel(BaseChatModel):
     temperature: float | None = None
     max_tokens: int | None = None
     stop: list[str] | None = None
+    repeat_tool_calls: bool = False
+    """Offer a tool again after it was called since the user's last message (False: small models otherwise call
+    the same tool over and over instead of answering with its result)."""
 
     @field_validator("model")
     @classmethod
@@ -198,21 +236,93 @@ class FragRelChatModel(BaseChatModel):
         return count_tokens(self.model, text)
 
     def get_num_tokens_from_messages(self, messages: list[BaseMessage], tools: Any = None) -> int:
-        """Prompt tokens of ``messages`` (chat template included when the model can apply it); tools unsupported."""
+        """Prompt tokens of ``messages`` (chat template included when the model can apply it); tool schemas are
+        not counted."""
         if tools:
-            raise NotImplementedError("FragRelChatModel has no tool calling, so tools cannot be counted")
+            raise NotImplementedError("FragRelChatModel does not count the tokens of tool schemas: count without tools")
         return count_message_tokens(self.model, to_role_messages(messages))
 
     # -- generation ----------------------------------------------------------------------------------------------
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | dict[str, Any] | bool | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Bind tools for agents (``create_agent(FragRelChatModel(model=LlamaCppChatModel()), tools)``).
+
+        Needs a wrapped model with ``invoke_with_tools`` (:class:`~fragrel_integrations.models.LlamaCppChatModel`:
+        llama.cpp grammars choose between an answer and one function call and keep the arguments valid JSON of
+        the tool's schema). ``tool_choice``: ``"auto"`` (default), ``"any"``/``"required"``, ``"none"`` or a tool
+        name. Other wrapped models raise ``NotImplementedError`` saying what to use instead.
+        """
+        if not callable(getattr(self.model, "invoke_with_tools", None)):
+            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
+
+    def _tools(self, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        for key in _LEGACY_TOOL_KWARGS:
+            if kwargs.get(key):
+                raise NotImplementedError(
+                    f"FragRelChatModel got {key!r}, the legacy OpenAI functions API: bind tools with bind_tools"
+                )
+        if not kwargs.get("tools"):
+            return None
+        if not callable(getattr(self.model, "invoke_with_tools", None)):
+            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
+        return {"tools": kwargs["tools"], "tool_choice": kwargs.get("tool_choice") or "auto"}
+
+    def _tool_result(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> AIMessage:
+        """One call of the wrapped model's ``invoke_with_tools`` as an ``AIMessage`` with ``tool_calls``."""
+        tooling = self._tools(kwargs)
+        _, params = self._prepare(messages, stop, kwargs)
+        sent = to_role_messages(messages, _tool_style="functions")
+        tools, choice = tooling["tools"], tooling["tool_choice"]
+        allowed = None
+        if not self.repeat_tool_calls:
+            called = _called_since_user(messages)
+            allowed = [t["function"]["name"] for t in tools if t["function"]["name"] not in called]
+        if allowed == []:
+            # every tool has answered: a plain reply to the conversation with the tool results as user turns
+            # (a small model shown its own call format keeps writing calls instead of an answer)
+            sent = to_role_messages(messages, _tool_style="drop")
+            reply = ToolReply(self.model.invoke(sent, **params))
+        else:
+            reply = self.model.invoke_with_tools(sent, tools, tool_choice=choice, allowed=allowed, **params)
+        fields = self._message_fields(sent, reply.content)
+        calls, invalid = [], []
+        for call in reply.tool_calls:
+            call_id = f"call_{uuid.uuid4().hex[:24]}"
+            if call.args is None:
+                invalid.append(invalid_tool_call(name=call.name, args=call.raw, id=call_id, error=call.error))
+            else:
+                calls.append(tool_call(name=call.name, args=call.args, id=call_id))
+        return AIMessage(**fields, tool_calls=calls, invalid_tool_calls=invalid)
+
+    def _tool_chunk(self, message: AIMessage) -> ChatGenerationChunk:
+        chunks = [
+            tool_call_chunk(name=c["name"], args=json.dumps(c["args"]), id=c["id"], index=i)
+            for i, c in enumerate(message.tool_calls)
+        ] + [
+            tool_call_chunk(name=c["name"], args=c["args"], id=c["id"], index=len(message.tool_calls) + i)
+            for i, c in enumerate(message.invalid_tool_calls)
+        ]
+        return ChatGenerationChunk(
+            message=AIMessageChunk(
+                content=message.content,
+                tool_call_chunks=chunks,
+                usage_metadata=message.usage_metadata,
+                response_metadata=message.response_metadata,
+                chunk_position="last",
+            )
+        )
+
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> tuple[list[dict[str, str]], dict[str, Any]]:
-        for key in _TOOL_KWARGS:
-            if kwargs.get(key):
-                raise NotImplementedError(
-                    f"FragRelChatModel got {key!r}: the wrapped text model has no tool calling; "
-                    "use a tool-calling LangChain chat model for agents with tools"
-                )
+        self._tools(kwargs)
         override = kwargs.get("model")
         if isinstance(override, str) and override != self.model_name:
             raise ValueError(
@@ -250,6 +360,9 @@ class FragRelChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
+        if kwargs.get("tools"):
+            message = self._tool_result(messages, stop, kwargs)
+            return ChatResult(generations=[ChatGeneration(message=message)], llm_output={"model_name": self.model_name})
         sent, params = self._prepare(messages, stop, kwargs)
         return self._result(sent, self.model.invoke(sent, **params))
 
@@ -260,10 +373,23 @@ class FragRelChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        if not callable(getattr(self.model, "ainvoke", None)):
+        if kwargs.get("tools") or not callable(getattr(self.model, "ainvoke", None)):
             return await super()._agenerate(messages, stop, run_manager, **kwargs)  # sync call in an executor
         sent, params = self._prepare(messages, stop, kwargs)
         return self._result(sent, await self.model.ainvoke(sent, **params))
+
+    def _last_chunk(self, sent: list[dict[str, str]], reply: str, streamed: bool) -> ChatGenerationChunk:
+        """The closing chunk: usage and metadata, plus the text unless it was already streamed."""
+        fields = self._message_fields(sent, reply)
+        if streamed:
+            fields["content"] = ""
+        return ChatGenerationChunk(message=AIMessageChunk(**fields, chunk_position="last"))
+
+    @staticmethod
+    def _piece(piece: Any, model: Any) -> ChatGenerationChunk:
+        if not isinstance(piece, str):
+            raise TypeError(f"{type(model).__name__}.stream yielded {type(piece).__name__}, not str")
+        return ChatGenerationChunk(message=AIMessageChunk(content=piece))
 
     def _stream(
         self,
@@ -272,12 +398,29 @@ class FragRelChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        """One chunk with the whole reply (the wrapped model returns finished text)."""
+        """Token by token when the wrapped model has ``stream`` (every fragrel chat model: llama.cpp tokens,
+        server-sent deltas), else one chunk with the whole reply; the last chunk carries the usage."""
+        if kwargs.get("tools"):  # one chunk with the whole decision
+            chunk = self._tool_chunk(self._tool_result(messages, stop, kwargs))
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+            return
         sent, params = self._prepare(messages, stop, kwargs)
-        chunk = self._chunk(sent, self.model.invoke(sent, **params))
-        if run_manager is not None:
-            run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-        yield chunk
+        if not callable(getattr(self.model, "stream", None)):
+            chunk = self._chunk(sent, self.model.invoke(sent, **params))
+            if run_manager is not None:
+                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+            return
+        parts: list[str] = []
+        for piece in self.model.stream(sent, **params):
+            chunk = self._piece(piece, self.model)
+            parts.append(piece)
+            if run_manager is not None:
+                run_manager.on_llm_new_token(piece, chunk=chunk)
+            yield chunk
+        yield self._last_chunk(sent, "".join(parts), streamed=True)
 
     async def _astream(
         self,
@@ -286,6 +429,23 @@ class FragRelChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
+        if kwargs.get("tools"):
+            chunk = self._tool_chunk(await asyncio.to_thread(self._tool_result, messages, stop, kwargs))
+            if run_manager is not None:
+                await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+            yield chunk
+            return
+        if callable(getattr(self.model, "astream", None)):
+            sent, params = self._prepare(messages, stop, kwargs)
+            parts: list[str] = []
+            async for piece in self.model.astream(sent, **params):
+                chunk = self._piece(piece, self.model)
+                parts.append(piece)
+                if run_manager is not None:
+                    await run_manager.on_llm_new_token(piece, chunk=chunk)
+                yield chunk
+            yield self._last_chunk(sent, "".join(parts), streamed=True)
+            return
         if not callable(getattr(self.model, "ainvoke", None)):
             async for chunk in super()._astream(messages, stop, run_manager, **kwargs):  # _stream in an executor
                 yield chunk

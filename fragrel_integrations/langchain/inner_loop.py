@@ -33,7 +33,7 @@ from ._documents import check_documents, fragment_to_document, isolated_key, rea
 
 __all__ = ["InnerLoopRunnable"]
 
-_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe")
+_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe", "show_progress")
 
 
 def _question(value: object) -> str:
@@ -105,6 +105,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     """The model's output limit per round and the memory's size limit (engine default 256)."""
     dedupe: bool | None = None
     """Show each Document to the model only in the first round that retrieves it (engine default False)."""
+    show_progress: bool | None = None
+    """A progress bar over each question's rounds (engine default True; False hides it)."""
     doc_id_key: str = "doc_id"
     position_key: str = "position"
 

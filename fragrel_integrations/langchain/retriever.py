@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal, Self
 
@@ -13,17 +14,18 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableLambda
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..core.index import FragRelIndex
-from ..core.relations import ContextRelation, Relation
+from ..core.presets import DEFAULT_PRESET, PRESETS
+from ..core.presets import preset as get_preset
+from ..core.relations import Relation
 from ..core.rerank import rerank
 from ..core.selection import check_k
-from ..core.store import FragmentStore
 from ..core.types import Fragment
-from ..models.base import Embedder
+from ..models.base import Embedder, optional_embedder
 from ._documents import (
     check_documents,
     fragment_to_document,
@@ -32,6 +34,7 @@ from ._documents import (
     read_score,
     with_scores,
 )
+from ._pool import BASE_SCORE_KEY, default_pool_size, sized_base, takes_k
 from .indexing import add_positions
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
@@ -46,13 +49,6 @@ _MISSING_POSITION = (
 )
 
 
-def _takes_k(runnable: object) -> bool:
-    """Whether ``runnable`` forwards invoke kwargs to a BaseRetriever (which merges ``k`` into its search)."""
-    while isinstance(runnable, RunnableBinding):
-        runnable = runnable.bound
-    return isinstance(runnable, BaseRetriever)
-
-
 def _check_key(value: str, name: str) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"{name} must be a non-empty metadata key, got {value!r}")
@@ -62,58 +58,72 @@ def _check_key(value: str, name: str) -> str:
 class FragRelRetriever(BaseRetriever):
     """Re-rank the documents of ANY base retriever with FragRel's relation-aware score.
 
-    ``s_rel = s_ind + alpha * s_env``: ``s_ind`` is the base retriever's score (metadata ``score_key``; by default
-    ``relevance_score``, then ``score``) when every candidate has one, else the cosine of ``embedder`` embeddings;
-    ``s_env`` is the relation-weighted mean of the *other* candidates' ``s_ind`` (by default the context relation
-    ``0.3 ** |position_i - position_j|`` within one document). Candidates need ``doc_id`` / ``position``
-    metadata: write it with :func:`~fragrel_integrations.langchain.add_positions` before indexing.
+    ``s_rel = s_ind + alpha * s_env``. The base is asked for a pool of ``pool_size`` candidates (default
+    ``max(10 * k, 50)``: a copy of a vector-store retriever gets ``search_kwargs["k"]``, retrievers with a ``k``
+    field such as ``BM25Retriever`` get it set, an ``EnsembleRetriever`` passes it to each member), so FragRel
+    chooses *which* ``k`` documents come back, not only their order.
+
+    ``s_ind`` is the base's own score, never a second model behind your back: a vector-store retriever's
+    relevance score (``similarity_search_with_relevance_scores``), else metadata ``score_key`` (by default
+    ``relevance_score``, then ``score``) when every candidate has one, else the base's ranking (``1 - rank/n``).
+    Only when you pass ``embedder`` are score-less candidates scored by its cosine instead. ``s_env`` is the
+    relation-weighted mean of the other fragments' ``s_ind`` (by default the context relation
+    ``w_rel ** |position_i - position_j|`` within one document); positions the base did not return count with
+    the pool's lowest score (``outside="floor"``). Candidates need ``doc_id`` / ``position`` metadata: write it
+    with :func:`~fragrel_integrations.langchain.add_positions` before indexing.
+
+    ``preset`` picks ``relation``, ``alpha`` and ``order`` for a kind of text (``"story"`` by default,
+    ``"dialogue"``, ``"haystack"``, ``"multidoc"``; see :mod:`fragrel_integrations.core.presets`); explicit
+    ``relation`` / ``alpha`` / ``order`` win over it.
 
     Returns copies of the base retriever's Documents (never the originals) with ``relevance_score`` (= s_rel),
     ``fragrel_independent_score`` and ``fragrel_environment_score`` added, best first (or in document order with
     ``order="position"``). ``k`` is a field and an invoke kwarg: ``retriever.invoke(query, k=2)``.
 
-    Ask the base retriever for more than ``k`` candidates (``pool_size``, passed to it as ``k``) so that FragRel
-    can change what is returned, not only the order. With ``store`` (a FragmentStore filled by ``add_positions``)
-    and ``expand=r``, the stored neighbours within ``r`` positions of each candidate join the pool; those have no
-    base score, so then every candidate is scored by ``embedder``. ``embedder=None`` means the embedded offline
-    all-MiniLM-L6-v2, loaded only if needed.
-
+    With ``store`` (a FragmentStore filled by ``add_positions(..., store=store)``) and ``expand=r``, the stored
+    neighbours within ``r`` positions of each candidate join the pool with the pool's lowest score.
     ``on_missing_position="isolate"`` makes each Document without position metadata a one-fragment document of
-    its own: it keeps its base score (s_env = 0 under the context relation) instead of raising ValueError.
+    its own instead of raising ValueError.
 
     >>> from langchain_core.vectorstores import InMemoryVectorStore
     >>> from fragrel_integrations.langchain import MiniLMEmbeddings, add_positions
-    >>> emb = MiniLMEmbeddings()                                                   # doctest: +SKIP
-    >>> vs = InMemoryVectorStore.from_documents(add_positions(chunks), emb)         # doctest: +SKIP
-    >>> retriever = FragRelRetriever(                                               # doctest: +SKIP
-    ...     base_retriever=vs.as_retriever(), pool_size=20, k=4, embedder=emb)
-    >>> retriever.invoke("Who found the footprint?")                                # doctest: +SKIP
+    >>> vs = InMemoryVectorStore.from_documents(add_positions(chunks), MiniLMEmbeddings())  # doctest: +SKIP
+    >>> retriever = FragRelRetriever(base_retriever=vs.as_retriever(), k=5)                 # doctest: +SKIP
+    >>> retriever.invoke("Who found the footprint?")                                        # doctest: +SKIP
     """
 
     model_config = ConfigDict(extra="forbid")
 
     base_retriever: RetrieverLike
     """Any Runnable[str, list[Document]] (typically ``vectorstore.as_retriever()``); a plain function is wrapped."""
-    k: int = Field(default=4, gt=0)
+    k: int = Field(default=5, gt=0)
     """Number of documents to return."""
-    alpha: float = Field(default=0.5, ge=0)
-    """Weight of the environment score."""
-    relation: Relation = Field(default_factory=lambda: ContextRelation(0.3))
-    """The fragment relation (core Relation); ``ContextRelation(0.3)`` by default."""
+    preset: str = DEFAULT_PRESET
+    """Settings for a kind of text: one of ``PRESETS`` ("story", "dialogue", "haystack", "multidoc")."""
+    alpha: float | None = Field(default=None, ge=0)
+    """Weight of the environment score; None = the preset's."""
+    relation: Relation | None = None
+    """The fragment relation (core Relation); None = the preset's ``ContextRelation``."""
     embedder: Any = None
-    """Object with ``embed_documents`` / ``embed_query`` (e.g. a LangChain Embeddings); None = embedded MiniLM."""
+    """Scores score-less candidates by its cosine when given (e.g. your LangChain Embeddings); None = base ranking."""
     pool_size: int | None = Field(default=None, gt=0)
-    """Candidates to ask the base retriever for (sent as its ``k``); None = its own default."""
-    store: FragmentStore | None = None
+    """Candidates to ask the base retriever for; None = ``max(10 * k, 50)``."""
+    store: Any = None
     """FragmentStore holding every chunk (see ``add_positions(..., store=...)``), for neighbour expansion."""
     expand: int = Field(default=0, ge=0)
     """Neighbour radius: stored fragments within ``expand`` positions of a candidate join the pool."""
+    outside: Literal["floor", "ignore"] = "floor"
+    """Positions outside the pool count with the pool's lowest score ("floor") or not at all ("ignore")."""
     doc_id_key: str = "doc_id"
     position_key: str = "position"
     score_key: str | None = None
-    """Metadata key of the base score; None tries ``relevance_score`` then ``score``."""
+    """Metadata key of the base score; None tries the store's relevance score, ``relevance_score``, ``score``."""
     on_missing_position: Literal["error", "isolate"] = "error"
-    order: Literal["score", "position"] = "score"
+    order: Literal["score", "position"] | None = None
+    """"score" or "position" (document order); None = the preset's."""
+
+    _sized: dict[int, Any] = PrivateAttr(default_factory=dict)
+    _warned: bool = PrivateAttr(default=False)
 
     @field_validator("base_retriever", mode="before")
     @classmethod
@@ -124,20 +134,15 @@ class FragRelRetriever(BaseRetriever):
 
     @field_validator("alpha")
     @classmethod
-    def _finite_alpha(cls, value: float) -> float:
-        if not math.isfinite(value):
+    def _finite_alpha(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
             raise ValueError(f"alpha must be a finite number >= 0, got {value}")
         return value
 
     @field_validator("embedder")
     @classmethod
     def _check_embedder(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, Embedder):
-            raise TypeError(
-                "embedder must have embed_documents(texts) and embed_query(text) (e.g. a LangChain Embeddings), "
-                f"got {type(value).__name__}"
-            )
-        return value
+        return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
@@ -145,38 +150,68 @@ class FragRelRetriever(BaseRetriever):
         _check_key(self.position_key, "position_key")
         if self.doc_id_key == self.position_key:
             raise ValueError("doc_id_key and position_key must differ")
+        if self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        chosen = get_preset(self.preset)
+        if self.alpha is None:
+            self.alpha = chosen.alpha
+        if self.relation is None:
+            self.relation = chosen.relation()
+        if self.order is None:
+            self.order = chosen.order
         if self.expand > 0 and self.store is None:
             raise ValueError(
                 "expand > 0 needs store=FragmentStore() filled with add_positions(chunks, store=store); "
                 "or leave expand=0"
             )
-        if self.pool_size is not None and not _takes_k(self.base_retriever):
+        if self.store is not None and not callable(getattr(self.store, "neighbours", None)):
+            raise TypeError(f"store must have neighbours(keys, radius=) (a FragmentStore), got {type(self.store)}")
+        sizable = self.pool_size is None or sized_base(self.base_retriever, self.pool_size) is not None
+        if not sizable and not takes_k(self.base_retriever):
             raise ValueError(
-                "pool_size is sent to the base retriever as its k, which only a BaseRetriever accepts; "
-                f"{type(self.base_retriever).__name__} is not one: set the number of candidates on the base runnable "
-                "itself and leave pool_size=None"
+                f"pool_size cannot be set on {type(self.base_retriever).__name__}: it is not a retriever with a "
+                "k / search_kwargs / retrievers field that takes invoke kwargs; set the number of candidates on "
+                "the base itself and leave pool_size=None"
             )
         return self
 
     # ------------------------------------------------------------------------------------------------ helpers
 
-    def _base_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        if kwargs and not _takes_k(self.base_retriever):
+    def _base(self, k: int, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The runnable to invoke for a pool of candidates, and the kwargs to pass it."""
+        if kwargs and not takes_k(self.base_retriever):
             raise TypeError(
-                f"extra invoke arguments {sorted(kwargs)} can only be forwarded to a BaseRetriever base, "
-                f"not to {type(self.base_retriever).__name__}"
+                f"extra invoke arguments {sorted(kwargs)} can only be forwarded to a base retriever that takes "
+                f"them, not to {type(self.base_retriever).__name__}"
             )
-        out = dict(kwargs)
-        if self.pool_size is not None:
-            out.setdefault("k", self.pool_size)
-        return out
+        n = max(self.pool_size or default_pool_size(k), k)
+        if n not in self._sized:
+            self._sized[n] = sized_base(self.base_retriever, n)
+        sized = self._sized[n]
+        if sized is not None:
+            return sized, dict(kwargs)
+        if takes_k(self.base_retriever):
+            return self.base_retriever, {"k": n, **kwargs}
+        return self.base_retriever, dict(kwargs)
 
-    def _rerank(self, query: str, documents: object, k: int | None) -> list[Document]:
+    def _check_pool(self, n_docs: int, k: int) -> None:
+        if n_docs <= k and not self._warned and self.pool_size is None:
+            self._warned = True
+            warnings.warn(
+                f"FragRelRetriever: the base retriever returned {n_docs} documents for k={k}, so FragRel can only "
+                f"re-order them; make {type(self.base_retriever).__name__} return more (e.g. k=50) or pass "
+                "pool_size with a retriever that has a k / search_kwargs field",
+                UserWarning,
+                stacklevel=4,
+            )
+
+    def _rerank(self, query: str, documents: object, k: int) -> list[Document]:
         docs = check_documents(documents, "the base retriever's result")
-        k = self.k if k is None else check_k(k)
         if not docs:
             return []
+        self._check_pool(len(docs), k)
         fragments: list[Fragment] = []
+        scores: list[float | None] = []
         originals: dict[tuple[str, int], Document] = {}
         for i, doc in enumerate(docs):
             location = read_location(doc, self.doc_id_key, self.position_key)
@@ -186,9 +221,14 @@ class FragRelRetriever(BaseRetriever):
                         _MISSING_POSITION.format(i=i, doc_id_key=self.doc_id_key, position_key=self.position_key)
                     )
                 location = (isolated_key(doc), 0)
+            if BASE_SCORE_KEY in doc.metadata:
+                doc = doc.model_copy(update={"metadata": {**doc.metadata}})
+                score = float(doc.metadata.pop(BASE_SCORE_KEY))
+            else:
+                score = read_score(doc, self.score_key)
+            scores.append(score)
             fragments.append(Fragment(doc.page_content, location[0], location[1], dict(doc.metadata)))
             originals.setdefault(location, doc)
-        scores = [read_score(doc, self.score_key) for doc in docs]
         hits = rerank(
             query,
             fragments,
@@ -200,6 +240,7 @@ class FragRelRetriever(BaseRetriever):
             store=self.store,
             expand=self.expand,
             order=self.order,
+            outside=self.outside,
         )
         logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(hits))
         out = []
@@ -217,8 +258,10 @@ class FragRelRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None, **kwargs: Any
     ) -> list[Document]:
+        k = self.k if k is None else check_k(k)
+        base, base_kwargs = self._base(k, kwargs)
         config: RunnableConfig = {"callbacks": run_manager.get_child()}
-        documents = self.base_retriever.invoke(query, config, **self._base_kwargs(kwargs))
+        documents = base.invoke(query, config, **base_kwargs)
         return self._rerank(query, documents, k)
 
     async def _aget_relevant_documents(
@@ -229,8 +272,10 @@ class FragRelRetriever(BaseRetriever):
         k: int | None = None,
         **kwargs: Any,
     ) -> list[Document]:
+        k = self.k if k is None else check_k(k)
+        base, base_kwargs = self._base(k, kwargs)
         config: RunnableConfig = {"callbacks": run_manager.get_child()}
-        documents = await self.base_retriever.ainvoke(query, config, **self._base_kwargs(kwargs))
+        documents = await base.ainvoke(query, config, **base_kwargs)
         # embedding the pool is CPU-bound: keep it off the event loop
         return await run_in_executor(None, self._rerank, query, documents, k)
 

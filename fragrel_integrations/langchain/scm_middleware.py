@@ -60,7 +60,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.store.base import BaseStore  # noqa: E402
 
 from ..core.scm import DEFAULT_SESSION, MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
-from ..models.base import Embedder  # noqa: E402
+from ..models.base import Embedder, optional_embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
 
 __all__ = ["SCMMiddleware", "SCMState"]
@@ -121,7 +121,7 @@ class SCMMiddleware(AgentMiddleware):
         path: str | Path | None = None,
         store: BaseStore | None = None,
         stream: MemoryStream | None = None,
-        embedder: Embedder | None = None,
+        embedder: Embedder | Any | None = None,
         session_id: str | None = None,
         keep_history: bool = False,
         **memory_kwargs: Any,
@@ -145,7 +145,7 @@ class SCMMiddleware(AgentMiddleware):
                 backend = LangGraphStoreStream(store)
             elif stream is not None:
                 backend = stream
-            memory = SelfControlledMemory(model, stream=backend, embedder=embedder, **memory_kwargs)
+            memory = SelfControlledMemory(model, stream=backend, embedder=optional_embedder(embedder), **memory_kwargs)
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise TypeError(f"session_id must be a non-empty str or None, got {session_id!r}")
         if not isinstance(keep_history, bool):

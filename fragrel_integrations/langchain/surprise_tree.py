@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from ..core.selection import check_k
 from ..core.tree import FIELDS, BuildReport, SurpriseTree, TreeHit, TreeRelation
+from ..models.base import optional_embedder
 from ._documents import check_documents
 
 __all__ = ["SurpriseTreeRetriever", "hit_to_document"]
@@ -114,7 +115,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         LangChain Embeddings (None = the embedded MiniLM). Retriever fields (``k``, ``mode``, ...) are picked out
         of ``kwargs``; the rest go to :class:`SurpriseTree` (``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
         own, tree_kwargs = _split_kwargs(dict(kwargs))
-        tree = SurpriseTree(chat_model, embedder, **tree_kwargs)
+        tree = SurpriseTree(chat_model, optional_embedder(embedder), **tree_kwargs)
         tree.build(texts, doc_ids=doc_ids, metadatas=metadatas)
         return cls(tree=tree, **own)
 
@@ -131,7 +132,7 @@ class SurpriseTreeRetriever(BaseRetriever):
     ) -> SurpriseTreeRetriever:
         """Async :meth:`from_texts` (summary calls via ``ainvoke`` with bounded concurrency)."""
         own, tree_kwargs = _split_kwargs(dict(kwargs))
-        tree = SurpriseTree(chat_model, embedder, **tree_kwargs)
+        tree = SurpriseTree(chat_model, optional_embedder(embedder), **tree_kwargs)
         await tree.abuild(texts, doc_ids=doc_ids, metadatas=metadatas)
         return cls(tree=tree, **own)
 

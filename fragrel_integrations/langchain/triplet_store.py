@@ -45,11 +45,14 @@ from langgraph.store.base import (  # noqa: E402
 )
 from pydantic import BaseModel, Field  # noqa: E402
 
+from .._adapters import split_store_or_path  # noqa: E402
 from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, render_read, render_write  # noqa: E402
+from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
-from ..models.base import Embedder  # noqa: E402
+from ..core.triplets.text_api import term_problem  # noqa: E402
+from ..models.base import Embedder, optional_embedder  # noqa: E402
 
-__all__ = ["TripletKVStore", "TripletMemoryStore", "make_memory_tools"]
+__all__ = ["TripletKVStore", "TripletMemoryStore", "core_triplet_store", "make_memory_tools"]
 
 _TRIPLET_KEYS = ("subject", "relation", "object")
 
@@ -130,8 +133,10 @@ def _ns_matches(ns: tuple[str, ...], cond: MatchCondition) -> bool:
 class TripletMemoryStore(BaseStore):
     """A LangGraph store whose items are RET-LLM triplets kept in a :class:`TripletStore`.
 
-    Pass ``store=`` (an existing core store) or the arguments to build one (``path`` — a SQLite file,
-    ``":memory:"`` or a ``postgresql://`` URL — ``embedder``, and any other :class:`TripletStore` keyword).
+    Pass an existing core store or a ``path`` (a SQLite file, ``":memory:"`` or a ``postgresql://`` URL) as
+    the first argument, like the core ``TripletStore("memory.db")``, plus the arguments to build the store
+    (``embedder`` — any embedding model :func:`~fragrel_integrations.models.as_embedder` accepts — and any
+    other :class:`TripletStore` keyword).
     A put on an existing key keeps the previous version (readable ``as_of`` through :attr:`core`); a delete
     ends the item's validity (``hard_delete=True`` erases instead). TTLs are not supported, and a put's
     ``index`` argument is ignored: every term of every triplet is always embedded and LSH-indexed.
@@ -141,14 +146,15 @@ class TripletMemoryStore(BaseStore):
 
     def __init__(
         self,
-        store: TripletStore | None = None,
+        store: TripletStore | str | Path | None = None,
         *,
-        path: str | Path = ":memory:",
-        embedder: Embedder | None = None,
+        path: str | Path | None = None,
+        embedder: Embedder | Any | None = None,
         hard_delete: bool = False,
         **store_kwargs: Any,
     ) -> None:
-        self.core = build_store(store, path=path, embedder=embedder, **store_kwargs)
+        store, path = split_store_or_path(store, path)
+        self.core = build_store(store, path=path, embedder=optional_embedder(embedder), **store_kwargs)
         self.hard_delete = bool(hard_delete)
 
     # -- LangGraph BaseStore ---------------------------------------------------------------------------------
@@ -259,10 +265,10 @@ class TripletKVStore(KVBaseStore[str, Triplet]):
     keeps the old version's history; ``mdelete`` ends validity (or erases, ``hard_delete=True``).
     """
 
-    def __init__(self, store: TripletStore, *, namespace: Sequence[str] = ("kv",), hard_delete: bool = False) -> None:
-        if not isinstance(store, TripletStore):
-            raise TypeError(f"store must be a TripletStore, got {type(store).__name__}")
-        self.store = store
+    def __init__(
+        self, store: TripletStore | TripletMemoryStore, *, namespace: Sequence[str] = ("kv",), hard_delete: bool = False
+    ) -> None:
+        self.store = core_triplet_store(store)
         self.namespace = tuple(namespace)
         self.hard_delete = hard_delete
 
@@ -298,17 +304,51 @@ class _ReadArgs(BaseModel):
     object: str = Field(default="", description="the object, or empty to look it up")
 
 
-def make_memory_tools(store: TripletStore, *, namespace: Sequence[str] = ("memories",)) -> list[BaseTool]:
+def core_triplet_store(store: object) -> TripletStore:
+    """The core :class:`TripletStore` of ``store``: a core store itself, or the one inside a
+    :class:`TripletMemoryStore`, a :class:`TripletKVStore` or a LlamaIndex ``TripletGraphStore``."""
+    if isinstance(store, TripletStore):
+        return store
+    for attribute in ("core", "store"):  # framework stores keep the core store here
+        inner = getattr(store, attribute, None)
+        if isinstance(inner, TripletStore):
+            return inner
+    raise TypeError(
+        f"store must be a TripletStore, a TripletMemoryStore, a TripletKVStore or a TripletGraphStore, "
+        f"got {type(store).__name__}"
+    )
+
+
+def make_memory_tools(
+    store: TripletStore | TripletMemoryStore | TripletKVStore | Any,
+    *,
+    namespace: Sequence[str] = ("memories",),
+    max_term_chars: int = DEFAULT_MAX_TERM_CHARS,
+) -> list[BaseTool]:
     """Agent tools over a triplet memory: ``memory_write(subject, relation, object)`` and
     ``memory_read(subject, relation, object)`` (leave one or two fields empty). Both answer in the
     RET-LLM text format, so the model sees ``[MEM_READ{..}: {..}; ..]``.
+
+    ``store`` is a core :class:`TripletStore` or a framework store over one (:class:`TripletMemoryStore`,
+    :class:`TripletKVStore`, the LlamaIndex ``TripletGraphStore``); the tools read and write its core store.
+    The arguments come from a model: a write with a term longer than ``max_term_chars``, an empty term or a
+    NUL character is not stored, and the tool answers ``not stored: <why>`` so the model can retry.
     """
-    if not isinstance(store, TripletStore):
-        raise TypeError(f"store must be a TripletStore, got {type(store).__name__}")
+    store = core_triplet_store(store)
+    if isinstance(max_term_chars, bool) or not isinstance(max_term_chars, int) or max_term_chars < 1:
+        raise ValueError(f"max_term_chars must be a positive int, got {max_term_chars!r}")
     ns = tuple(namespace)
 
     def memory_write(subject: str, relation: str, object: str) -> str:
-        rec = store.write((subject, relation, object), namespace=ns)
+        terms = (subject, relation, object)
+        problem = next((p for p in (term_problem(t, max_term_chars) for t in terms if isinstance(t, str)) if p), None)
+        if problem:
+            return f"not stored: {problem}"
+        try:
+            trip = Triplet(*terms)
+        except (TypeError, ValueError) as exc:
+            return f"not stored: {exc}"
+        rec = store.write(trip, namespace=ns)
         return "stored " + render_write(rec.triplet)
 
     def memory_read(subject: str = "", relation: str = "", object: str = "") -> str:

@@ -14,7 +14,9 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
-from ..core.relations import ContextRelation, Relation
+from ..core.presets import DEFAULT_PRESET
+from ..core.presets import preset as get_preset
+from ..core.relations import Relation
 from ..core.rerank import rerank
 from ..core.scoring import check_alpha
 from ..core.selection import check_k
@@ -211,23 +213,32 @@ class NodeReranker:
     doc_id_key: str
     position_key: str
     on_missing_position: str
+    outside: str = "floor"
 
     @classmethod
     def build(
         cls,
         *,
+        preset: str = DEFAULT_PRESET,
         relation: Relation | None = None,
-        alpha: float = 0.5,
+        alpha: float | None = None,
         k: int | None = 5,
         embedder: object = None,
         store: FragmentStore | None = None,
         expand: int | None = None,
-        order: str = "score",
+        order: str | None = None,
         doc_id_key: str = "doc_id",
         position_key: str = "position",
         on_missing_position: str = "raise",
+        outside: str = "floor",
     ) -> NodeReranker:
-        relation = ContextRelation(0.3) if relation is None else relation
+        """Check every setting; ``relation``, ``alpha`` and ``order`` default to the ``preset``'s."""
+        chosen = get_preset(preset)
+        relation = chosen.relation() if relation is None else relation
+        alpha = chosen.alpha if alpha is None else alpha
+        order = chosen.order if order is None else order
+        if outside not in ("floor", "ignore"):
+            raise ValueError(f"outside must be 'floor' or 'ignore', got {outside!r}")
         if not isinstance(relation, Relation):
             raise TypeError(f"relation must be a Relation such as ContextRelation(0.3), got {relation!r}")
         if store is not None and not isinstance(store, FragmentStore):
@@ -256,6 +267,7 @@ class NodeReranker:
             doc_id_key=check_key("doc_id_key", doc_id_key),
             position_key=check_key("position_key", position_key),
             on_missing_position=on_missing_position,
+            outside=outside,
         )
 
     def keys(self, nodes: Sequence[BaseNode]) -> list[tuple[str, int]]:
@@ -311,6 +323,7 @@ class NodeReranker:
             store=self.store,
             expand=self.expand,
             order=self.order,
+            outside=self.outside,  # type: ignore[arg-type]
         )
         by_key: dict[tuple[str, int], BaseNode] = {}
         for c, key in zip(candidates, keys, strict=True):

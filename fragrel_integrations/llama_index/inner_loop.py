@@ -69,6 +69,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
         engine: a built core :class:`InnerLoopEngine` (custom prompts, budgets); then leave ``llm`` unset. The
             settings below, when given, override the engine's.
         max_loops, threshold, max_stm_tokens, dedupe: the loop settings (engine defaults 5, 0.9, 256, False).
+        show_progress: a progress bar over each question's rounds (engine default True; False hides it).
         doc_id_key, position_key: node metadata keys for the fragment's location (used by ``dedupe``).
 
     If the retriever or the LLM raises, the :class:`InnerLoopError` carries the completed rounds in ``.result``
@@ -82,6 +83,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
     threshold: float | None = None
     max_stm_tokens: int | None = None
     dedupe: bool | None = None
+    show_progress: bool | None = None
     doc_id_key: str = "doc_id"
     position_key: str = "position"
 
@@ -97,6 +99,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
         threshold: float | None = None,
         max_stm_tokens: int | None = None,
         dedupe: bool | None = None,
+        show_progress: bool | None = None,
         doc_id_key: str = "doc_id",
         position_key: str = "position",
         callback_manager: CallbackManager | None = None,
@@ -113,6 +116,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
                 ("threshold", threshold),
                 ("max_stm_tokens", max_stm_tokens),
                 ("dedupe", dedupe),
+                ("show_progress", show_progress),
             )
             if value is not None
         }
@@ -141,6 +145,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
             threshold=threshold,
             max_stm_tokens=max_stm_tokens,
             dedupe=dedupe,
+            show_progress=show_progress,
             doc_id_key=check_key("doc_id_key", doc_id_key),
             position_key=check_key("position_key", position_key),
             **kwargs,

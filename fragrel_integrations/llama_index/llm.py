@@ -1,8 +1,9 @@
 """Any of our chat models (the embedded SmolLM2, ``OpenAIChatModel``, ``CachedChatModel``, ...) as a LlamaIndex
 ``LLM`` for chat engines and query engines: the reverse of :mod:`fragrel_integrations.models.llama_index_chat`.
 
-The wrapped model returns finished text, so the streaming methods yield the whole reply as one chunk. There is no
-function calling (``metadata.is_function_calling_model`` is False).
+The streaming methods yield the reply token by token when the wrapped model streams (the embedded llama.cpp model,
+an OpenAI-compatible server), else as one chunk. There is no function calling
+(``metadata.is_function_calling_model`` is False).
 
 >>> from llama_index.core.chat_engine import SimpleChatEngine
 >>> from fragrel_integrations.testing import ScriptedChatModel
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -34,7 +35,7 @@ from llama_index.core.llms import LLM, CustomLLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from pydantic import Field, field_validator, model_validator
 
-from ..models.chat import _is_instance_of, check_params, context_window, model_id
+from ..models.chat import _is_instance_of, aiter_in_thread, check_params, context_window, model_id
 
 __all__ = ["FragRelLLM", "to_role_messages"]
 
@@ -96,8 +97,8 @@ class FragRelLLM(CustomLLM):
     arguments are ignored. ``metadata.context_window`` is ``context_window`` if given, else the model's own
     (``LlamaCppChatModel`` knows it), else LlamaIndex's default; ``num_output`` is ``max_tokens`` (or the
     model's ``default_max_tokens``). Async methods use the model's ``ainvoke`` when it has one, else the sync
-    call runs in a worker thread. ``stream_chat`` / ``stream_complete`` (and their async forms) yield one chunk
-    holding the whole reply.
+    call runs in a worker thread. ``stream_chat`` / ``stream_complete`` (and their async forms) yield the reply
+    token by token when the model has ``stream``/``astream`` (all fragrel chat models), else in one chunk.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> llm = FragRelLLM(model=ScriptedChatModel(["Paris. A city."]), max_tokens=16, stop=["."])
@@ -176,9 +177,9 @@ class FragRelLLM(CustomLLM):
             return self._text(await ainvoke(sent, **params))
         return self._text(await asyncio.to_thread(self.model.invoke, sent, **params))
 
-    def _text(self, reply: Any) -> str:
+    def _text(self, reply: Any, method: str = "invoke") -> str:
         if not isinstance(reply, str):
-            raise TypeError(f"{type(self.model).__name__}.invoke returned {type(reply).__name__}, not str")
+            raise TypeError(f"{type(self.model).__name__}.{method} returned {type(reply).__name__}, not str")
         return reply
 
     @staticmethod
@@ -202,23 +203,50 @@ class FragRelLLM(CustomLLM):
         """Async :meth:`chat` (the model's ``ainvoke`` when it has one)."""
         return self._chat_response(await self._acall(to_role_messages(messages), kwargs))
 
+    def _pieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> Iterator[str]:
+        """The reply in pieces: the model's ``stream`` when it has one (tokens), else the whole reply once."""
+        params = self._params(kwargs)
+        if not callable(getattr(self.model, "stream", None)):
+            yield self._text(self.model.invoke(sent, **params))
+            return
+        for piece in self.model.stream(sent, **params):
+            yield self._text(piece, "stream")
+
+    async def _apieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> AsyncIterator[str]:
+        params = self._params(kwargs)
+        if callable(getattr(self.model, "astream", None)):
+            async for piece in self.model.astream(sent, **params):
+                yield self._text(piece, "astream")
+        elif callable(getattr(self.model, "stream", None)):
+            async for piece in aiter_in_thread(self.model.stream(sent, **params)):
+                yield self._text(piece, "stream")
+        else:
+            yield await self._acall(sent, kwargs)
+
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        """:meth:`chat` as a stream of one chunk (the whole reply; the model is called when iteration starts)."""
+        """:meth:`chat` as a stream: token by token when the wrapped model streams (llama.cpp, OpenAI-compatible
+        servers), else one chunk. Each response holds the text so far and the new ``delta``."""
         sent = to_role_messages(messages)
 
         def gen() -> ChatResponseGen:
-            yield self._chat_response(self._call(sent, kwargs))
+            text = ""
+            for piece in self._pieces(sent, kwargs):
+                text += piece
+                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=piece)
 
         return gen()
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
-        """Async :meth:`stream_chat`: one chunk with the whole reply."""
+        """Async :meth:`stream_chat`."""
         sent = to_role_messages(messages)
 
         async def gen() -> ChatResponseAsyncGen:
-            yield self._chat_response(await self._acall(sent, kwargs))
+            text = ""
+            async for piece in self._apieces(sent, kwargs):
+                text += piece
+                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=piece)
 
         return gen()
 
@@ -237,22 +265,26 @@ class FragRelLLM(CustomLLM):
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        """:meth:`complete` as a stream of one chunk: the wrapped model returns finished text, not tokens."""
+        """:meth:`complete` as a stream (token by token when the wrapped model streams)."""
         sent = self._prompt(prompt)
 
         def gen() -> CompletionResponseGen:
-            text = self._call(sent, kwargs)
-            yield CompletionResponse(text=text, delta=text)
+            text = ""
+            for piece in self._pieces(sent, kwargs):
+                text += piece
+                yield CompletionResponse(text=text, delta=piece)
 
         return gen()
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
-        """Async :meth:`stream_complete`: one chunk with the whole reply."""
+        """Async :meth:`stream_complete`."""
         sent = self._prompt(prompt)
 
         async def gen() -> CompletionResponseAsyncGen:
-            text = await self._acall(sent, kwargs)
-            yield CompletionResponse(text=text, delta=text)
+            text = ""
+            async for piece in self._apieces(sent, kwargs):
+                text += piece
+                yield CompletionResponse(text=text, delta=piece)
 
         return gen()

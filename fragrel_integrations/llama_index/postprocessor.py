@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from ..core.relations import ContextRelation, Relation
+from ..core.presets import DEFAULT_PRESET
+from ..core.relations import Relation
 from ..core.store import FragmentStore
 from ._convert import NodeReranker
 
@@ -19,20 +21,24 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     """Re-score the nodes it is given with FragRel and keep the ``top_n`` best.
 
     Same conversion and scoring as :class:`~fragrel_integrations.llama_index.FragRelRetriever`: node scores are
-    the independent scores (or ``embedder`` cosine when a node has none), ``doc_id``/``position`` metadata give
-    the context relation, and the returned copies carry ``relevance_score``, ``fragrel_independent_score`` and
-    ``fragrel_environment_score`` in metadata. Retrieve a larger pool than ``top_n`` so the environment has
-    something to read.
+    the independent scores (the node ranking when a node has none, or ``embedder`` cosine if you give one),
+    ``doc_id``/``position`` metadata give the context relation, and the returned copies carry ``relevance_score``,
+    ``fragrel_independent_score`` and ``fragrel_environment_score`` in metadata. A postprocessor cannot ask the
+    retriever for more: give the query engine ``similarity_top_k=50`` (its default is 2); it warns once when it
+    gets no more nodes than it keeps.
 
     >>> engine = index.as_query_engine(                                                   # doctest: +SKIP
-    ...     similarity_top_k=20, node_postprocessors=[FragRelPostprocessor(top_n=5)], llm=llm)
+    ...     similarity_top_k=50, node_postprocessors=[FragRelPostprocessor(top_n=5)], llm=llm)
     >>> [n.score for n in engine.query("Who found the footprint?").source_nodes]          # doctest: +SKIP
     """
 
     top_n: int | None = Field(default=5, description="Nodes to keep (None keeps them all, re-ordered).")
-    alpha: float = Field(default=0.5, description="Weight of the environment score.")
-    relation: Relation = Field(
-        default_factory=ContextRelation, exclude=True, description="Fragment relation (default ContextRelation(0.3))."
+    preset: str = Field(
+        default=DEFAULT_PRESET, description="'story', 'dialogue', 'haystack' or 'multidoc': relation, alpha, order."
+    )
+    alpha: float | None = Field(default=None, description="Weight of the environment score (default: the preset's).")
+    relation: Relation | None = Field(
+        default=None, exclude=True, description="Fragment relation (default: the preset's ContextRelation)."
     )
     embedder: Any = Field(
         default=None,
@@ -44,7 +50,12 @@ class FragRelPostprocessor(BaseNodePostprocessor):
         default=None, exclude=True, description="FragmentStore written by PositionTagger, for neighbour expansion."
     )
     expand: int | None = Field(default=None, description="Neighbour radius in the store (default 1 with a store).")
-    order: Literal["score", "position"] = Field(default="score", description="'score' or 'position' order.")
+    order: Literal["score", "position"] | None = Field(
+        default=None, description="'score' or 'position' order (default: the preset's)."
+    )
+    outside: Literal["floor", "ignore"] = Field(
+        default="floor", description="Positions not among the nodes count with the lowest node score, or not at all."
+    )
     doc_id_key: str = Field(default="doc_id", description="Metadata key of the document id.")
     position_key: str = Field(default="position", description="Metadata key of the position.")
     on_missing_position: Literal["raise", "isolate", "links"] = Field(
@@ -55,11 +66,15 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     def class_name(cls) -> str:
         return "FragRelPostprocessor"
 
+    _warned: bool = PrivateAttr(default=False)
+
     def model_post_init(self, context: Any, /) -> None:
         self._reranker()  # validate the settings now, not at the first query
 
     def _reranker(self) -> NodeReranker:
         return NodeReranker.build(
+            preset=self.preset,
+            outside=self.outside,
             relation=self.relation,
             alpha=self.alpha,
             k=self.top_n,
@@ -79,5 +94,14 @@ class FragRelPostprocessor(BaseNodePostprocessor):
             raise ValueError(
                 "FragRelPostprocessor needs the query: call postprocess_nodes(nodes, query_str=...) "
                 "or use it inside a query engine"
+            )
+        if self.top_n is not None and len(nodes) <= self.top_n and not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"FragRelPostprocessor got {len(nodes)} nodes and keeps top_n={self.top_n}, so it can only re-order "
+                "them: retrieve more candidates, e.g. index.as_query_engine(similarity_top_k=50, "
+                "node_postprocessors=[FragRelPostprocessor(top_n=5)])",
+                UserWarning,
+                stacklevel=3,
             )
         return self._reranker()(nodes, query_bundle.query_str)

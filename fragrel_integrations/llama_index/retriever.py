@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -11,12 +12,14 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from ..core.index import FragRelIndex
+from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.llama_index_models import llama_index_embedder
 from ._convert import ORDERS, NodeReranker, check_key, node_from_fragment, resolve_k, scored_node
+from ._pool import default_pool_size, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
 
@@ -26,13 +29,15 @@ _DEFAULT_TOP_K = 5
 class FragRelRetriever(BaseRetriever):
     """Re-rank the nodes of ANY LlamaIndex retriever with FragRel: ``s_rel = s_ind + alpha * s_env``.
 
-    The wrapped ``retriever`` supplies the candidate pool (ask it for more than ``similarity_top_k``, e.g.
-    ``index.as_retriever(similarity_top_k=20)``). The independent score ``s_ind`` is the node score the base
-    retriever returns; when a candidate has no score (or neighbours were added from ``store``) every candidate is
-    scored by cosine with ``embedder`` instead (default: the embedded offline all-MiniLM-L6-v2). The environment
-    ``s_env`` comes from ``relation`` (default ``ContextRelation(0.3)``) over each node's
-    ``metadata["doc_id"]`` (or its source document id) and ``metadata["position"]``; write them at indexing
-    time with :class:`~fragrel_integrations.llama_index.PositionTagger`.
+    The wrapped ``retriever`` supplies the candidate pool: a copy of it is asked for ``pool_size`` nodes (default
+    ``max(10 * similarity_top_k, 50)``, set through its ``similarity_top_k``; a fusion retriever's members too), so
+    FragRel chooses which nodes come back. The independent score ``s_ind`` is the node score the base returns;
+    when a candidate has none, the base's ranking (``1 - rank/n``) unless you pass ``embedder`` (then its cosine).
+    Neighbours added from ``store`` get the pool's lowest score; no model is loaded behind your back. The
+    environment ``s_env`` comes from ``relation`` (the ``preset``'s ``ContextRelation`` by default) over each
+    node's ``metadata["doc_id"]`` (or its source document id) and ``metadata["position"]``; positions the base did
+    not return count with the pool's lowest score (``outside="floor"``). Write the metadata at indexing time with
+    :class:`~fragrel_integrations.llama_index.PositionTagger`.
 
     Returned nodes are copies whose score is ``s_rel``, with ``relevance_score``, ``fragrel_independent_score``
     and ``fragrel_environment_score`` in their metadata.
@@ -40,12 +45,17 @@ class FragRelRetriever(BaseRetriever):
     Args:
         retriever: the base LlamaIndex retriever.
         similarity_top_k: how many nodes to return (default 5); ``k`` is an alias.
-        alpha: weight of the environment score (paper default 0.5).
-        relation: a core relation; default ``ContextRelation(0.3)`` (use 0.8 for dialogue turns).
-        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``.
+        preset: "story" (default), "dialogue", "haystack" or "multidoc": ``relation``, ``alpha`` and ``order``
+            for that kind of text (:mod:`fragrel_integrations.core.presets`); explicit arguments win.
+        alpha: weight of the environment score (default: the preset's).
+        relation: a core relation (default: the preset's ``ContextRelation``).
+        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``; scores
+            candidates that come without a score.
+        pool_size: candidates to ask the base for (default ``max(10 * similarity_top_k, 50)``).
         store: a :class:`~fragrel_integrations.FragmentStore` filled by ``PositionTagger(store=...)``; the stored
             neighbours within ``expand`` positions (default 1 with a store) of each candidate join the pool.
-        order: ``"score"`` or ``"position"`` (document order, e.g. dialogue turns by time).
+        order: ``"score"`` or ``"position"`` (document order, e.g. dialogue turns by time); default: the preset's.
+        outside: ``"floor"`` (default) or ``"ignore"``: how positions the base did not return count.
         doc_id_key, position_key: metadata keys that hold the document id and the position.
         on_missing_position: ``"raise"`` (default) when a node has no position; ``"isolate"`` gives such nodes
             no environment (their score is the base score); ``"links"`` relates candidates that are chained by
@@ -53,7 +63,7 @@ class FragRelRetriever(BaseRetriever):
 
     >>> index = VectorStoreIndex.from_documents(                                         # doctest: +SKIP
     ...     docs, transformations=[SentenceSplitter(), PositionTagger()], embed_model=MiniLMEmbedding())
-    >>> retriever = FragRelRetriever(index.as_retriever(similarity_top_k=20), similarity_top_k=5)  # doctest: +SKIP
+    >>> retriever = FragRelRetriever(index.as_retriever(), similarity_top_k=5)           # doctest: +SKIP
     >>> nodes = retriever.retrieve("Who found the footprint?")                          # doctest: +SKIP
     """
 
@@ -63,25 +73,30 @@ class FragRelRetriever(BaseRetriever):
         similarity_top_k: int | None = None,
         *,
         k: int | None = None,
-        alpha: float = 0.5,
+        preset: str = DEFAULT_PRESET,
+        alpha: float | None = None,
         relation: Relation | None = None,
         embedder: Any = None,
+        pool_size: int | None = None,
         store: FragmentStore | None = None,
         expand: int | None = None,
-        order: Literal["score", "position"] = "score",
+        order: Literal["score", "position"] | None = None,
         doc_id_key: str = "doc_id",
         position_key: str = "position",
         on_missing_position: Literal["raise", "isolate", "links"] = "raise",
+        outside: Literal["floor", "ignore"] = "floor",
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise TypeError(
-                f"retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=20)), "
+                f"retriever must be a llama_index BaseRetriever (e.g. index.as_retriever()), "
                 f"got {type(retriever).__name__}"
             )
         self._retriever = retriever
         self._reranker = NodeReranker.build(
+            preset=preset,
+            outside=outside,
             relation=relation,
             alpha=alpha,
             k=resolve_k(similarity_top_k, k, _DEFAULT_TOP_K),
@@ -93,7 +108,29 @@ class FragRelRetriever(BaseRetriever):
             position_key=position_key,
             on_missing_position=on_missing_position,
         )
+        pool_size = check_k(pool_size, "pool_size")
+        n = max(pool_size or default_pool_size(self._reranker.k or _DEFAULT_TOP_K), self._reranker.k or 1)
+        sized = sized_base(retriever, n)
+        if sized is None and pool_size is not None:
+            raise ValueError(
+                f"pool_size cannot be set on {type(retriever).__name__}: it has no similarity_top_k; build it with "
+                "more candidates yourself and leave pool_size=None"
+            )
+        self._pool = retriever if sized is None else sized
+        self._warned = False
         super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _check_pool(self, n: int) -> None:
+        k = self._reranker.k
+        if k is not None and n <= k and not self._warned and self._pool is self._retriever:
+            self._warned = True
+            warnings.warn(
+                f"FragRelRetriever: the base retriever returned {n} nodes for similarity_top_k={k}, so FragRel can "
+                f"only re-order them; build {type(self._retriever).__name__} with more candidates "
+                "(e.g. similarity_top_k=50)",
+                UserWarning,
+                stacklevel=3,
+            )
 
     @property
     def retriever(self) -> BaseRetriever:
@@ -113,11 +150,13 @@ class FragRelRetriever(BaseRetriever):
         return self._reranker.relation
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        candidates = self._retriever.retrieve(query_bundle)
+        candidates = self._pool.retrieve(query_bundle)
+        self._check_pool(len(candidates))
         return self._reranker(candidates, query_bundle.query_str)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        candidates = await self._retriever.aretrieve(query_bundle)
+        candidates = await self._pool.aretrieve(query_bundle)
+        self._check_pool(len(candidates))
         # Embedding a few candidates is CPU work: keep it off the event loop.
         return await asyncio.to_thread(self._reranker, candidates, query_bundle.query_str)
 

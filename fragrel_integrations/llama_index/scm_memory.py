@@ -35,7 +35,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 
 from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
-from ..models.base import Embedder
+from ..models.base import Embedder, optional_embedder
 
 __all__ = ["SCMMemory"]
 
@@ -77,7 +77,7 @@ class SCMMemory(BaseMemory):
         *,
         llm: Any = None,
         path: str | Path = ":memory:",
-        embedder: Embedder | None = None,
+        embedder: Embedder | Any | None = None,
         session_id: str = DEFAULT_SESSION,
         **memory_kwargs: Any,
     ) -> None:
@@ -93,7 +93,7 @@ class SCMMemory(BaseMemory):
                 raise ValueError(
                     "llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)"
                 )
-            memory = SelfControlledMemory(llm, stream=path, embedder=embedder, **memory_kwargs)
+            memory = SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
         super().__init__(session_id=session_id)
         self._core = memory
 

@@ -41,9 +41,10 @@ from llama_index.core.graph_stores.types import Triplet as LITriplet  # noqa: E4
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
 from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
 
+from .._adapters import split_store_or_path  # noqa: E402
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore, normalize_term, parse_calls  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
-from ..models.base import Embedder  # noqa: E402
+from ..models.base import Embedder, optional_embedder  # noqa: E402
 
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
 
@@ -62,8 +63,10 @@ def _node_from_record(rec: NodeRecord) -> LabelledNode:
 class TripletGraphStore(PropertyGraphStore):
     """A LlamaIndex ``PropertyGraphStore`` backed by the RET-LLM triplet memory.
 
-    Pass ``store=`` (a core :class:`TripletStore`) or the arguments to build one (``path``: SQLite file,
-    ``":memory:"`` or ``postgresql://`` URL; ``embedder``; other :class:`TripletStore` keywords).
+    Pass a core :class:`TripletStore` or a ``path`` (SQLite file, ``":memory:"`` or ``postgresql://`` URL) as
+    the first argument, like the core ``TripletStore("memory.db")``, plus the arguments to build the store
+    (``embedder``: a LlamaIndex embedding model such as ``MiniLMEmbedding()`` or anything
+    :func:`~fragrel_integrations.models.as_embedder` accepts; other :class:`TripletStore` keywords).
     ``namespace`` selects the part of the memory this graph sees.
     """
 
@@ -72,15 +75,16 @@ class TripletGraphStore(PropertyGraphStore):
 
     def __init__(
         self,
-        store: TripletStore | None = None,
+        store: TripletStore | str | Path | None = None,
         *,
-        path: str | Path = ":memory:",
-        embedder: Embedder | None = None,
+        path: str | Path | None = None,
+        embedder: Embedder | Any | None = None,
         namespace: tuple[str, ...] = (),
         hard_delete: bool = False,
         **store_kwargs: Any,
     ) -> None:
-        self.core = build_store(store, path=path, embedder=embedder, **store_kwargs)
+        store, path = split_store_or_path(store, path)
+        self.core = build_store(store, path=path, embedder=optional_embedder(embedder), **store_kwargs)
         self.namespace = tuple(namespace)
         self.hard_delete = bool(hard_delete)
 

@@ -1,0 +1,101 @@
+"""Models: the two protocols the core needs and the adapters that turn any model into one of them.
+
+- :class:`Embedder` (texts -> float32 vectors) and :func:`as_embedder`, which converts LangChain ``Embeddings``,
+  LlamaIndex ``BaseEmbedding`` models, this package's wrappers and plain objects;
+- :class:`ChatModel` (messages -> text, sync and async) and :func:`as_chat_model`, which converts LangChain chat
+  models and LlamaIndex LLMs;
+- the embedded offline defaults: :class:`MiniLMEmbedder` (all-MiniLM-L6-v2, extra ``[embed]``) and
+  :class:`LlamaCppChatModel` (SmolLM2-135M-Instruct, extra ``[local]``); :class:`OpenAIChatModel` for any
+  OpenAI-compatible server (extra ``[openai]``).
+
+Names are imported on first access, so ``import fragrel_integrations.models`` loads no framework and no model.
+
+>>> from fragrel_integrations.models import as_embedder, as_chat_model   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import CachedEmbedder, Embedder, as_embedder, embed_documents, embed_query, optional_embedder
+    from .cache import CachedChatModel, ResponseCache
+    from .chat import ChatMessage, ChatModel, ChatModelBase, abatch, as_chat_model, batch, complete
+    from .langchain_chat import LangChainChatModel
+    from .llama_cpp_chat import LlamaCppChatModel, default_chat_model
+    from .llama_index_chat import LlamaIndexChatModel
+    from .llama_index_models import LlamaIndexEmbedder
+    from .local import MiniLMEmbedder, default_embedder
+    from .openai_chat import OpenAIChatModel
+    from .retry import RetryingChatModel, RetryPolicy
+
+__all__ = [
+    "CachedChatModel",
+    "CachedEmbedder",
+    "ChatMessage",
+    "ChatModel",
+    "ChatModelBase",
+    "Embedder",
+    "LangChainChatModel",
+    "LlamaCppChatModel",
+    "LlamaIndexChatModel",
+    "LlamaIndexEmbedder",
+    "MiniLMEmbedder",
+    "OpenAIChatModel",
+    "ResponseCache",
+    "RetryPolicy",
+    "RetryingChatModel",
+    "abatch",
+    "as_chat_model",
+    "as_embedder",
+    "batch",
+    "complete",
+    "default_chat_model",
+    "default_embedder",
+    "embed_documents",
+    "embed_query",
+    "optional_embedder",
+]
+
+# name -> the submodule that defines it (imported on first access)
+_WHERE = {
+    "CachedEmbedder": "base",
+    "Embedder": "base",
+    "as_embedder": "base",
+    "embed_documents": "base",
+    "embed_query": "base",
+    "optional_embedder": "base",
+    "CachedChatModel": "cache",
+    "ResponseCache": "cache",
+    "ChatMessage": "chat",
+    "ChatModel": "chat",
+    "ChatModelBase": "chat",
+    "abatch": "chat",
+    "as_chat_model": "chat",
+    "batch": "chat",
+    "complete": "chat",
+    "LangChainChatModel": "langchain_chat",
+    "LlamaCppChatModel": "llama_cpp_chat",
+    "default_chat_model": "llama_cpp_chat",
+    "LlamaIndexChatModel": "llama_index_chat",
+    "LlamaIndexEmbedder": "llama_index_models",
+    "MiniLMEmbedder": "local",
+    "default_embedder": "local",
+    "OpenAIChatModel": "openai_chat",
+    "RetryPolicy": "retry",
+    "RetryingChatModel": "retry",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -11,6 +12,8 @@ from tqdm.auto import tqdm
 __all__ = [
     "CachedEmbedder",
     "Embedder",
+    "WrappedEmbedder",
+    "as_embedder",
     "check_embeddings",
     "check_window_words",
     "check_windows",
@@ -21,6 +24,7 @@ __all__ = [
     "embedder_window_tokens",
     "fragment_vectors",
     "normalise_rows",
+    "optional_embedder",
     "split_windows",
     "window_words_for",
 ]
@@ -34,8 +38,8 @@ WORDS_PER_TOKEN = 0.6
 class Embedder(Protocol):
     """Texts to vectors. ``embed_documents`` returns ``(len(texts), dim)``; ``embed_query`` returns ``(dim,)``.
 
-    Any object with these two methods works (LangChain ``Embeddings`` name them the same way); adapters in
-    :mod:`fragrel_integrations.models` wrap LangChain and LlamaIndex embedding models.
+    Any object with these two methods works (LangChain ``Embeddings`` name them the same way);
+    :func:`as_embedder` converts LlamaIndex embedding models and this package's framework wrappers.
     """
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray | list[list[float]]: ...
@@ -139,6 +143,86 @@ class CachedEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return np.asarray(self.embedder.embed_query(text), dtype=np.float32)
+
+
+class WrappedEmbedder:
+    """The core embedder inside one of this package's framework wrappers (``MiniLMEmbeddings`` for LangChain,
+    ``MiniLMEmbedding`` for LlamaIndex), fetched from the wrapper on each call so that the model still loads
+    on first use. Calls go straight to the core model (arrays, no list round-trip); ``max_input_tokens``
+    is forwarded so input-window checks still see it."""
+
+    def __init__(self, wrapper: object, attribute: str) -> None:
+        self.wrapper = wrapper
+        self.attribute = attribute
+
+    @property
+    def embedder(self) -> Embedder:
+        return getattr(self.wrapper, self.attribute)
+
+    @property
+    def max_input_tokens(self) -> int | None:
+        return getattr(self.embedder, "max_input_tokens", None)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray | list[list[float]]:
+        return self.embedder.embed_documents(texts)
+
+    def embed_query(self, text: str) -> np.ndarray | list[float]:
+        return self.embedder.embed_query(text)
+
+    def __repr__(self) -> str:
+        return f"WrappedEmbedder({type(self.wrapper).__name__})"
+
+
+def _loaded_class(module: str, name: str) -> type | None:
+    """``module.name`` if ``module`` is already imported (an instance of the class implies it is), else None."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls if isinstance(cls, type) else None
+
+
+def as_embedder(model: Any) -> Embedder:
+    """Return ``model`` as an :class:`Embedder`, the one conversion every component and adapter uses.
+
+    - this package's wrappers (LangChain ``MiniLMEmbeddings``, LlamaIndex ``MiniLMEmbedding``) give the core
+      embedder they hold (loaded on first use, shared with the rest of the library);
+    - a LlamaIndex ``BaseEmbedding`` is wrapped in
+      :class:`~fragrel_integrations.models.llama_index_models.LlamaIndexEmbedder`;
+    - anything with ``embed_documents(texts)`` and ``embed_query(text)`` (a LangChain ``Embeddings``, a core
+      embedder, your own object) is returned as is.
+
+    No framework is imported here. ``None`` raises: components take ``embedder=None`` for the embedded
+    default (see :func:`optional_embedder`).
+
+    >>> from fragrel_integrations.testing import HashingEmbedder
+    >>> emb = HashingEmbedder(dim=8)
+    >>> as_embedder(emb) is emb
+    True
+    """
+    lc_wrapper = _loaded_class("fragrel_integrations.langchain.embeddings", "MiniLMEmbeddings")
+    if lc_wrapper is not None and isinstance(model, lc_wrapper):
+        inner = model._embedder
+        return WrappedEmbedder(model, "embedder") if inner is None else as_embedder(inner)
+    li_wrapper = _loaded_class("fragrel_integrations.llama_index.embeddings", "MiniLMEmbedding")
+    if li_wrapper is not None and isinstance(model, li_wrapper):
+        inner = model._model
+        return WrappedEmbedder(model, "model") if inner is None else inner
+    from .llama_index_models import LlamaIndexEmbedder, is_llama_index_embedding
+
+    if is_llama_index_embedding(model):
+        return LlamaIndexEmbedder(model)
+    if isinstance(model, Embedder):
+        return model
+    if model is None:
+        raise TypeError("embedder is None: pass an embedding model, or leave embedder=None where a component takes it")
+    raise TypeError(
+        f"cannot use {type(model).__name__} as an embedder: pass a LangChain Embeddings, a LlamaIndex "
+        "BaseEmbedding, MiniLMEmbeddings()/MiniLMEmbedding(), or any object with embed_documents(texts) and "
+        "embed_query(text)"
+    )
+
+
+def optional_embedder(model: Any) -> Embedder | None:
+    """:func:`as_embedder`, except that ``None`` stays ``None`` (a component's embedded default)."""
+    return None if model is None else as_embedder(model)
 
 
 # --------------------------------------------------------------------------------------------- input windows

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -33,7 +34,10 @@ __all__ = [
     "ChatModel",
     "ChatModelBase",
     "Messages",
+    "ToolCall",
+    "ToolReply",
     "abatch",
+    "aiter_in_thread",
     "as_chat_model",
     "batch",
     "check_params",
@@ -70,6 +74,25 @@ class ChatMessage:
 
 
 Messages = str | Sequence[Mapping[str, str] | ChatMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call a model asked for. ``args`` is None and ``error`` says why when the arguments the model
+    wrote are not a JSON object (e.g. cut off by ``max_tokens``); ``raw`` is the text it wrote."""
+
+    name: str
+    args: dict[str, Any] | None
+    raw: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolReply:
+    """A reply to a request with tools: text (``content``) or function calls (``tool_calls``)."""
+
+    content: str
+    tool_calls: tuple[ToolCall, ...] = ()
 
 
 def to_messages(messages: Messages) -> list[dict[str, str]]:
@@ -180,6 +203,34 @@ class ChatModelBase(ABC):
         t, n, s = check_params(temperature, max_tokens, stop)
         return await self._agenerate(msgs, t, n, s)
 
+    def stream(
+        self,
+        messages: Messages,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> Iterator[str]:
+        """Yield the reply in pieces as the backend makes them (tokens from llama.cpp, server-sent deltas from an
+        OpenAI-compatible server); a backend that only returns finished text yields it as one piece. The pieces
+        joined are what :meth:`invoke` returns. Arguments are checked at once, the model runs while iterating."""
+        msgs = to_messages(messages)
+        t, n, s = check_params(temperature, max_tokens, stop)
+        return self._stream(msgs, t, n, s)
+
+    def astream(
+        self,
+        messages: Messages,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+    ) -> AsyncIterator[str]:
+        """Async :meth:`stream` (a blocking backend streams from a worker thread; the event loop stays free)."""
+        msgs = to_messages(messages)
+        t, n, s = check_params(temperature, max_tokens, stop)
+        return self._astream(msgs, t, n, s)
+
     @abstractmethod
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
@@ -190,8 +241,71 @@ class ChatModelBase(ABC):
     ) -> str:
         return await asyncio.to_thread(self._generate, messages, temperature, max_tokens, stop)
 
+    def _stream(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> Iterator[str]:
+        """Backends that stream override this; the default yields the finished reply once."""
+        yield self._generate(messages, temperature, max_tokens, stop)
+
+    async def _astream(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> AsyncIterator[str]:
+        if type(self)._stream is ChatModelBase._stream:  # no token stream: the finished async reply
+            yield await self._agenerate(messages, temperature, max_tokens, stop)
+            return
+        async for piece in aiter_in_thread(self._stream(messages, temperature, max_tokens, stop)):
+            yield piece
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model_name={self.model_name!r})"
+
+
+async def aiter_in_thread(iterator: Iterator[Any], *, max_buffer: int = 256) -> AsyncIterator[Any]:
+    """Iterate a blocking ``iterator`` in a worker thread and yield its items to async code as they come.
+
+    Exceptions raised by the iterator are raised here. If the consumer stops early (``break``, cancellation),
+    the worker stops before its next item and closes the iterator (so a model stops generating).
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+    stop = threading.Event()
+    room = threading.Semaphore(max_buffer)  # back-pressure: the worker waits while the consumer lags
+
+    def put(kind: str, value: Any) -> None:
+        loop.call_soon_threadsafe(queue.put_nowait, (kind, value))
+
+    def work() -> None:
+        try:
+            for item in iterator:
+                while not room.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                put("item", item)
+            put("end", None)
+        except BaseException as exc:  # handed to the consumer
+            put("error", exc)
+        finally:
+            close = getattr(iterator, "close", None)
+            if callable(close):
+                close()
+
+    worker = loop.run_in_executor(None, work)
+    try:
+        while True:
+            kind, value = await queue.get()
+            if kind == "item":
+                room.release()
+                yield value
+            elif kind == "error":
+                raise value
+            else:
+                break
+    finally:
+        stop.set()
+        if not worker.done():  # let the worker close the iterator (and release the model) before returning
+            await asyncio.shield(worker)
 
 
 def _check_chat_model(model: object) -> ChatModel:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Embedder
+from .base import Embedder, optional_embedder
 
 __all__ = ["LlamaIndexEmbedder", "is_llama_index_embedding", "llama_index_embedder"]
 
@@ -55,15 +55,5 @@ class LlamaIndexEmbedder:
 
 
 def llama_index_embedder(embedder: object) -> Embedder | None:
-    """``None`` stays ``None`` (the embedded default); an :class:`Embedder` is returned as is; a LlamaIndex
-    ``BaseEmbedding`` is wrapped in a :class:`LlamaIndexEmbedder`. Anything else raises TypeError."""
-    if embedder is None:
-        return None
-    if is_llama_index_embedding(embedder):
-        return LlamaIndexEmbedder(embedder)
-    if isinstance(embedder, Embedder):
-        return embedder
-    raise TypeError(
-        f"embedder must be a llama_index BaseEmbedding or have embed_documents(texts) and embed_query(text), "
-        f"got {type(embedder).__name__}"
-    )
+    """:func:`~fragrel_integrations.models.base.optional_embedder` (kept for the LlamaIndex adapters)."""
+    return optional_embedder(embedder)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from .._optional import require
@@ -155,6 +156,44 @@ class OpenAIChatModel(ChatModelBase):
         except self._openai.APIConnectionError as exc:
             raise self._translate(exc) from exc
         return self._text(response)
+
+    @staticmethod
+    def _delta(chunk: Any) -> str:
+        choices = getattr(chunk, "choices", None)
+        if not choices:  # e.g. a final usage-only chunk
+            return ""
+        delta = getattr(choices[0], "delta", None)
+        return getattr(delta, "content", None) or ""
+
+    def _stream(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> Iterator[str]:
+        """The server's server-sent events (``stream=True``), one text delta at a time."""
+        req = {**self._request(messages, temperature, max_tokens, stop), "stream": True}
+        try:
+            stream = call_with_retries(lambda: self._client.chat.completions.create(**req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        with stream:
+            for chunk in stream:
+                piece = self._delta(chunk)
+                if piece:
+                    yield piece
+
+    async def _astream(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> AsyncIterator[str]:
+        req = {**self._request(messages, temperature, max_tokens, stop), "stream": True}
+        client = self._async_client()
+        try:
+            stream = await acall_with_retries(lambda: client.chat.completions.create(**req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        async with stream:
+            async for chunk in stream:
+                piece = self._delta(chunk)
+                if piece:
+                    yield piece
 
     def close(self) -> None:
         """Close the HTTP connection pool of the synchronous client."""

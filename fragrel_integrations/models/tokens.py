@@ -23,11 +23,14 @@ from .chat import Messages, to_messages
 
 __all__ = [
     "MESSAGE_OVERHEAD_TOKENS",
+    "OUTPUT_CHARS_PER_TOKEN",
     "TokenCounter",
+    "cap_output",
     "count_message_tokens",
     "count_tokens",
     "estimate_tokens",
     "fit_texts",
+    "storable_text",
     "truncate_to_tokens",
 ]
 
@@ -37,6 +40,11 @@ _CHARS_PER_TOKEN = 4
 #: Tokens a chat template adds around each message (role markers, separators). ChatML (SmolLM2) adds 5,
 #: Gemma's template 5-6; 8 leaves a margin for other templates.
 MESSAGE_OVERHEAD_TOKENS = 8
+
+#: Characters of model output kept per token asked for (``max_tokens``) before a reply is parsed or stored: 4x
+#: the ~4 characters an English token averages, so a model that honours ``max_tokens`` is never cut, while one
+#: that ignores it (a 10 MB reply) cannot fill a store. See :func:`cap_output`.
+OUTPUT_CHARS_PER_TOKEN = 16
 
 
 @runtime_checkable
@@ -111,6 +119,42 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: object | None = None
         else:
             hi = mid
     return " ".join(words[:lo])
+
+
+def cap_output(text: str, max_tokens: int) -> tuple[str, bool]:
+    """``text`` cut to ``OUTPUT_CHARS_PER_TOKEN * max_tokens`` characters (at the last whitespace in the final
+    quarter, when there is one), and whether it was cut. Linear time; for model output before it is stored.
+
+    >>> cap_output("short reply", 4)
+    ('short reply', False)
+    >>> text, cut = cap_output("word " * 100, 2)
+    >>> len(text) <= 32, cut
+    (True, True)
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    limit = OUTPUT_CHARS_PER_TOKEN * max_tokens
+    if len(text) <= limit:
+        return text, False
+    head = text[:limit]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    if space >= limit * 3 // 4:
+        head = head[:space]
+    return head.rstrip(), True
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """``text`` with lone surrogates (which no UTF-8 store or file accepts) replaced by U+FFFD; for model output.
+
+    >>> storable_text("ok \\ud800!") == "ok \\ufffd!"
+    True
+    """
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def fit_texts(

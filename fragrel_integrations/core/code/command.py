@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..types import ScoredFragment
+from .loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
 
 __all__ = ["add_retrieve_code_arguments", "code_hit_dict", "format_code_hits", "read_context", "retrieve_code"]
 
@@ -33,7 +34,23 @@ def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--language", action="append", default=None, help="index only this language (repeatable; default all)"
     )
-    parser.add_argument("--cache", default=None, help="SQLite file to store the index in and reuse")
+    parser.add_argument(
+        "--cache",
+        default=None,
+        help="SQLite file to store the index in and reuse (an existing file that is not such an index is refused)",
+    )
+    parser.add_argument(
+        "--max-file-lines",
+        type=int,
+        default=DEFAULT_MAX_FILE_LINES,
+        help=f"skip (and report) source files with more lines (default {DEFAULT_MAX_FILE_LINES})",
+    )
+    parser.add_argument(
+        "--max-file-bytes",
+        type=int,
+        default=DEFAULT_MAX_FILE_BYTES,
+        help=f"skip (and report) larger source files (default {DEFAULT_MAX_FILE_BYTES})",
+    )
     parser.add_argument("--prompt", action="store_true", help="print a RepoCoder-format completion prompt")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -46,8 +63,11 @@ def read_context(value: str) -> str:
     if value.startswith("@"):
         p = Path(value[1:])
         if not p.is_file():
-            raise ValueError(f"{value[1:]!r} is not a file (a context starting with '@' names a file)")
-        return p.read_text(encoding="utf-8", errors="replace")
+            raise ValueError(f"{value[1:]!r} is not a regular file (a context starting with '@' names a file)")
+        try:
+            return p.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ValueError(f"cannot read the context file {value[1:]!r}: {exc.strerror or exc}") from exc
     return value
 
 
@@ -101,6 +121,8 @@ def retrieve_code(args: argparse.Namespace) -> str:
         stride=args.stride,
         cache=args.cache,
         languages=args.language,
+        max_file_bytes=args.max_file_bytes,
+        max_file_lines=args.max_file_lines,
         show_progress=not args.quiet,
     )
     hits = index.retrieve(context, k=args.k)

@@ -2,18 +2,36 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from collections import Counter
 from typing import Any, Literal
+
+import numpy as np
 
 from ...models.base import Embedder
 from ..index import FragRelIndex
-from ..scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
+from ..scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer, tokenize
 from .relation import CodeRelation
 from .scorers import JaccardScorer
 
 __all__ = ["CodeScorerName", "code_scorer", "from_repository"]
 
 CodeScorerName = Literal["jaccard", "bm25", "dense", "hybrid"]
+
+logger = logging.getLogger(__name__)
+
+
+class _ZeroScorer:
+    """Every fragment scores 0: BM25 over fragments without a single word token has nothing to match."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __call__(self, query: str) -> np.ndarray:
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        return np.zeros(self.n)
 
 
 def code_scorer(
@@ -34,6 +52,9 @@ def code_scorer(
     if name == "jaccard":
         return JaccardScorer(texts)
     if name == "bm25":
+        if not any(tokenize(t) for t in texts):
+            logger.warning("no fragment holds a word token: every BM25 score is 0")
+            return _ZeroScorer(len(texts))
         return BM25Scorer(texts, stopwords=())
     if name in ("dense", "hybrid"):
         if embedder is None or embeddings is None:
@@ -41,6 +62,23 @@ def code_scorer(
         dense = DenseScorer(embeddings, embedder)
         return dense if name == "dense" else HybridScorer([(JaccardScorer(texts), 0.5), (dense, 0.5)])
     raise ValueError(f"scorer must be 'jaccard', 'bm25', 'dense', 'hybrid' or a callable, got {name!r}")
+
+
+def _nothing_to_index(relation: CodeRelation) -> str:
+    """Why a repository gave no fragment, naming what was left out (the fix depends on it)."""
+    if not relation.skipped:
+        return (
+            "the repository has no source code to index: give the root folder of a repository holding "
+            "Python, JavaScript, TypeScript, Java or Go files"
+        )
+    counts = Counter(s.reason.split(":")[0].split("=")[0].strip() for s in relation.skipped)
+    shown = ", ".join(f"{s.path} ({s.reason})" for s in relation.skipped[:5])
+    more = f" and {len(relation.skipped) - 5} more" if len(relation.skipped) > 5 else ""
+    reasons = "; ".join(f"{n} {r}" for r, n in counts.most_common())
+    return (
+        f"the repository has no source code to index; left out ({reasons}): {shown}{more}; "
+        "fix those files, or raise max_file_bytes / max_file_lines when the files are too large"
+    )
 
 
 def from_repository(
@@ -85,7 +123,7 @@ def from_repository(
         raise TypeError(f"relation must be a CodeRelation, got {type(relation).__name__}")
     fragments = relation.fragments
     if not fragments:
-        raise ValueError("the repository has no source file to index (see relation.skipped for what was left out)")
+        raise ValueError(_nothing_to_index(relation))
     texts = [f.text for f in fragments]
     embeddings = None
     if scorer in ("dense", "hybrid"):

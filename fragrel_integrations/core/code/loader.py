@@ -7,8 +7,12 @@ Rules (all configurable through :func:`load_repository`):
   environments, ...) and hidden folders are not entered;
 - symlinks are never followed: a link pointing outside the root is reported as such, a link whose target is
   inside the root is reported as a duplicate (its target is indexed under its own path);
-- files over ``max_file_bytes``, binary files (a NUL byte in the first 8 KiB) and generated files (minified
-  JavaScript, protobuf output, Go's ``Code generated ... DO NOT EDIT.`` header) are skipped;
+- only regular files are read (FIFOs, sockets and devices are skipped and reported, never opened for a blocking
+  read); an unreadable file or folder is skipped and reported;
+- files over ``max_file_bytes`` (1 MB) or ``max_file_lines`` (20,000 lines: indexing work grows with the lines
+  of a file), binary files (a NUL byte in the first 8 KiB) and generated files (minified JavaScript, protobuf
+  output, Go's ``Code generated ... DO NOT EDIT.`` header) are skipped; every skip is reported (a warning for the
+  ones a user would not expect: unreadable, special, over a cap, undecodable);
 - text is decoded as UTF-8 (a BOM is dropped); a file that is not valid UTF-8 is decoded with
   ``fallback_encoding`` (latin-1 by default, which never fails) and reported in ``Repository.fallback_decoded``;
   with ``fallback_encoding=None`` such a file is skipped and reported.
@@ -19,12 +23,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 __all__ = [
     "DEFAULT_EXCLUDE_DIRS",
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_FILE_LINES",
     "LANGUAGES",
     "Repository",
     "SkippedFile",
@@ -77,6 +84,13 @@ DEFAULT_EXCLUDE_DIRS: frozenset[str] = frozenset(
 )
 _GENERATED_SUFFIXES = (".min.js", ".bundle.js", "_pb2.py", "_pb2_grpc.py", ".pb.go", ".pb.gw.go")
 _BINARY_PROBE = 8192
+#: Default caps (see :func:`load_repository`): indexing work grows with the lines of a file and of a folder.
+DEFAULT_MAX_FILE_BYTES = 1_000_000
+DEFAULT_MAX_FILE_LINES = 20_000
+#: Skip reasons worth a warning (a user would expect the file indexed); symlinks, binary and generated files are
+#: left out by design and only logged at debug level.
+_NOTABLE = ("unreadable", "not a regular file", "larger than", "more than", "not UTF-8")
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +176,62 @@ def _is_generated(rel: str, head: bytes) -> bool:
     return b"Code generated" in head[:2048] and b"DO NOT EDIT" in head[:2048]
 
 
+def _file_kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "folder"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISLNK, "symlink"),
+    ):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
+    """The bytes of ``full`` when it is a regular file of at most ``max_file_bytes``, else why it is left out.
+
+    The file is opened without following a symlink and without blocking, and its type and size are checked again
+    on the open descriptor, so a FIFO, device or link swapped in after the walk cannot hang or escape the read;
+    at most ``max_file_bytes + 1`` bytes are read (a file growing meanwhile cannot exceed the cap).
+    """
+    try:
+        st = os.lstat(full)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({_file_kind(st.st_mode)})"
+    if st.st_size > max_file_bytes:
+        return f"larger than max_file_bytes={max_file_bytes}"
+    try:
+        fd = os.open(full, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    try:
+        with open(fd, "rb", closefd=True) as fh:
+            mode = os.fstat(fh.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                return f"not a regular file ({_file_kind(mode)})"
+            data = fh.read(max_file_bytes + 1)
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    if len(data) > max_file_bytes:
+        return f"larger than max_file_bytes={max_file_bytes}"
+    return data
+
+
+def _check_cap(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
 def _check_languages(languages: Iterable[str] | None) -> frozenset[str]:
     if languages is None:
         return frozenset(LANGUAGES)
@@ -178,14 +248,20 @@ def read_source_file(
     root: str | os.PathLike[str],
     rel_path: str,
     *,
-    max_file_bytes: int = 1_000_000,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_file_lines: int = DEFAULT_MAX_FILE_LINES,
     fallback_encoding: str | None = "latin-1",
     languages: Iterable[str] | None = None,
 ) -> SourceFile | SkippedFile:
     """Read one file of the repository (relative ``rel_path``) under the loader's rules.
 
-    Returns a :class:`SourceFile`, or a :class:`SkippedFile` saying why it is left out (missing files too).
+    Returns a :class:`SourceFile`, or a :class:`SkippedFile` saying why it is left out (missing, unreadable,
+    not a regular file, over a cap, binary, generated, undecodable). Never raises for the file's content or type.
     """
+    _check_cap("max_file_bytes", max_file_bytes)
+    _check_cap("max_file_lines", max_file_lines)
+    if "\x00" in str(rel_path):
+        raise ValueError(f"{rel_path!r} holds a NUL character: give the path of a file inside the repository")
     root_path = Path(root).resolve()
     rel = PurePosixPath(str(rel_path).replace(os.sep, "/")).as_posix()
     if rel.startswith("../") or rel == ".." or PurePosixPath(rel).is_absolute():
@@ -203,18 +279,9 @@ def read_source_file(
             if inside
             else "symlink pointing outside the root",
         )
-    try:
-        size = full.stat().st_size
-    except FileNotFoundError:
-        return SkippedFile(rel, "missing")
-    except OSError as exc:
-        return SkippedFile(rel, f"unreadable: {exc.strerror or exc}")
-    if size > max_file_bytes:
-        return SkippedFile(rel, f"larger than max_file_bytes={max_file_bytes}")
-    try:
-        data = full.read_bytes()
-    except OSError as exc:
-        return SkippedFile(rel, f"unreadable: {exc.strerror or exc}")
+    data = _read_regular(full, max_file_bytes)
+    if isinstance(data, str):
+        return SkippedFile(rel, data)
     if b"\x00" in data[:_BINARY_PROBE]:
         return SkippedFile(rel, "binary")
     if _is_generated(rel, data):
@@ -223,6 +290,9 @@ def read_source_file(
     if decoded is None:
         return SkippedFile(rel, "not UTF-8 and no fallback encoding decodes it")
     text, encoding = decoded
+    n_lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)  # as SourceFile.n_lines
+    if n_lines > max_file_lines:
+        return SkippedFile(rel, f"more than max_file_lines={max_file_lines} lines")
     if encoding != "utf-8":
         logger.info("%s is not valid UTF-8; decoded as %s", rel, encoding)
     return SourceFile(rel, language, text, encoding)
@@ -232,14 +302,19 @@ def load_repository(
     root: str | os.PathLike[str],
     *,
     languages: Iterable[str] | None = None,
-    max_file_bytes: int = 1_000_000,
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES,
+    max_file_lines: int = DEFAULT_MAX_FILE_LINES,
     exclude_dirs: Sequence[str] | frozenset[str] = DEFAULT_EXCLUDE_DIRS,
     include_hidden: bool = False,
     fallback_encoding: str | None = "latin-1",
 ) -> Repository:
     """Walk ``root`` and read every source file of ``languages`` (default: all of :data:`LANGUAGES`).
 
-    Files come sorted by path. Nothing outside ``root`` is ever read (symlinks are not followed).
+    Files come sorted by path. Nothing outside ``root`` is ever read (symlinks are not followed); only regular
+    files are read (a FIFO, socket or device named ``*.py`` is skipped, never opened for a blocking read).
+    ``max_file_bytes`` (default 1 MB) and ``max_file_lines`` (default 20,000) keep indexing bounded: a file over
+    either cap is skipped. Every file or folder left out is reported in :attr:`Repository.skipped` with the reason
+    (unreadable files and folders included), never silently dropped.
 
     >>> import tempfile, pathlib
     >>> with tempfile.TemporaryDirectory() as d:
@@ -250,13 +325,22 @@ def load_repository(
     root_path = Path(root)
     if not root_path.is_dir():
         raise ValueError(f"{str(root)!r} is not a directory: give the root folder of a repository")
-    if isinstance(max_file_bytes, bool) or not isinstance(max_file_bytes, int) or max_file_bytes <= 0:
-        raise ValueError(f"max_file_bytes must be a positive int, got {max_file_bytes!r}")
+    _check_cap("max_file_bytes", max_file_bytes)
+    _check_cap("max_file_lines", max_file_lines)
     chosen = _check_languages(languages)
     root_path = root_path.resolve()
     excluded = frozenset(exclude_dirs)
     repo = Repository(root_path)
-    for dirpath, dirnames, filenames in os.walk(root_path, followlinks=False):
+
+    def unreadable_folder(exc: OSError) -> None:
+        where = Path(exc.filename) if exc.filename else root_path
+        try:
+            rel = where.relative_to(root_path).as_posix()
+        except ValueError:
+            rel = str(where)
+        repo.skipped.append(SkippedFile(rel, f"unreadable folder: {exc.strerror or exc}"))
+
+    for dirpath, dirnames, filenames in os.walk(root_path, onerror=unreadable_folder, followlinks=False):
         base = Path(dirpath)
         rel_dir = base.relative_to(root_path).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
@@ -280,6 +364,7 @@ def load_repository(
                 root_path,
                 prefix + name,
                 max_file_bytes=max_file_bytes,
+                max_file_lines=max_file_lines,
                 fallback_encoding=fallback_encoding,
                 languages=chosen,
             )
@@ -291,4 +376,9 @@ def load_repository(
     repo.skipped.sort(key=lambda s: s.path)
     for s in repo.skipped:
         logger.debug("skipped %s: %s", s.path, s.reason)
+    notable = [s for s in repo.skipped if s.reason.startswith(_NOTABLE)]
+    if notable:
+        shown = "; ".join(f"{s.path} ({s.reason})" for s in notable[:5])
+        more = f"; and {len(notable) - 5} more" if len(notable) > 5 else ""
+        logger.warning("left out %d source file(s) or folder(s): %s%s", len(notable), shown, more)
     return repo

@@ -214,31 +214,93 @@ def _check_threshold(threshold: object) -> float:
 
 
 class _Search:
-    """Pruned max-product search on the relay subgraph of a graph (built once, reused for many sources)."""
+    """Pruned max-product search on the relay subgraph of a graph (built once, reused for many sources).
+
+    Pendant targets are folded into their neighbour: a target node ``p`` with a single edge (weight ``a``) in
+    the relay subgraph, whose neighbour ``h`` has other edges, lies on no path between other nodes, so
+    ``Dis(p, x) = a * Dis(h, x)`` for every ``x != p``. Such nodes (every top-level statement of a flat module,
+    every entry of a long literal) are left out of the search; a fragment's length on ``p`` is moved to ``h``
+    with the factor ``a`` (:meth:`fold`). Without this, a node with ``n`` such children costs ``n`` searches that
+    each visit ``n`` nodes (quadratic); with it, one search.
+    """
 
     def __init__(self, graph: CodeGraph, targets: np.ndarray, threshold: float) -> None:
         self.graph = graph
-        self.limit = _limit(threshold)
-        self.nodes = _relay_nodes(graph, targets)
+        self.threshold = threshold
+        targets = np.asarray(targets, np.int64)
+        relay = _relay_nodes(graph, targets)
+        local = np.full(graph.n_nodes, -1, np.int64)
+        local[relay] = np.arange(relay.size)
+        cost = sp.csr_array(graph.cost[relay][:, relay])  # symmetric: directed search is exact
+        deg = np.diff(cost.indptr)
+        is_target = np.zeros(relay.size, bool)
+        is_target[local[targets]] = True
+        one = np.flatnonzero(is_target & (deg == 1))
+        nb = cost.indices[cost.indptr[one]]
+        pendant = one[deg[nb] >= 2]
+        nb = cost.indices[cost.indptr[pendant]]
+        factor = np.exp(-cost.data[cost.indptr[pendant]])
+        factor[factor > 1.0 - 1e-6] = 1.0  # weight-1.0 edges (MIN_COST)
+        #: global node -> the node it is folded into (itself when not folded) and the factor of that move
+        self.anchor = np.arange(graph.n_nodes, dtype=np.int64)
+        self.factor = np.ones(graph.n_nodes)
+        self.anchor[relay[pendant]] = relay[nb]
+        self.factor[relay[pendant]] = factor
+        self.pendant = np.zeros(graph.n_nodes, bool)
+        self.pendant[relay[pendant]] = True
+        keep = np.ones(relay.size, bool)
+        keep[pendant] = False
+        self.nodes = relay[keep]
         self.local = np.full(graph.n_nodes, -1, np.int64)
         self.local[self.nodes] = np.arange(self.nodes.size)
-        cost = graph.cost
-        self.cost = sp.csr_array(cost[self.nodes][:, self.nodes])  # symmetric: directed search is exact
+        self.cost = sp.csr_array(cost[keep][:, keep])
         self.is_target = np.zeros(self.nodes.size, bool)
-        self.is_target[self.local[targets]] = True
+        folded = np.unique(self.anchor[targets])
+        self.is_target[self.local[folded]] = True
+        # a folded pair needs Dis(anchors) >= t / (a * b) >= t: the search limit stays that of the threshold
+        self.limit = _limit(threshold)
+
+    def fold(self, m: sp.csr_array) -> list[tuple[float, sp.csr_array]]:
+        """``m`` (fragments x nodes) with pendant columns moved to their anchors, one matrix per factor."""
+        coo = m.tocoo()
+        f = self.factor[coo.col]
+        a = self.anchor[coo.col]
+        out = []
+        for val in np.unique(f):
+            k = f == val
+            out.append((float(val), sp.csr_array((coo.data[k] * val, (coo.row[k], a[k])), shape=m.shape)))
+        return out
+
+    def self_terms(self, m: sp.csr_array, m_rows: sp.csr_array) -> sp.csr_array:
+        """What folding misses: a pendant shared by two fragments has ``Dis(p, p) = 1``, folded ``a * a``
+        (or nothing when ``a * a`` is below the threshold). Sparse ``rows x fragments``."""
+        cols = np.flatnonzero(self.pendant)
+        if cols.size == 0:
+            return sp.csr_array((m_rows.shape[0], m.shape[0]), dtype=np.float64)
+        a2 = self.factor[cols] ** 2
+        missing = 1.0 - np.where(a2 >= self.threshold * math.exp(-1e-9), a2, 0.0)
+        left = sp.csr_array(m_rows[:, cols]) @ sp.dia_array((missing, 0), shape=(cols.size, cols.size))
+        return sp.csr_array(left @ sp.csr_array(m[:, cols]).T)
 
     def reach_any(self, seeds: np.ndarray, limit: float | None = None) -> np.ndarray:
-        """Global ids of the nodes within the threshold (or cost ``limit``) of at least one of ``seeds``."""
+        """Global ids of the nodes within the threshold (or cost ``limit``) of at least one of ``seeds``
+        (a superset where folded nodes are involved: a folded node counts as near when its anchor is)."""
         from scipy.sparse.csgraph import dijkstra
 
-        seeds = self.local[np.asarray(seeds, np.int64)]
+        seeds = np.asarray(seeds, np.int64)
+        direct = seeds[self.pendant[seeds]]
+        seeds = self.local[self.anchor[seeds]]
         seeds = np.unique(seeds[seeds >= 0])
         if seeds.size == 0:
-            return np.zeros(0, np.int64)
+            return direct
         d = dijkstra(
             self.cost, directed=True, indices=seeds, limit=self.limit if limit is None else limit, min_only=True
         )
-        return self.nodes[np.isfinite(d)]
+        near = self.nodes[np.isfinite(d)]
+        hit = np.zeros(self.graph.n_nodes, bool)
+        hit[near] = True
+        folded = np.flatnonzero(self.pendant & hit[self.anchor])
+        return np.unique(np.concatenate([near, folded, direct]))
 
     def blocks(self, sources: np.ndarray, show_progress: bool = False):
         """``Dis`` from groups of ``sources`` (global ids) to every target node.
@@ -302,16 +364,32 @@ def fragment_relation(
     if targets.size == 0 or rows_arr.size == 0:
         return sp.csr_array((rows_arr.size, n), dtype=np.float64)
     search = _search if _search is not None else _Search(graph, targets, threshold)
-    m_rows = m[rows_arr]
-    sources = np.unique(m_rows.indices).astype(np.int64)
-    m_rows_src = sp.csc_array(m_rows[:, sources])
-    m_t = sp.csr_array(m.T)
+    classes = search.fold(m)
+    rows_classes = [(a, mc[rows_arr]) for a, mc in classes]
+    sources = np.unique(np.concatenate([mr.indices for _, mr in rows_classes])).astype(np.int64)
+    rows_src = [(a, sp.csc_array(mr[:, sources])) for a, mr in rows_classes]
+    cols_t = [(b, sp.csr_array(mc.T)) for b, mc in classes]
+    cut = threshold * math.exp(-1e-9)
     parts_r, parts_c, parts_v = [], [], []
     for pos, block in search.blocks(sources, show_progress=show_progress):
-        part = (sp.csr_array(m_rows_src[:, pos]) @ block @ m_t).tocoo()  # rows x fragments, this group's share
-        parts_r.append(part.row)
-        parts_c.append(part.col)
-        parts_v.append(part.data)
+        for a, left in rows_src:
+            left_pos = sp.csr_array(left[:, pos])
+            if left_pos.nnz == 0:
+                continue
+            for b, right in cols_t:
+                blk = block
+                if a * b < 1.0:  # a folded node pair counts when a * Dis(anchors) * b reaches the threshold
+                    blk = block.copy()
+                    blk.data[blk.data * (a * b) < cut] = 0.0
+                    blk.eliminate_zeros()
+                part = (left_pos @ blk @ right).tocoo()  # rows x fragments, this group's share
+                parts_r.append(part.row)
+                parts_c.append(part.col)
+                parts_v.append(part.data)
+    extra = search.self_terms(m, m[rows_arr]).tocoo()
+    parts_r.append(extra.row)
+    parts_c.append(extra.col)
+    parts_v.append(extra.data)
     if not parts_r:
         return sp.csr_array((rows_arr.size, n), dtype=np.float64)
     num = sp.csr_array(
@@ -418,8 +496,14 @@ class CodeRelation(Relation):
 
         ``load_kwargs`` go to :func:`~.loader.load_repository` (``languages``, ``max_file_bytes``, ...).
         With ``cache`` (a SQLite file), a stored index built with the same settings is loaded and brought up to
-        date file by file (changed, added and removed files); otherwise the index is built and stored there.
+        date file by file (changed, added and removed files); otherwise the index is built and stored there
+        (replacing an outdated or damaged index of ours). A ``cache`` path holding anything else (a user's file,
+        another database) raises ValueError before any work: it is never overwritten.
         """
+        from .persist import is_code_index
+
+        # a cache path holding anything but an index of ours is refused before any work (never overwritten)
+        cached = cache is not None and is_code_index(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
         settings = {
             "threshold": _check_threshold(threshold),
@@ -427,13 +511,13 @@ class CodeRelation(Relation):
             "stride": stride,
             "edge_weights": edge_weights or EdgeWeights(),
         }
-        if cache is not None and Path(cache).exists():
+        if cached:
             from .persist import load_relation
 
             try:
                 stored = load_relation(cache, root=repo.root)
             except ValueError as exc:
-                logger.warning("ignoring the stored code index %s: %s", cache, exc)
+                logger.warning("rebuilding the stored code index %s: %s", cache, exc)
                 stored = None
             from .persist import grammar_versions
 

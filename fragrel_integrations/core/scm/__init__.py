@@ -5,7 +5,14 @@ See :mod:`fragrel_integrations.core.scm.memory` for the per-turn workflow.
 
 from __future__ import annotations
 
-from .controller import ACTIVATION_PROMPT, SUFFICIENCY_PROMPT, SUMMARY_PROMPT, SCMController, parse_yes_no
+from .controller import (
+    ACTIVATION_PROMPT,
+    DECISION_MAX_TOKENS,
+    SUFFICIENCY_PROMPT,
+    SUMMARY_PROMPT,
+    SCMController,
+    parse_yes_no,
+)
 from .index import InMemoryStreamIndex, SCMIndexError, StreamIndex
 from .memory import (
     DEFAULT_SESSION,
@@ -24,6 +31,7 @@ from .types import Decision, MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [
     "ACTIVATION_PROMPT",
+    "DECISION_MAX_TOKENS",
     "DEFAULT_SESSION",
     "DIALOGUE_W_REL",
     "FUSION_SYSTEM_PROMPT",

@@ -11,6 +11,12 @@ the first one is not found it accepts a reply that contains only one kind of tho
 * "does the summary suffice?" unparseable -> **yes** (``summary_fallback``): the question is only asked when
   the recalled memories exceed the token budget, so keeping the full text would break the budget.
 
+Replies are untrusted: each must be a ``str`` (anything else, e.g. ``None``, raises a TypeError naming the model
+to fix) and is cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token it
+was asked for (:data:`DECISION_MAX_TOKENS` for the yes/no questions, ``summary_max_tokens`` for a summary)
+before it is parsed or stored, so a model that ignores ``max_tokens`` cannot store a 10 MB summary. The parsers
+use only linear-time patterns.
+
 >>> parse_yes_no("Yes, the user refers to an earlier turn.")
 True
 >>> parse_yes_no("**No**")
@@ -27,10 +33,12 @@ import re
 from collections.abc import Sequence
 
 from ...models.chat import ChatModel, as_chat_model
+from ...models.tokens import cap_output, storable_text
 from .types import Decision, MemoryItem
 
 __all__ = [
     "ACTIVATION_PROMPT",
+    "DECISION_MAX_TOKENS",
     "SUFFICIENCY_PROMPT",
     "SUMMARY_PROMPT",
     "SCMController",
@@ -70,6 +78,9 @@ Assistant: {response}
 
 Summary:"""
 
+#: Output tokens asked for a yes/no answer (activation and sufficiency questions).
+DECISION_MAX_TOKENS = 4
+
 _YES = frozenset({"yes", "y", "true", "needed", "necessary", "sufficient", "enough", "correct"})
 _NO = frozenset({"no", "n", "false", "unnecessary", "insufficient", "not"})
 _WORD = re.compile(r"[a-z]+")
@@ -105,6 +116,16 @@ def _check_text(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be str, got {type(value).__name__}")
     return value
+
+
+def _check_reply(reply: object, what: str) -> str:
+    """A controller reply as text, or a TypeError naming what to fix (a model returning None, a message object)."""
+    if not isinstance(reply, str):
+        raise TypeError(
+            f"the controller's chat model returned {type(reply).__name__} for {what}; its invoke/ainvoke must "
+            "return the reply text (str)"
+        )
+    return reply
 
 
 def _check_template(name: str, template: object, fields: Sequence[str]) -> str:
@@ -180,26 +201,35 @@ class SCMController:
     # ------------------------------------------------------------------------------------------- replies
 
     def decide_activation(self, reply: str) -> Decision:
-        """The activation decision for a reply (the fallback when it is unparseable)."""
+        """The activation decision for a reply (the fallback when it is unparseable); the reply is capped."""
+        reply, _ = cap_output(_check_reply(reply, "the activation question"), DECISION_MAX_TOKENS)
         value = parse_yes_no(reply)
         return Decision(self.activation_fallback if value is None else value, reply, value is not None)
 
     def decide_sufficiency(self, reply: str) -> Decision:
-        """The "summary suffices" decision for a reply (the fallback when it is unparseable)."""
+        """The "summary suffices" decision for a reply (the fallback when it is unparseable); the reply is capped."""
+        reply, _ = cap_output(_check_reply(reply, "the summary-sufficiency question"), DECISION_MAX_TOKENS)
         value = parse_yes_no(reply)
         return Decision(self.summary_fallback if value is None else value, reply, value is not None)
 
     @staticmethod
-    def clean_summary(reply: str, observation: str, response: str) -> str:
-        """The summary text of a reply; a blank reply falls back to the interaction itself.
+    def clean_summary(reply: str, observation: str, response: str, max_tokens: int | None = None) -> str:
+        """The summary text of a reply; a blank reply falls back to the interaction itself. With ``max_tokens``
+        the result is capped (:func:`~fragrel_integrations.models.tokens.cap_output`), the fallback included.
 
         >>> SCMController.clean_summary("Summary: Ana likes tea.", "I like tea.", "Noted.")
         'Ana likes tea.'
         >>> SCMController.clean_summary("  ", "I like tea.", "Noted.")
         'User: I like tea. Assistant: Noted.'
+        >>> len(SCMController.clean_summary("tea " * 10_000, "I like tea.", "Noted.", max_tokens=4)) <= 64
+        True
         """
-        text = _SUMMARY_LABEL.sub("", reply.strip(), count=1).strip()
-        return text or f"User: {observation} Assistant: {response}"
+        text = _check_reply(reply, "the turn summary")
+        if max_tokens is not None:  # cut before the work below: the cleaning never sees a 10 MB reply
+            text, _ = cap_output(text, max_tokens + 8)  # room for a "Summary:" label
+        text = _SUMMARY_LABEL.sub("", text.strip(), count=1).strip()
+        text = storable_text(text or f"User: {observation} Assistant: {response}")
+        return text if max_tokens is None else cap_output(text, max_tokens)[0]
 
     # ------------------------------------------------------------------------------------------- one call
 
@@ -208,16 +238,23 @@ class SCMController:
 
     def needs_memory(self, observation: str, flash: MemoryItem | None = None) -> Decision:
         """Ask whether the observation needs long-term memory."""
-        return self.decide_activation(self._ask(self.activation_messages(observation, flash), 4))
+        return self.decide_activation(self._ask(self.activation_messages(observation, flash), DECISION_MAX_TOKENS))
 
     def summary_suffices(self, observation: str, item: MemoryItem) -> Decision:
         """Ask whether ``item.summary`` is enough to answer the observation."""
-        return self.decide_sufficiency(self._ask(self.sufficiency_messages(observation, item), 4))
+        return self.decide_sufficiency(self._ask(self.sufficiency_messages(observation, item), DECISION_MAX_TOKENS))
+
+    def summary_text(self, reply: object, observation: str, response: str) -> str:
+        """The summary to store for a summary reply: checked to be text, cleaned and capped to
+        ``summary_max_tokens`` (see :meth:`clean_summary`)."""
+        return self.clean_summary(
+            _check_reply(reply, "the turn summary"), observation, response, self.summary_max_tokens
+        )
 
     def summarize(self, observation: str, response: str) -> str:
         """Summarise one interaction."""
         reply = self._ask(self.summary_messages(observation, response), self.summary_max_tokens)
-        return self.clean_summary(reply, observation, response)
+        return self.summary_text(reply, observation, response)
 
     def __repr__(self) -> str:
         return f"SCMController(model={self.model!r})"

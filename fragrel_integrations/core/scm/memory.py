@@ -16,7 +16,14 @@
 5. **Input fusion and response** - :meth:`SelfControlledMemory.fusion_messages` (standalone use) or
    :meth:`SelfControlledMemory.memory_prompt` (a system message for a framework's own prompt).
 6. **Write back** - the controller summarises the interaction; the summary is embedded (it covers both the
-   observation and the response) and the turn is appended to the stream.
+   observation and the response) and the turn is appended to the stream. Nothing that fails after the reply
+   exists loses the turn: when the summary call fails (an error, a reply that is not text) the turn is stored
+   without a summary (embedded and recalled by its full text); when the embedder fails it is stored without an
+   embedding (embedded when retrieval next needs it); both give a ``RuntimeWarning``. An interruption
+   (``KeyboardInterrupt``, a cancelled task) during write-back stores the turn, then propagates. Only the
+   stream's own failure raises. With ``response_max_tokens`` the reply of :meth:`SelfControlledMemory.chat` is
+   cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token (a model that
+   ignores ``max_tokens``); summaries are always capped (see :mod:`~fragrel_integrations.core.scm.controller`).
 
 Both the sync and the async methods drive one shared step generator, so they cannot drift apart.
 
@@ -47,7 +54,7 @@ import numpy as np
 
 from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel, as_chat_model
-from ...models.tokens import count_tokens
+from ...models.tokens import cap_output, count_tokens, storable_text
 from ..relations import FragmentLayout, Relation
 from ..scorers import BM25Scorer, HybridScorer
 from ..scoring import check_alpha, environment_from_sums
@@ -160,13 +167,25 @@ def _check_int(name: str, value: object, low: int, hint: str = "") -> int:
 def _check_session(session_id: object) -> str:
     if not isinstance(session_id, str) or not session_id:
         raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
-    return session_id
+    return _check_storable("session_id", session_id)
+
+
+def _check_storable(name: str, text: str) -> str:
+    """``text`` if a stream can store it (UTF-8 encodable), else a ValueError raised before any model call."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{name} contains {text[exc.start]!r} at position {exc.start}, a lone surrogate that cannot be stored "
+            "(not valid Unicode text): decode the input with errors='replace'"
+        ) from None
+    return text
 
 
 def _check_observation(observation: object) -> str:
     if not isinstance(observation, str):
         raise TypeError(f"the observation (user message) must be str, got {type(observation).__name__}")
-    return observation
+    return _check_storable("the observation (user message)", observation)
 
 
 class SelfControlledMemory:
@@ -506,26 +525,55 @@ class SelfControlledMemory:
         return TurnMatrix.from_vectors(candidates, [*rows, *vectors])  # type: ignore[list-item]
 
     def _record_steps(self, observation: str, response: str, session_id: str) -> _Steps:
+        """Summarise, embed, append. Once the turn exists nothing may lose it: a failing summary or embedding
+        stores the turn without one (and warns); an interruption (Ctrl-C, a cancelled task) stores it, then stops."""
         observation = _check_observation(observation)
         if not isinstance(response, str):
             raise TypeError(f"response must be str, got {type(response).__name__}")
+        response = _check_storable("response", response)
         session_id = _check_session(session_id)
-        summary = ""
-        if self.summarize:
-            controller = self.controller
-            reply = yield _Chat(
-                controller.summary_messages(observation, response),
-                controller.summary_max_tokens,
-                *self._controller_model(),
-            )
-            summary = controller.clean_summary(reply, observation, response)
-        item_text = summary or MemoryItem(session_id, 0, observation, response).text
-        vectors = yield _Call(self._embed, ([item_text],))
+        summary, vector, problems = "", None, []
+        try:
+            if self.summarize:
+                controller = self.controller
+                try:
+                    reply = yield _Chat(
+                        controller.summary_messages(observation, response),
+                        controller.summary_max_tokens,
+                        *self._controller_model(),
+                    )
+                    summary = controller.summary_text(reply, observation, response)
+                except Exception as exc:  # the turn is kept without a summary
+                    problems.append(
+                        f"no summary (the controller failed: {type(exc).__name__}: {exc}), so it is embedded and "
+                        "recalled by its full text"
+                    )
+            item_text = summary or MemoryItem(session_id, 0, observation, response).text
+            try:
+                vectors = yield _Call(self._embed, ([item_text],))
+                vector = vectors[0]
+            except Exception as exc:  # embedded again when a later turn's retrieval needs it
+                fix = f"; run memory.reindex({session_id!r}) once the embedder works" if self.index is not None else ""
+                problems.append(
+                    f"no embedding (the embedder failed: {type(exc).__name__}: {exc}), so it is embedded when a "
+                    f"later turn's retrieval needs it{fix}"
+                )
+        except GeneratorExit:
+            raise
+        except BaseException:  # interrupted after the reply exists: keep the turn, then stop
+            self.stream.append(session_id, observation, response, summary=summary)
+            raise
         item = yield _Call(
-            lambda: self.stream.append(session_id, observation, response, summary=summary, embedding=vectors[0]), ()
+            lambda: self.stream.append(session_id, observation, response, summary=summary, embedding=vector), ()
         )
-        if self.index is not None:  # after the stream: the index needs the turn's index; a failure loses nothing
-            stored = vectors[0] if item.embedding is None else item.embedding
+        if problems:
+            warnings.warn(
+                f"turn {item.index} of session {session_id!r} was stored with {'; and '.join(problems)}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if self.index is not None and vector is not None:  # after the stream: a failure loses nothing
+            stored = vector if item.embedding is None else item.embedding
             yield _Call(self._index_add, (item, item_text, stored))
         return item
 
@@ -548,8 +596,13 @@ class SelfControlledMemory:
         context = yield from self._prepare_steps(observation, session_id)
         reply = yield _Chat(self.fusion_messages(context), self.response_max_tokens, model or self.controller.model)
         if not isinstance(reply, str):
-            raise TypeError(f"the chat model must return str, got {type(reply).__name__}")
-        reply = reply.strip()
+            raise TypeError(
+                f"the chat model returned {type(reply).__name__} instead of the reply; its invoke/ainvoke must "
+                "return the reply text (str)"
+            )
+        reply = storable_text(reply.strip())  # model output: lone surrogates become U+FFFD
+        if self.response_max_tokens is not None:  # a model that ignores max_tokens cannot fill the stream
+            reply, _ = cap_output(reply, self.response_max_tokens)
         item = yield from self._record_steps(context.observation, reply, context.session_id)
         return SCMTurn(context, reply, item)
 
@@ -557,30 +610,42 @@ class SelfControlledMemory:
         return self.controller.model, self.controller.temperature
 
     def _drive(self, steps: _Steps) -> Any:
+        """Run the steps synchronously; a step's exception is raised inside the generator (which may keep the
+        turn, see :meth:`_record_steps`)."""
         try:
             request = next(steps)
             while True:
-                if isinstance(request, _Chat):
-                    result = request.model.invoke(
-                        request.messages, temperature=request.temperature, max_tokens=request.max_tokens
-                    )
+                try:
+                    if isinstance(request, _Chat):
+                        result = request.model.invoke(
+                            request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                        )
+                    else:
+                        result = request.fn(*request.args)
+                except BaseException as exc:
+                    request = steps.throw(exc)
                 else:
-                    result = request.fn(*request.args)
-                request = steps.send(result)
+                    request = steps.send(result)
         except StopIteration as stop:
             return stop.value
 
     async def _adrive(self, steps: _Steps) -> Any:
+        """Async :meth:`_drive`: the model's ``ainvoke``, the other steps in a worker thread; a cancellation is
+        raised inside the generator too."""
         try:
             request = next(steps)
             while True:
-                if isinstance(request, _Chat):
-                    result = await request.model.ainvoke(
-                        request.messages, temperature=request.temperature, max_tokens=request.max_tokens
-                    )
+                try:
+                    if isinstance(request, _Chat):
+                        result = await request.model.ainvoke(
+                            request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                        )
+                    else:
+                        result = await asyncio.to_thread(request.fn, *request.args)
+                except BaseException as exc:
+                    request = steps.throw(exc)
                 else:
-                    result = await asyncio.to_thread(request.fn, *request.args)
-                request = steps.send(result)
+                    request = steps.send(result)
         except StopIteration as stop:
             return stop.value
 
@@ -595,7 +660,10 @@ class SelfControlledMemory:
         return await self._adrive(self._prepare_steps(observation, session_id))
 
     def record(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
-        """Step 6: summarise, embed and append one interaction to the stream."""
+        """Step 6: summarise, embed and append one interaction to the stream.
+
+        A failing summary call or embedder does not lose the turn: it is stored without a summary or embedding
+        and a ``RuntimeWarning`` says so (see the module docstring)."""
         return self._drive(self._record_steps(observation, response, session_id))
 
     async def arecord(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
@@ -603,7 +671,10 @@ class SelfControlledMemory:
         return await self._adrive(self._record_steps(observation, response, session_id))
 
     def chat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
-        """A whole turn: prepare, answer with ``model`` (default: the controller's model), write back."""
+        """A whole turn: prepare, answer with ``model`` (default: the controller's model), write back.
+
+        Once the reply exists the turn is stored whatever fails afterwards (see :meth:`record`); errors before it
+        (the observation, the activation question, retrieval, the model's own call) raise and store nothing."""
         return self._drive(self._turn_steps(observation, session_id, None if model is None else as_chat_model(model)))
 
     async def achat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:

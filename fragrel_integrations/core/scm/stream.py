@@ -131,7 +131,10 @@ def _row(row: tuple) -> MemoryItem:
 class SCMStream:
     """A persistent memory stream (``path``: a SQLite file, or ``":memory:"`` for a throw-away stream).
 
-    Every method takes the ``session_id``; sessions never see each other's interactions.
+    Every method takes the ``session_id``; sessions never see each other's interactions. A ``path`` that is
+    not a SQLite database (a text file, a directory) or a truncated or corrupt one raises ValueError naming
+    the path, and the file is left unchanged (see
+    :class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend`).
     """
 
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:
@@ -139,9 +142,20 @@ class SCMStream:
         self.path = self._db.path
         self._cache: dict[str, list[MemoryItem]] = {}
         self._cache_lock = threading.Lock()
-        with self._db.write() as cur:
-            for statement in _SCHEMA:
-                cur.execute(statement)
+        try:
+            with self._db.write() as cur:
+                for statement in _SCHEMA:
+                    cur.execute(statement)
+                columns = [row[1] for row in cur.execute("PRAGMA table_info(scm_items)")]
+        except BaseException:
+            self._db.close()
+            raise
+        if columns != _COLUMNS.split(", "):
+            self._db.close()
+            raise ValueError(
+                f"{self.path!r} has a table scm_items with the columns {columns}, not those of an SCM memory "
+                f"stream ({_COLUMNS}); it is another application's table or a damaged file. Give another path"
+            )
 
     def append(
         self,

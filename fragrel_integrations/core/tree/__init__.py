@@ -12,10 +12,21 @@ from .persist import load_tree, save_tree
 from .relation import TreeRelation
 from .summariser import Summariser
 from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse_summary, summary_messages
-from .tree import FIELDS, BuildReport, SummaryResult, SurpriseTree, TreeConfig, TreeHit, TreeNode
+from .tree import (
+    FIELDS,
+    MAX_METADATA_DEPTH,
+    BuildReport,
+    SummaryResult,
+    SurpriseTree,
+    TreeConfig,
+    TreeHit,
+    TreeNode,
+    check_state,
+)
 
 __all__ = [
     "FIELDS",
+    "MAX_METADATA_DEPTH",
     "PROMPT_VERSION",
     "SUMMARY_SYSTEM_PROMPT",
     "BuildReport",
@@ -27,6 +38,7 @@ __all__ = [
     "TreeHit",
     "TreeNode",
     "TreeRelation",
+    "check_state",
     "chunk_text",
     "cluster_embeddings",
     "gmm_clusters",

@@ -2,7 +2,8 @@
 
 No pickle: nodes and the summary cache are rows (or JSON objects), vectors are float32 blobs (or float lists).
 Writes are transactional: an SQLite save replaces the file's content in one transaction; a JSON save writes a
-temporary file and renames it. The models are not saved: pass them to :func:`load_tree`.
+temporary file and renames it. A SQLite save refuses (ValueError) to write into an existing file that is not a
+saved tree. The models are not saved: pass them to :func:`load_tree`, which validates what it reads.
 
 >>> import os, tempfile
 >>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ...models.base import Embedder
-from .tree import SurpriseTree
+from .tree import SurpriseTree, check_state
 
 __all__ = ["load_tree", "save_tree"]
 
@@ -47,6 +48,9 @@ _NODE_COLUMNS = (
 )
 
 
+_TABLES = ("meta", "nodes", "vectors", "cache")
+
+
 def _is_json(path: Path, fmt: str | None) -> bool:
     if fmt not in (None, "json", "sqlite"):
         raise ValueError(f"format must be 'json', 'sqlite' or None (from the file suffix), got {fmt!r}")
@@ -62,10 +66,11 @@ def save_tree(tree: SurpriseTree, path: str | Path, *, format: str | None = None
     path.parent.mkdir(parents=True, exist_ok=True)
     state = tree.to_state()
     try:
-        json.dumps(state["nodes"])
-    except (TypeError, ValueError) as exc:
+        json.dumps(state["nodes"], ensure_ascii=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:
         raise ValueError(
-            f"cannot save the tree: node metadata must be JSON-serialisable (str, numbers, lists, dicts): {exc}"
+            "cannot save the tree: node metadata must be JSON-serialisable (str, numbers, lists, dicts) and all "
+            f"text valid Unicode (no lone surrogates): {exc}"
         ) from exc
     if as_json:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
@@ -77,6 +82,7 @@ def save_tree(tree: SurpriseTree, path: str | Path, *, format: str | None = None
             Path(tmp).unlink(missing_ok=True)
             raise
         return
+    _check_overwrite(path)
     conn = sqlite3.connect(path)
     try:
         with conn:
@@ -90,7 +96,7 @@ def save_tree(tree: SurpriseTree, path: str | Path, *, format: str | None = None
                 "CREATE TABLE IF NOT EXISTS vectors (node INTEGER, field TEXT, vector BLOB, PRIMARY KEY (node, field))"
             )
             conn.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            for table in ("meta", "nodes", "vectors", "cache"):
+            for table in _TABLES:
                 conn.execute(f"DELETE FROM {table}")  # fixed table names
             meta = {k: state[k] for k in ("format", "version", "config", "next_id")}
             conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
@@ -113,6 +119,34 @@ def save_tree(tree: SurpriseTree, path: str | Path, *, format: str | None = None
         conn.close()
 
 
+def _check_overwrite(path: Path) -> None:
+    """Refuse to write a tree into a file that holds something else (a SQLite save empties its tables)."""
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return
+    if not path.is_file():
+        raise ValueError(f"cannot save the tree to {str(path)!r}: it is not a regular file")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            fmt = None
+            if "meta" in tables:
+                row = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+                fmt = None if row is None else row[0]
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(
+            f"refusing to overwrite {str(path)!r}: it is not a SQLite file ({exc}); choose another path, or a "
+            "'.json' one for a JSON save"
+        ) from exc
+    if tables and (not tables <= set(_TABLES) or fmt != json.dumps("fragrel-surprise-tree")):
+        raise ValueError(
+            f"refusing to overwrite {str(path)!r}: it is a SQLite database but not a saved surprise tree (tables "
+            f"{sorted(tables)[:5]}); choose another path"
+        )
+
+
 def load_tree(
     path: str | Path,
     *,
@@ -122,14 +156,29 @@ def load_tree(
     **kwargs: Any,
 ) -> SurpriseTree:
     """Read a tree written by :func:`save_tree`. ``chat_model`` is needed only to insert more documents;
-    ``embedder`` must be the one the tree was built with. ``kwargs`` go to the SurpriseTree constructor."""
+    ``embedder`` must be the one the tree was built with. ``kwargs`` go to the SurpriseTree constructor.
+
+    A file that is not a saved tree, or one that is corrupt or was edited into an inconsistent tree (duplicate
+    ids, ``next_id`` not above every id, missing children, cycles, layers out of range, bad vectors), raises a
+    ValueError naming the file and the problem (see :func:`~fragrel_integrations.core.tree.tree.check_state`)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ValueError(f"no saved surprise tree at {str(path)!r}")
-    if _is_json(path, format):
-        with open(path, encoding="utf-8") as fh:
-            state = json.load(fh)
-        return SurpriseTree.from_state(state, chat_model, embedder, **kwargs)
+    try:
+        state = _read_json(path) if _is_json(path, format) else _read_sqlite(path)
+        parts = check_state(state)
+    except (ValueError, TypeError, KeyError, RecursionError, OverflowError, sqlite3.DatabaseError) as exc:
+        # json/numpy/sqlite errors and check_state's findings, all named with the file
+        raise ValueError(f"{str(path)!r} is not a saved surprise tree or is damaged: {exc}") from exc
+    return SurpriseTree._from_checked(parts, chat_model, embedder, **kwargs)
+
+
+def _read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _read_sqlite(path: Path) -> dict[str, Any]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
@@ -138,16 +187,17 @@ def load_tree(
             node = dict(zip(_NODE_COLUMNS, row, strict=True))
             node["children"] = json.loads(node["children"])
             node["metadata"] = json.loads(node["metadata"])
-            node["parsed"], node["failed"] = bool(node["parsed"]), bool(node["failed"])
+            for flag in ("parsed", "failed"):
+                if node[flag] not in (0, 1):
+                    raise ValueError(f"node {node['id']}: {flag} must be 0 or 1, got {node[flag]!r}")
+                node[flag] = bool(node[flag])
             nodes.append(node)
-        vectors = [
-            [i, f, np.frombuffer(blob, dtype="<f4").tolist()]
-            for i, f, blob in conn.execute("SELECT node, field, vector FROM vectors ORDER BY node, field")
-        ]
+        vectors = []
+        for i, f, blob in conn.execute("SELECT node, field, vector FROM vectors ORDER BY node, field"):
+            if not isinstance(blob, bytes) or not blob or len(blob) % 4:
+                raise ValueError(f"the vector of node {i!r}, field {f!r} is not a float32 blob")
+            vectors.append([i, f, np.frombuffer(blob, dtype="<f4").tolist()])
         cache = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM cache")}
-    except sqlite3.DatabaseError as exc:
-        raise ValueError(f"{str(path)!r} is not a saved surprise tree: {exc}") from exc
     finally:
         conn.close()
-    state = {**meta, "nodes": nodes, "vectors": vectors, "cache": cache}
-    return SurpriseTree.from_state(state, chat_model, embedder, **kwargs)
+    return {**meta, "nodes": nodes, "vectors": vectors, "cache": cache}

@@ -20,7 +20,14 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ...models.chat import ChatModel, ChatModelBase, abatch, as_chat_model, batch, context_window, model_id
-from ...models.tokens import count_message_tokens, count_tokens, truncate_to_tokens
+from ...models.tokens import (
+    OUTPUT_CHARS_PER_TOKEN,
+    cap_output,
+    count_message_tokens,
+    count_tokens,
+    storable_text,
+    truncate_to_tokens,
+)
 from .summary import PROMPT_VERSION, ParsedSummary, parse_summary, summary_messages
 
 __all__ = ["BuildReport", "Summariser", "SummaryResult"]
@@ -97,8 +104,12 @@ class Summariser:
 
     Replies are parsed with :func:`~.summary.parse_summary` and cached by a SHA-256 of the model id, the prompt
     version and the full request (``cache`` is a plain dict, so a tree can save it). A call that raises or returns
-    nothing is counted in the report and replaced by the start of its input (not cached, so it is retried next
-    time). Inputs longer than the model's context window allows are cut. Generation is greedy (temperature 0).
+    nothing (or not a str) is counted in the report and replaced by the start of its input (not cached, so it is
+    retried next time). Inputs longer than the model's context window allows are cut. Generation is greedy
+    (temperature 0). Model output is capped before it is parsed or stored, for a model that ignores
+    ``max_tokens``: the summary to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters
+    per token of ``summary_tokens``, the surprise per token of ``surprise_tokens`` (16 x 300 = 4,800 and
+    16 x 150 = 2,400 characters by default).
     """
 
     def __init__(
@@ -160,6 +171,16 @@ class Summariser:
             first.setdefault(keys[i], i)
         return requests, keys, sorted(first.values())
 
+    def _parse(self, reply: str) -> ParsedSummary:
+        """Parse a reply with its sections capped: the summary to ``OUTPUT_CHARS_PER_TOKEN * summary_tokens``
+        characters, the surprise to ``OUTPUT_CHARS_PER_TOKEN * surprise_tokens`` (lone surrogates, which no file
+        accepts, become U+FFFD)."""
+        longest = OUTPUT_CHARS_PER_TOKEN * max(self.summary_tokens, self.surprise_tokens) + 1
+        parsed = parse_summary(reply, max_section_chars=longest)
+        summary, _ = cap_output(storable_text(parsed.summary), self.summary_tokens)
+        surprise, _ = cap_output(storable_text(parsed.surprise), self.surprise_tokens)
+        return ParsedSummary(summary, surprise, parsed.ok)
+
     def _finish(
         self, inputs: list[str], requests: list, keys: list[str], todo: list[int], outputs: list, guard: _Guarded
     ) -> tuple[list[SummaryResult], BuildReport]:
@@ -167,7 +188,9 @@ class Summariser:
         fresh: dict[str, SummaryResult] = {}
         for i, out in zip(todo, outputs, strict=True):
             error = guard.errors.get(_Guarded.key(requests[i]))
-            parsed = parse_summary(out) if isinstance(out, str) and error is None else ParsedSummary("", "", False)
+            if error is None and not isinstance(out, str):
+                error = TypeError(f"the chat model returned {type(out).__name__}; its invoke/ainvoke must return str")
+            parsed = self._parse(out) if error is None else ParsedSummary("", "", False)
             if error is not None or not parsed.summary:
                 report.call_failures += 1
                 why = f"{type(error).__name__}: {error}" if error is not None else "empty reply"

@@ -2,7 +2,10 @@
 
 The model is asked for two labelled sections, ``(Summary): ...`` and ``(Surprise): ...``. :func:`parse_summary`
 never raises on model output: when a section is missing or empty, the whole reply (labels removed) becomes the
-summary, there is no surprise, and ``ok`` is False so the builder can count it.
+summary, there is no surprise, and ``ok`` is False so the builder can count it. A surprise that says "None",
+"N/A", "nothing" or has no letters or digits at all means no surprise. The parser runs in linear time (no
+pattern with nested or adjacent overlapping quantifiers); the builder caps each section before storing it
+(:class:`~fragrel_integrations.core.tree.summariser.Summariser`).
 
 >>> parse_summary("(Summary): Tom buys a boat.\\n(Surprise): The boat is made of glass.")
 ParsedSummary(summary='Tom buys a boat.', surprise='The boat is made of glass.', ok=True)
@@ -41,7 +44,22 @@ _LABEL = re.compile(
     r"^[ \t>*#_\-]*(?:\(\s*)?(?P<name>summary|surprises?|surprising facts?)(?:\s*\))?[ \t*_]*:[ \t*_]*",
     re.IGNORECASE | re.MULTILINE,
 )
-_NONE = re.compile(r"^\W*(?:none|n/?a|nothing|no surprises?(?: found)?|-+)\W*$", re.IGNORECASE)
+_WORD_CHAR = re.compile(r"\w")
+#: What a surprise section says when there is none (compared after trimming non-word characters at both ends).
+_NONE_WORDS = frozenset(
+    {"none", "n/a", "na", "nothing", "no surprise", "no surprises", "no surprise found", "no surprises found"}
+)
+
+
+def _says_none(surprise: str) -> bool:
+    """Whether a surprise section means "no surprise": a None/N/A-like phrase or no word character at all.
+    Linear time (the old ``^\\W*(...|-+)\\W*$`` pattern backtracked cubically on a run of dashes)."""
+    first = _WORD_CHAR.search(surprise)
+    if first is None:
+        return True
+    last = _WORD_CHAR.search(surprise[::-1])
+    core = surprise[first.start() : len(surprise) - last.start()]  # type: ignore[union-attr]
+    return len(core) <= 20 and core.lower() in _NONE_WORDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +92,17 @@ def _clean(text: str) -> str:
     return " ".join(text.split()).strip(" *_")
 
 
-def parse_summary(output: object) -> ParsedSummary:
+def _kind(label: re.Match[str]) -> str:
+    return "summary" if label.group("name").lower() == "summary" else "surprise"
+
+
+def parse_summary(output: object, *, max_section_chars: int | None = None) -> ParsedSummary:
     """Split a model reply into summary and surprise; never raises on a string.
 
     Labels may be bracketed or not, in any case, decorated with Markdown, in either order; when a label repeats
     (small models loop) the first section of each kind wins. A surprise of "None" / "N/A" means no surprise.
+    With ``max_section_chars`` each section (and the unlabelled fallback) is cut to that many characters before
+    it is cleaned, so a huge reply costs one linear scan for the labels.
 
     >>> parse_summary("**Summary:** A dog barks. Surprise: None")
     ParsedSummary(summary='A dog barks. Surprise: None', surprise='', ok=False)
@@ -89,15 +113,26 @@ def parse_summary(output: object) -> ParsedSummary:
     """
     if not isinstance(output, str):
         raise TypeError(f"a model reply must be str, got {type(output).__name__}")
-    labels = list(_LABEL.finditer(output))
+    if max_section_chars is not None and (
+        isinstance(max_section_chars, bool) or not isinstance(max_section_chars, int) or max_section_chars < 1
+    ):
+        raise ValueError(f"max_section_chars must be a positive int or None, got {max_section_chars!r}")
+    cap = len(output) if max_section_chars is None else max_section_chars
+    labels: list[re.Match[str]] = []
+    seen: set[str] = set()
+    for m in _LABEL.finditer(output):  # only the first label of each kind and the label after it matter
+        labels.append(m)
+        if len(seen) == 2:
+            break
+        seen.add(_kind(m))
     sections: dict[str, str] = {}
     for i, m in enumerate(labels):
-        kind = "summary" if m.group("name").lower() == "summary" else "surprise"
+        kind = _kind(m)
         end = labels[i + 1].start() if i + 1 < len(labels) else len(output)
-        sections.setdefault(kind, output[m.end() : end])
+        sections.setdefault(kind, output[m.end() : min(end, m.end() + cap)])
     summary = _clean(sections.get("summary", ""))
     surprise = _clean(sections.get("surprise", "")) if "surprise" in sections else None
     if summary and surprise is not None:
-        return ParsedSummary(summary, "" if _NONE.match(surprise) else surprise, True)
-    whole = _clean(_LABEL.sub(" ", output))
-    return ParsedSummary(whole, "", False)
+        return ParsedSummary(summary, "" if _says_none(surprise) else surprise, True)
+    whole = _clean(_LABEL.sub(" ", output[: cap + 200]))  # + room for the labels removed
+    return ParsedSummary(whole[:cap], "", False)

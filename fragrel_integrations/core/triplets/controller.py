@@ -11,6 +11,17 @@ Results the model writes itself are never trusted (every read is re-executed); v
 store are escaped, so stored text cannot smuggle a call into the conversation. Writes during ``answer`` are
 ignored unless ``allow_writes=True``.
 
+Model output is untrusted input, handled in bounded, linear time:
+
+* a reply longer than ``max_reply_chars`` (default 20,000) is cut to that length before it is parsed (the rest
+  is ignored, with a logged warning); a reply that is not a string raises TypeError naming the model;
+* every parser here is a left-to-right scan, linear in the reply's length (no backtracking regular expression);
+* a term longer than ``max_term_chars`` (default 200), or holding a NUL character or a lone surrogate, makes
+  its call (or lenient line) malformed;
+* malformed calls are skipped and reported (``MemorizeResult.skipped``): one bad item never spoils a batch.
+  The valid writes are stored in one transaction; if the store rejects the batch with ValueError/TypeError,
+  each write is stored alone and only the rejected ones are skipped. Nothing already stored is lost.
+
 >>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 >>> store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64))
 >>> model = ScriptedChatModel([
@@ -29,17 +40,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...models.chat import ChatModel, as_chat_model
 from .store import TripletStore, TripletWrite
-from .text_api import MemoryCall, escape_term, parse_calls, render_read, strip_calls
+from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls, term_problem
 from .types import Triplet, TripletRecord, namespace_tuple
 
 __all__ = [
+    "DEFAULT_MAX_REPLY_CHARS",
+    "DEFAULT_MAX_TERM_CHARS",
     "READ_EXAMPLES",
     "READ_SYSTEM_PROMPT",
     "WRITE_EXAMPLES",
@@ -91,21 +103,66 @@ _FOLLOW_UP = (
     "say that you do not know."
 )
 
-_LOOSE = re.compile(r"^\s*(?:[-*\d.)]+\s*)?\{?([^{}\[\]\n]+?)>>([^{}\[\]\n]+?)>>([^{}\[\]\n]+?)\}?\s*$", re.MULTILINE)
+DEFAULT_MAX_REPLY_CHARS = 20_000
+"""Characters of one model reply the controller parses (about 5,000 tokens; the default max_tokens is 256)."""
+DEFAULT_MAX_TERM_CHARS = 200
+"""Longest term the controller stores from model output (names and short phrases)."""
+
+_BULLETS = ("-", "*", "\u2022")
+_DIGITS = "0123456789"
 
 
-def lenient_triplets(text: str) -> list[Triplet]:
-    """Triplets a weak model wrote without the call wrapper: one ``a >> b >> c`` (optionally ``{..}``) per line.
+def _strip_marker(line: str) -> str:
+    """``line`` without a leading list marker (``-``, ``*``, ``\u2022``, ``1.``, ``2)``)."""
+    if line.startswith(_BULLETS):
+        return line[1:].lstrip()
+    i = 0
+    while i < len(line) and line[i] in _DIGITS:
+        i += 1
+    if i and line[i : i + 1] in (".", ")"):
+        return line[i + 1 :].lstrip()
+    return line
+
+
+def _lenient_scan(text: str, max_term_chars: int | None) -> tuple[list[tuple[Triplet, int]], list[SkippedCall]]:
+    """Triplets from ``a >> b >> c`` lines (with their offsets) and the triplet-like lines skipped; one pass."""
+    found: list[tuple[Triplet, int]] = []
+    skipped: list[SkippedCall] = []
+    offset = 0
+    for raw in text.split("\n"):
+        start, offset = offset, offset + len(raw) + 1
+        if ">>" not in raw:
+            continue
+        line = _strip_marker(raw.strip())
+        line = line[1:] if line.startswith("{") else line
+        line = line[:-1] if line.endswith("}") else line
+        if any(ch in line for ch in "{}[]"):
+            continue  # a (malformed) call or other markup, not a plain triplet line
+        parts = [p.strip() for p in line.split(">>")]
+        if len(parts) != 3 or not all(parts):
+            continue
+        reason = next((r for r in (term_problem(p, max_term_chars) for p in parts) if r), None)
+        if reason is None:
+            try:
+                found.append((Triplet(*parts), start))
+                continue
+            except (TypeError, ValueError) as exc:
+                reason = str(exc)
+        skipped.append(SkippedCall(start, raw[:200], reason))
+    return found, skipped
+
+
+def lenient_triplets(text: str, *, max_term_chars: int | None = DEFAULT_MAX_TERM_CHARS) -> list[Triplet]:
+    """Triplets a weak model wrote without the call wrapper: one ``a >> b >> c`` (optionally ``{..}``, after an
+    optional list marker) per line. Lines with brackets, braces, a bad term or not three terms are skipped.
+    Linear in ``len(text)``.
 
     >>> lenient_triplets("1. Dan >> works at >> Google")
     [Triplet(t1='Dan', t2='works at', t3='Google')]
     """
-    out = []
-    for m in _LOOSE.finditer(text):
-        parts = [p.strip() for p in m.groups()]
-        if all(parts) and not any(">>" in p for p in parts):
-            out.append(Triplet(*parts))
-    return out
+    if not isinstance(text, str):
+        raise TypeError(f"text must be str, got {type(text).__name__}")
+    return [t for t, _ in _lenient_scan(text, max_term_chars)[0]]
 
 
 @dataclass
@@ -115,6 +172,8 @@ class MemorizeResult:
     records: list[TripletRecord]
     reply: str
     calls: list[MemoryCall] = field(default_factory=list)
+    skipped: list[SkippedCall] = field(default_factory=list)
+    """Malformed calls (or lenient lines) and writes the store rejected; the rest was stored."""
 
 
 @dataclass
@@ -143,6 +202,8 @@ class TripletMemoryController:
         max_tokens, temperature: generation settings for every turn.
         extractive_fallback: when the model's last turn holds no text besides calls, answer with the facts
             read (``AnswerResult.fallback`` tells); off: the answer is then empty.
+        max_reply_chars: characters of each reply parsed at most (the rest is ignored, with a warning).
+        max_term_chars: longest term stored or read from model output (a longer one makes its call malformed).
     """
 
     def __init__(
@@ -161,11 +222,19 @@ class TripletMemoryController:
         max_tokens: int = 256,
         temperature: float = 0.0,
         extractive_fallback: bool = True,
+        max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
+        max_term_chars: int = DEFAULT_MAX_TERM_CHARS,
     ) -> None:
         self.model: ChatModel = as_chat_model(model)
         if not isinstance(store, TripletStore):
             raise TypeError(f"store must be a TripletStore, got {type(store).__name__}")
-        for name, value in (("max_rounds", max_rounds), ("max_calls", max_calls), ("max_tokens", max_tokens)):
+        for name, value in (
+            ("max_rounds", max_rounds),
+            ("max_calls", max_calls),
+            ("max_tokens", max_tokens),
+            ("max_reply_chars", max_reply_chars),
+            ("max_term_chars", max_term_chars),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.store = store
@@ -180,6 +249,8 @@ class TripletMemoryController:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.extractive_fallback = bool(extractive_fallback)
+        self.max_reply_chars = max_reply_chars
+        self.max_term_chars = max_term_chars
 
     # ------------------------------------------------------------------------------------------ shared steps
     def _write_messages(self, statement: str) -> list[dict[str, str]]:
@@ -187,12 +258,56 @@ class TripletMemoryController:
             raise ValueError("statement must be a non-empty string")
         return _with_examples(self.write_prompt, self.write_examples, f"Statement: {statement}")
 
-    def _writes_from(self, reply: str) -> tuple[list[MemoryCall], list[TripletWrite]]:
-        calls = [c for c in parse_calls(reply) if c.kind == "write"][: self.max_calls]
-        triplets = [c.triplet for c in calls]
+    def _capped(self, reply: object) -> str:
+        """The part of a model reply that is parsed: at most ``max_reply_chars`` characters."""
+        if not isinstance(reply, str):
+            raise TypeError(
+                f"the chat model {type(self.model).__name__} returned {type(reply).__name__}, expected str; "
+                "check that it returns the reply text"
+            )
+        if len(reply) > self.max_reply_chars:
+            logger.warning(
+                "model reply of %d characters cut to max_reply_chars=%d before parsing",
+                len(reply),
+                self.max_reply_chars,
+            )
+            return reply[: self.max_reply_chars]
+        return reply
+
+    def _scan(self, text: str) -> tuple[list[MemoryCall], list[SkippedCall]]:
+        return scan_calls(self._capped(text), max_term_chars=self.max_term_chars)
+
+    def _writes_from(self, reply: str) -> tuple[list[MemoryCall], list[tuple[Triplet, int]], list[SkippedCall]]:
+        """The write calls, the triplets to store (with where they start in the reply), and what was skipped."""
+        text = self._capped(reply)
+        found, skipped = scan_calls(text, max_term_chars=self.max_term_chars)
+        calls = [c for c in found if c.kind == "write"][: self.max_calls]
+        triplets = [(c.triplet, c.start) for c in calls]
         if not triplets and self.lenient:
-            triplets = lenient_triplets(reply)[: self.max_calls]
-        return calls, [TripletWrite(t, namespace=self.namespace) for t in triplets]
+            loose, loose_skipped = _lenient_scan(text, self.max_term_chars)
+            triplets = loose[: self.max_calls]
+            skipped += loose_skipped
+        return calls, triplets, skipped
+
+    def _store(self, triplets: Sequence[tuple[Triplet, int]], skipped: list[SkippedCall]) -> list[TripletRecord]:
+        """Store the triplets in one transaction; if the store rejects the batch (ValueError/TypeError), store
+        each alone and add the rejected ones to ``skipped``. Other errors (a closed or locked store) propagate."""
+        writes = [TripletWrite(t, namespace=self.namespace) for t, _ in triplets]
+        if not writes:
+            return []
+        try:
+            return self.store.write_many(writes)
+        except (TypeError, ValueError) as exc:
+            if len(writes) == 1:
+                skipped.append(_rejected(triplets[0], exc))
+                return []
+        records: list[TripletRecord] = []
+        for item, write in zip(triplets, writes, strict=True):
+            try:
+                records += self.store.write_many([write])
+            except (TypeError, ValueError) as exc:
+                skipped.append(_rejected(item, exc))
+        return records
 
     def _read_messages(self, question: str) -> list[dict[str, str]]:
         if not isinstance(question, str) or not question.strip():
@@ -205,26 +320,30 @@ class TripletMemoryController:
         """Run the calls in ``text``: writes (if allowed) are stored, reads are answered.
 
         Returns the text up to the last executed call, with every read replaced by its answered form, and
-        the executed reads with their records.
+        the executed reads with their records. Only the first ``max_reply_chars`` characters are parsed;
+        malformed calls and writes the store rejects are skipped (and logged).
         """
-        calls = parse_calls(text)[: self.max_calls]
+        text = self._capped(text)
+        calls, skipped = self._scan(text)
+        calls = calls[: self.max_calls]
         out: list[str] = []
         reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
         pos = 0
-        writes = []
+        writes: list[tuple[Triplet, int]] = []
         for call in calls:
             out.append(text[pos : call.start])
             pos = call.end
             if call.kind == "write":
                 if allow_writes:
-                    writes.append(TripletWrite(call.triplet, namespace=self.namespace))
+                    writes.append((call.triplet, call.start))
                 out.append(text[call.start : call.end])
                 continue
             records = self.store.read(*call.fields, namespace=self.namespace)
             reads.append((call, records))
             out.append(render_read(call.fields, [r.triplet for r in records]))
-        if writes:
-            self.store.write_many(writes)
+        self._store(writes, skipped)
+        for item in skipped:
+            logger.warning("skipped memory call at %d: %s", item.start, item.reason)
         return "".join(out) if calls else text, reads
 
     def _follow_up(self, question: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> str:
@@ -234,7 +353,7 @@ class TripletMemoryController:
     def _final(self, reply: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> tuple[str, bool]:
         """The reply without memory calls; if the model wrote nothing else (small models often just repeat the
         call) and ``extractive_fallback`` is on, the facts read, as sentences. Second value: fallback used."""
-        text = strip_calls(reply)
+        text = strip_calls(self._capped(reply))
         if not text and self.extractive_fallback and any(recs for _, recs in reads):
             return _facts(reads, escape=False).replace("\n", " "), True
         return text, False
@@ -255,9 +374,9 @@ class TripletMemoryController:
         reply = self.model.invoke(
             self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens
         )
-        calls, writes = self._writes_from(reply)
-        records = self.store.write_many(writes) if writes else []
-        return MemorizeResult(records, reply, calls)
+        calls, triplets, skipped = self._writes_from(reply)
+        records = self._store(triplets, skipped)
+        return MemorizeResult(records, reply, calls, skipped)
 
     def answer(self, question: str, *, allow_writes: bool = False) -> AnswerResult:
         """Let the model read the memory (up to ``max_rounds`` turns) and answer ``question``.
@@ -286,9 +405,9 @@ class TripletMemoryController:
         reply = await self.model.ainvoke(
             self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens
         )
-        calls, writes = self._writes_from(reply)
-        records = await asyncio.to_thread(self.store.write_many, writes) if writes else []
-        return MemorizeResult(records, reply, calls)
+        calls, triplets, skipped = self._writes_from(reply)
+        records = await asyncio.to_thread(self._store, triplets, skipped) if triplets else []
+        return MemorizeResult(records, reply, calls, skipped)
 
     async def aanswer(self, question: str, *, allow_writes: bool = False) -> AnswerResult:
         """Async :meth:`answer`."""
@@ -316,6 +435,11 @@ def _facts(reads: list[tuple[MemoryCall, list[TripletRecord]]], *, escape: bool 
             seen.setdefault(tuple(r.triplet), None)
     fmt = escape_term if escape else (lambda t: t)
     return "\n".join(" ".join(fmt(t) for t in trip) + "." for trip in seen)
+
+
+def _rejected(item: tuple[Triplet, int], exc: Exception) -> SkippedCall:
+    trip, start = item
+    return SkippedCall(start, " >> ".join(trip)[:200], f"the store rejected the write: {exc}")
 
 
 def _repeats(

@@ -4,14 +4,20 @@ Durability: with the default ``synchronous="FULL"`` a committed write survives a
 loss; ``"NORMAL"`` (faster) still survives a process crash. A writer killed mid-transaction leaves nothing of
 that transaction behind (SQLite's rollback on the next open). Threads share one connection under a lock;
 other processes writing the same file wait up to ``timeout`` seconds for the write lock.
+
+A path that is not a SQLite database (another kind of file, a directory) or a truncated or corrupt database
+raises ValueError naming the path, at open or at the first read that meets the damage; the file is never
+written to or replaced. (An empty file is a new, empty database, as SQLite treats it.)
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from .backend import Cursor, StorageBackend
@@ -19,6 +25,74 @@ from .backend import Cursor, StorageBackend
 __all__ = ["SQLiteBackend"]
 
 _SYNC = ("OFF", "NORMAL", "FULL", "EXTRA")
+_HEADER = b"SQLite format 3\x00"
+_DAMAGED = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: a page the database counts is missing from the file
+
+
+def _not_a_database(path: str, why: str) -> ValueError:
+    return ValueError(
+        f"{path!r} {why}; it was left unchanged. Give the path of a SQLite database created by this library "
+        "(or a new path: the file is created), or restore the file from a backup"
+    )
+
+
+def _damaged(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file is not a database, is corrupt or truncated, or holds text that is not
+    UTF-8 (which SQLite never writes from Python strings)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is None:
+        return str(exc).startswith("Could not decode to UTF-8")
+    return code & 0xFF in _DAMAGED or code == _SHORT_READ
+
+
+def _check_file(path: str) -> None:
+    """Refuse, before SQLite opens it, a path that is not a regular file or a non-empty file without the
+    SQLite header (nothing is written)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise _not_a_database(path, f"cannot be read ({exc.strerror})") from exc
+    if stat.S_ISDIR(info.st_mode):
+        raise _not_a_database(path, "is a directory, not a SQLite database file")
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_a_database(path, "is not a regular file (a FIFO, socket or device)")
+    if info.st_size == 0:
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(_HEADER))
+    except OSError as exc:
+        raise _not_a_database(path, f"cannot be read ({exc.strerror})") from exc
+    if head != _HEADER:
+        raise _not_a_database(path, "is not a SQLite database (it does not start with the SQLite header)")
+
+
+def _check_size(conn: sqlite3.Connection, path: str) -> None:
+    """Refuse a truncated database: the pages its header counts must all be in the file. Run in a read
+    transaction, and only when no write-ahead log holds pages (then the page count comes from the file)."""
+    conn.execute("BEGIN")
+    try:
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+        try:
+            wal = os.path.getsize(path + "-wal")
+        except OSError:
+            wal = 0
+        if wal == 0 and os.path.getsize(path) < pages * page_size:
+            raise _not_a_database(
+                path,
+                f"is a truncated SQLite database ({os.path.getsize(path)} bytes; its header counts "
+                f"{pages} pages of {page_size} bytes)",
+            )
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
 
 
 class SQLiteBackend(StorageBackend):
@@ -43,19 +117,40 @@ class SQLiteBackend(StorageBackend):
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
         self.path = str(path)
-        if self.path != ":memory:" and not self.path.startswith("file:"):
+        local = self.path != ":memory:" and not self.path.startswith("file:")
+        if local:
             resolved = Path(self.path).expanduser()
+            _check_file(str(resolved))
             resolved.parent.mkdir(parents=True, exist_ok=True)
             self.path = str(resolved)
         self._lock = threading.RLock()
         self._depth = 0
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self.path, check_same_thread=False, timeout=timeout, isolation_level=None, uri=self.path.startswith("file:")
-        )
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        if self.path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(f"PRAGMA synchronous={str(synchronous).upper()}")
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                check_same_thread=False,
+                timeout=timeout,
+                isolation_level=None,
+                uri=self.path.startswith("file:"),
+            )
+        except sqlite3.OperationalError as exc:
+            raise _not_a_database(self.path, f"cannot be opened as a SQLite database ({exc})") from exc
+        self._conn: sqlite3.Connection | None = conn
+        try:
+            if local:
+                _check_size(conn, self.path)
+            else:
+                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            conn.execute("PRAGMA foreign_keys=ON")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={str(synchronous).upper()}")
+        except BaseException as exc:
+            self.close()
+            # these fixed statements fail with SQLITE_ERROR only on a damaged file ("unsupported file format")
+            if _damaged(exc) or getattr(exc, "sqlite_errorcode", None) == 1:
+                raise _not_a_database(self.path, f"is not a SQLite database or is corrupt ({exc})") from exc
+            raise
 
     def types(self) -> dict[str, str]:
         return {
@@ -86,13 +181,16 @@ class SQLiteBackend(StorageBackend):
             self._depth = 1
             try:
                 yield conn.cursor()
-            except BaseException:
-                self._depth = 0
-                conn.execute("ROLLBACK")
-                raise
-            else:
                 self._depth = 0
                 conn.execute("COMMIT")
+            except BaseException as exc:
+                self._depth = 0
+                if conn.in_transaction:  # SQLite may already have rolled back (e.g. after corruption)
+                    with suppress(sqlite3.Error):  # keep the first error, the informative one
+                        conn.execute("ROLLBACK")
+                if _damaged(exc):
+                    raise _not_a_database(self.path, f"is a corrupt SQLite database ({exc})") from exc
+                raise
 
     def write(self) -> AbstractContextManager[Cursor]:
         return self._transaction("BEGIN IMMEDIATE")

@@ -1,10 +1,15 @@
 """TripletStore: RET-LLM's read-write triplet memory over a pluggable SQL backend.
 
 Reading follows the paper: for each given term, an exact match (after :func:`normalize_term`) among the terms
-stored in that field first; if there is none, an alternative stored term found through LSH over the term
-embeddings (random-hyperplane signatures kept in an indexed table, so the lookup is one database query), kept
-only if its exact cosine with the query term reaches ``threshold``. No alternative -> empty result. Every
-triplet matching all given fields is returned.
+stored in that field first; if there is none, the stored term closest to it by the exact cosine of the term
+embeddings, kept only if that cosine reaches ``threshold``. No alternative -> empty result. Every triplet
+matching all given fields is returned.
+
+Fuzzy candidates come from an in-memory :class:`~.term_index.TermIndex` beside the database (the default,
+``fuzzy_index="memory"``): built from the ``terms`` table on the first fuzzy lookup, fed only committed terms
+(after this process's own commits, and before each fuzzy lookup every term another process or thread has
+committed since, read by id), and re-checked against the database for the field, namespace and time asked.
+``fuzzy_index="database"`` keeps the paper's LSH lookup as one indexed SQL query on band keys instead.
 
 Facts that change: a relation marked single-valued (per call or for the whole store) allows one object per
 subject at a time. Writing a new object closes the old triplet's validity interval at the new fact's
@@ -39,6 +44,7 @@ from ...models.base import Embedder, embed_documents
 from .backend import SCHEMA_VERSION, Cursor, StorageBackend
 from .lsh import RandomHyperplaneLSH
 from .sqlite_backend import SQLiteBackend
+from .term_index import TermIndex
 from .types import (
     FIELDS,
     Namespace,
@@ -52,12 +58,24 @@ from .types import (
     to_timestamp,
 )
 
-__all__ = ["DEFAULT_BITS", "DEFAULT_TABLES", "NodeRecord", "TripletStore", "TripletWrite", "build_store"]
+__all__ = [
+    "DEFAULT_BITS",
+    "DEFAULT_TABLES",
+    "FUZZY_INDEXES",
+    "NodeRecord",
+    "TripletStore",
+    "TripletWrite",
+    "build_store",
+]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BITS = 12
 DEFAULT_TABLES = 16
+#: where fuzzy candidates come from: an in-memory term index, or the LSH band table in the database
+FUZZY_INDEXES = ("memory", "database")
+#: rows read per query when the in-memory index catches up with the database
+_LOAD_PAGE = 50_000
 Time = float | int | datetime | None
 TripletLike = Triplet | Sequence[str] | Mapping[str, Any]
 
@@ -144,12 +162,18 @@ class TripletStore:
             first write or fuzzy read. One store must always use embedders of the same dimension.
         bits, tables, seed: LSH settings (see :class:`RandomHyperplaneLSH`). Fixed when the first term is
             stored and saved in the database; reopening with different values raises ValueError.
-        probe_radius: multi-probe radius at query time (0 or 1 or 2); may differ between opens.
+        probe_radius: multi-probe radius at query time (0 or 1 or 2; ``fuzzy_index="database"`` only); may
+            differ between opens.
         threshold: minimum exact cosine for a fuzzy alternative (default 0.7).
         fuzzy_k: how many alternative terms a fuzzy lookup may use per field (the paper uses one).
-        max_candidates: LSH candidates re-checked per lookup at most (those colliding in the most tables).
+        max_candidates: LSH candidates re-checked per lookup at most (those colliding in the most tables;
+            ``fuzzy_index="database"`` only: the in-memory index re-checks every candidate it scans).
         single_valued: relations that hold one object per subject at a time (saved in the database,
             so later opens keep them; add more with :meth:`mark_single_valued`).
+        fuzzy_index: ``"memory"`` (default): fuzzy candidates from an in-memory term index kept in step with
+            the database (about 1.25 x 4 x dim bytes per stored term); ``"database"``: the LSH band table,
+            one indexed SQL query per lookup (no memory, slower, lower recall). The band table is written
+            either way, so both read the same store.
 
     All methods are thread-safe; writes from several processes are serialised by the backend.
     """
@@ -168,6 +192,7 @@ class TripletStore:
         max_candidates: int = 2000,
         single_valued: Iterable[str] = (),
         show_progress: bool = False,
+        fuzzy_index: str = "memory",
     ) -> None:
         if embedder is not None and not isinstance(embedder, Embedder):
             raise TypeError(
@@ -179,6 +204,11 @@ class TripletStore:
         if isinstance(probe_radius, bool) or probe_radius not in (0, 1, 2):
             raise ValueError(f"probe_radius must be 0, 1 or 2, got {probe_radius!r}")
         self.probe_radius = probe_radius
+        if fuzzy_index not in FUZZY_INDEXES:
+            raise ValueError(f"fuzzy_index must be one of {FUZZY_INDEXES}, got {fuzzy_index!r}")
+        self.fuzzy_index = fuzzy_index
+        self._index: TermIndex | None = None
+        self._index_lock = threading.Lock()
         self.show_progress = bool(show_progress)
         self._embedder = embedder
         self._lock = threading.RLock()
@@ -283,6 +313,47 @@ class TripletStore:
                 raise ValueError(f"this store holds {self._dim}-dimensional term vectors, the embedder gives {dim}")
         return self._lsh
 
+    def _refresh_meta(self, cur: Cursor) -> None:
+        """Pick up the dimension and LSH settings another process stored after this store was opened."""
+        if self._lsh is not None:
+            return
+        meta = {n: v for n, v in cur.execute("SELECT name, value FROM meta WHERE name IN ('lsh', 'dim')").fetchall()}
+        if "lsh" in meta and "dim" in meta:
+            self._lsh = RandomHyperplaneLSH.from_config(json.loads(meta["lsh"]), probe_radius=self.probe_radius)
+            self._dim = int(meta["dim"])
+
+    # ------------------------------------------------------------------------------------------ term index
+    def _term_index(self, cur: Cursor) -> TermIndex | None:
+        """The in-memory term index, brought up to the terms committed in ``cur``'s snapshot (built on first use;
+        later calls read only the terms with ids above the highest one held: one indexed ``MAX(id)`` check)."""
+        self._refresh_meta(cur)
+        if self._dim is None:
+            return None
+        with self._index_lock:
+            if self._index is None:
+                self._index = TermIndex(self._dim)
+            index = self._index
+            top = cur.execute("SELECT MAX(id) FROM terms").fetchone()[0]
+            while top is not None and int(top) > index.max_id:
+                rows = cur.execute(
+                    f"SELECT id, vector FROM terms WHERE id > ? ORDER BY id LIMIT {_LOAD_PAGE}", (index.max_id,)
+                ).fetchall()
+                if not rows:
+                    break
+                ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+                vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4").reshape(len(rows), -1)
+                index.add(ids, vecs, rebalance=False)  # partition once, after the last page
+            index.rebalance()
+        return index
+
+    def _index_committed(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """After this process's commit: add its new terms if they directly follow what the index holds (else the
+        next lookup reads them, with any other process's, from the database)."""
+        with self._index_lock:
+            if self._index is not None and ids.size and int(ids.min()) == self._index.max_id + 1:
+                order = np.argsort(ids)
+                self._index.add(ids[order], vectors[order])
+
     # ------------------------------------------------------------------------------------------ writing
     def write(
         self,
@@ -343,12 +414,20 @@ class TripletStore:
         known = self._term_ids(list(norms))
         missing = [n for n in norms if n not in known]
         vectors = self._embed([norms[n] for n in missing]) if missing else None
-        with self._lock, self.backend.write() as cur:
-            fresh: set[str] = set()
-            if vectors is not None:
-                fresh = self._insert_terms(cur, missing, [norms[n] for n in missing], vectors)
-            ids = self._term_ids(list(norms), cur)
-            return [self._write_one(cur, ids, *p, now=now, fresh=fresh) for p in prepared]
+        with self._lock:
+            with self.backend.write() as cur:
+                fresh: dict[str, int] = {}
+                if vectors is not None:
+                    fresh = self._insert_terms(cur, missing, [norms[n] for n in missing], vectors)
+                ids = self._term_ids(list(norms), cur)
+                out = [self._write_one(cur, ids, *p, now=now, fresh=set(fresh)) for p in prepared]
+            if fresh and vectors is not None:  # committed: only now may the in-memory index learn the new terms
+                row = {n: i for i, n in enumerate(missing)}
+                self._index_committed(
+                    np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)),
+                    vectors[[row[n] for n in fresh]],
+                )
+            return out
 
     def _term_ids(self, norms: Sequence[str], cur: Cursor | None = None) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -366,14 +445,16 @@ class TripletStore:
                 run(c)
         return out
 
-    def _insert_terms(self, cur: Cursor, norms: Sequence[str], texts: Sequence[str], vectors: np.ndarray) -> set[str]:
-        """Insert terms and their band rows; return the norms inserted. Runs under the write lock, so the set
-        of new terms is exact."""
+    def _insert_terms(
+        self, cur: Cursor, norms: Sequence[str], texts: Sequence[str], vectors: np.ndarray
+    ) -> dict[str, int]:
+        """Insert terms and their band rows; return the norms inserted with their ids. Runs under the write lock,
+        so the set of new terms is exact."""
         lsh = self._ensure_lsh(cur, vectors.shape[1])
         present = self._term_ids(list(norms), cur)  # another writer may have stored some since we looked
         keep = [i for i, n in enumerate(norms) if n not in present]
         if not keep:
-            return set()
+            return {}
         new_norms = [norms[i] for i in keep]
         cur.executemany(
             "INSERT INTO terms (norm, text, vector) VALUES (?, ?, ?)",
@@ -385,7 +466,7 @@ class TripletStore:
             "INSERT INTO term_lsh (band, term_id) VALUES (?, ?)",
             [(int(k), ids[n]) for n, row_keys in zip(new_norms, keys, strict=True) for k in row_keys],
         )
-        return set(new_norms)
+        return {n: ids[n] for n in new_norms}
 
     def _write_one(
         self,
@@ -660,14 +741,51 @@ class TripletStore:
         ).fetchone()
         if row is not None:
             return [(int(row[0]), TermMatch(field, query, row[1], 1.0, True))]
-        if not fuzzy or self._lsh is None:
+        if not fuzzy:
             return []
-        qv = self._embed([query])[0]
-        hits = self._lsh_candidates(cur, qv, (field,), scope, scope_params)
         return [
             (tid, TermMatch(field, query, text, sim, False))
-            for tid, text, sim in self._recheck(cur, qv, hits, threshold, k)
+            for tid, text, sim in self._fuzzy_terms(cur, query, (field,), scope, scope_params, threshold, k)
         ]
+
+    def _fuzzy_terms(
+        self,
+        cur: Cursor,
+        query: str,
+        fields: Sequence[str],
+        scope: str,
+        scope_params: list[Any],
+        threshold: float,
+        k: int,
+    ) -> list[tuple[int, str, float]]:
+        """Up to ``k`` stored terms with cosine >= ``threshold`` to ``query``, used in one of ``fields`` within
+        the scope, best first: ``(term id, text, cosine)``."""
+        self._refresh_meta(cur)
+        if self._lsh is None:  # no term stored yet
+            return []
+        if self.fuzzy_index == "database":
+            qv = self._embed([query])[0]
+            return self._recheck(cur, qv, self._lsh_candidates(cur, qv, fields, scope, scope_params), threshold, k)
+        index = self._term_index(cur)
+        if index is None or not len(index):
+            return []
+        qv = self._embed([query])[0]
+        ids, sims = index.search(qv, threshold)
+        used = " OR ".join(f"EXISTS (SELECT 1 FROM triplets r WHERE r.{f}_id = t.id AND {scope})" for f in fields)
+        room = self.backend.max_params - len(scope_params) * len(fields)
+        out: list[tuple[int, str, float]] = []
+        pos, step = 0, max(8, 4 * k)
+        while pos < ids.size and len(out) < k:  # best first; candidates outside the field/scope are skipped
+            chunk = [int(i) for i in ids[pos : pos + min(step, room)]]
+            rows = cur.execute(
+                f"SELECT t.id, t.text FROM terms t WHERE t.id IN ({','.join('?' * len(chunk))}) AND ({used})",
+                (*chunk, *(scope_params * len(fields))),
+            ).fetchall()
+            texts = {int(r[0]): str(r[1]) for r in rows}
+            out += [(tid, texts[tid], float(sims[pos + j])) for j, tid in enumerate(chunk) if tid in texts]
+            pos += len(chunk)
+            step *= 4
+        return out[:k]
 
     def _lsh_candidates(
         self, cur: Cursor, qv: np.ndarray, fields: Sequence[str], scope: str, scope_params: list[Any]
@@ -727,10 +845,8 @@ class TripletStore:
         with self.backend.read() as cur:
             row = cur.execute("SELECT id, text FROM terms WHERE norm = ?", (normalize_term(text),)).fetchone()
             terms: list[tuple[int, str, float]] = [(int(row[0]), str(row[1]), 1.0)] if row is not None else []
-            if self._lsh is not None:
-                qv = self._embed([text])[0]
-                hits = self._lsh_candidates(cur, qv, FIELDS, scope, scope_params)
-                terms += [t for t in self._recheck(cur, qv, hits, thr, k) if row is None or t[0] != int(row[0])]
+            fuzzy = self._fuzzy_terms(cur, text, FIELDS, scope, scope_params, thr, k)
+            terms += [t for t in fuzzy if row is None or t[0] != int(row[0])]
             if not terms:
                 return []
             sims = {tid: (txt, sim) for tid, txt, sim in terms}
@@ -865,8 +981,10 @@ class TripletStore:
         self.backend.optimize()
 
     def close(self) -> None:
-        """Close the backend's connections."""
+        """Close the backend's connections and drop the in-memory term index."""
         self.backend.close()
+        with self._index_lock:
+            self._index = None
 
     def __enter__(self) -> TripletStore:
         return self
@@ -875,7 +993,10 @@ class TripletStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"TripletStore({self.backend!r}, threshold={self.threshold}, lsh={self._lsh!r})"
+        return (
+            f"TripletStore({self.backend!r}, threshold={self.threshold}, lsh={self._lsh!r}, "
+            f"fuzzy_index={self.fuzzy_index!r})"
+        )
 
 
 def build_store(

@@ -6,10 +6,19 @@ writes the answer after a colon, one ``{t1>>t2>>t3}`` per matching triplet, sepa
 ``[MEM_READ{Dan Jaffe>>works at>>}: {Dan Jaffe>>works at>>Google}]``. No match: ``[MEM_READ{...}: ]``.
 
 Escaping: inside a term, ``\\``, ``>``, ``{``, ``}``, ``[`` and ``]`` are written with a backslash
-(``\\>``, ``\\{`` ...). So a stored value like ``x}] [MEM_WRITE{a>>b>>c}]`` renders as inert text and can
-neither end the call it sits in nor start a new one; the parser rejects a call whose term holds an unescaped
-bracket or brace. Parsing is a single left-to-right scan; malformed calls are skipped (or raise, with
-``strict=True``).
+(``\\>``, ``\\{`` ...), and so is whitespace at either end of a term (``\\ ``). So a stored value like
+``x}] [MEM_WRITE{a>>b>>c}]`` renders as inert text and can neither end the call it sits in nor start a new
+one; the parser rejects a call whose term holds an unescaped bracket or brace.
+
+Whitespace: the parser strips *unescaped* whitespace around each term (``{ Dan >> works at >> Google }`` reads
+``Dan``), and keeps escaped whitespace, so rendering then parsing gives back every term exactly, spaces
+included. A field holding only whitespace is a wildcard (reads) or empty (a malformed write).
+
+Untrusted text: parsing is one left-to-right scan, linear in the length of the text (no regular expression
+that can backtrack). A call's terms must hold no NUL character or lone surrogate and at most
+``max_term_chars`` characters (default :data:`MAX_TERM_CHARS`). Malformed calls are skipped — one bad call
+never hides the good ones around it — and :func:`scan_calls` reports them; ``strict=True`` raises
+:class:`MemoryCallError` at the first instead.
 
 >>> call = render_write(("Dan Jaffe", "works at", "Google"))
 >>> call
@@ -25,7 +34,6 @@ Triplet(t1='Dan Jaffe', t2='works at', t3='Google')
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -33,25 +41,30 @@ from typing import Literal
 from .types import Triplet
 
 __all__ = [
+    "MAX_TERM_CHARS",
     "READ",
     "SPECIAL",
     "WRITE",
     "MemoryCall",
     "MemoryCallError",
+    "SkippedCall",
     "escape_term",
     "parse_calls",
     "render_read",
     "render_write",
+    "scan_calls",
     "strip_calls",
+    "term_problem",
     "unescape_term",
 ]
 
 WRITE = "MEM_WRITE"
 READ = "MEM_READ"
 SPECIAL = frozenset("\\>{}[]")
-"""Characters escaped with a backslash inside a term."""
+"""Characters escaped with a backslash inside a term (plus whitespace at either end of it)."""
+MAX_TERM_CHARS = 1000
+"""Longest term a parsed call may hold (longer: the call is malformed). Terms are names and short phrases."""
 
-_OPEN = re.compile(r"\[(MEM_WRITE|MEM_READ)\{")
 Pattern = tuple[str | None, str | None, str | None]
 
 
@@ -82,15 +95,33 @@ class MemoryCall:
         return self.results is not None
 
 
+@dataclass(frozen=True, slots=True)
+class SkippedCall:
+    """A malformed call :func:`scan_calls` skipped: where it starts, the text it read, and why it was skipped."""
+
+    start: int
+    text: str
+    reason: str
+
+
 def escape_term(term: str) -> str:
-    """Backslash-escape the characters that structure a call.
+    """Backslash-escape the characters that structure a call, and the whitespace at either end of the term
+    (which the parser would otherwise strip).
 
     >>> escape_term("a>b {c}")
     'a\\\\>b \\\\{c\\\\}'
+    >>> escape_term(" x ")
+    '\\\\ x\\\\ '
     """
     if not isinstance(term, str):
         raise TypeError(f"term must be str, got {type(term).__name__}")
-    return "".join("\\" + ch if ch in SPECIAL else ch for ch in term)
+    core = term.strip()
+    if not core:
+        return "".join("\\" + ch for ch in term)
+    lead = term[: len(term) - len(term.lstrip())]
+    trail = term[len(term.rstrip()) :]
+    body = "".join("\\" + ch if ch in SPECIAL else ch for ch in core)
+    return "".join("\\" + ch for ch in lead) + body + "".join("\\" + ch for ch in trail)
 
 
 def unescape_term(text: str) -> str:
@@ -106,6 +137,24 @@ def unescape_term(text: str) -> str:
     return "".join(out)
 
 
+def term_problem(term: str, max_chars: int | None) -> str | None:
+    """Why ``term`` (from a model) must not be stored: a NUL character, more than ``max_chars`` characters, or
+    a lone surrogate; None when it may.
+
+    >>> term_problem("Google", 200) is None, term_problem("x" * 300, 200)
+    (True, 'a term has 300 characters (more than 200)')
+    """
+    if "\x00" in term:
+        return "a term contains a NUL character"
+    if max_chars is not None and len(term) > max_chars:
+        return f"a term has {len(term)} characters (more than {max_chars})"
+    try:
+        term.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a term contains a lone surrogate (not valid Unicode text)"
+    return None
+
+
 def _pattern(fields: Triplet | Sequence[str | None]) -> Pattern:
     items = tuple(fields)
     if len(items) != 3:
@@ -114,7 +163,9 @@ def _pattern(fields: Triplet | Sequence[str | None]) -> Pattern:
     for f in items:
         if f is not None and not isinstance(f, str):
             raise TypeError(f"call fields must be str or None, got {type(f).__name__}")
-        out.append(f if f else None)
+        if f is not None and "\x00" in f:
+            raise ValueError("call fields must not contain the NUL character")
+        out.append(f if f and f.strip() else None)
     return out[0], out[1], out[2]
 
 
@@ -137,7 +188,7 @@ def render_read(
     """``[MEM_READ{query}]`` (unanswered) or ``[MEM_READ{query}: {r1}; {r2}]`` with the results.
 
     ``fields="missing"`` writes only each result's wildcard fields (e.g. ``{Google}``); the parser fills the
-    given ones back in.
+    given ones back in. A query field that is empty or only whitespace is a wildcard.
 
     >>> render_read(("Dan Jaffe", "works at", None), [("Dan Jaffe", "works at", "Google")], fields="missing")
     '[MEM_READ{Dan Jaffe>>works at>>}: {Google}]'
@@ -160,6 +211,16 @@ def render_read(
     return head + ": " + "; ".join(parts) + "]"
 
 
+def _strip_unescaped(chars: list[str], escaped: list[bool]) -> str:
+    """The term without the unescaped whitespace at its ends (escaped whitespace is kept)."""
+    lo, hi = 0, len(chars)
+    while lo < hi and not escaped[lo] and chars[lo].isspace():
+        lo += 1
+    while hi > lo and not escaped[hi - 1] and chars[hi - 1].isspace():
+        hi -= 1
+    return "".join(chars[lo:hi])
+
+
 class _Scanner:
     def __init__(self, text: str, pos: int) -> None:
         self.text = text
@@ -173,9 +234,12 @@ class _Scanner:
             self.pos += 1
 
     def braced(self) -> list[str]:
-        """Parse ``{a>>b>>c}`` starting AFTER the ``{``; return the raw (unescaped, stripped) parts."""
+        """Parse ``{a>>b>>c}`` starting AFTER the ``{``; return the unescaped parts, stripped of unescaped
+        whitespace at their ends. Stops at the first unescaped bracket or brace, so one scan never passes the
+        start of another call."""
         parts: list[str] = []
         buf: list[str] = []
+        esc: list[bool] = []
         t = self.text
         while self.pos < len(t):
             ch = t[self.pos]
@@ -183,20 +247,22 @@ class _Scanner:
                 if self.pos + 1 >= len(t):
                     raise MemoryCallError("dangling backslash at the end of the text")
                 buf.append(t[self.pos + 1])
+                esc.append(True)
                 self.pos += 2
                 continue
             if ch == ">" and t.startswith(">>", self.pos):
-                parts.append("".join(buf).strip())
-                buf = []
+                parts.append(_strip_unescaped(buf, esc))
+                buf, esc = [], []
                 self.pos += 2
                 continue
             if ch == "}":
-                parts.append("".join(buf).strip())
+                parts.append(_strip_unescaped(buf, esc))
                 self.pos += 1
                 return parts
             if ch in "{[]":
                 raise MemoryCallError(f"unescaped {ch!r} inside a term at position {self.pos}")
             buf.append(ch)
+            esc.append(False)
             self.pos += 1
         raise MemoryCallError("unterminated '{' in a memory call")
 
@@ -213,24 +279,27 @@ def _fill(parts: list[str], pattern: Pattern) -> Triplet:
     return Triplet(*values)  # type: ignore[arg-type]
 
 
-def _parse_one(text: str, match: re.Match[str]) -> MemoryCall:
-    kind = "write" if match.group(1) == WRITE else "read"
-    sc = _Scanner(text, match.end())
+def _parse_one(sc: _Scanner, name: str, start: int, max_term_chars: int | None) -> MemoryCall:
+    """Parse the call whose ``[NAME{`` ends at ``sc.pos``; raises :class:`MemoryCallError` if malformed."""
     parts = sc.braced()
     if len(parts) != 3:
-        raise MemoryCallError(f"a {match.group(1)} needs three fields separated by '>>', got {len(parts)}")
-    pattern = _pattern([p or None for p in parts])
-    if kind == "write":
+        raise MemoryCallError(f"a {name} needs three fields separated by '>>', got {len(parts)}")
+    for p in parts:
+        reason = term_problem(p, max_term_chars)
+        if reason:
+            raise MemoryCallError(f"{reason}; {name} skipped")
+    pattern: Pattern = tuple(p if p.strip() else None for p in parts)  # type: ignore[assignment]
+    if name == WRITE:
         if any(f is None for f in pattern):
             raise MemoryCallError("MEM_WRITE needs all three fields")
         if sc.peek() != "]":
             raise MemoryCallError("MEM_WRITE must end with '}]'")
-        return MemoryCall("write", pattern, None, match.start(), sc.pos + 1)
+        return MemoryCall("write", pattern, None, start, sc.pos + 1)
     if all(f is None for f in pattern):
         raise MemoryCallError("MEM_READ needs at least one non-empty field")
     sc.skip_ws()
     if sc.peek() == "]":
-        return MemoryCall("read", pattern, None, match.start(), sc.pos + 1)
+        return MemoryCall("read", pattern, None, start, sc.pos + 1)
     if sc.peek() != ":":
         raise MemoryCallError("MEM_READ must end with ']' or continue with ': {result}; ...]'")
     sc.pos += 1
@@ -250,7 +319,7 @@ def _parse_one(text: str, match: re.Match[str]) -> MemoryCall:
                 raise MemoryCallError("expected '{' after ';' in MEM_READ results")
     if sc.peek() != "]":
         raise MemoryCallError("MEM_READ results must end with ']'")
-    return MemoryCall("read", pattern, tuple(results), match.start(), sc.pos + 1)
+    return MemoryCall("read", pattern, tuple(results), start, sc.pos + 1)
 
 
 def _escaped(text: str, pos: int) -> bool:
@@ -260,39 +329,77 @@ def _escaped(text: str, pos: int) -> bool:
     return n % 2 == 1
 
 
-def parse_calls(text: str, *, strict: bool = False) -> list[MemoryCall]:
-    """Every well-formed ``MEM_WRITE``/``MEM_READ`` call in ``text``, in order.
+_OPENERS = (f"[{WRITE}{{", f"[{READ}{{")
 
-    A call opened by an escaped ``\\[`` is text, not a call. The scan resumes after each parsed call, so
-    nothing inside a call (results included) is parsed again as a call. Malformed calls are skipped, or raise
-    :class:`MemoryCallError` with ``strict=True``.
+
+def _next_open(text: str, pos: int) -> tuple[int, str]:
+    """Position and name of the next ``[MEM_WRITE{`` / ``[MEM_READ{`` at or after ``pos`` ((-1, "") if none)."""
+    while True:
+        at = text.find("[MEM_", pos)
+        if at < 0:
+            return -1, ""
+        for opener in _OPENERS:
+            if text.startswith(opener, at):
+                return at, opener[1:-1]
+        pos = at + 1
+
+
+def scan_calls(
+    text: str, *, strict: bool = False, max_term_chars: int | None = MAX_TERM_CHARS
+) -> tuple[list[MemoryCall], list[SkippedCall]]:
+    """Every well-formed call in ``text``, in order, and every malformed one skipped (with the reason).
+
+    Linear time in ``len(text)``: the scan of a call (well-formed or not) stops at the next unescaped bracket,
+    so the scans of two calls never overlap. ``max_term_chars`` caps each
+    field of a call (``None``: no cap; results of an answered read are not capped).
+
+    >>> calls, skipped = scan_calls("[MEM_WRITE{a>>b>>c}] [MEM_WRITE{a>>b}]")
+    >>> [c.triplet for c in calls], [s.reason for s in skipped]
+    ([Triplet(t1='a', t2='b', t3='c')], ["a MEM_WRITE needs three fields separated by '>>', got 2"])
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
+    if max_term_chars is not None and (
+        isinstance(max_term_chars, bool) or not isinstance(max_term_chars, int) or max_term_chars < 1
+    ):
+        raise ValueError(f"max_term_chars must be a positive int or None, got {max_term_chars!r}")
     calls: list[MemoryCall] = []
+    skipped: list[SkippedCall] = []
     pos = 0
     while True:
-        m = _OPEN.search(text, pos)
-        if m is None:
-            return calls
-        if _escaped(text, m.start()):
-            pos = m.start() + 1
+        start, name = _next_open(text, pos)
+        if start < 0:
+            return calls, skipped
+        if _escaped(text, start):
+            pos = start + 1
             continue
+        sc = _Scanner(text, start + len(name) + 2)
         try:
-            call = _parse_one(text, m)
-        except MemoryCallError:
+            call = _parse_one(sc, name, start, max_term_chars)
+        except MemoryCallError as exc:
             if strict:
                 raise
-            pos = m.start() + 1
+            skipped.append(SkippedCall(start, text[start : min(sc.pos + 1, start + 200)], str(exc)))
+            pos = start + 1
             continue
         calls.append(call)
         pos = call.end
 
 
+def parse_calls(text: str, *, strict: bool = False, max_term_chars: int | None = MAX_TERM_CHARS) -> list[MemoryCall]:
+    """Every well-formed ``MEM_WRITE``/``MEM_READ`` call in ``text``, in order (see :func:`scan_calls`).
+
+    A call opened by an escaped ``\\[`` is text, not a call. The scan resumes after each parsed call, so
+    nothing inside a call (results included) is parsed again as a call. Malformed calls are skipped, or raise
+    :class:`MemoryCallError` with ``strict=True``.
+    """
+    return scan_calls(text, strict=strict, max_term_chars=max_term_chars)[0]
+
+
 def strip_calls(text: str) -> str:
     """``text`` with every parsed call removed and whitespace tidied (what a user should see)."""
     out, pos = [], 0
-    for call in parse_calls(text):
+    for call in parse_calls(text, max_term_chars=None):
         out.append(text[pos : call.start])
         pos = call.end
     out.append(text[pos:])

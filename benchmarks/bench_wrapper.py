@@ -1,0 +1,190 @@
+"""The drop-in path: FragRel wrappers with their DEFAULT arguments around the retrievers users already have.
+
+For each conversation of LoCoMo (one Document / node per turn, tagged with ``add_positions`` / ``PositionTagger``),
+the user's base retriever is asked for k = 5 and compared with ``FragRelRetriever(base, k=5)`` (no other
+argument) and with ``preset="dialogue"``, in the same run, on the same objects:
+
+  LangChain   InMemoryVectorStore(...).as_retriever()   (the store's relevance scores)
+              BM25Retriever (langchain-community)        (no scores: the wrapper uses the base's ranking)
+              EnsembleRetriever([bm25, vector])           (weighted RRF, no scores)
+  LlamaIndex  VectorStoreIndex(...).as_retriever()       (node scores)
+              BM25Retriever (llama-index-retrievers-bm25)
+
+Embeddings: the embedded all-MiniLM-L6-v2 through a text -> vector cache (``benchmarks/out``), so the vector
+stores hold exactly what the core benchmarks use. Recall@5 = share of a question's evidence turns in the top 5.
+
+    python benchmarks/bench_wrapper.py                 # dev: LoCoMo conversations 0-4
+    python benchmarks/bench_wrapper.py --split heldout # conversations 5-9, once, with the fixed defaults
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+from _common import RESULTS_DIR, CachedEmbedder, default_data_dir, load_locomo, paired_bootstrap, recall_at_k
+
+__all__ = ["main"]
+
+K = 5
+
+
+class _LCEmbeddings:
+    """LangChain Embeddings over the benchmark's cached MiniLM."""
+
+    def __init__(self, cached: CachedEmbedder) -> None:
+        self.cached = cached
+
+    def embed_documents(self, texts):
+        return self.cached.embed_documents(texts).tolist()
+
+    def embed_query(self, text):
+        return self.cached.embed_query(text).tolist()
+
+
+def _langchain_bases(docs, cached):
+    from langchain_classic.retrievers import EnsembleRetriever
+    from langchain_community.retrievers import BM25Retriever
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    class Emb(_LCEmbeddings, Embeddings):
+        pass
+
+    vs = InMemoryVectorStore(Emb(cached))
+    vs.add_documents(docs)
+    vector = vs.as_retriever(search_kwargs={"k": K})
+    bm25 = BM25Retriever.from_documents(docs, k=K)
+    return {
+        "lc-vector": vector,
+        "lc-bm25": bm25,
+        "lc-ensemble": EnsembleRetriever(retrievers=[bm25, vector], weights=[0.5, 0.5]),
+    }
+
+
+def _llama_bases(nodes, cached):
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import BaseEmbedding
+    from llama_index.retrievers.bm25 import BM25Retriever
+
+    class Emb(BaseEmbedding):
+        def _get_query_embedding(self, query):
+            return cached.embed_query(query).tolist()
+
+        async def _aget_query_embedding(self, query):
+            return self._get_query_embedding(query)
+
+        def _get_text_embedding(self, text):
+            return cached.embed_documents([text])[0].tolist()
+
+        def _get_text_embeddings(self, texts):
+            return cached.embed_documents(texts).tolist()
+
+    index = VectorStoreIndex(nodes, embed_model=Emb(model_name="minilm-cached"), show_progress=False)
+    return {
+        "li-vector": index.as_retriever(similarity_top_k=K),
+        "li-bm25": BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=K),
+    }
+
+
+def run(split: str, n_boot: int) -> dict:
+    from langchain_core.documents import Document
+    from llama_index.core.schema import TextNode
+
+    from fragrel_integrations.langchain import FragRelRetriever as LCFragRel
+    from fragrel_integrations.langchain import add_positions
+    from fragrel_integrations.llama_index import FragRelRetriever as LIFragRel
+    from fragrel_integrations.llama_index import tag_positions
+
+    convs = range(0, 5) if split == "dev" else range(5, 10)
+    ds = load_locomo(default_data_dir(), convs)
+    cached = CachedEmbedder(ds.cache_name)
+    rec: dict[str, list[float]] = {}
+    t0 = time.perf_counter()
+    for corpus in ds.corpora:
+        texts = [f.text for f in corpus.fragments]
+        cached.ensure(texts)
+        index_of = {t: i for i, t in enumerate(texts)}
+        docs = add_positions([Document(t, metadata={"source": corpus.name}) for t in texts])
+        nodes = tag_positions(
+            [TextNode(text=t, id_=f"{corpus.name}-{i}") for i, t in enumerate(texts)], default_doc_id=corpus.name
+        )
+        bases = {**_langchain_bases(docs, cached), **_llama_bases(nodes, cached)}
+        for name, base in bases.items():
+            if name.startswith("lc"):
+                wrappers = {
+                    "fragrel": LCFragRel(base_retriever=base, k=K),
+                    "fragrel-dialogue": LCFragRel(base_retriever=base, k=K, preset="dialogue"),
+                }
+                methods = {"base": lambda q, b=base: b.invoke(q)[:K]}
+                methods |= {m: (lambda q, w=w: w.invoke(q)) for m, w in wrappers.items()}
+                text_of = lambda d: d.page_content  # noqa: E731
+            else:
+                wrappers = {
+                    "fragrel": LIFragRel(base, similarity_top_k=K),
+                    "fragrel-dialogue": LIFragRel(base, similarity_top_k=K, preset="dialogue"),
+                }
+                methods = {"base": lambda q, b=base: b.retrieve(q)[:K]}
+                methods |= {m: (lambda q, w=w: w.retrieve(q)) for m, w in wrappers.items()}
+                text_of = lambda n: n.node.get_content()  # noqa: E731
+            for q in corpus.queries:
+                for m, fn in methods.items():
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        got = [index_of[text_of(x)] for x in fn(q.text)]
+                    rec.setdefault(f"{name}|{m}", []).append(recall_at_k(got, q.gold, K))
+    out = {"split": split, "conversations": list(convs), "k": K, "n_queries": ds.n_queries}
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    table = {}
+    for key, vals in rec.items():
+        name, m = key.split("|")
+        base = np.asarray(rec[f"{name}|base"])
+        arr = np.asarray(vals)
+        lo, hi = paired_bootstrap(arr, base, n_boot=n_boot) if m != "base" else (0.0, 0.0)
+        table.setdefault(name, {})[m] = {
+            "r5": round(100 * arr.mean(), 1),
+            "diff": round(100 * (arr.mean() - base.mean()), 1),
+            "ci": [round(100 * lo, 1), round(100 * hi, 1)],
+        }
+    out["recall_at_5"] = table
+    return out
+
+
+def to_markdown(res: dict) -> str:
+    lines = [
+        f"# FragRel wrappers with default arguments, LoCoMo {res['split']} (conversations {res['conversations']})",
+        "",
+        f"{res['n_queries']} questions, recall@{res['k']} in %, difference to the base asked for k={res['k']} and its "
+        f"paired-bootstrap 95% CI. Run time {res['seconds']} s. *fragrel* = `FragRelRetriever(base, k=5)` with no "
+        'other argument (preset story: w_rel 0.3, alpha 0.5); *dialogue* = `preset="dialogue"` (w_rel 0.3, alpha 1.0).',
+        "",
+        "| base | alone | fragrel (defaults) | fragrel preset=dialogue |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, row in res["recall_at_5"].items():
+        cells = [f"{row['base']['r5']}"]
+        for m in ("fragrel", "fragrel-dialogue"):
+            c = row[m]
+            cells.append(f"{c['r5']} ({c['diff']:+.1f} [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}])")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--split", choices=("dev", "heldout"), default="dev")
+    p.add_argument("--n-boot", type=int, default=2000)
+    args = p.parse_args(argv)
+    res = run(args.split, args.n_boot)
+    name = f"wrapper_{args.split}"
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(res, indent=1))
+    (RESULTS_DIR / f"{name}.md").write_text(to_markdown(res))
+    print(to_markdown(res))
+    return res
+
+
+if __name__ == "__main__":
+    main()

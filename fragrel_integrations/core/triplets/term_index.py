@@ -1,0 +1,217 @@
+"""In-memory term index for the triplet store's fuzzy lookup: an inverted-file (IVF) partition of the unit
+term vectors with an exact cosine over every vector of the probed partitions.
+
+Below ``train_at`` vectors the index is one partition, i.e. an exact scan (one matrix-vector product). From
+``train_at`` on, spherical k-means (on a sample) splits the vectors into about ``sqrt(n)`` partitions; a query
+ranks the centroids and scans the closest ``probe_share`` of the partitions (at least ``min_probe``) exactly.
+Near neighbours of a query fall in the partitions of its closest centroids, so recall of the best term stays
+near 1 while the scan touches a small share of the vectors. New vectors join their nearest partition; when
+the index has grown ``regrow`` times past the size it was trained at, it is re-partitioned.
+
+The index is a cache: :class:`~fragrel_integrations.core.triplets.store.TripletStore` rebuilds it from the
+database and feeds it only committed terms, in id order (``max_id`` says how far it has read).
+
+>>> import numpy as np
+>>> rng = np.random.default_rng(0)
+>>> vecs = rng.standard_normal((500, 16)).astype(np.float32)
+>>> vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+>>> index = TermIndex(16, train_at=100)
+>>> index.add(np.arange(1, 501), vecs)
+>>> ids, sims = index.search(vecs[41], threshold=0.9)
+>>> int(ids[0]), round(float(sims[0]), 3)
+(42, 1.0)
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import numpy as np
+
+__all__ = ["TermIndex"]
+
+
+class _Partition:
+    """A growable block of vectors and their ids (capacity doubles)."""
+
+    __slots__ = ("ids", "n", "vecs")
+
+    def __init__(self, dim: int, capacity: int = 16) -> None:
+        self.vecs = np.empty((capacity, dim), dtype=np.float32)
+        self.ids = np.empty(capacity, dtype=np.int64)
+        self.n = 0
+
+    def append(self, ids: np.ndarray, vecs: np.ndarray) -> None:
+        need = self.n + ids.shape[0]
+        if need > self.ids.shape[0]:
+            cap = max(need, 2 * self.ids.shape[0])
+            grown = np.empty((cap, self.vecs.shape[1]), dtype=np.float32)
+            grown[: self.n] = self.vecs[: self.n]
+            grown_ids = np.empty(cap, dtype=np.int64)
+            grown_ids[: self.n] = self.ids[: self.n]
+            self.vecs, self.ids = grown, grown_ids
+        self.vecs[self.n : need] = vecs
+        self.ids[self.n : need] = ids
+        self.n = need
+
+
+def _kmeans(data: np.ndarray, k: int, *, iters: int, seed: int) -> np.ndarray:
+    """Spherical k-means centroids (unit rows) of unit-row ``data``."""
+    rng = np.random.default_rng(seed)
+    cent = data[rng.choice(data.shape[0], size=k, replace=False)].copy()
+    for _ in range(iters):
+        assign = _nearest(data, cent)
+        sums = np.zeros_like(cent)
+        np.add.at(sums, assign, data)
+        empty = np.flatnonzero(np.bincount(assign, minlength=k) == 0)
+        sums[empty] = data[rng.choice(data.shape[0], size=empty.size, replace=False)]
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        norms[norms == 0] = 1.0
+        cent = (sums / norms).astype(np.float32)
+    return cent
+
+
+def _nearest(data: np.ndarray, cent: np.ndarray, chunk: int = 32768) -> np.ndarray:
+    out = np.empty(data.shape[0], dtype=np.int64)
+    for s in range(0, data.shape[0], chunk):
+        out[s : s + chunk] = np.argmax(data[s : s + chunk] @ cent.T, axis=1)
+    return out
+
+
+class TermIndex:
+    """Unit term vectors by integer id, searchable by cosine (see the module docstring).
+
+    Args:
+        dim: vector dimension.
+        train_at: below this many vectors: one partition (exact scan).
+        probe_share: share of the partitions scanned per query once partitioned (about the share of the
+            vectors scanned, so about ``1 / probe_share`` times faster than an exact scan).
+        min_probe: partitions scanned per query at least.
+        sample: vectors k-means trains on at most.
+        regrow: re-partition when the index holds this many times the vectors it was partitioned with.
+        seed: k-means seed (the partition, never the result set above the cut, depends on it).
+
+    Thread-safe: ``add`` and ``search`` may run concurrently.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        train_at: int = 20_000,
+        probe_share: float = 0.08,
+        min_probe: int = 16,
+        sample: int = 50_000,
+        regrow: float = 4.0,
+        seed: int = 0,
+    ) -> None:
+        for name, value in (("dim", dim), ("train_at", train_at), ("min_probe", min_probe), ("sample", sample)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if not 0 < probe_share <= 1:
+            raise ValueError(f"probe_share must be in (0, 1], got {probe_share!r}")
+        if not regrow > 1:
+            raise ValueError(f"regrow must be > 1, got {regrow!r}")
+        self.dim, self.train_at, self.sample, self.regrow, self.seed = dim, train_at, sample, float(regrow), seed
+        self.probe_share, self.min_probe = float(probe_share), min_probe
+        self.max_id = 0
+        self._n = 0
+        self._trained_n = 0
+        self._centroids: np.ndarray | None = None
+        self._parts: list[_Partition] = [_Partition(dim)]
+        self._lock = threading.RLock()
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def partitions(self) -> int:
+        """Number of partitions (1 = exact scan)."""
+        return len(self._parts)
+
+    @property
+    def nprobe(self) -> int:
+        """Partitions scanned per query."""
+        return min(len(self._parts), max(self.min_probe, math.ceil(self.probe_share * len(self._parts))))
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by vectors, ids and centroids (allocated capacity included)."""
+        with self._lock:
+            total = sum(p.vecs.nbytes + p.ids.nbytes for p in self._parts)
+            return total + (0 if self._centroids is None else self._centroids.nbytes)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray, *, rebalance: bool = True) -> None:
+        """Add unit vectors with ids greater than every id already held (the store's id order).
+
+        ``rebalance=False`` defers (re-)partitioning to a later :meth:`rebalance` (bulk loads in pages)."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        vecs = np.asarray(vectors, dtype=np.float32).reshape(ids.shape[0], self.dim)
+        if ids.size == 0:
+            return
+        with self._lock:
+            if int(ids.min()) <= self.max_id:
+                raise ValueError(f"term ids must grow: got {int(ids.min())} after {self.max_id}")
+            if self._centroids is None:
+                self._parts[0].append(ids, vecs)
+            else:
+                assign = _nearest(vecs, self._centroids)
+                for part in np.unique(assign):
+                    sel = assign == part
+                    self._parts[int(part)].append(ids[sel], vecs[sel])
+            self._n += ids.size
+            self.max_id = int(ids.max())
+            if rebalance:
+                self.rebalance()
+
+    def rebalance(self) -> None:
+        """Partition the index once it reaches ``train_at`` vectors, and again each time it grows ``regrow``-fold."""
+        with self._lock:
+            if self._n >= self.train_at and (self._centroids is None or self._n >= self.regrow * self._trained_n):
+                self._partition()
+
+    def _partition(self) -> None:
+        ids = np.concatenate([p.ids[: p.n] for p in self._parts])
+        vecs = np.concatenate([p.vecs[: p.n] for p in self._parts])
+        k = max(2, round(math.sqrt(self._n)))
+        rng = np.random.default_rng(self.seed)
+        take = rng.choice(self._n, size=min(self._n, max(self.sample, 8 * k)), replace=False)
+        cent = _kmeans(vecs[np.sort(take)], k, iters=8, seed=self.seed)
+        assign = _nearest(vecs, cent)
+        order = np.argsort(assign, kind="stable")
+        bounds = np.searchsorted(assign[order], np.arange(k + 1))
+        parts = []
+        for i in range(k):
+            part = _Partition(self.dim, capacity=max(16, int(bounds[i + 1] - bounds[i]) * 5 // 4))
+            rows = order[bounds[i] : bounds[i + 1]]
+            part.append(ids[rows], vecs[rows])
+            parts.append(part)
+        self._parts, self._centroids, self._trained_n = parts, cent, self._n
+
+    def search(self, query: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+        """Ids and cosines of the held vectors with cosine >= ``threshold`` to the unit ``query`` among the
+        probed partitions, best first (ties: lower id first)."""
+        q = np.asarray(query, dtype=np.float32).reshape(self.dim)
+        with self._lock:
+            if self._centroids is None:
+                parts = self._parts
+            else:
+                cs = self._centroids @ q
+                probe = self.nprobe
+                picked = np.argpartition(-cs, probe - 1)[:probe] if probe < cs.size else np.arange(cs.size)
+                parts = [self._parts[int(i)] for i in picked]
+            got_ids, got_sims = [], []
+            for p in parts:
+                if not p.n:
+                    continue
+                sims = p.vecs[: p.n] @ q
+                keep = np.flatnonzero(sims >= threshold)
+                if keep.size:
+                    got_ids.append(p.ids[keep])
+                    got_sims.append(sims[keep])
+        if not got_ids:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        ids, sims = np.concatenate(got_ids), np.concatenate(got_sims)
+        order = np.lexsort((ids, -sims))
+        return ids[order], sims[order]

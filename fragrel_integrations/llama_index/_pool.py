@@ -1,0 +1,41 @@
+"""Ask a LlamaIndex base retriever for a pool of ``n`` candidates, on a copy (the user's retriever is unchanged).
+
+``similarity_top_k`` is the knob of ``VectorIndexRetriever``, ``BM25Retriever``, ``QueryFusionRetriever`` and
+most others; a fusion retriever also passes it to each of its member retrievers.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = ["default_pool_size", "sized_base"]
+
+
+def default_pool_size(k: int) -> int:
+    """Candidates asked of the base when the user sets no pool size: ``max(10 * k, 50)`` (as in LangChain).
+
+    >>> default_pool_size(5)
+    50
+    """
+    return max(10 * k, 50)
+
+
+def _corpus_size(retriever: Any) -> int | None:
+    """Nodes a BM25 retriever indexed (bm25s refuses a k above it), else None."""
+    scores = getattr(getattr(retriever, "bm25", None), "scores", None)
+    n = scores.get("num_docs") if isinstance(scores, dict) else None
+    return int(n) if n else None
+
+
+def sized_base(retriever: Any, n: int) -> Any | None:
+    """A shallow copy of ``retriever`` returning ``n`` candidates, or None when it has no ``similarity_top_k``."""
+    if not isinstance(getattr(retriever, "similarity_top_k", None), int):
+        return None
+    sized = copy.copy(retriever)
+    limit = _corpus_size(retriever)
+    sized.similarity_top_k = n if limit is None else min(n, limit)
+    members = getattr(retriever, "_retrievers", None)
+    if isinstance(members, list):
+        sized._retrievers = [sized_base(r, n) or r for r in members]
+    return sized
