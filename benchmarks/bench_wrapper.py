@@ -2,13 +2,14 @@
 
 For each conversation of LoCoMo (one Document / node per turn, tagged with ``add_positions`` / ``PositionTagger``),
 the user's base retriever is asked for k = 5 and compared with ``FragRelRetriever(base, k=5)`` (no other
-argument) and with ``preset="dialogue"``, in the same run, on the same objects:
+argument) and with the named presets ``story`` (the paper's) and ``dialogue``, in the same run, on the same objects:
 
   LangChain   InMemoryVectorStore(...).as_retriever()   (the store's relevance scores)
               BM25Retriever (langchain-community)        (no scores: the wrapper uses the base's ranking)
               EnsembleRetriever([bm25, vector])           (weighted RRF, no scores)
   LlamaIndex  VectorStoreIndex(...).as_retriever()       (node scores)
               BM25Retriever (llama-index-retrievers-bm25)
+              QueryFusionRetriever([vector, bm25], num_queries=1, mode="reciprocal_rerank")  (hybrid, RRF)
 
 Embeddings: the embedded all-MiniLM-L6-v2 through a text -> vector cache (``benchmarks/out``), so the vector
 stores hold exactly what the core benchmarks use. Recall@5 = share of a question's evidence turns in the top 5.
@@ -27,9 +28,12 @@ import warnings
 import numpy as np
 from _common import RESULTS_DIR, CachedEmbedder, default_data_dir, load_locomo, paired_bootstrap, recall_at_k
 
+from fragrel_integrations.core.presets import DEFAULT_PRESET, preset
+
 __all__ = ["main"]
 
 K = 5
+PRESET_COLUMNS = ("story", "dialogue")  # named presets measured beside the defaults
 
 
 class _LCEmbeddings:
@@ -83,14 +87,19 @@ def _llama_bases(nodes, cached):
         def _get_text_embeddings(self, texts):
             return cached.embed_documents(texts).tolist()
 
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.retrievers import QueryFusionRetriever
+
     index = VectorStoreIndex(nodes, embed_model=Emb(model_name="minilm-cached"), show_progress=False)
-    return {
-        "li-vector": index.as_retriever(similarity_top_k=K),
-        "li-bm25": BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=K),
-    }
+    vector = index.as_retriever(similarity_top_k=K)
+    bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=K)
+    fusion = QueryFusionRetriever(
+        [vector, bm25], similarity_top_k=K, num_queries=1, mode="reciprocal_rerank", use_async=False, llm=MockLLM()
+    )  # num_queries=1 writes no query variants: the llm is never called
+    return {"li-vector": vector, "li-bm25": bm25, "li-fusion": fusion}
 
 
-def run(split: str, n_boot: int) -> dict:
+def run(split: str, n_boot: int, only: tuple[str, ...] = ()) -> dict:
     from langchain_core.documents import Document
     from llama_index.core.schema import TextNode
 
@@ -113,20 +122,23 @@ def run(split: str, n_boot: int) -> dict:
             [TextNode(text=t, id_=f"{corpus.name}-{i}") for i, t in enumerate(texts)], default_doc_id=corpus.name
         )
         bases = {**_langchain_bases(docs, cached), **_llama_bases(nodes, cached)}
+        bases = {n: b for n, b in bases.items() if not only or n in only}
         for name, base in bases.items():
             if name.startswith("lc"):
                 wrappers = {
                     "fragrel": LCFragRel(base_retriever=base, k=K),
-                    "fragrel-dialogue": LCFragRel(base_retriever=base, k=K, preset="dialogue"),
+                    "alpha0": LCFragRel(base_retriever=base, k=K, alpha=0.0),
                 }
+                wrappers |= {f"fragrel-{p}": LCFragRel(base_retriever=base, k=K, preset=p) for p in PRESET_COLUMNS}
                 methods = {"base": lambda q, b=base: b.invoke(q)[:K]}
                 methods |= {m: (lambda q, w=w: w.invoke(q)) for m, w in wrappers.items()}
                 text_of = lambda d: d.page_content  # noqa: E731
             else:
                 wrappers = {
                     "fragrel": LIFragRel(base, similarity_top_k=K),
-                    "fragrel-dialogue": LIFragRel(base, similarity_top_k=K, preset="dialogue"),
+                    "alpha0": LIFragRel(base, similarity_top_k=K, alpha=0.0),
                 }
+                wrappers |= {f"fragrel-{p}": LIFragRel(base, similarity_top_k=K, preset=p) for p in PRESET_COLUMNS}
                 methods = {"base": lambda q, b=base: b.retrieve(q)[:K]}
                 methods |= {m: (lambda q, w=w: w.retrieve(q)) for m, w in wrappers.items()}
                 text_of = lambda n: n.node.get_content()  # noqa: E731
@@ -153,20 +165,32 @@ def run(split: str, n_boot: int) -> dict:
     return out
 
 
+def _describe(name: str) -> str:
+    p = preset(name)
+    top = f", top_m {p.top_m}" if p.top_m else ""
+    return f"w_rel {p.w_rel}, alpha {p.alpha}{top}"
+
+
 def to_markdown(res: dict) -> str:
     lines = [
         f"# FragRel wrappers with default arguments, LoCoMo {res['split']} (conversations {res['conversations']})",
         "",
         f"{res['n_queries']} questions, recall@{res['k']} in %, difference to the base asked for k={res['k']} and its "
         f"paired-bootstrap 95% CI. Run time {res['seconds']} s. *fragrel* = `FragRelRetriever(base, k=5)` with no "
-        'other argument (preset story: w_rel 0.3, alpha 0.5); *dialogue* = `preset="dialogue"` (w_rel 0.3, alpha 1.0).',
+        f"other argument (preset {DEFAULT_PRESET}: {_describe(DEFAULT_PRESET)}); "
+        + "; ".join(f'*{p}* = `preset="{p}"` ({_describe(p)})' for p in PRESET_COLUMNS)
+        + ".",
         "",
-        "| base | alone | fragrel (defaults) | fragrel preset=dialogue |",
-        "|---|---:|---:|---:|",
+        "*alpha=0* = the same pool and scores without the environment (what the pool and score handling alone do).",
+        "",
+        "| base | alone | alpha=0 | fragrel (defaults) | "
+        + " | ".join(f"fragrel preset={p}" for p in PRESET_COLUMNS)
+        + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(PRESET_COLUMNS),
     ]
     for name, row in res["recall_at_5"].items():
         cells = [f"{row['base']['r5']}"]
-        for m in ("fragrel", "fragrel-dialogue"):
+        for m in ("alpha0", "fragrel", *(f"fragrel-{p}" for p in PRESET_COLUMNS)):
             c = row[m]
             cells.append(f"{c['r5']} ({c['diff']:+.1f} [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}])")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -177,9 +201,10 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--split", choices=("dev", "heldout"), default="dev")
     p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--bases", nargs="*", default=[], help="only these bases (e.g. lc-bm25); results go to *_partial")
     args = p.parse_args(argv)
-    res = run(args.split, args.n_boot)
-    name = f"wrapper_{args.split}"
+    res = run(args.split, args.n_boot, tuple(args.bases))
+    name = f"wrapper_{args.split}" + ("_partial" if args.bases else "")
     (RESULTS_DIR / f"{name}.json").write_text(json.dumps(res, indent=1))
     (RESULTS_DIR / f"{name}.md").write_text(to_markdown(res))
     print(to_markdown(res))

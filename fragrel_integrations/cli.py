@@ -4,10 +4,11 @@ fragrel ask BOOK.txt "Who was shipwrecked?"
 fragrel ask BOOK.txt "Who was shipwrecked?" --base-url http://127.0.0.1:8080/v1 --model my-model
 fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
 
-Defaults: the ``story`` preset (500-word fragments, w_rel 0.3, alpha 0.5), the hybrid score (0.5 min-max BM25
-+ 0.5 min-max dense), fragments embedded in 152-word sub-windows (all of every fragment is read). The embedded
-book is cached in ``$XDG_CACHE_HOME/fragrel`` (``--cache-dir``, ``--no-cache``), keyed by the file's bytes, the
-model and the splitting: a second question on the same book (``retrieve`` or ``ask``) does not embed it again.
+Defaults: the ``general`` preset (500-word fragments, w_rel 0.2, alpha 1.0, the 10 best lend support), the hybrid
+score (0.5 min-max BM25 + 0.5 min-max dense), fragments embedded in 152-word sub-windows (all of every fragment is
+read). The embedded book is cached in ``$XDG_CACHE_HOME/fragrel`` (``--cache-dir``, ``--no-cache``), keyed by the
+file's bytes, the model and the splitting: a second question on the same book (``retrieve`` or ``ask``) does not
+embed it again.
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=None, help="environment weight (default: the preset's)")
     parser.add_argument("--w-rel", type=float, default=None, help="context decay per position (default: the preset's)")
     parser.add_argument(
+        "--top-m",
+        type=int,
+        default=None,
+        help="how many of the best fragments lend support to their neighbours (default: the preset's; 0: all)",
+    )
+    parser.add_argument(
         "--relation", choices=("context", "semantic", "both"), default="context", help="fragment relation"
     )
     parser.add_argument(
@@ -95,24 +102,25 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
-def _settings(args: argparse.Namespace) -> tuple[float, float, int, str]:
-    """``(alpha, w_rel, fragment_words, order)``: the options given, else the preset's."""
+def _settings(args: argparse.Namespace) -> tuple[float, float, int, str, int | None]:
+    """``(alpha, w_rel, fragment_words, order, top_m)``: the options given, else the preset's."""
     p = preset(args.preset)
+    top_m = p.top_m if args.top_m is None else (args.top_m or None)
     alpha = p.alpha if args.alpha is None else args.alpha
     w_rel = p.w_rel if args.w_rel is None else args.w_rel
     words = p.fragment_words if args.fragment_words is None else args.fragment_words
-    return alpha, w_rel, words, p.order
+    return alpha, w_rel, words, p.order, top_m
 
 
 def build_index(args: argparse.Namespace) -> FragRelIndex:
     """The index over ``args.file``; embeddings come from the on-disk cache when the same file was embedded
     with the same model and splitting before (see :func:`cached_index`)."""
-    alpha, w_rel, fragment_words, _ = _settings(args)
+    alpha, w_rel, fragment_words, _, top_m = _settings(args)
     relation = _relation(args.relation, w_rel)
     data = _read_bytes(args.file)
     text = data.decode("utf-8", errors="replace")
     window_words = "auto" if args.window_words is None else args.window_words
-    kwargs: dict[str, Any] = {"relation": relation, "alpha": alpha, "scorer": args.scorer}
+    kwargs: dict[str, Any] = {"relation": relation, "alpha": alpha, "scorer": args.scorer, "top_m": top_m}
 
     def build() -> FragRelIndex:
         return FragRelIndex.from_texts(

@@ -14,11 +14,12 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever as LlamaBM25Retriever
 
 import fragrel_integrations.models.local as local
-from fragrel_integrations.core.presets import PRESETS, preset
+from fragrel_integrations.core.presets import DEFAULT_PRESET, PRESETS, preset
 from fragrel_integrations.langchain import FragRelRetriever, add_positions
-from fragrel_integrations.langchain._pool import oriented
+from fragrel_integrations.langchain._pool import minmax_member_scores, oriented, sized_base
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
 from fragrel_integrations.llama_index import FragRelRetriever as LlamaFragRelRetriever
+from fragrel_integrations.llama_index._pool import sized_base as llama_sized_base
 
 TEXTS = [f"turn {i} about {'boats' if i % 7 == 0 else 'goats'} and item{i}" for i in range(80)]
 
@@ -58,23 +59,63 @@ async def test_vector_store_retriever_async_matches_sync():
     assert [(d.page_content, d.metadata) for d in got] == [(d.page_content, d.metadata) for d in sync]
 
 
-def test_bm25_retriever_without_scores_is_sized_and_ranked():
+def test_bm25_retriever_is_sized_and_scored_by_its_own_bm25():
     base = BM25Retriever.from_documents(_docs())  # k = 4, ignores invoke kwargs, returns no scores
     retriever = FragRelRetriever(base_retriever=base, k=5)
     got = retriever.invoke("boats item14")
     assert len(got) == 5 and base.k == 4
-    ranks = [round(20 * (1 - d.metadata["fragrel_independent_score"]), 9) for d in got]  # 1 - rank / 20
-    assert all(r == int(r) and 0 <= r < 20 for r in ranks)
+    bm25 = dict(zip(TEXTS, base.vectorizer.get_scores(base.preprocess_func("boats item14")), strict=True))
+    for d in got:
+        assert d.metadata["fragrel_independent_score"] == pytest.approx(bm25[d.page_content])
+        assert "fragrel_base_score" not in d.metadata
 
 
-def test_ensemble_members_are_sized():
+def test_scored_bm25_copy_keeps_the_retrievers_ranking():
+    base = BM25Retriever.from_documents(_docs(), k=50)
+    scored = sized_base(base, 50)
+    query = "goats item3 boats"
+    assert [d.page_content for d in scored.invoke(query)] == [d.page_content for d in base.invoke(query)]
+
+
+def test_ensemble_members_are_sized_and_their_scores_fused():
     vs = InMemoryVectorStore(DeterministicFakeEmbedding(size=32))
     vs.add_documents(_docs())
     bm25 = BM25Retriever.from_documents(_docs())
-    ensemble = EnsembleRetriever(retrievers=[bm25, vs.as_retriever()], weights=[0.5, 0.5])
+    ensemble = EnsembleRetriever(retrievers=[bm25, vs.as_retriever()], weights=[0.25, 0.75])
     assert len(ensemble.invoke("boats")) <= 8
-    got = FragRelRetriever(base_retriever=ensemble, k=5).invoke("boats")
+    got = FragRelRetriever(base_retriever=ensemble, k=5, alpha=0.0).invoke("boats item14")
     assert len(got) == 5 and bm25.k == 4
+    # s_ind = 0.25 * min-max(BM25 over its 50) + 0.75 * min-max(store score over its 50), 0 where absent
+    b = dict(zip(TEXTS, bm25.vectorizer.get_scores(bm25.preprocess_func("boats item14")), strict=True))
+    top_b = sorted(b.values(), reverse=True)[:50]
+    v = {d.page_content: s for d, s in vs.similarity_search_with_score("boats item14", k=50)}
+
+    def mm(x, vals):
+        return (x - min(vals)) / (max(vals) - min(vals))
+
+    for d in got:
+        t = d.page_content
+        want = (0.25 * mm(b[t], top_b) if b[t] >= top_b[-1] else 0.0) + (0.75 * mm(v[t], v.values()) if t in v else 0.0)
+        assert d.metadata["fragrel_independent_score"] == pytest.approx(want)
+
+
+def test_minmax_member_scores_without_scores_use_ranks():
+    docs = [Document("a"), Document("b"), Document("c"), Document("d")]
+    assert minmax_member_scores(docs).tolist() == [1.0, 0.75, 0.5, 0.25]
+
+
+def test_general_preset_is_the_default_and_only_the_top_m_lend_support():
+    assert DEFAULT_PRESET == "general" and preset("general").top_m == 10
+    r = FragRelRetriever(base_retriever=lambda q: [])
+    assert (r.alpha, r.top_m) == (preset("general").alpha, 10)
+    assert FragRelRetriever(base_retriever=lambda q: [], preset="story").top_m == 0  # 0: every candidate
+    # doc b's first turn is ranked 12th: under top_m=10 it lends its neighbour nothing, under top_m=0 it does
+    pool = [Document(f"a{i}", metadata={"doc_id": "a", "position": i, "score": 1.0 - i / 100}) for i in range(11)]
+    pool += [Document(f"b{i}", metadata={"doc_id": "b", "position": i, "score": 0.5 - i / 10}) for i in range(2)]
+    for top_m, lends in ((10, False), (0, True)):
+        got = FragRelRetriever(base_retriever=lambda q: pool, k=13, top_m=top_m).invoke("q")
+        env = {d.page_content: d.metadata["fragrel_environment_score"] for d in got}
+        assert (env["b1"] > 0) is lends
 
 
 def test_base_without_a_pool_knob_warns_once():
@@ -92,7 +133,7 @@ def test_presets_set_relation_alpha_order_and_explicit_values_win():
     assert (r.relation, r.alpha, r.order) == (preset("dialogue").relation(), 1.0, "position")
     r = FragRelRetriever(base_retriever=lambda q: [], preset="dialogue", alpha=0.2, order="score")
     assert (r.alpha, r.order) == (0.2, "score")
-    assert FragRelRetriever(base_retriever=lambda q: []).alpha == PRESETS["story"].alpha
+    assert FragRelRetriever(base_retriever=lambda q: []).alpha == PRESETS["general"].alpha
     with pytest.raises(ValueError, match="preset must be one of"):
         FragRelRetriever(base_retriever=lambda q: [], preset="poetry")
     with pytest.raises(ValueError, match="preset must be one of"):
@@ -121,6 +162,24 @@ def test_llama_index_bm25_retriever_is_sized_within_its_corpus():
     base = LlamaBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=2)
     got = LlamaFragRelRetriever(base, similarity_top_k=5).retrieve("boats item14")
     assert len(got) == 5 and base.similarity_top_k == 2
+
+
+def test_llama_index_rrf_fusion_is_asked_for_its_relative_score_fusion():
+    from llama_index.core.llms import MockLLM
+    from llama_index.core.retrievers import QueryFusionRetriever
+
+    nodes = _nodes()
+    index = VectorStoreIndex(nodes, embed_model=MockEmbedding(embed_dim=8))
+    bm25 = LlamaBM25Retriever.from_defaults(nodes=nodes, similarity_top_k=2)
+    fusion = QueryFusionRetriever(
+        [index.as_retriever(), bm25], num_queries=1, mode="reciprocal_rerank", use_async=False, llm=MockLLM()
+    )
+    sized = llama_sized_base(fusion, 50)
+    assert getattr(sized.mode, "value", sized.mode) == "relative_score"
+    assert getattr(fusion.mode, "value", fusion.mode) == "reciprocal_rerank"
+    assert sized.similarity_top_k == 50 and bm25.similarity_top_k == 2
+    got = LlamaFragRelRetriever(fusion).retrieve("boats item14")
+    assert len(got) == 5 and all(0.0 <= n.metadata["fragrel_independent_score"] <= 1.0 for n in got)
 
 
 def test_postprocessor_warns_once_when_it_gets_no_more_than_it_keeps():

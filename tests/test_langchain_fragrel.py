@@ -218,7 +218,7 @@ def test_minilm_embeddings_match_core_model(minilm):
 def test_real_scores_equal_core_rerank(vectorstore, minilm):
     vs, _ = vectorstore
     query = "Where did Mara hide the key?"
-    retriever = FragRelRetriever(base_retriever=vs.as_retriever(), pool_size=8, k=5, embedder=minilm)
+    retriever = FragRelRetriever(preset="story", base_retriever=vs.as_retriever(), pool_size=8, k=5, embedder=minilm)
     got = retriever.invoke(query)
     pool = vs.similarity_search(query, k=8)
     expected = rerank(
@@ -376,7 +376,7 @@ def test_add_positions_composes_with_inmemory_vectorstore():
 def test_scores_equal_core_rerank_with_base_scores():
     docs = scored_docs()
     retriever = FragRelRetriever(
-        base_retriever=RunnableLambda(lambda q: docs), k=5, embedder=NoEmbedder(), outside="ignore"
+        base_retriever=RunnableLambda(lambda q: docs), k=5, embedder=NoEmbedder(), outside="ignore", preset="story"
     )
     got = retriever.invoke("q")
     expected = rerank(
@@ -496,9 +496,13 @@ def test_missing_position_error_and_isolate_mode():
     ]
     mixed = [loose[0], *docs, loose[1]]
     with pytest.raises(ValueError, match=r"add_positions.*on_missing_position='isolate'"):
-        FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed)).invoke("q")
+        FragRelRetriever(preset="story", base_retriever=RunnableLambda(lambda q: mixed)).invoke("q")
     isolated = FragRelRetriever(
-        base_retriever=RunnableLambda(lambda q: mixed), k=len(mixed), on_missing_position="isolate", outside="ignore"
+        base_retriever=RunnableLambda(lambda q: mixed),
+        k=len(mixed),
+        on_missing_position="isolate",
+        outside="ignore",
+        preset="story",
     )
     got = isolated.invoke("q")
     assert len(got) == len(mixed)
@@ -532,12 +536,12 @@ def test_missing_position_error_and_isolate_mode():
 def test_bad_positions_raise_type_error():
     doc = Document("x", metadata={"doc_id": "a", "position": "third", "score": 1.0})
     with pytest.raises(TypeError, match="'position'"):
-        FragRelRetriever(base_retriever=RunnableLambda(lambda q: [doc])).invoke("q")
+        FragRelRetriever(preset="story", base_retriever=RunnableLambda(lambda q: [doc])).invoke("q")
     ok = [
         Document("x", metadata={"doc_id": "a", "position": 2.0, "score": 1.0}),
         Document("y", metadata={"doc_id": "a", "position": "3", "score": 0.5}),
     ]
-    got = FragRelRetriever(base_retriever=RunnableLambda(lambda q: ok), outside="ignore").invoke("q")
+    got = FragRelRetriever(preset="story", base_retriever=RunnableLambda(lambda q: ok), outside="ignore").invoke("q")
     assert got[1].metadata["fragrel_environment_score"] == pytest.approx(1.0)
 
 

@@ -251,7 +251,13 @@ def test_retriever_scores_equal_formula_and_core_rerank(index):
     keys = [_key(n) for n in pool]
     s_ind = np.array([n.score for n in pool])
     retriever = FragRelRetriever(
-        base, similarity_top_k=4, relation=ContextRelation(0.5), alpha=0.7, pool_size=8, outside="ignore"
+        base,
+        similarity_top_k=4,
+        relation=ContextRelation(0.5),
+        alpha=0.7,
+        pool_size=8,
+        outside="ignore",
+        preset="story",
     )
     got = retriever.retrieve(QUERY)
     assert len(got) == 4
@@ -346,6 +352,7 @@ def test_links_relate_candidates_chained_by_prev_next():
     candidates = [pool[i] for i in (0, 1, 3)]  # n2 was not retrieved: n3 is not linked to n0/n1
     got = FragRelRetriever(
         ListRetriever(candidates),
+        preset="story",
         similarity_top_k=3,
         relation=ContextRelation(0.5),
         on_missing_position="links",
@@ -364,7 +371,12 @@ def test_expansion_through_store(index, store, bow_embedder):
     [hit] = base.retrieve(QUERY)
     doc_id, position = _key(hit)
     retriever = FragRelRetriever(
-        ListRetriever([hit]), similarity_top_k=10, store=store, embedder=bow_embedder, outside="ignore"
+        ListRetriever([hit]),
+        similarity_top_k=10,
+        store=store,
+        embedder=bow_embedder,
+        outside="ignore",
+        preset="story",
     )
     got = retriever.retrieve(QUERY)
     keys = [_key(n) for n in got]
@@ -560,7 +572,11 @@ def test_real_index_base_scores_are_minilm_cosine(real_setup, real_embedder):
     cos = real_embedder.embed_documents(texts) @ real_embedder.embed_query(QUERY)
     np.testing.assert_allclose([n.score for n in pool], cos, atol=1e-5)
     got = FragRelRetriever(
-        index.as_retriever(similarity_top_k=8), similarity_top_k=4, pool_size=8, outside="ignore"
+        index.as_retriever(similarity_top_k=8),
+        similarity_top_k=4,
+        pool_size=8,
+        outside="ignore",
+        preset="story",
     ).retrieve(QUERY)
     want = expected_scores([_key(n) for n in pool], np.array([n.score for n in pool]), 0.3, 0.5)
     np.testing.assert_allclose([n.score for n in got], np.sort(want)[::-1][:4], rtol=1e-9)
@@ -570,7 +586,7 @@ def test_real_index_base_scores_are_minilm_cosine(real_setup, real_embedder):
 @pytest.mark.slow
 def test_real_query_engine_with_postprocessor_and_store(real_setup, minilm):
     index, store = real_setup
-    postprocessor = FragRelPostprocessor(top_n=3, store=store, embedder=minilm)
+    postprocessor = FragRelPostprocessor(preset="story", top_n=3, store=store, embedder=minilm)
     engine = index.as_query_engine(similarity_top_k=4, llm=MockLLM(), node_postprocessors=[postprocessor])
     response = engine.query(QUERY)
     assert len(response.source_nodes) == 3

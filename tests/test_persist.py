@@ -148,3 +148,10 @@ def test_other_embedder_custom_relation_and_stale_metadata_are_refused(index, bo
         index.save(tmp_path / "x.fragrel", metadata={"bad": object()})
     assert not (tmp_path / "x.fragrel").exists()
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_top_m_is_saved_and_can_be_overridden(tmp_path):
+    index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25", top_m=2)
+    path = index.save(tmp_path / "i.fragrel")
+    assert FragRelIndex.load(path).top_m == 2
+    assert FragRelIndex.load(path, top_m=None).top_m is None

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from fragrel_integrations import ContextRelation, Fragment, FragmentStore, rerank
+from fragrel_integrations import ContextRelation, Fragment, FragmentStore, FragRelIndex, rerank
 from fragrel_integrations.core.relations import FragmentLayout, context_weights
 from fragrel_integrations.core.scoring import relation_aware_scores
 
@@ -108,3 +108,33 @@ def test_expanded_neighbours_get_the_pool_floor_not_a_new_scale(bow_embedder):
     )
     by = {h.fragment.position: h.independent_score for h in hits}
     assert by == {2: 0.9, 4: 0.4, 1: 0.4, 3: 0.4, 5: 0.4}
+
+
+def test_top_m_rerank_of_a_pool_equals_the_index_on_the_whole_corpus():
+    # with top_m, only the m best fragments lend support; a pool holding them gives the corpus-wide environment
+    rng = np.random.default_rng(0)
+    words = ["boat", "goat", "sea", "island", "fire", "rain"]
+    texts = [" ".join(rng.choice(words, size=8)) for _ in range(200)]
+    index = FragRelIndex.from_fragments(texts, scorer="bm25", relation=ContextRelation(0.2), alpha=1.0, top_m=10)
+    s_ind, s_env, _ = index.scores("boat island")
+    pool = [index.fragments[i] for i in np.argsort(-s_ind, kind="stable")[:50]]
+    hits = rerank(
+        "boat island",
+        pool,
+        relation=ContextRelation(0.2),
+        alpha=1.0,
+        scores=[s_ind[f.position] for f in pool],
+        top_m=10,
+    )
+    assert len(hits) == 50
+    for h in hits:
+        if 10 <= h.fragment.position < 190:  # away from the document's ends, where the index has fewer neighbours
+            assert h.environment_score == pytest.approx(s_env[h.fragment.position], abs=1e-9)
+    assert any(h.environment_score > 0 for h in hits)
+
+
+def test_top_m_must_be_a_positive_int_or_none():
+    with pytest.raises(ValueError, match="top_m must be a positive int"):
+        rerank("q", [Fragment("a", "d", 0)], relation=ContextRelation(0.3), top_m=0)
+    with pytest.raises(ValueError, match="top_m must be a positive int"):
+        FragRelIndex.from_fragments(["a"], scorer="bm25", top_m=-1)

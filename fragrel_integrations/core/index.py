@@ -19,7 +19,7 @@ from ..models.base import (
 )
 from .relations import ContextRelation, FragmentLayout, Relation
 from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
-from .scoring import check_alpha, check_scores, environment_from_sums
+from .scoring import check_alpha, check_scores, check_top_m, environment_from_sums, top_m_excess
 from .selection import check_k, order_by_position, select
 from .splitters import split_turns, split_words
 from .types import Fragment, ScoredFragment
@@ -60,7 +60,9 @@ class FragRelIndex:
     the window the embedder exposes (``max_input_tokens``, ``max_seq_length``, ``client.max_seq_length``; 152
     words for all-MiniLM-L6-v2's 256 word pieces) and keeps fragments whole when it exposes none; ``None``
     embeds every fragment whole. Relations that read embeddings get one vector per fragment: the normalised
-    mean of its window vectors. :meth:`save` and :meth:`load` keep an index (embeddings included) in SQLite.
+    mean of its window vectors. ``top_m=m`` lets only the ``m`` best fragments of a query lend support to their
+    related fragments (:func:`~fragrel_integrations.core.scoring.top_m_excess`; None: all, as in the paper).
+    :meth:`save` and :meth:`load` keep an index (embeddings included) in SQLite.
 
     >>> index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25")
     >>> [h.fragment.text for h in index.retrieve("cat", k=2)]
@@ -80,9 +82,11 @@ class FragRelIndex:
         window_embeddings: tuple[np.ndarray, np.ndarray] | None = None,
         batch_size: int = 64,
         show_progress: bool = True,
+        top_m: int | None = None,
     ) -> None:
         self.fragments = _check_fragments(fragments)
         self.alpha = check_alpha(alpha)
+        self.top_m = check_top_m(top_m)
         self.relation = ContextRelation(0.3) if relation is None else relation
         if not isinstance(self.relation, Relation):
             raise TypeError(f"relation must be a Relation (e.g. ContextRelation(0.3)), got {relation!r}")
@@ -220,7 +224,7 @@ class FragRelIndex:
         s_ind = check_scores(self.scorer(query), "independent scores")
         if s_ind.shape[0] != len(self.fragments):
             raise ValueError(f"scorer returned {s_ind.shape[0]} scores for {len(self.fragments)} fragments")
-        s_env = environment_from_sums(*self._prepared.sums(s_ind))
+        s_env = environment_from_sums(*self._prepared.sums(top_m_excess(s_ind, self.top_m)))
         return s_ind, s_env, s_ind + self.alpha * s_env
 
     def retrieve(
@@ -263,6 +267,7 @@ class FragRelIndex:
         alpha: float | None = None,
         scorer: ScorerName | Scorer | None = None,
         expect: Mapping[str, Any] | None = None,
+        top_m: int | Literal["saved"] | None = "saved",
     ) -> FragRelIndex:
         """Read an index written by :meth:`save`, without re-embedding. Settings not given keep their saved
         values; the embedder must be the model the index was built with (``None``: the embedded default).
@@ -270,7 +275,9 @@ class FragRelIndex:
         ValueError naming the file; see :func:`~fragrel_integrations.core.persist.load_index`."""
         from .persist import load_index
 
-        return load_index(path, embedder=embedder, relation=relation, alpha=alpha, scorer=scorer, expect=expect)
+        return load_index(
+            path, embedder=embedder, relation=relation, alpha=alpha, scorer=scorer, expect=expect, top_m=top_m
+        )
 
     def __len__(self) -> int:
         return len(self.fragments)

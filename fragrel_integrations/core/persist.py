@@ -24,7 +24,7 @@ import sqlite3
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import numpy as np
@@ -155,6 +155,7 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
         "embedder": None if vectors is None else embedder_id(index.embedder),
         "window_words": index.window_words,
         "alpha": index.alpha,
+        "top_m": index.top_m,
         "scorer": index.scorer_name,
         "relation": relation_spec(index.relation),
     }
@@ -274,6 +275,7 @@ def load_index(
     alpha: float | None = None,
     scorer: ScorerName | Scorer | None = None,
     expect: Mapping[str, Any] | None = None,
+    top_m: int | Literal["saved"] | None = "saved",
 ) -> FragRelIndex:
     """Read the index :func:`save_index` wrote to ``path`` (see :meth:`FragRelIndex.load`).
 
@@ -321,6 +323,10 @@ def load_index(
         alpha = settings.get("alpha")
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
             raise ValueError(f"{path}: damaged FragRel index header (alpha={alpha!r})")
+    if top_m == "saved":
+        top_m = settings.get("top_m")  # absent in files written before top_m existed: None, as then
+        if top_m is not None and (isinstance(top_m, bool) or not isinstance(top_m, int) or top_m <= 0):
+            raise ValueError(f"{path}: damaged FragRel index header (top_m={top_m!r})")
     window_words = settings.get("window_words")
     if window_words is not None and (isinstance(window_words, bool) or not isinstance(window_words, int)):
         raise ValueError(f"{path}: damaged FragRel index header (window_words={window_words!r})")
@@ -331,6 +337,7 @@ def load_index(
             embedder=embedder,
             relation=relation,
             alpha=alpha,
+            top_m=top_m,
             scorer=scorer,
             window_words=window_words,
             window_embeddings=None if vectors is None else (vectors, offsets),

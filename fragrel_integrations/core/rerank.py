@@ -10,7 +10,7 @@ import numpy as np
 from ..models.base import Embedder, embed_documents
 from .relations import FragmentLayout, Relation
 from .scorers import DenseScorer
-from .scoring import check_alpha, check_scores, environment_from_sums
+from .scoring import check_alpha, check_scores, check_top_m, environment_from_sums, top_m_excess
 from .selection import check_k, order_by_position, select
 from .types import Fragment, ScoredFragment
 
@@ -80,6 +80,7 @@ def rerank(
     expand: int = 0,
     order: str = "score",
     outside: Literal["floor", "ignore"] = "floor",
+    top_m: int | None = None,
 ) -> list[ScoredFragment]:
     """FragRel over a candidate pool from a base retriever, best first.
 
@@ -97,13 +98,17 @@ def rerank(
     ``outside="floor"`` (default) counts every position outside the pool with that lowest score when the
     relation defines its full weight (:meth:`Relation.full_weight`, e.g. :class:`ContextRelation`), so a
     candidate whose neighbours the base missed is not judged by a far-away candidate alone; ``"ignore"``
-    normalises over the pool only (eq. 9-10 on the pool, as if it were the whole corpus). The embedded MiniLM
-    is loaded only for a relation that needs embeddings and no ``embedder``.
+    normalises over the pool only (eq. 9-10 on the pool, as if it were the whole corpus). ``top_m=m`` lets only
+    the ``m`` best candidates lend support, by how far they stand above the ``(m+1)``-th
+    (:func:`~fragrel_integrations.core.scoring.top_m_excess`); the pool then holds every fragment that lends
+    support, so the environment is the one the whole corpus would give. The embedded MiniLM is loaded only for
+    a relation that needs embeddings and no ``embedder``.
     """
     if not isinstance(query, str):
         raise TypeError(f"query must be str, got {type(query).__name__}")
     alpha = check_alpha(alpha)
     k = check_k(k)
+    top_m = check_top_m(top_m)
     if outside not in ("floor", "ignore"):
         raise ValueError(f"outside must be 'floor' or 'ignore', got {outside!r}")
     if scores is not None and len(scores) != len(candidates):
@@ -131,10 +136,11 @@ def rerank(
         base = check_scores(pool_scores, "base retriever scores") if has_base else rank_scores(n_base)
         s_ind = np.concatenate([base, np.full(len(pool) - n_base, base.min())])
     layout = FragmentLayout.from_fragments(pool, embeddings)
-    num, den = relation.prepare(layout).sums(s_ind)
+    support = top_m_excess(s_ind, top_m)
+    num, den = relation.prepare(layout).sums(support)
     full = relation.full_weight() if outside == "floor" else None
     if full:
-        floor = float(s_ind.min())
+        floor = float(support.min())
         s_env = (num + floor * np.maximum(full - den, 0.0)) / full
     else:
         s_env = environment_from_sums(num, den)

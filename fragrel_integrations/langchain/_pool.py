@@ -4,14 +4,20 @@ FragRel can only change *what* is returned if the base hands it more candidates 
 ``BaseRetriever`` forwards invoke kwargs only when its ``_get_relevant_documents`` takes them; most do not
 (``BM25Retriever`` silently ignores ``k``), so the pool size is set on a copy of the retriever instead:
 ``search_kwargs["k"]`` of a vector-store retriever, the ``k`` field of retrievers that have one, and each member
-of an ``EnsembleRetriever``. A vector-store retriever that searches by similarity is asked for the store's
-relevance scores (``similarity_search_with_relevance_scores``), so nothing needs re-embedding.
+of an ``EnsembleRetriever``. The copy also hands over the base's own scores, so nothing needs re-embedding: a
+vector-store retriever that searches by similarity gives the store's relevance scores
+(``similarity_search_with_relevance_scores``), a ``BM25Retriever`` its BM25 scores (``vectorizer.get_scores``, the
+ranking it returns unchanged) and an ``EnsembleRetriever`` the weighted sum of its members' min-max scaled scores
+(the core index's hybrid score; its reciprocal rank fusion keeps only ranks, which FragRel gains little from).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import defaultdict
 from typing import Any
 
+import numpy as np
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -54,12 +60,111 @@ def oriented(pairs: list[tuple[Document, float]]) -> list[tuple[Document, float]
     return pairs
 
 
+def _with_score(doc: Document, score: float) -> Document:
+    return doc.model_copy(update={"metadata": {**doc.metadata, BASE_SCORE_KEY: float(score)}})
+
+
+def _is_bm25(base: object) -> bool:
+    """A ``BM25Retriever``-like retriever (langchain-community): a rank-bm25 ``vectorizer`` over ``docs``."""
+    return (
+        isinstance(base, BaseRetriever)
+        and callable(getattr(getattr(base, "vectorizer", None), "get_scores", None))
+        and isinstance(getattr(base, "docs", None), list)
+        and callable(getattr(base, "preprocess_func", None))
+        and isinstance(getattr(base, "k", None), int)
+    )
+
+
+def _is_fusion(base: object) -> bool:
+    """An ``EnsembleRetriever``-like retriever: weighted reciprocal rank fusion of ``retrievers``."""
+    return (
+        isinstance(base, BaseRetriever)
+        and isinstance(getattr(base, "retrievers", None), list)
+        and isinstance(getattr(base, "weights", None), list)
+        and isinstance(getattr(base, "c", None), int | float)
+        and callable(getattr(base, "weighted_reciprocal_rank", None))
+    )
+
+
+class _ScoredBM25Retriever(BaseRetriever):
+    """A ``BM25Retriever`` that returns its ranking unchanged, each Document with its BM25 score."""
+
+    bm25: Any
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        b = self.bm25
+        scores = np.asarray(b.vectorizer.get_scores(b.preprocess_func(query)), dtype=np.float64)
+        if scores.shape != (len(b.docs),):
+            return b.invoke(query, {"callbacks": run_manager.get_child()})  # an index out of step: its ranking
+        top = np.argsort(scores)[::-1][: b.k]  # the order rank-bm25's get_top_n returns
+        return [_with_score(b.docs[i], scores[i]) for i in top]
+
+
+def minmax_member_scores(docs: list[Document]) -> np.ndarray:
+    """One member's scores min-max scaled to [0, 1] (its best 1, its last 0); its ranking ``1 - r/n`` when it
+    gives no scores.
+
+    >>> minmax_member_scores([_with_score(Document("a"), 3.0), _with_score(Document("b"), 1.0)]).tolist()
+    [1.0, 0.0]
+    """
+    raw = [d.metadata.get(BASE_SCORE_KEY) for d in docs]
+    if any(s is None for s in raw):
+        return 1.0 - np.arange(len(docs), dtype=np.float64) / max(len(docs), 1)
+    s = np.asarray(raw, dtype=np.float64)
+    span = float(s.max() - s.min()) if s.size else 0.0
+    return (s - s.min()) / span if span > 0 else np.ones_like(s)
+
+
+class _ScoredFusionRetriever(BaseRetriever):
+    """An ``EnsembleRetriever`` that fuses its members' own scores: ``sum_i weight_i * minmax_i(score)`` (0 where
+    member ``i`` did not return the Document), best first, the fused score in each Document's metadata.
+
+    The ensemble's reciprocal rank fusion keeps only ranks; on the dev LoCoMo conversations FragRel gained
+    +1.6 R@5 over RRF scores and +6.3 over the min-max fusion of the same members (which alone is +2.3 over RRF).
+    """
+
+    fusion: Any
+
+    def _key(self, doc: Document) -> Any:
+        id_key = getattr(self.fusion, "id_key", None)
+        return doc.page_content if id_key is None else doc.metadata[id_key]
+
+    def _fuse(self, lists: list[list[Document]]) -> list[Document]:
+        fused: dict[Any, float] = defaultdict(float)
+        first: dict[Any, Document] = {}
+        for docs, weight in zip(lists, self.fusion.weights, strict=False):
+            for doc, score in zip(docs, minmax_member_scores(docs), strict=True):
+                key = self._key(doc)
+                fused[key] += weight * score
+                first.setdefault(key, doc)
+        ranked = sorted(fused, key=fused.__getitem__, reverse=True)
+        return [_with_score(first[key], fused[key]) for key in ranked]
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        lists = [
+            r.invoke(query, {"callbacks": run_manager.get_child(tag=f"retriever_{i + 1}")})
+            for i, r in enumerate(self.fusion.retrievers)
+        ]
+        return self._fuse(lists)
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        lists = await asyncio.gather(
+            *(
+                r.ainvoke(query, {"callbacks": run_manager.get_child(tag=f"retriever_{i + 1}")})
+                for i, r in enumerate(self.fusion.retrievers)
+            )
+        )
+        return self._fuse(list(lists))
+
+
 class _ScoredVectorStoreRetriever(VectorStoreRetriever):
     """A vector-store retriever that returns the store's own score in each Document's metadata: its relevance
     score, else its raw similarity/distance oriented by its ranking, else none (the ranking is used)."""
 
     def _with_scores(self, pairs: list[tuple[Document, float]]) -> list[Document]:
-        return [d.model_copy(update={"metadata": {**d.metadata, BASE_SCORE_KEY: float(s)}}) for d, s in pairs]
+        return [_with_score(d, s) for d, s in pairs]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
@@ -106,11 +211,13 @@ def sized_base(base: Any, n: int) -> Any | None:
         return None
     fields = type(base).model_fields
     if "k" in fields and isinstance(getattr(base, "k", None), int):
-        return base.model_copy(update={"k": n})
+        copy = base.model_copy(update={"k": n})
+        return _ScoredBM25Retriever(bm25=copy) if _is_bm25(copy) else copy
     members = getattr(base, "retrievers", None)
     if "retrievers" in fields and isinstance(members, list):  # EnsembleRetriever and the like
         sized = [sized_base(r, n) for r in members]
         if any(s is not None for s in sized):
             merged = [r if s is None else s for r, s in zip(members, sized, strict=True)]
-            return base.model_copy(update={"retrievers": merged})
+            copy = base.model_copy(update={"retrievers": merged})
+            return _ScoredFusionRetriever(fusion=copy) if _is_fusion(copy) else copy
     return None

@@ -72,9 +72,9 @@ class FragRelRetriever(BaseRetriever):
     the pool's lowest score (``outside="floor"``). Candidates need ``doc_id`` / ``position`` metadata: write it
     with :func:`~fragrel_integrations.langchain.add_positions` before indexing.
 
-    ``preset`` picks ``relation``, ``alpha`` and ``order`` for a kind of text (``"story"`` by default,
-    ``"dialogue"``, ``"haystack"``, ``"multidoc"``; see :mod:`fragrel_integrations.core.presets`); explicit
-    ``relation`` / ``alpha`` / ``order`` win over it.
+    ``preset`` picks ``relation``, ``alpha``, ``top_m`` and ``order`` for a kind of text (``"general"`` by
+    default: only the 10 best candidates lend support; ``"story"`` (the paper's), ``"dialogue"``, ``"haystack"``,
+    ``"multidoc"``; see :mod:`fragrel_integrations.core.presets`); explicit arguments win over it.
 
     Returns copies of the base retriever's Documents (never the originals) with ``relevance_score`` (= s_rel),
     ``fragrel_independent_score`` and ``fragrel_environment_score`` added, best first (or in document order with
@@ -99,9 +99,11 @@ class FragRelRetriever(BaseRetriever):
     k: int = Field(default=5, gt=0)
     """Number of documents to return."""
     preset: str = DEFAULT_PRESET
-    """Settings for a kind of text: one of ``PRESETS`` ("story", "dialogue", "haystack", "multidoc")."""
+    """Settings for a kind of text: one of ``PRESETS`` ("general", "story", "dialogue", "haystack", "multidoc")."""
     alpha: float | None = Field(default=None, ge=0)
     """Weight of the environment score; None = the preset's."""
+    top_m: int | None = Field(default=None, ge=0)
+    """How many of the best candidates lend support to their neighbours; None = the preset's, 0 = all."""
     relation: Relation | None = None
     """The fragment relation (core Relation); None = the preset's ``ContextRelation``."""
     embedder: Any = None
@@ -155,6 +157,8 @@ class FragRelRetriever(BaseRetriever):
         chosen = get_preset(self.preset)
         if self.alpha is None:
             self.alpha = chosen.alpha
+        if self.top_m is None:
+            self.top_m = chosen.top_m or 0
         if self.relation is None:
             self.relation = chosen.relation()
         if self.order is None:
@@ -241,6 +245,7 @@ class FragRelRetriever(BaseRetriever):
             expand=self.expand,
             order=self.order,
             outside=self.outside,
+            top_m=self.top_m or None,
         )
         logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(hits))
         out = []

@@ -18,7 +18,7 @@ from ..core.presets import DEFAULT_PRESET
 from ..core.presets import preset as get_preset
 from ..core.relations import Relation
 from ..core.rerank import rerank
-from ..core.scoring import check_alpha
+from ..core.scoring import check_alpha, check_top_m
 from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import Fragment, ScoredFragment, parse_position
@@ -214,6 +214,7 @@ class NodeReranker:
     position_key: str
     on_missing_position: str
     outside: str = "floor"
+    top_m: int | None = None
 
     @classmethod
     def build(
@@ -222,6 +223,7 @@ class NodeReranker:
         preset: str = DEFAULT_PRESET,
         relation: Relation | None = None,
         alpha: float | None = None,
+        top_m: int | None = None,
         k: int | None = 5,
         embedder: object = None,
         store: FragmentStore | None = None,
@@ -232,8 +234,10 @@ class NodeReranker:
         on_missing_position: str = "raise",
         outside: str = "floor",
     ) -> NodeReranker:
-        """Check every setting; ``relation``, ``alpha`` and ``order`` default to the ``preset``'s."""
+        """Check every setting; ``relation``, ``alpha``, ``top_m`` and ``order`` default to the ``preset``'s
+        (``top_m=0``: every candidate lends support)."""
         chosen = get_preset(preset)
+        top_m = chosen.top_m if top_m is None else (check_top_m(top_m) if top_m != 0 else None)
         relation = chosen.relation() if relation is None else relation
         alpha = chosen.alpha if alpha is None else alpha
         order = chosen.order if order is None else order
@@ -268,6 +272,7 @@ class NodeReranker:
             position_key=check_key("position_key", position_key),
             on_missing_position=on_missing_position,
             outside=outside,
+            top_m=top_m,
         )
 
     def keys(self, nodes: Sequence[BaseNode]) -> list[tuple[str, int]]:
@@ -324,6 +329,7 @@ class NodeReranker:
             expand=self.expand,
             order=self.order,
             outside=self.outside,  # type: ignore[arg-type]
+            top_m=self.top_m,
         )
         by_key: dict[tuple[str, int], BaseNode] = {}
         for c, key in zip(candidates, keys, strict=True):

@@ -1,7 +1,10 @@
 """Ask a LlamaIndex base retriever for a pool of ``n`` candidates, on a copy (the user's retriever is unchanged).
 
 ``similarity_top_k`` is the knob of ``VectorIndexRetriever``, ``BM25Retriever``, ``QueryFusionRetriever`` and
-most others; a fusion retriever also passes it to each of its member retrievers.
+most others; a fusion retriever also passes it to each of its member retrievers. A ``QueryFusionRetriever`` in
+``reciprocal_rerank`` mode is asked in ``relative_score`` mode (LlamaIndex's own weighted min-max fusion of the
+same members' scores): reciprocal-rank scores keep only ranks, which FragRel gains little from (as with
+LangChain's ``EnsembleRetriever``; see ``benchmarks/results/wrapper_dev.md``).
 """
 
 from __future__ import annotations
@@ -38,4 +41,7 @@ def sized_base(retriever: Any, n: int) -> Any | None:
     members = getattr(retriever, "_retrievers", None)
     if isinstance(members, list):
         sized._retrievers = [sized_base(r, n) or r for r in members]
+        mode = getattr(retriever, "mode", None)
+        if getattr(mode, "value", mode) == "reciprocal_rerank":
+            sized.mode = type(mode)("relative_score") if not isinstance(mode, str) else "relative_score"
     return sized

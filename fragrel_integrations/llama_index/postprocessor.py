@@ -34,9 +34,13 @@ class FragRelPostprocessor(BaseNodePostprocessor):
 
     top_n: int | None = Field(default=5, description="Nodes to keep (None keeps them all, re-ordered).")
     preset: str = Field(
-        default=DEFAULT_PRESET, description="'story', 'dialogue', 'haystack' or 'multidoc': relation, alpha, order."
+        default=DEFAULT_PRESET,
+        description="'general', 'story', 'dialogue', 'haystack' or 'multidoc': relation, alpha, top_m, order.",
     )
     alpha: float | None = Field(default=None, description="Weight of the environment score (default: the preset's).")
+    top_m: int | None = Field(
+        default=None, description="How many of the best nodes lend support (default: the preset's; 0: all)."
+    )
     relation: Relation | None = Field(
         default=None, exclude=True, description="Fragment relation (default: the preset's ContextRelation)."
     )
@@ -77,6 +81,7 @@ class FragRelPostprocessor(BaseNodePostprocessor):
             outside=self.outside,
             relation=self.relation,
             alpha=self.alpha,
+            top_m=self.top_m,
             k=self.top_n,
             embedder=self.embedder,
             store=self.store,

@@ -45,9 +45,11 @@ class FragRelRetriever(BaseRetriever):
     Args:
         retriever: the base LlamaIndex retriever.
         similarity_top_k: how many nodes to return (default 5); ``k`` is an alias.
-        preset: "story" (default), "dialogue", "haystack" or "multidoc": ``relation``, ``alpha`` and ``order``
-            for that kind of text (:mod:`fragrel_integrations.core.presets`); explicit arguments win.
+        preset: "general" (default), "story" (the paper's), "dialogue", "haystack" or "multidoc": ``relation``,
+            ``alpha``, ``top_m`` and ``order`` for that kind of text (:mod:`fragrel_integrations.core.presets`);
+            explicit arguments win.
         alpha: weight of the environment score (default: the preset's).
+        top_m: how many of the best candidates lend support to their neighbours (default: the preset's; 0: all).
         relation: a core relation (default: the preset's ``ContextRelation``).
         embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``; scores
             candidates that come without a score.
@@ -75,6 +77,7 @@ class FragRelRetriever(BaseRetriever):
         k: int | None = None,
         preset: str = DEFAULT_PRESET,
         alpha: float | None = None,
+        top_m: int | None = None,
         relation: Relation | None = None,
         embedder: Any = None,
         pool_size: int | None = None,
@@ -99,6 +102,7 @@ class FragRelRetriever(BaseRetriever):
             outside=outside,
             relation=relation,
             alpha=alpha,
+            top_m=top_m,
             k=resolve_k(similarity_top_k, k, _DEFAULT_TOP_K),
             embedder=embedder,
             store=store,
