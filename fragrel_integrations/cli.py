@@ -294,7 +294,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _cmd_retrieve_code(args: argparse.Namespace) -> int:
-    from .core.code.command import retrieve_code
+    from .cli_code import retrieve_code
 
     try:
         print(retrieve_code(args))
@@ -332,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--json", action="store_true", help="print JSON")
     ask.set_defaults(func=_cmd_ask)
-    from .core.code.command import add_retrieve_code_arguments
+    from .cli_code import add_retrieve_code_arguments
 
     code = sub.add_parser(
         "retrieve-code",

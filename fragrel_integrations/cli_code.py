@@ -1,4 +1,4 @@
-"""What ``fragrel retrieve-code`` does, without printing (the CLI prints the returned text)."""
+"""``fragrel retrieve-code``: its options and what it does, without printing (:mod:`.cli` prints the text)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..types import ScoredFragment
-from .loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
+from .core.code.loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
+from .core.types import ScoredFragment
 
 __all__ = ["add_retrieve_code_arguments", "code_hit_dict", "format_code_hits", "read_context", "retrieve_code"]
 
@@ -100,15 +100,15 @@ def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
 
 def retrieve_code(args: argparse.Namespace) -> str:
     """Index ``args.repo`` (or reuse ``args.cache``), retrieve for the context, return the text to print."""
-    from .index import from_repository
-    from .prompt import build_prompt
+    from .core.code.index import from_repository
+    from .core.code.prompt import build_prompt
 
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
     context = read_context(args.context)
     embedder = None
     if args.scorer in ("dense", "hybrid"):
-        from ...models.local import default_embedder
+        from .models.local import default_embedder
 
         embedder = default_embedder()
     index = from_repository(
