@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .._sqlite import connect
 from .types import Fragment
 
 __all__ = ["FragmentStore"]
@@ -37,7 +37,7 @@ class FragmentStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False)
+        self._conn = connect(self.path, threads=True)
         with self._lock, self._conn:
             self._conn.execute(_SCHEMA)
 

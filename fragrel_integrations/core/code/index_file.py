@@ -25,6 +25,7 @@ from typing import TypeVar
 import numpy as np
 import scipy.sparse as sp
 
+from ..._sqlite import connect
 from ..types import Fragment
 from .graph import CodeGraph, EdgeWeights, FileSyntax
 from .loader import SkippedFile
@@ -116,7 +117,7 @@ def is_code_index(path: str | os.PathLike[str]) -> bool:
     if head != _SQLITE_MAGIC:
         raise ValueError(foreign)
     try:
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        conn = connect(p, read_only=True)
         try:
             row = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
         finally:
@@ -168,7 +169,7 @@ def write_index(index: StoredIndex, path: str | os.PathLike[str]) -> None:
         "versions": grammar_versions(),
         "content_hash": g.content_hash(),
     }
-    conn = sqlite3.connect(tmp)
+    conn = connect(tmp)
     try:
         with conn:
             conn.executescript(_SCHEMA)
@@ -210,7 +211,7 @@ def read_index(path: str | os.PathLike[str], build: Callable[[StoredIndex], T]) 
         raise ValueError(f"{str(path)!r} is empty: build the index first (CodeRelation.from_repository)")
     corrupt = f"{str(path)!r} is a damaged FragRel code index: delete it and build the index again"
     try:
-        conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+        conn = connect(p, read_only=True)
         try:
             meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
             if meta.get("format") != FORMAT:
