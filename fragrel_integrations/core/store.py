@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._sqlite import connect
+from .._validation import check_min_int
 from .types import Fragment
 
 __all__ = ["FragmentStore"]
@@ -65,8 +66,7 @@ class FragmentStore:
 
     def neighbours(self, keys: Sequence[tuple[str, int]], radius: int = 1) -> list[Fragment]:
         """Stored fragments within ``radius`` positions of any key, excluding the keys themselves."""
-        if isinstance(radius, bool) or not isinstance(radius, int) or radius < 0:
-            raise ValueError(f"radius must be an int >= 0, got {radius!r}")
+        check_min_int(radius, "radius", 0)
         have = {(str(d), int(p)) for d, p in keys}
         wanted = sorted({(d, p + o) for d, p in have for o in range(-radius, radius + 1) if o} - have)
         out = []

@@ -9,6 +9,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
+from .._validation import check_positive_int
+
 __all__ = [
     "CachedEmbedder",
     "Embedder",
@@ -73,8 +75,7 @@ def embed_documents(
             f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}; "
             "wrap framework models with fragrel_integrations.models.as_embedder"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_positive_int(batch_size, "batch_size")
     texts = list(texts)
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
@@ -118,8 +119,7 @@ class CachedEmbedder:
     def __init__(self, embedder: Embedder, maxsize: int = 100_000) -> None:
         if not isinstance(embedder, Embedder):
             raise TypeError("CachedEmbedder wraps an object with embed_documents(texts) and embed_query(text)")
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize <= 0:
-            raise ValueError(f"maxsize must be a positive int, got {maxsize!r}")
+        check_positive_int(maxsize, "maxsize")
         from collections import OrderedDict
 
         self.embedder = embedder
@@ -283,8 +283,7 @@ def check_window_words(window_words: object) -> int | None:
     """``window_words`` as a positive int or None, or a ValueError naming the fix."""
     if window_words is None:
         return None
-    if isinstance(window_words, bool) or not isinstance(window_words, int) or window_words <= 0:
-        raise ValueError(f"window_words must be a positive int or None, got {window_words!r}")
+    check_positive_int(window_words, "window_words", hint=" or None")
     return window_words
 
 

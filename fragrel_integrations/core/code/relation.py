@@ -41,6 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from ..._validation import check_positive_int
 from ..relations import FragmentLayout, Relation
 from ..types import Fragment
 from .cache import check_cache, reuse_cache
@@ -102,8 +103,7 @@ def split_code(
     [(0, 1, 2), (1, 3, 4), (2, 5, 5)]
     """
     for name, v in (("fragment_lines", fragment_lines), ("stride", stride)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_positive_int(v, name)
     if stride > fragment_lines:
         raise ValueError(f"stride ({stride}) must not exceed fragment_lines ({fragment_lines}): lines would be lost")
     lines = code_lines(text)
