@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .cli_code import format_ranked
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
@@ -186,15 +187,7 @@ def hit_dict(hit: ScoredFragment) -> dict:
 
 
 def format_hits(hits: Sequence[ScoredFragment], width: int = 240) -> str:
-    lines = []
-    for rank, h in enumerate(hits, 1):
-        text = " ".join(h.fragment.text.split())
-        text = text if len(text) <= width else text[: width - 3] + "..."
-        lines.append(
-            f"#{rank} {h.fragment.doc_id}[{h.fragment.position}]  score={h.score:.4f}  "
-            f"independent={h.independent_score:.4f}  environment={h.environment_score:.4f}\n    {text}"
-        )
-    return "\n".join(lines)
+    return format_ranked(hits, lambda h: f"{h.fragment.doc_id}[{h.fragment.position}]", "text", width)
 
 
 def _cmd_retrieve(args: argparse.Namespace) -> int:

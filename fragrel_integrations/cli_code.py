@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .core.code.loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
@@ -84,18 +84,33 @@ def code_hit_dict(hit: ScoredFragment) -> dict:
     }
 
 
-def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
-    """One entry per hit: rank, ``path:start-end``, the three scores, the first line of code."""
+def format_ranked(
+    hits: Sequence[ScoredFragment], label: Callable[[ScoredFragment], str], preview: str, width: int
+) -> str:
+    """One entry per hit: rank, ``label(hit)``, the three scores, then the ``preview`` text cut to ``width``:
+    ``"text"`` (the whole text on one line) or ``"first_line"`` (the first non-blank line)."""
     lines = []
     for rank, h in enumerate(hits, 1):
-        d = code_hit_dict(h)
-        first = next((ln.strip() for ln in h.fragment.text.split("\n") if ln.strip()), "")
-        first = first if len(first) <= width else first[: width - 3] + "..."
+        if preview == "first_line":
+            text = next((ln.strip() for ln in h.fragment.text.split("\n") if ln.strip()), "")
+        else:
+            text = " ".join(h.fragment.text.split())
+        text = text if len(text) <= width else text[: width - 3] + "..."
         lines.append(
-            f"#{rank} {d['path']}:{d['start_line']}-{d['end_line']}  score={h.score:.4f}  "
-            f"independent={h.independent_score:.4f}  environment={h.environment_score:.4f}\n    {first}"
+            f"#{rank} {label(h)}  score={h.score:.4f}  "
+            f"independent={h.independent_score:.4f}  environment={h.environment_score:.4f}\n    {text}"
         )
     return "\n".join(lines)
+
+
+def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
+    """One entry per hit: rank, ``path:start-end``, the three scores, the first line of code."""
+
+    def label(h: ScoredFragment) -> str:
+        d = code_hit_dict(h)
+        return f"{d['path']}:{d['start_line']}-{d['end_line']}"
+
+    return format_ranked(hits, label, "first_line", width)
 
 
 def retrieve_code(args: argparse.Namespace) -> str:
