@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -101,7 +102,8 @@ class CachedEmbedder:
     """Wrap an embedder with an in-memory LRU cache of document vectors keyed by text.
 
     Re-ranking a base retriever's pool re-embeds the same fragments query after query; with this wrapper each
-    distinct text is embedded once (up to ``maxsize`` texts).
+    distinct text is embedded once (up to ``maxsize`` texts). Safe to share between threads (a lock guards the
+    cache; two threads may embed the same new text at once, never corrupt the cache).
 
     >>> class Echo:
     ...     calls = 0
@@ -125,20 +127,25 @@ class CachedEmbedder:
         self.embedder = embedder
         self.maxsize = maxsize
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        with self._lock:  # the cache is shared between threads; the embedding call runs outside the lock
+            found = {t: self._cache[t] for t in dict.fromkeys(texts) if t in self._cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing:
             vectors = check_embeddings(self.embedder.embed_documents(missing), len(missing))
-            for t, v in zip(missing, vectors, strict=True):
-                self._cache[t] = v
-        out = []
-        for t in texts:
-            self._cache.move_to_end(t)
-            out.append(self._cache[t])
-        while len(self._cache) > self.maxsize:
-            self._cache.popitem(last=False)
+            found.update(zip(missing, vectors, strict=True))
+        with self._lock:
+            for t in missing:
+                self._cache[t] = found[t]
+            for t in texts:
+                if t in self._cache:  # another thread may have evicted it meanwhile
+                    self._cache.move_to_end(t)
+            while len(self._cache) > self.maxsize:
+                self._cache.popitem(last=False)
+        out = [found[t] for t in texts]
         return np.stack(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
