@@ -497,6 +497,10 @@ def test_missing_position_error_and_isolate_mode():
     mixed = [loose[0], *docs, loose[1]]
     with pytest.raises(ValueError, match=r"add_positions.*on_missing_position='isolate'"):
         FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed)).invoke("q")
+    with pytest.raises(ValueError, match=r"add_positions"):  # LlamaIndex's spelling is an alias
+        FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed), on_missing_position="raise").invoke("q")
+    with pytest.raises(ValueError):
+        FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed), on_missing_position="skip")
     isolated = FragRelRetriever(
         base_retriever=RunnableLambda(lambda q: mixed), k=len(mixed), on_missing_position="isolate", outside="ignore"
     )
