@@ -36,9 +36,11 @@ from pathlib import Path
 import numpy as np
 
 from fragrel_integrations.core.triplets import PostgresBackend, TripletStore, TripletWrite
-from fragrel_integrations.core.triplets.pg_server import TemporaryPostgres, find_pg_bin
 from fragrel_integrations.core.triplets.term_index import TermIndex
 from fragrel_integrations.testing import HashingEmbedder
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the test helper that runs initdb/pg_ctl
+from _pg_server import TemporaryPostgres, find_pg_bin
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DIM = 384

@@ -1,9 +1,18 @@
 """fragrel-integrations: relation-aware retrieval and memory for LangChain and LlamaIndex.
 
 Framework adapters live in :mod:`fragrel_integrations.langchain` and :mod:`fragrel_integrations.llama_index`;
-importing this package imports neither framework and loads no model.
+importing this package imports neither framework and loads no model. The other four components and their
+main types are importable from here too, loaded on first access (``SurpriseTree`` needs the surprise tree's
+optional dependencies only when it is used):
+
+>>> from fragrel_integrations import FragRelIndex, InnerLoopEngine, SelfControlledMemory, SurpriseTree, TripletStore
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 from .core import (
     BM25Scorer,
     CallableRelation,
@@ -26,6 +35,12 @@ from .core import (
 )
 from .models.base import Embedder
 
+if TYPE_CHECKING:
+    from .core.inner_loop import InnerLoopEngine, InnerLoopResult
+    from .core.scm import MemoryItem, SelfControlledMemory
+    from .core.tree import SurpriseTree, TreeConfig, TreeHit
+    from .core.triplets import Triplet, TripletStore
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -40,9 +55,18 @@ __all__ = [
     "FragmentLayout",
     "FragmentStore",
     "HybridScorer",
+    "InnerLoopEngine",
+    "InnerLoopResult",
+    "MemoryItem",
     "Relation",
     "ScoredFragment",
+    "SelfControlledMemory",
     "SemanticRelation",
+    "SurpriseTree",
+    "TreeConfig",
+    "TreeHit",
+    "Triplet",
+    "TripletStore",
     "__version__",
     "relation_aware_scores",
     "rerank",
@@ -50,3 +74,19 @@ __all__ = [
     "split_turns",
     "split_words",
 ]
+
+# the other components, imported on first access: name -> the module that defines it
+_LAZY = {
+    "InnerLoopEngine": "core.inner_loop",
+    "InnerLoopResult": "core.inner_loop",
+    "MemoryItem": "core.scm",
+    "SelfControlledMemory": "core.scm",
+    "SurpriseTree": "core.tree",
+    "TreeConfig": "core.tree",
+    "TreeHit": "core.tree",
+    "Triplet": "core.triplets",
+    "TripletStore": "core.triplets",
+}
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, globals(), __all__)

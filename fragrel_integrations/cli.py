@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .cli_code import format_ranked
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
@@ -194,15 +195,7 @@ def hit_dict(hit: ScoredFragment) -> dict:
 
 
 def format_hits(hits: Sequence[ScoredFragment], width: int = 240) -> str:
-    lines = []
-    for rank, h in enumerate(hits, 1):
-        text = " ".join(h.fragment.text.split())
-        text = text if len(text) <= width else text[: width - 3] + "..."
-        lines.append(
-            f"#{rank} {h.fragment.doc_id}[{h.fragment.position}]  score={h.score:.4f}  "
-            f"independent={h.independent_score:.4f}  environment={h.environment_score:.4f}\n    {text}"
-        )
-    return "\n".join(lines)
+    return format_ranked(hits, lambda h: f"{h.fragment.doc_id}[{h.fragment.position}]", "text", width)
 
 
 def _cmd_retrieve(args: argparse.Namespace) -> int:
@@ -302,7 +295,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
 
 def _cmd_retrieve_code(args: argparse.Namespace) -> int:
-    from .core.code.command import retrieve_code
+    from .cli_code import retrieve_code
 
     try:
         print(retrieve_code(args))
@@ -340,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ask.add_argument("--json", action="store_true", help="print JSON")
     ask.set_defaults(func=_cmd_ask)
-    from .core.code.command import add_retrieve_code_arguments
+    from .cli_code import add_retrieve_code_arguments
 
     code = sub.add_parser(
         "retrieve-code",

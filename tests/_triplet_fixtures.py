@@ -8,9 +8,9 @@ import itertools
 import threading
 
 import pytest
+from _pg_server import TemporaryPostgres, find_pg_bin
 
 from fragrel_integrations.core.triplets import PostgresBackend, SQLiteBackend, TripletStore
-from fragrel_integrations.core.triplets.pg_server import TemporaryPostgres, find_pg_bin
 
 __all__ = ["BACKENDS", "get_pg", "make_backend", "pg_skip_reason"]
 

@@ -226,3 +226,21 @@ def test_cli_retrieve_code(tmp_path, capsys):
     assert "-k must be >= 1" in capsys.readouterr().err
     assert main(["retrieve-code", str(tmp_path / "nope"), "x", "--quiet"]) == 2
     assert "not a directory" in capsys.readouterr().err
+
+
+def test_fragrel_index_from_repository_is_the_code_index(tmp_path):
+    root = make_call_repo(tmp_path)
+    query = "def run(data):\n    return "
+    by_method = FragRelIndex.from_repository(root, show_progress=False)
+    by_function = from_repository(root, show_progress=False)
+    assert isinstance(by_method, FragRelIndex) and isinstance(by_method.relation, CodeRelation)
+    assert [(h.fragment.metadata["path"], h.score) for h in by_method.retrieve(query, k=3)] == [
+        (h.fragment.metadata["path"], h.score) for h in by_function.retrieve(query, k=3)
+    ]
+
+    class MyIndex(FragRelIndex):
+        pass
+
+    assert type(MyIndex.from_repository(root, scorer="bm25", show_progress=False)) is MyIndex
+    with pytest.raises(ValueError, match="give the repository path"):
+        FragRelIndex.from_repository()

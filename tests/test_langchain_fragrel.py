@@ -496,7 +496,11 @@ def test_missing_position_error_and_isolate_mode():
     ]
     mixed = [loose[0], *docs, loose[1]]
     with pytest.raises(ValueError, match=r"add_positions.*on_missing_position='isolate'"):
-        FragRelRetriever(preset="story", base_retriever=RunnableLambda(lambda q: mixed)).invoke("q")
+        FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed)).invoke("q")
+    with pytest.raises(ValueError, match=r"add_positions"):  # LlamaIndex's spelling is an alias
+        FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed), on_missing_position="raise").invoke("q")
+    with pytest.raises(ValueError):
+        FragRelRetriever(base_retriever=RunnableLambda(lambda q: mixed), on_missing_position="skip")
     isolated = FragRelRetriever(
         base_retriever=RunnableLambda(lambda q: mixed),
         k=len(mixed),

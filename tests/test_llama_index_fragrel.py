@@ -331,7 +331,11 @@ def test_missing_position_raises_or_isolates(embed_model):
     base = index.as_retriever(similarity_top_k=6)
     with pytest.raises(ValueError, match="PositionTagger"):
         FragRelRetriever(base).retrieve(QUERY)
+    with pytest.raises(ValueError, match="PositionTagger"):  # LangChain's spelling is an alias
+        FragRelRetriever(base, on_missing_position="error").retrieve(QUERY)
     pool = base.retrieve(QUERY)
+    with pytest.raises(ValueError, match="PositionTagger"):
+        FragRelPostprocessor(on_missing_position="error").postprocess_nodes(pool, query_str=QUERY)
     got = FragRelRetriever(base, on_missing_position="isolate", pool_size=6, outside="ignore").retrieve(QUERY)
     assert [n.node.node_id for n in got] == [n.node.node_id for n in pool[:5]]
     assert [n.score for n in got] == pytest.approx([n.score for n in pool[:5]])

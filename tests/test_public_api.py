@@ -22,9 +22,18 @@ def test_top_level_all_is_pinned():
             "FragmentStore",
             "FragRelIndex",
             "HybridScorer",
+            "InnerLoopEngine",
+            "InnerLoopResult",
+            "MemoryItem",
             "Relation",
             "ScoredFragment",
+            "SelfControlledMemory",
             "SemanticRelation",
+            "SurpriseTree",
+            "TreeConfig",
+            "TreeHit",
+            "Triplet",
+            "TripletStore",
             "__version__",
             "relation_aware_scores",
             "rerank",
@@ -45,6 +54,25 @@ def test_import_has_no_side_effects():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_components_are_top_level_and_lazy():
+    code = (
+        "import sys, fragrel_integrations as f;"
+        "lazy = ('core.tree', 'core.triplets', 'core.scm', 'core.inner_loop');"
+        "print([m for m in lazy if 'fragrel_integrations.' + m in sys.modules]);"
+        "from fragrel_integrations import SurpriseTree, TripletStore, SelfControlledMemory, InnerLoopEngine;"
+        "from fragrel_integrations.core.tree import SurpriseTree as T;"
+        "from fragrel_integrations.core.triplets import TripletStore as S;"
+        "from fragrel_integrations.core.scm import SelfControlledMemory as M;"
+        "from fragrel_integrations.core.inner_loop import InnerLoopEngine as E;"
+        "print((SurpriseTree, TripletStore, SelfControlledMemory, InnerLoopEngine) == (T, S, M, E));"
+        "print('SurpriseTree' in dir(f))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:3] == ["[]", "True", "True"]
+    with pytest.raises(AttributeError, match="no attribute 'NotAComponent'"):
+        fragrel_integrations.NotAComponent  # noqa: B018
 
 
 def test_models_all_is_pinned_and_lazy():

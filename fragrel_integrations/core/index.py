@@ -193,6 +193,14 @@ class FragRelIndex:
         """One fragment per dialogue turn (pair with ``ContextRelation(0.8)`` and ``order="position"``)."""
         return cls(split_turns(turns, doc_id=doc_id), **kwargs)
 
+    @classmethod
+    def from_repository(cls, path: str | Path | None = None, **options: Any) -> FragRelIndex:
+        """A code index over the repository at ``path`` (extra ``[code]``); ``options`` and behaviour are
+        :func:`~.code.build.build_code_index`'s (which takes this class, so no import cycle)."""
+        from .code.build import build_code_index
+
+        return build_code_index(cls, path, **options)
+
     # ----------------------------------------------------------------------------------------- scoring
 
     @property

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
+from .._validation import check_min_int
 from ..models.chat import ChatModel, as_chat_model, check_params, context_window
 from ..models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
 from .types import Fragment, ScoredFragment
@@ -292,12 +293,6 @@ def _as_hits(items: object, source: str) -> list[ScoredFragment]:
 # ------------------------------------------------------------------------------------------------ checks
 
 
-def _check_int(value: object, name: str, minimum: int, hint: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}{hint}, got {value!r}")
-    return value
-
-
 def _check_threshold(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
         raise ValueError(
@@ -418,13 +413,13 @@ class InnerLoopEngine:
     ) -> None:
         self._retriever, self._aretriever = _resolve_retrievers(retriever, aretriever)
         self.model = as_chat_model(model)
-        self.max_loops = _check_int(max_loops, "max_loops", 1, " (the paper uses 5)")
+        self.max_loops = check_min_int(max_loops, "max_loops", 1, hint=" (the paper uses 5)")
         self.threshold = _check_threshold(threshold)
-        self.max_stm_tokens = _check_int(max_stm_tokens, "max_stm_tokens", 1)
+        self.max_stm_tokens = check_min_int(max_stm_tokens, "max_stm_tokens", 1)
         if not isinstance(dedupe, bool):
             raise TypeError(f"dedupe must be True or False, got {dedupe!r}")
         self.dedupe = dedupe
-        self.context_tokens = None if context_tokens is None else _check_int(context_tokens, "context_tokens", 1)
+        self.context_tokens = None if context_tokens is None else check_min_int(context_tokens, "context_tokens", 1)
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be str or None, got {type(system_prompt).__name__}")
         self.system_prompt = system_prompt or None

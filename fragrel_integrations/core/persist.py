@@ -25,10 +25,10 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
 
 import numpy as np
 
+from .._sqlite import connect
 from ..models.base import Embedder, embedder_id
 from .index import FragRelIndex, Scorer, ScorerName
 from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
@@ -163,7 +163,7 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        conn = sqlite3.connect(tmp)
+        conn = connect(tmp)
         try:
             with conn:
                 for statement in _SCHEMA:
@@ -191,16 +191,12 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
 # --------------------------------------------------------------------------------------------- load
 
 
-def _connect_ro(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
-
-
 def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(settings, metadata)`` of the index file ``path``, or a ValueError saying what is wrong with it."""
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such index file")
     try:
-        conn = _connect_ro(path)
+        conn = connect(path, read_only=True)
         try:
             header = dict(conn.execute("SELECT key, value FROM fragrel_index").fetchall())
         finally:
@@ -234,7 +230,7 @@ def _read_fragments(
     path: Path, n: int, dim: int, n_windows: int
 ) -> tuple[list[Fragment], np.ndarray | None, np.ndarray | None]:
     try:
-        conn = _connect_ro(path)
+        conn = connect(path, read_only=True)
         try:
             rows = conn.execute(
                 "SELECT idx, doc_id, position, text, metadata, n_windows, vectors FROM fragments ORDER BY idx"

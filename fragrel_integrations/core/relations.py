@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from .._validation import check_positive_int
 from .scoring import matrix_sums
 from .types import Fragment
 
@@ -250,12 +251,9 @@ class SemanticRelation(Relation):
     def __post_init__(self) -> None:
         for name in ("dense_limit", "default_top_m", "block_size"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if self.top_m is not None and (
-            isinstance(self.top_m, bool) or not isinstance(self.top_m, int) or self.top_m <= 0
-        ):
-            raise ValueError(f"top_m must be a positive int or None, got {self.top_m!r}")
+            check_positive_int(v, name)
+        if self.top_m is not None:
+            check_positive_int(self.top_m, "top_m", hint=" or None")
 
     def prepare(self, layout: FragmentLayout) -> PreparedRelation:
         if layout.embeddings is None:

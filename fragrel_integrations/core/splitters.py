@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._validation import check_positive_int
 from .types import Fragment
 
 __all__ = ["split_lines", "split_turns", "split_words"]
 
 
 def _check_window(size: int, stride: int | None, what: str) -> int:
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise ValueError(f"{what} must be a positive int, got {size!r}")
+    check_positive_int(size, what)
     stride = size if stride is None else stride
     if isinstance(stride, bool) or not isinstance(stride, int) or not 0 < stride <= size:
         raise ValueError(f"stride must be an int in [1, {what}={size}], got {stride!r}")

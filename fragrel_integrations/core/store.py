@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from .._sqlite import connect
+from .._validation import check_min_int
 from .types import Fragment
 
 __all__ = ["FragmentStore"]
@@ -37,7 +38,7 @@ class FragmentStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False)
+        self._conn = connect(self.path, threads=True)
         with self._lock, self._conn:
             self._conn.execute(_SCHEMA)
 
@@ -65,8 +66,7 @@ class FragmentStore:
 
     def neighbours(self, keys: Sequence[tuple[str, int]], radius: int = 1) -> list[Fragment]:
         """Stored fragments within ``radius`` positions of any key, excluding the keys themselves."""
-        if isinstance(radius, bool) or not isinstance(radius, int) or radius < 0:
-            raise ValueError(f"radius must be an int >= 0, got {radius!r}")
+        check_min_int(radius, "radius", 0)
         have = {(str(d), int(p)) for d, p in keys}
         wanted = sorted({(d, p + o) for d, p in have for o in range(-radius, radius + 1) if o} - have)
         out = []

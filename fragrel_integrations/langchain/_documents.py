@@ -10,6 +10,7 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from ..core.conventions import SCORE_KEYS, score_metadata  # the keys written on every returned Document
 from ..core.types import Fragment, ScoredFragment, parse_position
 
 __all__ = [
@@ -25,8 +26,6 @@ __all__ = [
 
 #: Metadata keys the reranker tries, in order, for a base retriever's score when ``score_key`` is not set.
 DEFAULT_SCORE_KEYS: tuple[str, ...] = ("relevance_score", "score")
-#: Metadata keys written on every returned Document.
-SCORE_KEYS: tuple[str, str, str] = ("relevance_score", "fragrel_independent_score", "fragrel_environment_score")
 
 
 def check_documents(documents: object, what: str) -> list[Document]:
@@ -71,8 +70,7 @@ def isolated_key(doc: Document) -> str:
 
 def with_scores(doc: Document, hit: ScoredFragment) -> Document:
     """A copy of ``doc`` (metadata copied too) with the three FragRel scores added."""
-    scores = dict(zip(SCORE_KEYS, (hit.score, hit.independent_score, hit.environment_score), strict=True))
-    return doc.model_copy(update={"metadata": {**doc.metadata, **scores}})
+    return doc.model_copy(update={"metadata": {**doc.metadata, **score_metadata(hit)}})
 
 
 def fragment_to_document(

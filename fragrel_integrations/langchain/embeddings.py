@@ -6,6 +6,7 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from .._validation import check_positive_int
 from ..models.base import Embedder, embed_documents, embed_query, optional_embedder
 
 __all__ = ["MiniLMEmbeddings"]
@@ -28,8 +29,7 @@ class MiniLMEmbeddings(Embeddings):
     def __init__(
         self, embedder: Embedder | Any | None = None, *, batch_size: int = 64, show_progress: bool = True
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        check_positive_int(batch_size, "batch_size")
         if not isinstance(show_progress, bool):
             raise TypeError(f"show_progress must be True or False, got {show_progress!r}")
         self._embedder = optional_embedder(embedder)

@@ -27,6 +27,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, R
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 
+from ..core.conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
 from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
 from ..core.types import Fragment, ScoredFragment
 from ._documents import check_documents, fragment_to_document, isolated_key, read_location, read_score, with_scores
@@ -60,8 +61,8 @@ def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFr
     score = read_score(doc, None)
     score = 0.0 if score is None else score
     fragment = Fragment(doc.page_content, doc_id, position, dict(doc.metadata))
-    independent = _number(doc.metadata.get("fragrel_independent_score"), score)
-    environment = _number(doc.metadata.get("fragrel_environment_score"), 0.0)
+    independent = _number(doc.metadata.get(INDEPENDENT_SCORE_KEY), score)
+    environment = _number(doc.metadata.get(ENVIRONMENT_SCORE_KEY), 0.0)
     return ScoredFragment(fragment, score, independent, environment)
 
 

@@ -18,6 +18,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from ..core.conventions import RAISE_ON_MISSING_POSITION
 from ..core.index import FragRelIndex
 from ..core.presets import DEFAULT_PRESET, PRESETS
 from ..core.presets import preset as get_preset
@@ -120,7 +121,7 @@ class FragRelRetriever(BaseRetriever):
     position_key: str = "position"
     score_key: str | None = None
     """Metadata key of the base score; None tries the store's relevance score, ``relevance_score``, ``score``."""
-    on_missing_position: Literal["error", "isolate"] = "error"
+    on_missing_position: Literal["error", "raise", "isolate"] = "error"  # "raise" = "error"
     order: Literal["score", "position"] | None = None
     """"score" or "position" (document order); None = the preset's."""
 
@@ -220,7 +221,7 @@ class FragRelRetriever(BaseRetriever):
         for i, doc in enumerate(docs):
             location = read_location(doc, self.doc_id_key, self.position_key)
             if location is None:
-                if self.on_missing_position == "error":
+                if self.on_missing_position in RAISE_ON_MISSING_POSITION:
                     raise ValueError(
                         _MISSING_POSITION.format(i=i, doc_id_key=self.doc_id_key, position_key=self.position_key)
                     )

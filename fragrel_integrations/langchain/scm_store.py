@@ -58,6 +58,7 @@ from urllib.parse import unquote
 import numpy as np
 
 from .._optional import require
+from .._validation import check_min_int
 
 require("langgraph.store.base", "langchain")
 
@@ -157,8 +158,7 @@ class LangGraphStoreStream:
                 "store must be a LangGraph BaseStore (e.g. langgraph.store.memory.InMemoryStore() or a "
                 f"PostgresStore), got {type(store).__name__}"
             )
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size must be an int >= 1, got {page_size!r}")
+        check_min_int(page_size, "page_size", 1)
         self.store = store
         self.namespace = _check_namespace(namespace)
         self.page_size = page_size

@@ -14,6 +14,7 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
+from ..core.conventions import RAISE_ON_MISSING_POSITION, SCORE_KEYS, missing_position_policy, score_metadata
 from ..core.presets import DEFAULT_PRESET
 from ..core.presets import preset as get_preset
 from ..core.relations import Relation
@@ -44,10 +45,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-SCORE_KEYS = ("relevance_score", "fragrel_independent_score", "fragrel_environment_score")
 STORE_NODE_KEY = "fragrel_node"  # what a FragmentStore row keeps about its LlamaIndex node (id, source, hidden keys)
 ORDERS = ("score", "position")
-MISSING_POSITION_MODES = ("raise", "isolate", "links")
+MISSING_POSITION_MODES = (*RAISE_ON_MISSING_POSITION, "isolate", "links")  # "error" is an alias of "raise"
 
 _TAGGER_HINT = (
     "tag the nodes when indexing with fragrel_integrations.llama_index.PositionTagger() (a transformation, "
@@ -132,9 +132,7 @@ def scored_node(node: BaseNode, scored: ScoredFragment) -> BaseNode:
     """A copy of ``node`` with the three FragRel scores in its metadata (hidden from the embed/LLM text)."""
     metadata = {
         **node.metadata,
-        "relevance_score": scored.score,
-        "fragrel_independent_score": scored.independent_score,
-        "fragrel_environment_score": scored.environment_score,
+        **score_metadata(scored),
     }
     return node.model_copy(
         update={
@@ -270,7 +268,7 @@ class NodeReranker:
             order=order,
             doc_id_key=check_key("doc_id_key", doc_id_key),
             position_key=check_key("position_key", position_key),
-            on_missing_position=on_missing_position,
+            on_missing_position=missing_position_policy(on_missing_position),
             outside=outside,
             top_m=top_m,
         )

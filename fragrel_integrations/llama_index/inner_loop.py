@@ -28,6 +28,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
+from ..core.conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
 from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
 from ..core.types import Fragment, ScoredFragment
 from ._convert import check_key, node_doc_id, node_from_fragment, node_position, scored_node
@@ -48,8 +49,8 @@ def _node_hit(item: NodeWithScore, doc_id_key: str, position_key: str) -> Scored
     position = node_position(node, position_key)
     score = 0.0 if item.score is None else float(item.score)
     fragment = Fragment(node.get_content(metadata_mode=MetadataMode.LLM), doc_id, 0 if position is None else position)
-    independent = _number(node.metadata.get("fragrel_independent_score"), score)
-    environment = _number(node.metadata.get("fragrel_environment_score"), 0.0)
+    independent = _number(node.metadata.get(INDEPENDENT_SCORE_KEY), score)
+    environment = _number(node.metadata.get(ENVIRONMENT_SCORE_KEY), 0.0)
     return ScoredFragment(fragment, score, independent, environment)
 
 

@@ -62,7 +62,7 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     )
     doc_id_key: str = Field(default="doc_id", description="Metadata key of the document id.")
     position_key: str = Field(default="position", description="Metadata key of the position.")
-    on_missing_position: Literal["raise", "isolate", "links"] = Field(
+    on_missing_position: Literal["raise", "error", "isolate", "links"] = Field(
         default="raise", description="What to do with nodes that have no position: 'raise', 'isolate' or 'links'."
     )
 

@@ -86,7 +86,7 @@ class FragRelRetriever(BaseRetriever):
         order: Literal["score", "position"] | None = None,
         doc_id_key: str = "doc_id",
         position_key: str = "position",
-        on_missing_position: Literal["raise", "isolate", "links"] = "raise",
+        on_missing_position: Literal["raise", "error", "isolate", "links"] = "raise",
         outside: Literal["floor", "ignore"] = "floor",
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 from tqdm.auto import tqdm
+
+from .._validation import check_positive_int
 
 __all__ = [
     "CachedEmbedder",
@@ -73,8 +76,7 @@ def embed_documents(
             f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}; "
             "wrap framework models with fragrel_integrations.models.as_embedder"
         )
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    check_positive_int(batch_size, "batch_size")
     texts = list(texts)
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
@@ -100,7 +102,8 @@ class CachedEmbedder:
     """Wrap an embedder with an in-memory LRU cache of document vectors keyed by text.
 
     Re-ranking a base retriever's pool re-embeds the same fragments query after query; with this wrapper each
-    distinct text is embedded once (up to ``maxsize`` texts).
+    distinct text is embedded once (up to ``maxsize`` texts). Safe to share between threads (a lock guards the
+    cache; two threads may embed the same new text at once, never corrupt the cache).
 
     >>> class Echo:
     ...     calls = 0
@@ -118,27 +121,31 @@ class CachedEmbedder:
     def __init__(self, embedder: Embedder, maxsize: int = 100_000) -> None:
         if not isinstance(embedder, Embedder):
             raise TypeError("CachedEmbedder wraps an object with embed_documents(texts) and embed_query(text)")
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize <= 0:
-            raise ValueError(f"maxsize must be a positive int, got {maxsize!r}")
+        check_positive_int(maxsize, "maxsize")
         from collections import OrderedDict
 
         self.embedder = embedder
         self.maxsize = maxsize
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        missing = list(dict.fromkeys(t for t in texts if t not in self._cache))
+        with self._lock:  # the cache is shared between threads; the embedding call runs outside the lock
+            found = {t: self._cache[t] for t in dict.fromkeys(texts) if t in self._cache}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing:
             vectors = check_embeddings(self.embedder.embed_documents(missing), len(missing))
-            for t, v in zip(missing, vectors, strict=True):
-                self._cache[t] = v
-        out = []
-        for t in texts:
-            self._cache.move_to_end(t)
-            out.append(self._cache[t])
-        while len(self._cache) > self.maxsize:
-            self._cache.popitem(last=False)
+            found.update(zip(missing, vectors, strict=True))
+        with self._lock:
+            for t in missing:
+                self._cache[t] = found[t]
+            for t in texts:
+                if t in self._cache:  # another thread may have evicted it meanwhile
+                    self._cache.move_to_end(t)
+            while len(self._cache) > self.maxsize:
+                self._cache.popitem(last=False)
+        out = [found[t] for t in texts]
         return np.stack(out) if out else np.zeros((0, 0), dtype=np.float32)
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -283,8 +290,7 @@ def check_window_words(window_words: object) -> int | None:
     """``window_words`` as a positive int or None, or a ValueError naming the fix."""
     if window_words is None:
         return None
-    if isinstance(window_words, bool) or not isinstance(window_words, int) or window_words <= 0:
-        raise ValueError(f"window_words must be a positive int or None, got {window_words!r}")
+    check_positive_int(window_words, "window_words", hint=" or None")
     return window_words
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._sqlite import connect
 from .chat import ChatModel, ChatModelBase, Messages, _check_chat_model, check_params, model_id, to_messages
 
 __all__ = ["CachedChatModel", "ResponseCache", "cache_key"]
@@ -70,10 +70,8 @@ class ResponseCache:
             Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             self.path = str(Path(self.path).expanduser())
         self._lock = threading.Lock()
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
+        self._conn = connect(self.path, threads=True, wal=True, timeout=30.0)
         with self._lock, self._conn:
-            if self.path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(
                 "CREATE TABLE IF NOT EXISTS responses ("
                 "key TEXT PRIMARY KEY, model TEXT NOT NULL, request TEXT NOT NULL, "

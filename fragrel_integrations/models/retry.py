@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from .._validation import check_min_int
 from .chat import ChatModel, ChatModelBase, _check_chat_model, model_id
 
 __all__ = [
@@ -105,8 +106,7 @@ class RetryPolicy:
     retry_on: Callable[[BaseException], bool] = is_transient
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_retries, bool) or not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0, got {self.max_retries!r}")
+        check_min_int(self.max_retries, "max_retries", 0)
         for name in ("initial_delay", "max_delay", "jitter"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)!r}")

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from .._validation import check_min_int, check_positive_int
 from .chat import Messages, to_messages
 
 __all__ = [
@@ -105,8 +106,7 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: object | None = None
     >>> truncate_to_tokens("one two three four", 2)
     'one two'
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
+    check_min_int(max_tokens, "max_tokens", 0)
     count = _counter(counter)
     if count(text) <= max_tokens:
         return text
@@ -133,8 +133,7 @@ def cap_output(text: str, max_tokens: int) -> tuple[str, bool]:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    check_positive_int(max_tokens, "max_tokens")
     limit = OUTPUT_CHARS_PER_TOKEN * max_tokens
     if len(text) <= limit:
         return text, False
@@ -173,8 +172,7 @@ def fit_texts(
     >>> fit_texts(["aaaa bbbb", "cccc dddd eeee"], 3, separator_tokens=0, min_truncated_tokens=1)
     ['aaaa bbbb', 'cccc']
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be an int >= 0, got {max_tokens!r}")
+    check_min_int(max_tokens, "max_tokens", 0)
     count = _counter(counter)
     out: list[str] = []
     room = max_tokens

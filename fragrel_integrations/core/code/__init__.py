@@ -1,7 +1,10 @@
 """FragRel for code repositories: a tree-sitter code graph, the code-structure relation (eq. 8) and retrieval.
 
 Parsing needs the ``[code]`` extra (tree-sitter and the per-language grammar wheels); importing this package
-does not import tree-sitter.
+does not import tree-sitter. Modules: :mod:`.loader` (files), :mod:`.syntax` (per-file syntax records),
+:mod:`.parse` (tree-sitter), :mod:`.resolve` (cross-language call resolution), :mod:`.graph` (the code graph),
+:mod:`.relation` (eq. 8), :mod:`.index_file` (the SQLite file), :mod:`.cache` (reusing it), :mod:`.persist`
+(save / load), :mod:`.build` and :mod:`.index` (a FragRelIndex over a repository), :mod:`.prompt` (RepoCoder).
 
 >>> from fragrel_integrations.core.code import from_repository            # doctest: +SKIP
 >>> index = from_repository("path/to/repo", cache="repo.fragrel.sqlite")  # doctest: +SKIP

@@ -28,6 +28,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from ..._validation import check_positive_int
+
 __all__ = [
     "DEFAULT_EXCLUDE_DIRS",
     "DEFAULT_MAX_FILE_BYTES",
@@ -227,9 +229,7 @@ def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
 
 
 def _check_cap(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
+    return check_positive_int(value, name)
 
 
 def _check_languages(languages: Iterable[str] | None) -> frozenset[str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+from ..._validation import check_min_int
 from ..types import Fragment, ScoredFragment
 from .languages import SPECS
 
@@ -85,10 +86,8 @@ def build_prompt(
     """
     if not isinstance(code, str):
         raise TypeError(f"code must be str, got {type(code).__name__}")
-    if max_context_tokens is not None and (
-        isinstance(max_context_tokens, bool) or not isinstance(max_context_tokens, int) or max_context_tokens < 0
-    ):
-        raise ValueError(f"max_context_tokens must be an int >= 0 or None, got {max_context_tokens!r}")
+    if max_context_tokens is not None:
+        check_min_int(max_context_tokens, "max_context_tokens", 0, hint=" or None")
     plain = []
     for i, item in enumerate(fragments):
         f = item.fragment if isinstance(item, ScoredFragment) else item

@@ -41,9 +41,12 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
+from ..._validation import check_positive_int
 from ..relations import FragmentLayout, Relation
 from ..types import Fragment
+from .cache import check_cache, reuse_cache
 from .graph import CodeGraph, EdgeWeights, FileSyntax, parse_source
+from .index_file import StoredIndex, read_index, write_index
 from .loader import Repository, SkippedFile, SourceFile, language_for_path, load_repository, read_source_file
 
 __all__ = [
@@ -100,8 +103,7 @@ def split_code(
     [(0, 1, 2), (1, 3, 4), (2, 5, 5)]
     """
     for name, v in (("fragment_lines", fragment_lines), ("stride", stride)):
-        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_positive_int(v, name)
     if stride > fragment_lines:
         raise ValueError(f"stride ({stride}) must not exceed fragment_lines ({fragment_lines}): lines would be lost")
     lines = code_lines(text)
@@ -500,10 +502,8 @@ class CodeRelation(Relation):
         (replacing an outdated or damaged index of ours). A ``cache`` path holding anything else (a user's file,
         another database) raises ValueError before any work: it is never overwritten.
         """
-        from .persist import is_code_index
-
         # a cache path holding anything but an index of ours is refused before any work (never overwritten)
-        cached = cache is not None and is_code_index(cache)
+        cached = check_cache(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
         settings = {
             "threshold": _check_threshold(threshold),
@@ -511,23 +511,10 @@ class CodeRelation(Relation):
             "stride": stride,
             "edge_weights": edge_weights or EdgeWeights(),
         }
-        if cached:
-            from .persist import load_relation
-
-            try:
-                stored = load_relation(cache, root=repo.root)
-            except ValueError as exc:
-                logger.warning("rebuilding the stored code index %s: %s", cache, exc)
-                stored = None
-            from .persist import grammar_versions
-
-            if stored is not None and stored._settings() == settings and stored.versions == grammar_versions():
-                changed = stored.sync(repo, show_progress=show_progress)
-                if changed:
-                    stored.save(cache)
-                return stored
+        if cached and cache is not None:
+            stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress)
             if stored is not None:
-                logger.info("stored code index %s was built with other settings or grammars: rebuilding", cache)
+                return stored
         graph = CodeGraph.from_repository(repo, weights=settings["edge_weights"], show_progress=show_progress)
         fragments = [
             fr
@@ -548,7 +535,8 @@ class CodeRelation(Relation):
             rel.save(cache)
         return rel
 
-    def _settings(self) -> dict[str, Any]:
+    def settings(self) -> dict[str, Any]:
+        """The index settings a stored index must share to be reused (threshold, windows, edge weights)."""
         return {
             "threshold": self.threshold,
             "fragment_lines": self.fragment_lines,
@@ -745,17 +733,43 @@ class CodeRelation(Relation):
     # ----------------------------------------------------------------------------------------- persistence
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Store the index in one SQLite file (atomically replaced; no pickle). See :mod:`.persist`."""
-        from .persist import save_relation
-
-        save_relation(self, path)
+        """Store the index in one SQLite file (atomically replaced; no pickle). See :mod:`.index_file`."""
+        write_index(
+            StoredIndex(
+                graph=self.graph,
+                fragments=self.fragments,
+                weights=self.weights,
+                threshold=self.threshold,
+                fragment_lines=self.fragment_lines,
+                stride=self.stride,
+                root=str(self.root) if self.root is not None else None,
+                skipped=self.skipped,
+            ),
+            path,
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> CodeRelation:
-        """Load an index stored by :meth:`save` (``root`` overrides the stored repository folder)."""
-        from .persist import load_relation
+        """Load an index stored by :meth:`save` (``root`` overrides the stored repository folder).
 
-        return load_relation(path, root=root)
+        The stored relation matrix is used as is (no graph search). Raises ValueError for a file that is not
+        such an index."""
+
+        def build(stored: StoredIndex) -> CodeRelation:
+            rel = cls(
+                stored.graph,
+                threshold=stored.threshold,
+                fragments=stored.fragments,
+                weights=stored.weights,
+                root=root if root is not None else stored.root,
+                fragment_lines=stored.fragment_lines,
+                stride=stored.stride,
+                skipped=stored.skipped,
+            )
+            rel.versions = stored.versions
+            return rel
+
+        return read_index(path, build)
 
     def __len__(self) -> int:
         return len(self.fragments)

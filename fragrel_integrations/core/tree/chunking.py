@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from ..._validation import check_positive_int
 from ...models.tokens import estimate_tokens, truncate_to_tokens
 
 __all__ = ["chunk_text", "split_sentences"]
@@ -50,8 +51,7 @@ def chunk_text(text: str, max_tokens: int = 600, counter: Callable[[str], int] |
     >>> chunk_text("Alpha beta. Gamma delta. Epsilon.", max_tokens=9)
     ['Alpha beta. Gamma delta.', 'Epsilon.']
     """
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+    check_positive_int(max_tokens, "max_tokens")
     count = estimate_tokens if counter is None else counter
     chunks: list[str] = []
     current: list[str] = []

@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 from ..._optional import require
+from ..._validation import check_positive_int
 
 __all__ = ["REDUCERS", "cluster_embeddings", "gmm_clusters", "pack_by_tokens", "reduce_dimensions"]
 
@@ -89,8 +90,7 @@ def gmm_clusters(
     """
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1], got {threshold!r}")
-    if isinstance(max_clusters, bool) or not isinstance(max_clusters, int) or max_clusters < 1:
-        raise ValueError(f"max_clusters must be a positive int, got {max_clusters!r}")
+    check_positive_int(max_clusters, "max_clusters")
     x = np.asarray(x, dtype=np.float64)
     n = x.shape[0]
     if n <= 2:
@@ -169,10 +169,8 @@ def cluster_embeddings(
     lengths = [int(v) for v in lengths]
     if len(lengths) != x.shape[0]:
         raise ValueError(f"got {len(lengths)} lengths for {x.shape[0]} embeddings: give one token count per row")
-    if isinstance(max_cluster_tokens, bool) or not isinstance(max_cluster_tokens, int) or max_cluster_tokens < 1:
-        raise ValueError(f"max_cluster_tokens must be a positive int, got {max_cluster_tokens!r}")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise ValueError(f"dim must be a positive int, got {dim!r}")
+    check_positive_int(max_cluster_tokens, "max_cluster_tokens")
+    check_positive_int(dim, "dim")
 
     def fit(idx: list[int], n_neighbors: int | None) -> list[list[int]]:
         z = reduce_dimensions(x[idx], dim, n_neighbors=n_neighbors, seed=seed, method=method)

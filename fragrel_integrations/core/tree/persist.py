@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._sqlite import connect
 from ...models.base import Embedder
 from .tree import SurpriseTree, check_state
 
@@ -83,7 +84,7 @@ def save_tree(tree: SurpriseTree, path: str | Path, *, format: str | None = None
             raise
         return
     _check_overwrite(path)
-    conn = sqlite3.connect(path)
+    conn = connect(path)
     try:
         with conn:
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -126,7 +127,7 @@ def _check_overwrite(path: Path) -> None:
     if not path.is_file():
         raise ValueError(f"cannot save the tree to {str(path)!r}: it is not a regular file")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn = connect(path, read_only=True)
         try:
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             fmt = None
@@ -179,7 +180,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _read_sqlite(path: Path) -> dict[str, Any]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn = connect(path, read_only=True)
     try:
         meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta")}
         nodes = []

@@ -22,17 +22,32 @@ environment averages the scores of the texts related to it:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
-if TYPE_CHECKING:
-    from .tree import SurpriseTree
-
 __all__ = ["TreeRelation"]
+
+
+class _Node(Protocol):
+    @property
+    def children(self) -> Sequence[int]: ...
+    @property
+    def doc_id(self) -> str: ...
+    @property
+    def position(self) -> int: ...
+    @property
+    def is_leaf(self) -> bool: ...
+
+
+class _Tree(Protocol):
+    """What :meth:`TreeRelation.weights` reads of a :class:`~.tree.SurpriseTree` (no import: no cycle)."""
+
+    @property
+    def nodes(self) -> Mapping[int, _Node]: ...
 
 
 def _check_weight(name: str, value: object) -> float:
@@ -74,7 +89,7 @@ class TreeRelation:
             return 1 << 30
         return math.floor(math.log(self.min_weight) / math.log(self.w_pos) + 1e-9)
 
-    def weights(self, tree: SurpriseTree, keys: Sequence[tuple[int, str]]) -> sp.csr_array:
+    def weights(self, tree: _Tree, keys: Sequence[tuple[int, str]]) -> sp.csr_array:
         """The symmetric ``len(keys) x len(keys)`` weights of the texts ``keys`` (``(node_id, field)`` pairs)."""
         rows: list[int] = []
         cols: list[int] = []

@@ -1,4 +1,4 @@
-"""A throw-away PostgreSQL server on 127.0.0.1 for tests, benchmarks and local trials (``initdb`` + ``pg_ctl``).
+"""A throw-away PostgreSQL server on 127.0.0.1 for tests and benchmarks (``initdb`` + ``pg_ctl``); not shipped.
 
 Needs the server binaries (Debian: ``apt-get install -y postgresql``). PostgreSQL refuses to run as root, so
 under root the server runs as the ``postgres`` system user. Trust authentication, loopback only, data in a

@@ -1,15 +1,15 @@
-"""What ``fragrel retrieve-code`` does, without printing (the CLI prints the returned text)."""
+"""``fragrel retrieve-code``: its options and what it does, without printing (:mod:`.cli` prints the text)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..types import ScoredFragment
-from .loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
+from .core.code.loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
+from .core.types import ScoredFragment
 
 __all__ = ["add_retrieve_code_arguments", "code_hit_dict", "format_code_hits", "read_context", "retrieve_code"]
 
@@ -84,31 +84,46 @@ def code_hit_dict(hit: ScoredFragment) -> dict:
     }
 
 
-def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
-    """One entry per hit: rank, ``path:start-end``, the three scores, the first line of code."""
+def format_ranked(
+    hits: Sequence[ScoredFragment], label: Callable[[ScoredFragment], str], preview: str, width: int
+) -> str:
+    """One entry per hit: rank, ``label(hit)``, the three scores, then the ``preview`` text cut to ``width``:
+    ``"text"`` (the whole text on one line) or ``"first_line"`` (the first non-blank line)."""
     lines = []
     for rank, h in enumerate(hits, 1):
-        d = code_hit_dict(h)
-        first = next((ln.strip() for ln in h.fragment.text.split("\n") if ln.strip()), "")
-        first = first if len(first) <= width else first[: width - 3] + "..."
+        if preview == "first_line":
+            text = next((ln.strip() for ln in h.fragment.text.split("\n") if ln.strip()), "")
+        else:
+            text = " ".join(h.fragment.text.split())
+        text = text if len(text) <= width else text[: width - 3] + "..."
         lines.append(
-            f"#{rank} {d['path']}:{d['start_line']}-{d['end_line']}  score={h.score:.4f}  "
-            f"independent={h.independent_score:.4f}  environment={h.environment_score:.4f}\n    {first}"
+            f"#{rank} {label(h)}  score={h.score:.4f}  "
+            f"independent={h.independent_score:.4f}  environment={h.environment_score:.4f}\n    {text}"
         )
     return "\n".join(lines)
 
 
+def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
+    """One entry per hit: rank, ``path:start-end``, the three scores, the first line of code."""
+
+    def label(h: ScoredFragment) -> str:
+        d = code_hit_dict(h)
+        return f"{d['path']}:{d['start_line']}-{d['end_line']}"
+
+    return format_ranked(hits, label, "first_line", width)
+
+
 def retrieve_code(args: argparse.Namespace) -> str:
     """Index ``args.repo`` (or reuse ``args.cache``), retrieve for the context, return the text to print."""
-    from .index import from_repository
-    from .prompt import build_prompt
+    from .core.code.index import from_repository
+    from .core.code.prompt import build_prompt
 
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
     context = read_context(args.context)
     embedder = None
     if args.scorer in ("dense", "hybrid"):
-        from ...models.local import default_embedder
+        from .models.local import default_embedder
 
         embedder = default_embedder()
     index = from_repository(

@@ -1,0 +1,32 @@
+"""Argument checks shared by the core, the models and the adapters: one wording for every "must be an int" error.
+
+>>> check_positive_int(3, "k")
+3
+>>> check_positive_int(True, "k")
+Traceback (most recent call last):
+...
+ValueError: k must be a positive int, got True
+>>> check_min_int(-1, "radius", 0, hint=" (neighbours on each side)")
+Traceback (most recent call last):
+...
+ValueError: radius must be an int >= 0 (neighbours on each side), got -1
+"""
+
+from __future__ import annotations
+
+__all__ = ["check_min_int", "check_positive_int"]
+
+
+def check_min_int(value: object, name: str, minimum: int, *, hint: str = "") -> int:
+    """``value`` if it is an int (not a bool) ``>= minimum``; else ValueError naming ``name`` (``hint`` is
+    added after the rule, e.g. ``" or None"`` or ``" (the paper uses 5)"``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}{hint}, got {value!r}")
+    return value
+
+
+def check_positive_int(value: object, name: str, *, hint: str = "") -> int:
+    """``value`` if it is an int (not a bool) ``>= 1``; else ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int{hint}, got {value!r}")
+    return value

@@ -1,0 +1,56 @@
+"""The ``cache=`` file of :meth:`~.relation.CodeRelation.from_repository`: reuse a stored index when it was built
+with the same settings and grammars, bringing it up to date file by file; otherwise say why it is rebuilt."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
+
+from .index_file import grammar_versions, is_code_index
+from .loader import Repository
+
+__all__ = ["check_cache", "reuse_cache"]
+
+logger = logging.getLogger(__name__)
+
+
+class _Index(Protocol):
+    versions: dict[str, str | None] | None
+
+    def settings(self) -> dict[str, Any]: ...
+    def sync(self, repository: Repository, *, show_progress: bool = False) -> list[Any]: ...
+    def save(self, path: str | os.PathLike[str]) -> None: ...
+
+
+IndexT = TypeVar("IndexT", bound=_Index)
+
+
+def check_cache(cache: str | os.PathLike[str] | None) -> bool:
+    """Whether ``cache`` holds an index of ours. Raises ValueError for anything else (a user's file, another
+    database): it is refused before any work and never overwritten."""
+    return cache is not None and is_code_index(cache)
+
+
+def reuse_cache(
+    load: Callable[..., IndexT],
+    cache: str | os.PathLike[str],
+    repository: Repository,
+    settings: dict[str, Any],
+    *,
+    show_progress: bool = True,
+) -> IndexT | None:
+    """The index stored in ``cache`` (read with ``load(cache, root=...)``), synced with ``repository`` and saved
+    back when files changed; None when it is damaged or was built with other settings or grammars."""
+    try:
+        stored = load(cache, root=repository.root)
+    except ValueError as exc:
+        logger.warning("rebuilding the stored code index %s: %s", cache, exc)
+        return None
+    if stored.settings() == settings and stored.versions == grammar_versions():
+        if stored.sync(repository, show_progress=show_progress):
+            stored.save(cache)
+        return stored
+    logger.info("stored code index %s was built with other settings or grammars: rebuilding", cache)
+    return None
