@@ -135,6 +135,11 @@ class TermIndex:
         """Partitions scanned per query."""
         return min(len(self._parts), max(self.min_probe, math.ceil(self.probe_share * len(self._parts))))
 
+    def ids(self) -> np.ndarray:
+        """Every held id, ascending (for consistency checks against the database)."""
+        with self._lock:
+            return np.sort(np.concatenate([p.ids[: p.n] for p in self._parts]))
+
     @property
     def nbytes(self) -> int:
         """Memory held by vectors, ids and centroids (allocated capacity included)."""
