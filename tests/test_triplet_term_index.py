@@ -100,6 +100,8 @@ def test_index_refuses_ids_that_do_not_grow_and_bad_settings():
         TermIndex(4, min_probe=0)
     with pytest.raises(ValueError, match="probe_share"):
         TermIndex(4, probe_share=0)
+    with pytest.raises(ValueError, match="lists_factor"):
+        TermIndex(4, lists_factor=0)
     with pytest.raises(ValueError, match="fuzzy_index"):
         TripletStore(":memory:", embedder=HashingEmbedder(dim=8), fuzzy_index="faiss")
 
