@@ -106,6 +106,8 @@ class TermIndex:
         min_probe: partitions scanned per query at least.
         lists_factor: partitions = ``lists_factor * sqrt(n)`` (more: smaller partitions, costlier k-means).
         center: partition mean-centred vectors (see the module docstring).
+        widen, widen_below: a query whose best cosine in the probed partitions is below ``widen_below`` also
+            scans the next ``(widen - 1) * nprobe`` partitions (``widen=1``: never).
         sample: vectors k-means trains on at most.
         regrow: re-partition when the index holds this many times the vectors it was partitioned with.
         seed: k-means seed (the partition, never the result set above the cut, depends on it).
@@ -122,13 +124,23 @@ class TermIndex:
         min_probe: int = 16,
         lists_factor: float = 2.0,
         center: bool = True,
+        widen: int = 3,
+        widen_below: float = 0.9,
         sample: int = 50_000,
         regrow: float = 4.0,
         seed: int = 0,
     ) -> None:
-        for name, value in (("dim", dim), ("train_at", train_at), ("min_probe", min_probe), ("sample", sample)):
+        for name, value in (
+            ("dim", dim),
+            ("train_at", train_at),
+            ("min_probe", min_probe),
+            ("sample", sample),
+            ("widen", widen),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if isinstance(widen_below, bool) or not isinstance(widen_below, int | float) or not -1 <= widen_below <= 1:
+            raise ValueError(f"widen_below must be a cosine in [-1, 1], got {widen_below!r}")
         if not 0 < probe_share <= 1:
             raise ValueError(f"probe_share must be in (0, 1], got {probe_share!r}")
         if isinstance(lists_factor, bool) or not isinstance(lists_factor, int | float) or not lists_factor > 0:
@@ -143,6 +155,7 @@ class TermIndex:
         self._centroids: np.ndarray | None = None
         self._mean = np.zeros(dim, dtype=np.float32)
         self.lists_factor, self.center = float(lists_factor), bool(center)
+        self.widen, self.widen_below = widen, float(widen_below)
         self._parts: list[_Partition] = [_Partition(dim)]
         self._lock = threading.RLock()
 
@@ -222,25 +235,36 @@ class TermIndex:
 
     def search(self, query: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
         """Ids and cosines of the held vectors with cosine >= ``threshold`` to the unit ``query`` among the
-        probed partitions, best first (ties: lower id first)."""
+        probed partitions, best first (ties: lower id first).
+
+        Once partitioned: the ``nprobe`` closest partitions; if the best cosine found there is below
+        ``widen_below`` (a distant query, whose best term is the likeliest to sit in another partition), the next
+        ``(widen - 1) * nprobe`` partitions too."""
         q = np.asarray(query, dtype=np.float32).reshape(self.dim)
+        got_ids, got_sims = [], []
         with self._lock:
             if self._centroids is None:
-                parts = self._parts
+                rounds = [self._parts]
             else:
                 cs = self._centroids @ (q - self._mean)
                 probe = self.nprobe
-                picked = np.argpartition(-cs, probe - 1)[:probe] if probe < cs.size else np.arange(cs.size)
-                parts = [self._parts[int(i)] for i in picked]
-            got_ids, got_sims = [], []
-            for p in parts:
-                if not p.n:
-                    continue
-                sims = p.vecs[: p.n] @ q
-                keep = np.flatnonzero(sims >= threshold)
-                if keep.size:
-                    got_ids.append(p.ids[keep])
-                    got_sims.append(sims[keep])
+                wide = min(cs.size, probe * self.widen)
+                top = np.argpartition(-cs, wide - 1)[:wide] if wide < cs.size else np.arange(cs.size)
+                top = top[np.argsort(-cs[top], kind="stable")]
+                rounds = [[self._parts[int(i)] for i in top[:probe]], [self._parts[int(i)] for i in top[probe:]]]
+            best = -1.0
+            for r, parts in enumerate(rounds):
+                if r and best >= self.widen_below:
+                    break
+                for p in parts:
+                    if not p.n:
+                        continue
+                    sims = p.vecs[: p.n] @ q
+                    best = max(best, float(sims.max()))
+                    keep = np.flatnonzero(sims >= threshold)
+                    if keep.size:
+                        got_ids.append(p.ids[keep])
+                        got_sims.append(sims[keep])
         if not got_ids:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         ids, sims = np.concatenate(got_ids), np.concatenate(got_sims)
