@@ -153,6 +153,7 @@ def lookup_bench(backend_name: str, open_store: Callable[..., TripletStore], n: 
     out["open_s"], out["first_read_s"] = open_s, first_s
     out["index_mb"] = store._index.nbytes / 2**20
     out["index_partitions"] = store._index.partitions
+    out["index_nprobe"] = store._index.nprobe
 
     scan_times, truth = [], []
     for q in queries:
@@ -185,7 +186,8 @@ def index_bench(n: int, n_queries: int) -> dict:
     queries, cosines = make_queries(vectors, n_queries, seed=1)
     index = TermIndex(DIM)
     _, build_s = timed(lambda: index.add(np.arange(1, n + 1), vectors))
-    out: dict = {"n": n, "build_s": build_s, "index_mb": index.nbytes / 2**20, "partitions": index.partitions}
+    out: dict = {"n": n, "build_s": build_s, "index_mb": index.nbytes / 2**20, "partitions": index.partitions,
+                 "nprobe": index.nprobe}  # fmt: skip
     scan_times, truth, times, got = [], [], [], []
     for q in queries:
         best, dt = timed(lambda q=q: ram_scan(vectors, q))
@@ -407,16 +409,17 @@ def render(res: dict) -> str:
             )
     lines += ["", "Index size and open time (a new store object on the filled database, then its first fuzzy "
               "read, which reads every term vector and partitions them):", "",
-              "| backend | stored terms | fill s | open s | first fuzzy read s | index MB | partitions |",
+              "| backend | stored terms | fill s | open s | first fuzzy read s | index MB | partitions (probed) |",
               "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in res["lookups"]:
         lines.append(
             f"| {r['backend']} | {r['n']:,} | {r['fill_s']:.0f} | {r['open_s']:.2f} | {r['first_read_s']:.2f} | "
-            f"{r['index_mb']:.0f} | {r['index_partitions']} |"
+            f"{r['index_mb']:.0f} | {r['index_partitions']} ({r.get('index_nprobe', '?')}) |"
         )
     for r in res["index"]:
         lines.append(
-            f"| (no database) | {r['n']:,} | | | {r['build_s']:.1f} (build) | {r['index_mb']:.0f} | {r['partitions']} |"
+            f"| (no database) | {r['n']:,} | | | {r['build_s']:.1f} (build) | {r['index_mb']:.0f} | "
+            f"{r['partitions']} ({r.get('nprobe', '?')}) |"
         )
     for v in res["visibility"]:
         lines += [
