@@ -4,10 +4,11 @@ term vectors with an exact cosine over every vector of the probed partitions.
 Below ``train_at`` vectors the index is one partition, i.e. an exact scan (one matrix-vector product). From
 ``train_at`` on, spherical k-means (on a sample) splits the vectors into about ``lists_factor * sqrt(n)``
 partitions; a query ranks the centroids and scans the closest ``probe_share`` of the partitions (at least
-``min_probe``) exactly. Near neighbours of a query fall in the partitions of its closest centroids, so recall
-of the best term stays near 1 while the scan touches a small share of the vectors. New vectors join their
-nearest partition; when the index has grown ``regrow`` times past the size it was trained at, it is
-re-partitioned.
+``min_probe``) exactly, and up to ``widen`` times as many while the best cosine found is below ``widen_below``
+(less 0.05 per extra round: a distant query's best term is the likeliest to sit in a partition ranked further
+down). Near neighbours of a query fall in the partitions of its closest centroids, so recall of the best term
+stays near 1 while the scan touches a small share of the vectors. New vectors join their nearest partition;
+when the index has grown ``regrow`` times past the size it was trained at, it is re-partitioned.
 
 Partitions are found after subtracting the mean vector (``center``): sentence embeddings share a common
 direction (unrelated terms still have cosine 0.2-0.4), which otherwise makes a few central partitions huge and
@@ -36,6 +37,9 @@ import threading
 import numpy as np
 
 __all__ = ["TermIndex"]
+
+#: how much lower the bar for another round of partitions is after each extra round
+_WIDEN_STEP = 0.05
 
 
 class _Partition:
@@ -106,8 +110,9 @@ class TermIndex:
         min_probe: partitions scanned per query at least.
         lists_factor: partitions = ``lists_factor * sqrt(n)`` (more: smaller partitions, costlier k-means).
         center: partition mean-centred vectors (see the module docstring).
-        widen, widen_below: a query whose best cosine in the probed partitions is below ``widen_below`` also
-            scans the next ``(widen - 1) * nprobe`` partitions (``widen=1``: never).
+        widen, widen_below: a query whose best cosine in the probed partitions is below ``widen_below`` scans
+            the next ``nprobe`` partitions too, up to ``widen`` rounds (the bar drops 0.05 per round after the
+            second; ``widen=1``: never).
         sample: vectors k-means trains on at most.
         regrow: re-partition when the index holds this many times the vectors it was partitioned with.
         seed: k-means seed (the partition, never the result set above the cut, depends on it).
@@ -237,9 +242,9 @@ class TermIndex:
         """Ids and cosines of the held vectors with cosine >= ``threshold`` to the unit ``query`` among the
         probed partitions, best first (ties: lower id first).
 
-        Once partitioned: the ``nprobe`` closest partitions; if the best cosine found there is below
-        ``widen_below`` (a distant query, whose best term is the likeliest to sit in another partition), the next
-        ``(widen - 1) * nprobe`` partitions too."""
+        Once partitioned: the ``nprobe`` closest partitions; then, up to ``widen`` rounds in all, the next
+        ``nprobe`` while the best cosine found is below ``widen_below`` (less 0.05 per round after the second):
+        a distant query, whose best term is the likeliest to sit in another partition, scans more."""
         q = np.asarray(query, dtype=np.float32).reshape(self.dim)
         got_ids, got_sims = [], []
         with self._lock:
@@ -251,10 +256,10 @@ class TermIndex:
                 wide = min(cs.size, probe * self.widen)
                 top = np.argpartition(-cs, wide - 1)[:wide] if wide < cs.size else np.arange(cs.size)
                 top = top[np.argsort(-cs[top], kind="stable")]
-                rounds = [[self._parts[int(i)] for i in top[:probe]], [self._parts[int(i)] for i in top[probe:]]]
+                rounds = [[self._parts[int(i)] for i in top[s : s + probe]] for s in range(0, wide, probe)]
             best = -1.0
             for r, parts in enumerate(rounds):
-                if r and best >= self.widen_below:
+                if r and best >= self.widen_below - _WIDEN_STEP * (r - 1):
                     break
                 for p in parts:
                     if not p.n:
