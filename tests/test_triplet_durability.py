@@ -148,6 +148,8 @@ for b in range(crash_batch + 1):
         + [("state", "counter", f"value {b}")]
     )
     print(f"COMMITTED {b}", flush=True)
+    if b == 0:
+        store.read(t1="batch 0 subjects")  # builds this process's term index: later commits also feed it
 """
 
 
@@ -167,12 +169,18 @@ def test_killed_writer_loses_nothing_committed(kind, tmp_path):
         text=True,
     )
     lines = []
+    reader = None  # another process's view (this one): its term index is built before the crash
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         line = proc.stdout.readline().strip()
         if not line:
             break
         lines.append(line)
+        if line == "COMMITTED 1":
+            rb = SQLiteBackend(target) if kind == "sqlite" else PostgresBackend(target, schema=schema)
+            reader = TripletStore(rb, embedder=emb())
+            reader.read(t1="batch 1 subjects")  # fuzzy: builds the reader's index
+            assert reader._index is not None and len(reader._index) >= 20  # (the writer goes on meanwhile)
         if line.startswith("IN_TX"):
             os.kill(proc.pid, signal.SIGKILL)
             break
@@ -195,6 +203,15 @@ def test_killed_writer_loses_nothing_committed(kind, tmp_path):
         if kind == "sqlite":
             assert cur.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     check_consistent(store)
+    with store.backend.read() as cur:
+        term_ids = sorted(int(r[0]) for r in cur.execute("SELECT id FROM terms").fetchall())
+    for view in (reader, store):  # the index built before the crash and the one built on reopen
+        view.read(t1=f"batch {crash_batch - 1} subjects")  # a fuzzy read brings the index up to the data
+        assert view._index.ids().tolist() == term_ids  # every committed term, nothing of the killed batch
+        for b in range(crash_batch):  # committed terms are found through the index
+            got = view._index.search(view._embed([f"batch {b} subject 3"])[0], 0.999)[0]
+            assert got.size and set(got.tolist()) <= set(term_ids)
+    reader.close()
     store.write(("after", "the", "crash"))  # the write lock was released
     assert store.read(t1="after")
     if kind == "postgres":

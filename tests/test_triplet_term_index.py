@@ -91,6 +91,28 @@ def test_partitioned_index_finds_the_exact_best_term():
     assert hits / len(queries) >= 0.99
 
 
+def test_distant_queries_widen_the_probe_and_close_ones_do_not():
+    n, dim = 20_000, 128
+    vecs = clustered(n, dim, seed=5)
+    narrow = TermIndex(dim, train_at=5_000, sample=10_000, min_probe=2, probe_share=0.001, widen=1)
+    narrow.add(np.arange(1, n + 1), vecs)
+    wide = TermIndex(dim, train_at=5_000, sample=10_000, min_probe=2, probe_share=0.001, widen=8, widen_below=0.9)
+    wide.add(np.arange(1, n + 1), vecs)
+    rng = np.random.default_rng(6)
+    hits = {0.97: [0, 0], 0.72: [0, 0]}
+    for j in rng.choice(n, 150, replace=False):
+        for cos, count in hits.items():
+            q = near(rng, vecs[j], cos)
+            best = int(np.argmax(vecs @ q)) + 1
+            (got_narrow, sims), got_wide = narrow.search(q, 0.5), wide.search(q, 0.5)[0]
+            count[0] += bool(got_narrow.size) and int(got_narrow[0]) == best
+            count[1] += bool(got_wide.size) and int(got_wide[0]) == best
+            if sims.size and sims[0] >= 0.9:  # close enough in the first partitions: same scan, same answer
+                assert got_narrow.tolist() == got_wide.tolist()
+    assert hits[0.97][1] >= hits[0.97][0] and hits[0.72][1] >= hits[0.72][0]
+    assert hits[0.72][1] > hits[0.72][0]  # distant queries: the wider scan finds more best terms
+
+
 def test_index_refuses_ids_that_do_not_grow_and_bad_settings():
     index = TermIndex(4)
     index.add([1, 2], unit(np.eye(4)[:2]))
@@ -100,6 +122,12 @@ def test_index_refuses_ids_that_do_not_grow_and_bad_settings():
         TermIndex(4, min_probe=0)
     with pytest.raises(ValueError, match="probe_share"):
         TermIndex(4, probe_share=0)
+    with pytest.raises(ValueError, match="lists_factor"):
+        TermIndex(4, lists_factor=0)
+    with pytest.raises(ValueError, match="widen_below"):
+        TermIndex(4, widen_below=2)
+    with pytest.raises(ValueError, match="widen"):
+        TermIndex(4, widen=0)
     with pytest.raises(ValueError, match="fuzzy_index"):
         TripletStore(":memory:", embedder=HashingEmbedder(dim=8), fuzzy_index="faiss")
 
