@@ -92,7 +92,7 @@ def test_invalid_arguments_and_missing_calls():
     text = FragRelLLM(model=ScriptedToolModel([ToolReply("Hello!")], []))
     response = text.chat_with_tools([_weather_tool([])], "Hi")
     assert response.message.content == "Hello!" and text.get_tool_calls_from_response(response, False) == []
-    with pytest.raises(ValueError, match="expected at least one tool call.*Hello"):
+    with pytest.raises(ValueError, match=r"expected at least one tool call.*Hello"):
         text.get_tool_calls_from_response(response)
     with pytest.raises(TypeError, match="FunctionTool"):
         text.chat_with_tools([object()], "Hi")
@@ -109,7 +109,7 @@ async def test_streaming_with_tools_gives_one_response_with_the_decision():
 def test_a_model_without_tool_calling_says_what_to_use():
     llm = FragRelLLM(model=ScriptedChatModel(["hi"]))
     assert llm.metadata.is_function_calling_model is False
-    with pytest.raises(NotImplementedError, match="LlamaCppChatModel.*OpenAILike"):
+    with pytest.raises(NotImplementedError, match=r"LlamaCppChatModel.*OpenAILike"):
         llm.chat_with_tools([_weather_tool([])], "Weather?")
 
 
@@ -128,3 +128,47 @@ async def test_embedded_model_in_a_function_agent():
     llm = FragRelLLM(model=get_embedded(), max_tokens=48, temperature=0)
     out = await FunctionAgent(tools=[_weather_tool(called)], llm=llm).run("What's the weather in Oslo?")
     assert called == ["Oslo"] and str(out).strip()
+
+
+# ------------------------------------------------------------------------------------ Settings
+def _run(code: str) -> str:
+    import subprocess
+    import sys
+    import textwrap
+
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_use_embedded_models_rejects_non_bools():
+    from fragrel_integrations.llama_index import use_embedded_models
+
+    with pytest.raises(TypeError, match=r"Settings\.embed_model"):
+        use_embedded_models(embed_model="minilm")
+
+
+@pytest.mark.slow
+def test_use_embedded_models_makes_the_default_quickstart_run_offline():
+    """In a fresh process (Settings are global): no OpenAI package, no key, no network; index + query engine with
+    no embed_model=/llm= arguments run on MiniLM and SmolLM2."""
+    out = _run(
+        """
+        import os, sys
+        os.environ.pop("OPENAI_API_KEY", None)
+        class Hide:  # LlamaIndex's OpenAI defaults must not be reached
+            def find_spec(self, name, path=None, target=None):
+                if name.startswith(("llama_index.embeddings.openai", "llama_index.llms.openai", "openai")):
+                    raise ImportError(f"No module named {name!r}")
+        sys.meta_path.insert(0, Hide())
+        from llama_index.core import Document, Settings, VectorStoreIndex
+        from fragrel_integrations.llama_index import FragRelLLM, MiniLMEmbedding, use_embedded_models
+        embed, llm = use_embedded_models()
+        print(Settings.embed_model is embed, isinstance(embed, MiniLMEmbedding), Settings.llm is llm)
+        docs = [Document(text="Mary went to the kitchen."), Document(text="John picked up the football.")]
+        engine = VectorStoreIndex.from_documents(docs).as_query_engine(similarity_top_k=1)
+        response = engine.query("Who picked up the football?")
+        print(response.source_nodes[0].node.get_content(), bool(str(response).strip()))
+        """
+    )
+    assert out.splitlines() == ["True True True", "John picked up the football. True"]
