@@ -106,6 +106,20 @@ async def test_streaming_with_tools_gives_one_response_with_the_decision():
     assert len(achunks) == 1 and llm.get_tool_calls_from_response(achunks[0])[0].tool_name == "weather"
 
 
+def test_structured_predict_goes_through_a_forced_tool_call():
+    from llama_index.core.prompts import PromptTemplate
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        country: str
+
+    model = ScriptedToolModel([_call("City", {"name": "Paris", "country": "France"})], [])
+    out = FragRelLLM(model=model).structured_predict(City, PromptTemplate("City in: {text}"), text="Paris, France")
+    assert out == City(name="Paris", country="France")
+    assert model.tool_requests[0]["tool_choice"] == "required"  # the JSON is written under the schema's grammar
+
+
 def test_a_model_without_tool_calling_says_what_to_use():
     llm = FragRelLLM(model=ScriptedChatModel(["hi"]))
     assert llm.metadata.is_function_calling_model is False
