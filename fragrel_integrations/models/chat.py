@@ -101,8 +101,9 @@ class ToolReply:
 def format_tool_call(name: str, args: Any) -> str:
     """An earlier tool call written the way the tool-calling prompt of ``LlamaCppChatModel`` asks for it.
 
-    >>> format_tool_call("weather", {"city": "Oslo"})
-    'functions.weather:\n{"city": "Oslo"}'
+    >>> print(format_tool_call("weather", {"city": "Oslo"}))
+    functions.weather:
+    {"city": "Oslo"}
     """
     text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False, default=str)
     return f"functions.{name}:\n{text}"
