@@ -7,7 +7,8 @@ SmolLM2-135M.
 2. Streaming: time to the first token of ``LlamaCppChatModel.stream`` vs the whole ``invoke`` (same request).
 3. Tool calling: ``create_agent(FragRelChatModel(model=LlamaCppChatModel()), tools=[get_weather])`` on five
    weather requests (did it call the tool with the right city; did the final answer use the tool's result), and
-   ``invoke_with_tools`` on three requests that need no tool (did it answer directly).
+   ``invoke_with_tools`` on three requests that need no tool (did it answer directly); the same five requests
+   through LlamaIndex's ``FunctionAgent(tools=[...], llm=FragRelLLM(model=LlamaCppChatModel()))``.
 
 Writes ``benchmarks/results/ecosystem.json`` and ``.md``. About 1-2 minutes on 2 shared CPUs. Import times grow
 with the machine's load (reported with the results): compare runs made under similar load only.
@@ -129,6 +130,46 @@ def tool_calling() -> dict:
     return {"agent": rows, "no_tool_needed": direct}
 
 
+async def _run_agent(agent, question: str):  # benchmark script, not library code
+    return await agent.run(question)
+
+
+def llama_index_tool_calling() -> list[dict]:
+    import asyncio
+
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.tools import FunctionTool
+
+    from fragrel_integrations.llama_index import FragRelLLM
+    from fragrel_integrations.models import LlamaCppChatModel
+
+    called: list[str] = []
+
+    def get_weather(city: str) -> str:
+        """Get the current weather in a city."""
+        called.append(city)
+        return f"It is sunny and 21 degrees in {city}."
+
+    llm = FragRelLLM(model=LlamaCppChatModel(n_ctx=2048), max_tokens=48, temperature=0)
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(get_weather)], llm=llm)
+    rows = []
+    for question, city in WEATHER:
+        called.clear()
+        start = time.perf_counter()
+        answer = str(asyncio.run(_run_agent(agent, question)))
+        rows.append(
+            {
+                "question": question,
+                "tool_calls": list(called),
+                "right_call": called == [city],
+                "answer": answer,
+                "answer_uses_result": "sunny" in answer.lower() and city.lower() in answer.lower(),
+                "seconds": time.perf_counter() - start,
+            }
+        )
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
@@ -139,6 +180,7 @@ def main() -> None:
     if not args.skip_llm:
         result["streaming"] = streaming()
         result["tools"] = tool_calling()
+        result["tools"]["llama_index_agent"] = llama_index_tool_calling()
     result["machine"] = machine_info(load_start)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / "ecosystem.json").write_text(json.dumps(result, indent=2))
@@ -170,6 +212,19 @@ def main() -> None:
             "|---|---|---|---|",
         ]
         for r in agent:
+            answer = r["answer"].replace("\n", " ").replace("|", "/")[:80]
+            lines.append(f"| {r['question']} | {r['tool_calls']} | {answer} | {r['seconds']:.1f} |")
+        li = result["tools"]["llama_index_agent"]
+        lines += [
+            "",
+            f"LlamaIndex FunctionAgent (FragRelLLM over SmolLM2-135M): right tool call "
+            f"{sum(r['right_call'] for r in li)}/{len(li)}, final answer uses the tool result "
+            f"{sum(r['answer_uses_result'] for r in li)}/{len(li)}.",
+            "",
+            "| question | tool calls | answer | s |",
+            "|---|---|---|---|",
+        ]
+        for r in li:
             answer = r["answer"].replace("\n", " ").replace("|", "/")[:80]
             lines.append(f"| {r['question']} | {r['tool_calls']} | {answer} | {r['seconds']:.1f} |")
     lines += ["", f"Machine: {result['machine']}"]

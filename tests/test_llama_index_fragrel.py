@@ -167,6 +167,7 @@ def test_public_names():
         "TripletMemoryRetriever",
         "VectorStoreStreamIndex",
         "tag_positions",
+        "use_embedded_models",
     ]
     assert issubclass(FragRelRetriever, BaseRetriever)
     from llama_index.core.postprocessor.types import BaseNodePostprocessor

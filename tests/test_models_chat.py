@@ -41,8 +41,10 @@ def test_all_is_pinned():
             "check_params",
             "complete",
             "context_window",
+            "format_tool_call",
             "model_id",
             "to_messages",
+            "tool_turn",
         ]
     )
 

@@ -1,5 +1,5 @@
 """Release readiness: the sdist and the wheel build from the source tree, their metadata is complete and the
-wheel ships ``py.typed`` (PEP 561) and the package code, but no tests or benchmarks."""
+wheel ships ``py.typed`` (PEP 561), the MIT ``LICENSE`` and the package code, but no tests or benchmarks."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ ROOT = Path(fragrel_integrations.__file__).resolve().parent.parent
 def dists(tmp_path_factory) -> dict[str, Path]:
     """sdist + wheel built (without build isolation: offline, the venv's setuptools) from a copy of the tree."""
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(
         ROOT / "fragrel_integrations",
@@ -51,7 +51,7 @@ def test_wheel_metadata_is_complete(dists):
         meta = email.parser.Parser().parsestr(wheel.read(meta_name).decode())
     assert meta["Name"] == project["name"] and meta["Version"] == project["version"] == fragrel_integrations.__version__
     assert meta["Requires-Python"] == project["requires-python"]
-    assert meta["License-Expression"] == "MIT"
+    assert meta["License-Expression"] == "MIT" and meta.get_all("License-File") == ["LICENSE"]
     assert meta["Summary"] and meta["Description-Content-Type"] == "text/markdown"
     assert "FragRel" in meta.get_payload()  # the README is the long description
     extras = set(meta.get_all("Provides-Extra"))
@@ -68,6 +68,10 @@ def test_wheel_ships_py_typed_and_only_the_package(dists):
     with zipfile.ZipFile(dists["wheel"]) as wheel:
         names = wheel.namelist()
     assert "fragrel_integrations/py.typed" in names
+    license_name = next(n for n in names if n.endswith(".dist-info/licenses/LICENSE"))
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        text = wheel.read(license_name).decode()
+    assert text.startswith("MIT License") and "fragrel-integrations contributors" in text
     assert "fragrel_integrations/langchain/retriever.py" in names
     assert "fragrel_integrations/core/code/graph.py" in names
     assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"fragrel_integrations"}  # no tests/
@@ -76,4 +80,10 @@ def test_wheel_ships_py_typed_and_only_the_package(dists):
 def test_sdist_has_the_sources_readme_and_py_typed(dists):
     with tarfile.open(dists["sdist"]) as sdist:
         names = {n.split("/", 1)[1] for n in sdist.getnames() if "/" in n}
-    assert {"pyproject.toml", "README.md", "fragrel_integrations/py.typed", "fragrel_integrations/cli.py"} <= names
+    assert {
+        "pyproject.toml",
+        "README.md",
+        "LICENSE",
+        "fragrel_integrations/py.typed",
+        "fragrel_integrations/cli.py",
+    } <= names

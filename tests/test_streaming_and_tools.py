@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
 
 import pytest
 
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
 
-from _llm_fixtures import SERVER_MODEL, get_embedded, get_server
+from _llm_fixtures import SERVER_MODEL, ScriptedToolModel, get_embedded, get_server
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from llama_index.core.base.llms.types import ChatMessage as LIChatMessage
@@ -121,21 +120,6 @@ async def test_openai_compatible_server_streams_server_sent_events():
 
 
 # ------------------------------------------------------------------------------------ tools, scripted
-class ScriptedToolModel(ScriptedChatModel):
-    """Tool replies from a script (``invoke_with_tools``) and text replies from ``ScriptedChatModel``."""
-
-    def __init__(self, tool_replies: list[ToolReply], text_replies: list[str]) -> None:
-        super().__init__(text_replies)
-        self.tool_replies = list(tool_replies)
-        self.tool_requests: list[dict[str, Any]] = []
-
-    def invoke_with_tools(self, messages, tools, *, tool_choice="auto", allowed=None, **params) -> ToolReply:
-        self.tool_requests.append(
-            {"messages": messages, "tools": tools, "tool_choice": tool_choice, "allowed": allowed}
-        )
-        return self.tool_replies.pop(0)
-
-
 @tool
 def get_weather(city: str) -> str:
     """Get the current weather in a city."""

@@ -46,7 +46,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import field_validator, model_validator
 
-from ..models.chat import ToolReply, check_params, model_id
+from ..models.chat import check_params, format_tool_call, model_id, tool_turn
 from ..models.tokens import count_message_tokens, count_tokens
 
 __all__ = ["FragRelChatModel", "to_role_messages"]
@@ -93,10 +93,7 @@ def _tool_calls_text(message: AIMessage, style: str = "text") -> str:
     if style == "drop":
         return ""
     if style == "functions":  # the format the tool-calling prompt of LlamaCppChatModel asks for
-        return "\n".join(
-            f"functions.{call['name']}:\n{json.dumps(call.get('args', {}), ensure_ascii=False)}"
-            for call in message.tool_calls
-        )
+        return "\n".join(format_tool_call(call["name"], call.get("args", {})) for call in message.tool_calls)
     return "\n".join(
         f"[tool call {call['name']}({json.dumps(call.get('args', {}), ensure_ascii=False, sort_keys=True)})]"
         for call in message.tool_calls
@@ -279,18 +276,15 @@ class FragRelChatModel(BaseChatModel):
         tooling = self._tools(kwargs)
         _, params = self._prepare(messages, stop, kwargs)
         sent = to_role_messages(messages, _tool_style="functions")
-        tools, choice = tooling["tools"], tooling["tool_choice"]
-        allowed = None
-        if not self.repeat_tool_calls:
-            called = _called_since_user(messages)
-            allowed = [t["function"]["name"] for t in tools if t["function"]["name"] not in called]
-        if allowed == []:
-            # every tool has answered: a plain reply to the conversation with the tool results as user turns
-            # (a small model shown its own call format keeps writing calls instead of an answer)
-            sent = to_role_messages(messages, _tool_style="drop")
-            reply = ToolReply(self.model.invoke(sent, **params))
-        else:
-            reply = self.model.invoke_with_tools(sent, tools, tool_choice=choice, allowed=allowed, **params)
+        reply = tool_turn(
+            self.model,
+            sent,
+            to_role_messages(messages, _tool_style="drop"),
+            tooling["tools"],
+            tool_choice=tooling["tool_choice"],
+            called=None if self.repeat_tool_calls else _called_since_user(messages),
+            **params,
+        )
         fields = self._message_fields(sent, reply.content)
         calls, invalid = [], []
         for call in reply.tool_calls:

@@ -12,7 +12,9 @@
 - :class:`SurpriseTreeRetriever` retrieves from ILM-TR's surprise tree; :class:`SurpriseExtractor` adds summary
   and surprising facts to each node during ingestion.
 - :class:`MiniLMEmbedding` is the embedded offline all-MiniLM-L6-v2 as a LlamaIndex embedding model;
-  :class:`FragRelLLM` is any of our chat models (the embedded SmolLM2, an OpenAI-compatible server) as an ``LLM``.
+  :class:`FragRelLLM` is any of our chat models (the embedded SmolLM2, an OpenAI-compatible server) as an ``LLM``
+  (function calling with the embedded model); :func:`use_embedded_models` sets LlamaIndex's global ``Settings`` to
+  both, so quickstarts run offline.
 
 >>> from fragrel_integrations.llama_index import FragRelRetriever, PositionTagger   # doctest: +SKIP
 """
@@ -29,6 +31,7 @@ from .postprocessor import FragRelPostprocessor  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
 from .scm_index import VectorStoreStreamIndex  # noqa: E402
 from .scm_memory import SCMMemory  # noqa: E402
+from .settings import use_embedded_models  # noqa: E402
 from .surprise_tree import SurpriseExtractor, SurpriseTreeRetriever  # noqa: E402
 from .triplet_graph_store import TripletGraphStore, TripletMemoryRetriever  # noqa: E402
 
@@ -47,4 +50,5 @@ __all__ = [
     "TripletMemoryRetriever",
     "VectorStoreStreamIndex",
     "tag_positions",
+    "use_embedded_models",
 ]

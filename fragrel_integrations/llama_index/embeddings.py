@@ -18,7 +18,8 @@ class MiniLMEmbedding(BaseEmbedding):
 
     The model loads on the first embedding call; with the default ``device``/``model_path`` it is the same
     process-wide model the rest of fragrel uses, so building an index with it and re-ranking share one copy.
-    Pass it explicitly (``embed_model=MiniLMEmbedding()``); this package never changes ``Settings``.
+    Pass it explicitly (``embed_model=MiniLMEmbedding()``) or call :func:`use_embedded_models`; importing this
+    package never changes ``Settings``.
 
     >>> from llama_index.core import VectorStoreIndex                                     # doctest: +SKIP
     >>> index = VectorStoreIndex.from_documents(docs, embed_model=MiniLMEmbedding())     # doctest: +SKIP

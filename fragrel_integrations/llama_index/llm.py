@@ -2,8 +2,11 @@
 ``LLM`` for chat engines and query engines: the reverse of :mod:`fragrel_integrations.models.llama_index_chat`.
 
 The streaming methods yield the reply token by token when the wrapped model streams (the embedded llama.cpp model,
-an OpenAI-compatible server), else as one chunk. There is no function calling
-(``metadata.is_function_calling_model`` is False).
+an OpenAI-compatible server), else as one chunk. ``FragRelLLM`` is a ``FunctionCallingLLM``: with a wrapped model
+that has ``invoke_with_tools`` (``LlamaCppChatModel``: grammar-constrained calls, one per turn) it runs
+``FunctionAgent`` and ``llm.predict_and_call(tools, ...)`` offline; other wrapped models report
+``metadata.is_function_calling_model = False`` and their tool calls raise ``NotImplementedError`` naming what to
+use instead.
 
 >>> from llama_index.core.chat_engine import SimpleChatEngine
 >>> from fragrel_integrations.testing import ScriptedChatModel
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -29,13 +33,25 @@ from llama_index.core.base.llms.types import (
     CompletionResponseGen,
     LLMMetadata,
     MessageRole,
+    TextBlock,
+    ToolCallBlock,
 )
 from llama_index.core.constants import DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS
-from llama_index.core.llms import LLM, CustomLLM
+from llama_index.core.llms import LLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import ToolSelection
 from pydantic import Field, field_validator, model_validator
 
-from ..models.chat import _is_instance_of, aiter_in_thread, check_params, context_window, model_id
+from ..models.chat import (
+    _is_instance_of,
+    aiter_in_thread,
+    check_params,
+    context_window,
+    format_tool_call,
+    model_id,
+    tool_turn,
+)
 
 __all__ = ["FragRelLLM", "to_role_messages"]
 
@@ -49,9 +65,36 @@ _ROLES = {
 }
 _TOOL_ROLES = frozenset({MessageRole.TOOL, MessageRole.FUNCTION})
 _MEDIA_BLOCKS = frozenset({"image", "audio", "video", "document"})
+_NO_TOOLS = (
+    "FragRelLLM wraps {name}, which has no tool calling. For agents with tools wrap LlamaCppChatModel "
+    "(grammar-constrained tool calls with the embedded SmolLM2 or any chat GGUF), or use a function-calling "
+    "LlamaIndex LLM, e.g. OpenAILike(model=..., api_base=..., is_function_calling_model=True) from "
+    "llama-index-llms-openai-like against an OpenAI-compatible server (llama-cpp-python's server, vLLM, Ollama)"
+)
 
 
-def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+def _tool_calls_text(calls: list[ToolCallBlock], style: str) -> str:
+    if style == "drop":
+        return ""
+    if style == "functions":  # the format the tool-calling prompt of LlamaCppChatModel asks for
+        return "\n".join(format_tool_call(c.tool_name, c.tool_kwargs) for c in calls)
+    return "\n".join(
+        f"[tool call {c.tool_name}({json.dumps(c.tool_kwargs, ensure_ascii=False, sort_keys=True, default=str)})]"
+        for c in calls
+    )
+
+
+def _called_since_user(messages: Sequence[ChatMessage]) -> set[str]:
+    """Names of the tools the model called after the last user message."""
+    called: set[str] = set()
+    for message in reversed(messages):
+        if message.role == MessageRole.USER:
+            break
+        called.update(b.tool_name for b in message.blocks if getattr(b, "block_type", None) == "tool_call")
+    return called
+
+
+def to_role_messages(messages: Sequence[ChatMessage], *, _tool_style: str = "text") -> list[dict[str, str]]:
     """LlamaIndex ``ChatMessage`` objects -> ``{"role", "content"}`` dicts for a
     :class:`~fragrel_integrations.models.chat.ChatModel`.
 
@@ -63,9 +106,10 @@ def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
     """
     out: list[dict[str, str]] = []
+    tool_names: dict[str, str] = {}  # tool_call_id -> tool name, to label the results
     for message in messages:
         texts: list[str] = []
-        calls: list[str] = []
+        calls: list[ToolCallBlock] = []
         for block in message.blocks:
             kind = getattr(block, "block_type", None)
             if kind in _MEDIA_BLOCKS:
@@ -75,21 +119,25 @@ def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
             if kind == "text":
                 texts.append(block.text)
             elif kind == "tool_call":
-                args = json.dumps(block.tool_kwargs, ensure_ascii=False, sort_keys=True, default=str)
-                calls.append(f"[tool call {block.tool_name}({args})]")
-        text = "\n".join(p for p in ("".join(texts), "\n".join(calls)) if p)
+                calls.append(block)
+                if block.tool_call_id:
+                    tool_names[block.tool_call_id] = block.tool_name
+        text = "\n".join(p for p in ("".join(texts), _tool_calls_text(calls, _tool_style)) if p)
         if message.role in _TOOL_ROLES:
             extra = message.additional_kwargs
-            label = extra.get("name") or extra.get("tool_call_id") or "tool"
+            call_id = extra.get("tool_call_id")
+            label = extra.get("name") or tool_names.get(call_id) or call_id or "tool"
             out.append({"role": "user", "content": f"Tool result ({label}): {text}"})
         elif message.role in _ROLES:
+            if not text and calls and _tool_style == "drop":
+                continue
             out.append({"role": _ROLES[message.role], "content": text})
         else:  # pragma: no cover - a role added by a future LlamaIndex
             raise ValueError(f"cannot send a {message.role!r} message to a chat model (roles: system, user, assistant)")
     return out
 
 
-class FragRelLLM(CustomLLM):
+class FragRelLLM(FunctionCallingLLM):
     """A :class:`~fragrel_integrations.models.chat.ChatModel` (``invoke(messages) -> str``) as a LlamaIndex chat LLM.
 
     ``temperature``, ``max_tokens`` and ``stop`` are the defaults of every call (``None``: the wrapped model's
@@ -99,6 +147,7 @@ class FragRelLLM(CustomLLM):
     model's ``default_max_tokens``). Async methods use the model's ``ainvoke`` when it has one, else the sync
     call runs in a worker thread. ``stream_chat`` / ``stream_complete`` (and their async forms) yield the reply
     token by token when the model has ``stream``/``astream`` (all fragrel chat models), else in one chunk.
+    Tools (``chat_with_tools``, ``predict_and_call``, ``FunctionAgent``) need a model with ``invoke_with_tools``.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> llm = FragRelLLM(model=ScriptedChatModel(["Paris. A city."]), max_tokens=16, stop=["."])
@@ -111,6 +160,11 @@ class FragRelLLM(CustomLLM):
     max_tokens: int | None = Field(default=None, description="Default reply length limit (None: model's).")
     stop: list[str] | None = Field(default=None, description="Default stop strings.")
     context_window: int | None = Field(default=None, description="Override of the model's context window.")
+    repeat_tool_calls: bool = Field(
+        default=False,
+        description="Offer a tool again after it was called since the user's last message (False: small models "
+        "otherwise call the same tool over and over instead of answering with its result).",
+    )
 
     @field_validator("model")
     @classmethod
@@ -146,7 +200,8 @@ class FragRelLLM(CustomLLM):
 
     @property
     def metadata(self) -> LLMMetadata:
-        """Context window, reply length and name of the wrapped model; a chat model without function calling."""
+        """Context window, reply length and name of the wrapped model; a function-calling chat model when the
+        wrapped model has ``invoke_with_tools``."""
         default_out = getattr(self.model, "default_max_tokens", None)
         if not isinstance(default_out, int) or isinstance(default_out, bool) or default_out < 1:
             default_out = DEFAULT_NUM_OUTPUTS
@@ -154,11 +209,14 @@ class FragRelLLM(CustomLLM):
             context_window=self.context_window or context_window(self.model, DEFAULT_CONTEXT_WINDOW),
             num_output=self.max_tokens or default_out,
             is_chat_model=True,
-            is_function_calling_model=False,
+            is_function_calling_model=self._has_tools(),
             model_name=model_id(self.model),
         )
 
     # -- plumbing ------------------------------------------------------------------------------------------------
+    def _has_tools(self) -> bool:
+        return callable(getattr(self.model, "invoke_with_tools", None))
+
     def _params(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         t, n, s = check_params(
             kwargs.get("temperature", self.temperature),
@@ -195,12 +253,17 @@ class FragRelLLM(CustomLLM):
     # -- chat ----------------------------------------------------------------------------------------------------
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        """Send the conversation to the wrapped model; the reply is the assistant message."""
+        """Send the conversation to the wrapped model; the reply is the assistant message (with ``ToolCallBlock``
+        blocks when ``tools=`` are given and the model calls one)."""
+        if kwargs.get("tools"):
+            return self._tool_chat(messages, kwargs)
         return self._chat_response(self._call(to_role_messages(messages), kwargs))
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Async :meth:`chat` (the model's ``ainvoke`` when it has one)."""
+        if kwargs.get("tools"):
+            return await asyncio.to_thread(self._tool_chat, messages, kwargs)
         return self._chat_response(await self._acall(to_role_messages(messages), kwargs))
 
     def _pieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> Iterator[str]:
@@ -226,7 +289,15 @@ class FragRelLLM(CustomLLM):
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """:meth:`chat` as a stream: token by token when the wrapped model streams (llama.cpp, OpenAI-compatible
-        servers), else one chunk. Each response holds the text so far and the new ``delta``."""
+        servers), else one chunk. Each response holds the text so far and the new ``delta``. With ``tools=``:
+        one response holding the whole decision."""
+        if kwargs.get("tools"):
+            response = self._tool_chat(messages, kwargs)
+
+            def one() -> ChatResponseGen:
+                yield response
+
+            return one()
         sent = to_role_messages(messages)
 
         def gen() -> ChatResponseGen:
@@ -240,6 +311,13 @@ class FragRelLLM(CustomLLM):
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         """Async :meth:`stream_chat`."""
+        if kwargs.get("tools"):
+            response = await asyncio.to_thread(self._tool_chat, messages, kwargs)
+
+            async def one() -> ChatResponseAsyncGen:
+                yield response
+
+            return one()
         sent = to_role_messages(messages)
 
         async def gen() -> ChatResponseAsyncGen:
@@ -288,3 +366,78 @@ class FragRelLLM(CustomLLM):
                 yield CompletionResponse(text=text, delta=piece)
 
         return gen()
+
+    # -- function calling ----------------------------------------------------------------------------------------
+    def _prepare_chat_with_tools(
+        self,
+        tools: Sequence[Any],
+        user_msg: str | ChatMessage | None = None,
+        chat_history: list[ChatMessage] | None = None,
+        verbose: bool = False,
+        allow_parallel_tool_calls: bool = False,
+        tool_required: bool = False,
+        tool_choice: str | dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """The ``chat`` arguments for a turn with ``tools`` (LlamaIndex ``BaseTool`` objects). One call per turn
+        (``allow_parallel_tool_calls`` is accepted; the model never makes two); ``tool_required`` forces a call."""
+        if not self._has_tools():
+            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
+        specs = []
+        for tool in tools:
+            metadata = getattr(tool, "metadata", None)
+            if not callable(getattr(metadata, "to_openai_tool", None)):
+                raise TypeError(f"tools must be LlamaIndex tools (e.g. FunctionTool.from_defaults(fn)), got {tool!r}")
+            specs.append(metadata.to_openai_tool(skip_length_check=True))
+        messages = list(chat_history or [])
+        if isinstance(user_msg, str):
+            user_msg = ChatMessage(role=MessageRole.USER, content=user_msg)
+        if user_msg is not None:
+            messages.append(user_msg)
+        choice = "required" if tool_required else (tool_choice or "auto")
+        return {"messages": messages, "tools": specs, "tool_choice": choice, **kwargs}
+
+    def _tool_chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
+        """One turn of the wrapped model's ``invoke_with_tools`` as a ``ChatResponse`` with ``ToolCallBlock``s."""
+        if not self._has_tools():
+            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
+        reply = tool_turn(
+            self.model,
+            to_role_messages(messages, _tool_style="functions"),
+            to_role_messages(messages, _tool_style="drop"),
+            kwargs["tools"],
+            tool_choice=kwargs.get("tool_choice") or "auto",
+            called=None if self.repeat_tool_calls else _called_since_user(messages),
+            **self._params(kwargs),
+        )
+        blocks: list[Any] = [TextBlock(text=reply.content)] if reply.content else []
+        for call in reply.tool_calls:
+            kwargs_or_raw: dict[str, Any] | str = call.args if call.args is not None else call.raw
+            blocks.append(
+                ToolCallBlock(
+                    tool_call_id=f"call_{uuid.uuid4().hex[:24]}", tool_name=call.name, tool_kwargs=kwargs_or_raw
+                )
+            )
+        message = ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
+        errors = {c.name: c.error for c in reply.tool_calls if c.error}
+        extra = {"tool_call_errors": errors} if errors else {}
+        return ChatResponse(message=message, delta=reply.content, additional_kwargs=extra)
+
+    def get_tool_calls_from_response(
+        self, response: ChatResponse, error_on_no_tool_call: bool = True, **kwargs: Any
+    ) -> list[ToolSelection]:
+        """The tool calls in a :meth:`chat` reply. Arguments the model did not write as a JSON object (e.g. cut
+        off by ``max_tokens``) become ``{}``, so the tool reports the missing arguments to the agent."""
+        calls = [b for b in response.message.blocks if getattr(b, "block_type", None) == "tool_call"]
+        if not calls and error_on_no_tool_call:
+            raise ValueError(
+                f"expected at least one tool call, got none; the model answered: {response.message.content!r}"
+            )
+        return [
+            ToolSelection(
+                tool_id=c.tool_call_id or c.tool_name,
+                tool_name=c.tool_name,
+                tool_kwargs=c.tool_kwargs if isinstance(c.tool_kwargs, dict) else {},
+            )
+            for c in calls
+        ]

@@ -19,11 +19,12 @@ models live next to this module; :func:`as_chat_model` picks the right one. No f
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -43,8 +44,10 @@ __all__ = [
     "check_params",
     "complete",
     "context_window",
+    "format_tool_call",
     "model_id",
     "to_messages",
+    "tool_turn",
 ]
 
 logger = logging.getLogger(__name__)
@@ -93,6 +96,51 @@ class ToolReply:
 
     content: str
     tool_calls: tuple[ToolCall, ...] = ()
+
+
+def format_tool_call(name: str, args: Any) -> str:
+    """An earlier tool call written the way the tool-calling prompt of ``LlamaCppChatModel`` asks for it.
+
+    >>> print(format_tool_call("weather", {"city": "Oslo"}))
+    functions.weather:
+    {"city": "Oslo"}
+    """
+    text = args if isinstance(args, str) else json.dumps(args or {}, ensure_ascii=False, default=str)
+    return f"functions.{name}:\n{text}"
+
+
+def tool_turn(
+    model: Any,
+    messages: list[dict[str, str]],
+    answer_messages: list[dict[str, str]],
+    tools: Sequence[Mapping[str, Any]],
+    *,
+    tool_choice: Any = "auto",
+    called: Collection[str] | None = None,
+    **params: Any,
+) -> ToolReply:
+    """One turn of a tool-calling conversation on a model with ``invoke_with_tools`` (the framework wrappers'
+    shared core).
+
+    ``messages`` shows earlier calls as :func:`format_tool_call` text; ``called`` names the tools already called
+    since the user's last message (``None``: offer every tool again). Those are not offered again, and once every
+    tool has answered the model gets a plain call on ``answer_messages`` (the conversation without the call
+    text, tool results as user turns): a small model shown its own call format keeps writing calls instead of
+    an answer.
+    """
+    allowed = None
+    if called is not None:
+        names = [(t.get("function", t) if isinstance(t, Mapping) else {}).get("name") for t in tools]
+        allowed = [name for name in names if name not in called]
+    if allowed == []:
+        reply = model.invoke(answer_messages, **params)
+        if not isinstance(reply, str):
+            raise TypeError(f"{type(model).__name__}.invoke returned {type(reply).__name__}, not str")
+        return ToolReply(reply)
+    reply = model.invoke_with_tools(messages, tools, tool_choice=tool_choice, allowed=allowed, **params)
+    if not isinstance(reply, ToolReply):
+        raise TypeError(f"{type(model).__name__}.invoke_with_tools returned {type(reply).__name__}, not ToolReply")
+    return reply
 
 
 def to_messages(messages: Messages) -> list[dict[str, str]]:
