@@ -442,7 +442,7 @@ def test_validation_errors_name_the_fix():
     with pytest.raises(ValueError, match="one entry per text"):
         tree.insert(["more"], doc_ids=["y", "z"])
     no_model = SurpriseTree(None, HashingEmbedder(), show_progress=False, summariser="llm")
-    with pytest.raises(ValueError, match="chat_model=.*summariser='extractive'"):
+    with pytest.raises(ValueError, match=r"chat_model=.*summariser='extractive'"):
         no_model.build(["text"])
     with pytest.raises(ValueError, match="chat_model"):
         asyncio.run(no_model.abuild(["text"]))

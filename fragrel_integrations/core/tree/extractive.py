@@ -263,7 +263,9 @@ class ExtractiveSummariser:
         if not 0 < redundancy <= 1:
             raise ValueError(f"redundancy must be in (0, 1], got {redundancy!r}")
         self.embedder = embedder
-        self._sentences = CachedEmbedder(embedder)
+        #: ``embedder`` behind an in-memory cache (at most 20,000 texts, ~30 MB of 384-d vectors); the tree
+        #: embeds its node texts through it too, so a surprise note that is one sentence is not embedded twice.
+        self.cached_embedder = CachedEmbedder(embedder, maxsize=20_000)
         self.summary_tokens = summary_tokens
         self.surprise_tokens = surprise_tokens
         self.count: Callable[[str], int] = counter or estimate_tokens
@@ -278,8 +280,8 @@ class ExtractiveSummariser:
         blob = json.dumps(payload, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8", errors="surrogatepass")).hexdigest()
 
-    def _select(self, sentences: list[str], vectors: np.ndarray) -> SummaryResult:
-        lengths = np.array([self.count(s) for s in sentences], dtype=np.int64)
+    def _select(self, sentences: list[str], vectors: np.ndarray, counts: dict[str, int]) -> SummaryResult:
+        lengths = np.array([counts[s] for s in sentences], dtype=np.int64)
         eligible = np.array([len(s.split()) >= self.min_words for s in sentences])
         odd = surprising_sentences(
             vectors,
@@ -318,15 +320,19 @@ class ExtractiveSummariser:
                 todo.setdefault(k, i)
         split = {k: split_units(inputs[i]) for k, i in todo.items()}
         flat = list(dict.fromkeys(s for sents in split.values() for s in sents))
+        counts = {s: self.count(s) for s in flat}  # a tokenizer call per distinct sentence, not per use
         vectors: dict[str, np.ndarray] = {}
         if flat:
-            matrix = normalise_rows(embed_documents(self._sentences, flat, show_progress=self.show_progress))
+            # large batches: a sentence-transformers model sorts each call's texts by length (less padding)
+            matrix = normalise_rows(
+                embed_documents(self.cached_embedder, flat, batch_size=1024, show_progress=self.show_progress)
+            )
             vectors = dict(zip(flat, matrix, strict=True))
         for k, sents in split.items():
             if not sents:  # blank input: nothing to pick
                 self.cache[k] = SummaryResult("", "", True)
                 continue
-            self.cache[k] = self._select(sents, np.stack([vectors[s] for s in sents]))
+            self.cache[k] = self._select(sents, np.stack([vectors[s] for s in sents]), counts)
         report = BuildReport(cache_hits=len(inputs) - len(todo))
         return [self.cache[k] for k in keys], report
 

@@ -398,7 +398,9 @@ class SurpriseTree:
                 show_progress=show_progress,
                 counter=self.count,
             )
+            self._text_embedder: Embedder = self.summariser.cached_embedder
         else:
+            self._text_embedder = embedder
             self.summariser = Summariser(
                 self.chat_model,
                 summary_tokens=self.config.summary_tokens,
@@ -484,7 +486,7 @@ class SurpriseTree:
         keys = [(i, f) for i in ids for f in FIELDS if self.nodes[i].field_text(f)]
         if not keys:
             return
-        vectors = embed_documents(self.embedder, [self.nodes[i].field_text(f) for i, f in keys])
+        vectors = embed_documents(self._text_embedder, [self.nodes[i].field_text(f) for i, f in keys])
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = vectors / np.where(norms > 0, norms, 1.0)
         for key, v in zip(keys, vectors, strict=True):
