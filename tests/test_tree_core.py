@@ -87,7 +87,12 @@ def test_public_names_are_pinned():
             "FIELDS",
             "MAX_METADATA_DEPTH",
             "PROMPT_VERSION",
+            "SUMMARISERS",
             "SUMMARY_SYSTEM_PROMPT",
+            "ExtractiveSummariser",
+            "central_sentences",
+            "leave_one_out_similarity",
+            "surprising_sentences",
             "BuildReport",
             "ParsedSummary",
             "Summariser",
@@ -436,9 +441,12 @@ def test_validation_errors_name_the_fix():
         tree.insert(["more", "again"], doc_ids=["x", "x"])
     with pytest.raises(ValueError, match="one entry per text"):
         tree.insert(["more"], doc_ids=["y", "z"])
-    no_model = SurpriseTree(None, HashingEmbedder(), show_progress=False)
-    with pytest.raises(ValueError, match="chat_model"):
+    no_model = SurpriseTree(None, HashingEmbedder(), show_progress=False, summariser="llm")
+    with pytest.raises(ValueError, match=r"chat_model=.*summariser='extractive'"):
         no_model.build(["text"])
+    with pytest.raises(ValueError, match="chat_model"):
+        asyncio.run(no_model.abuild(["text"]))
+    assert len(no_model) == 0
 
 
 # ---------------------------------------------------------------------------------------------------- retrieval

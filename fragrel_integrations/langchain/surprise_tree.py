@@ -105,15 +105,16 @@ class SurpriseTreeRetriever(BaseRetriever):
         cls,
         texts: Sequence[str],
         *,
-        chat_model: Any,
+        chat_model: Any = None,
         embedder: Any = None,
         doc_ids: Sequence[str] | None = None,
         metadatas: Sequence[dict[str, Any]] | None = None,
         **kwargs: Any,
     ) -> SurpriseTreeRetriever:
-        """Build a tree over ``texts`` and wrap it. ``chat_model`` may be a LangChain chat model; ``embedder`` a
-        LangChain Embeddings (None = the embedded MiniLM). Retriever fields (``k``, ``mode``, ...) are picked out
-        of ``kwargs``; the rest go to :class:`SurpriseTree` (``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
+        """Build a tree over ``texts`` and wrap it. ``chat_model`` may be a LangChain chat model (None = no model:
+        extractive summaries and surprise notes); ``embedder`` a LangChain Embeddings (None = the embedded MiniLM).
+        Retriever fields (``k``, ``mode``, ...) are picked out of ``kwargs``; the rest go to :class:`SurpriseTree`
+        (``summariser="extractive"`` or ``"llm"``, ``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
         own, tree_kwargs = _split_kwargs(dict(kwargs))
         tree = SurpriseTree(chat_model, optional_embedder(embedder), **tree_kwargs)
         tree.build(texts, doc_ids=doc_ids, metadatas=metadatas)
@@ -124,7 +125,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         cls,
         texts: Sequence[str],
         *,
-        chat_model: Any,
+        chat_model: Any = None,
         embedder: Any = None,
         doc_ids: Sequence[str] | None = None,
         metadatas: Sequence[dict[str, Any]] | None = None,
@@ -138,7 +139,7 @@ class SurpriseTreeRetriever(BaseRetriever):
 
     @classmethod
     def from_documents(
-        cls, documents: Sequence[Document], *, chat_model: Any, source_key: str | None = "source", **kwargs: Any
+        cls, documents: Sequence[Document], *, chat_model: Any = None, source_key: str | None = "source", **kwargs: Any
     ) -> SurpriseTreeRetriever:
         """Like :meth:`from_texts` for Documents: one tree document each, metadata copied to its chunks; the
         document ids come from ``metadata[source_key]`` or ``Document.id`` when all are present and distinct."""
@@ -147,7 +148,7 @@ class SurpriseTreeRetriever(BaseRetriever):
 
     @classmethod
     async def afrom_documents(
-        cls, documents: Sequence[Document], *, chat_model: Any, source_key: str | None = "source", **kwargs: Any
+        cls, documents: Sequence[Document], *, chat_model: Any = None, source_key: str | None = "source", **kwargs: Any
     ) -> SurpriseTreeRetriever:
         """Async :meth:`from_documents`."""
         texts, ids, metas = _documents_to_texts(documents, source_key)

@@ -149,15 +149,16 @@ class SurpriseTreeRetriever(BaseRetriever):
         cls,
         texts: Sequence[str],
         *,
-        chat_model: Any,
+        chat_model: Any = None,
         embedder: Any = None,
         doc_ids: Sequence[str] | None = None,
         metadatas: Sequence[Mapping[str, Any]] | None = None,
         **kwargs: Any,
     ) -> SurpriseTreeRetriever:
-        """Build a tree over ``texts`` and wrap it. ``chat_model`` may be a LlamaIndex LLM, ``embedder`` a
-        LlamaIndex embedding (None = the embedded MiniLM). Retriever arguments are picked out of ``kwargs``;
-        the rest go to :class:`SurpriseTree` (``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
+        """Build a tree over ``texts`` and wrap it. ``chat_model`` may be a LlamaIndex LLM (None = no model:
+        extractive summaries and surprise notes), ``embedder`` a LlamaIndex embedding (None = the embedded
+        MiniLM). Retriever arguments are picked out of ``kwargs``; the rest go to :class:`SurpriseTree`
+        (``summariser="extractive"`` or ``"llm"``, ``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
         own, tree_kwargs = _split(dict(kwargs))
         tree = _tree(chat_model, embedder, tree_kwargs)
         tree.build(texts, doc_ids=doc_ids, metadatas=metadatas)
@@ -168,7 +169,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         cls,
         texts: Sequence[str],
         *,
-        chat_model: Any,
+        chat_model: Any = None,
         embedder: Any = None,
         doc_ids: Sequence[str] | None = None,
         metadatas: Sequence[Mapping[str, Any]] | None = None,
@@ -181,13 +182,15 @@ class SurpriseTreeRetriever(BaseRetriever):
         return cls(tree, **own)
 
     @classmethod
-    def from_documents(cls, documents: Sequence[Document], *, chat_model: Any, **kwargs: Any) -> SurpriseTreeRetriever:
+    def from_documents(
+        cls, documents: Sequence[Document], *, chat_model: Any = None, **kwargs: Any
+    ) -> SurpriseTreeRetriever:
         """:meth:`from_texts` for LlamaIndex Documents (``doc_id`` = the document's id, metadata copied)."""
         return cls.from_texts(chat_model=chat_model, **_from_documents(documents), **kwargs)
 
     @classmethod
     async def afrom_documents(
-        cls, documents: Sequence[Document], *, chat_model: Any, **kwargs: Any
+        cls, documents: Sequence[Document], *, chat_model: Any = None, **kwargs: Any
     ) -> SurpriseTreeRetriever:
         """Async :meth:`from_documents`."""
         return await cls.afrom_texts(chat_model=chat_model, **_from_documents(documents), **kwargs)

@@ -2,12 +2,14 @@
 
 Needs scikit-learn (Gaussian mixtures, PCA); UMAP is used for dimension reduction when ``umap-learn`` is
 installed. Modules: :mod:`.chunking` (sentence-aware chunks), :mod:`.summary` (prompt and parser),
-:mod:`.summariser` (cached, concurrent summary calls), :mod:`.clustering` (GMM clustering of summaries),
-:mod:`.tree` (build / insert / retrieve), :mod:`.relation` (FragRel over the tree) and :mod:`.persist` (SQLite / JSON).
+:mod:`.summariser` (cached, concurrent summary calls), :mod:`.extractive` (model-free summaries and surprise
+notes), :mod:`.clustering` (GMM clustering of summaries), :mod:`.tree` (build / insert / retrieve),
+:mod:`.relation` (FragRel over the tree) and :mod:`.persist` (SQLite / JSON).
 """
 
 from .chunking import chunk_text, split_sentences
 from .clustering import cluster_embeddings, gmm_clusters, pack_by_tokens, reduce_dimensions
+from .extractive import ExtractiveSummariser, central_sentences, leave_one_out_similarity, surprising_sentences
 from .persist import load_tree, save_tree
 from .relation import TreeRelation
 from .summariser import Summariser
@@ -15,6 +17,7 @@ from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse
 from .tree import (
     FIELDS,
     MAX_METADATA_DEPTH,
+    SUMMARISERS,
     BuildReport,
     SummaryResult,
     SurpriseTree,
@@ -28,8 +31,10 @@ __all__ = [
     "FIELDS",
     "MAX_METADATA_DEPTH",
     "PROMPT_VERSION",
+    "SUMMARISERS",
     "SUMMARY_SYSTEM_PROMPT",
     "BuildReport",
+    "ExtractiveSummariser",
     "ParsedSummary",
     "Summariser",
     "SummaryResult",
@@ -38,10 +43,12 @@ __all__ = [
     "TreeHit",
     "TreeNode",
     "TreeRelation",
+    "central_sentences",
     "check_state",
     "chunk_text",
     "cluster_embeddings",
     "gmm_clusters",
+    "leave_one_out_similarity",
     "load_tree",
     "pack_by_tokens",
     "parse_summary",
@@ -49,4 +56,5 @@ __all__ = [
     "save_tree",
     "split_sentences",
     "summary_messages",
+    "surprising_sentences",
 ]

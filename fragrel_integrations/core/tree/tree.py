@@ -29,12 +29,14 @@ from ..scoring import check_alpha, relation_aware_scores
 from ..selection import check_k, select
 from .chunking import chunk_text
 from .clustering import REDUCERS, cluster_embeddings
+from .extractive import ExtractiveSummariser
 from .relation import TreeRelation
 from .summariser import BuildReport, Summariser, SummaryResult
 
 __all__ = [
     "FIELDS",
     "MAX_METADATA_DEPTH",
+    "SUMMARISERS",
     "BuildReport",
     "SummaryResult",
     "SurpriseTree",
@@ -46,6 +48,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+#: Names of the summarisers a tree can use (:attr:`TreeConfig.summariser`).
+SUMMARISERS = ("llm", "extractive")
+
 #: The texts a node can contribute to retrieval: the leaf chunk, the summary and the surprise facts.
 FIELDS = ("text", "summary", "surprise")
 
@@ -55,7 +60,13 @@ _Steps = Generator[list[str], list["SummaryResult"], None]
 @dataclass(frozen=True, slots=True)
 class TreeConfig:
     """Settings that shape a tree (persisted with it). Defaults follow ILM-TR (600-token chunks, 300-token
-    summaries) and RAPTOR (10 reduced dimensions, soft threshold 0.1)."""
+    summaries) and RAPTOR (10 reduced dimensions, soft threshold 0.1).
+
+    ``summariser``: who writes the summaries and surprise notes, one of :data:`SUMMARISERS`: ``"llm"`` (the
+    chat model, ILM-TR's prompt), ``"extractive"`` (no model: central and novel sentences, see
+    :mod:`.extractive`), or None = ``"llm"`` when the tree gets a chat model, else ``"extractive"``
+    (:class:`SurpriseTree` resolves it, so a saved tree records what built it).
+    """
 
     chunk_tokens: int = 600
     summary_tokens: int = 300
@@ -67,6 +78,7 @@ class TreeConfig:
     max_layers: int = 5
     reducer: str = "auto"
     seed: int = 0
+    summariser: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "summary_tokens", "surprise_tokens", "max_cluster_tokens", "reduction_dim"):
@@ -83,6 +95,11 @@ class TreeConfig:
             raise ValueError(f"reducer must be one of {REDUCERS}, got {self.reducer!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int, got {type(self.seed).__name__}")
+        if self.summariser is not None and self.summariser not in SUMMARISERS:
+            raise ValueError(
+                f"summariser must be one of {SUMMARISERS} (or None: 'llm' with a chat model, else 'extractive'), "
+                f"got {self.summariser!r}"
+            )
 
 
 @dataclass(slots=True)
@@ -239,6 +256,8 @@ def check_state(
     known = {f.name for f in fields(TreeConfig)}
     if not isinstance(raw_config, Mapping) or not set(raw_config) <= known:
         raise ValueError(f"config must be an object with fields among {sorted(known)}, got {raw_config!r:.200}")
+    if "summariser" not in raw_config:  # saved before the field existed: every such tree was built by the LLM
+        raw_config = {**raw_config, "summariser": "llm"}
     try:
         config = TreeConfig(**raw_config)
     except (TypeError, ValueError) as exc:
@@ -321,11 +340,15 @@ class SurpriseTree:
 
     Args:
         chat_model: writes the summaries (any ChatModel; LangChain / LlamaIndex models are wrapped). Needed to
-            build and insert, not to retrieve (pass None when only loading and querying).
+            build and insert with ``summariser="llm"``, not to retrieve (pass None when only loading and querying).
         embedder: any Embedder (``embed_documents`` / ``embed_query``); None = the embedded offline MiniLM.
-        config: a :class:`TreeConfig`, or its fields as keyword arguments.
+        config: a :class:`TreeConfig`, or its fields as keyword arguments, e.g. ``summariser="extractive"``
+            for model-free summaries and surprise notes (:mod:`.extractive`). With ``summariser`` left None the
+            tree uses the LLM when it has a ``chat_model`` and the extractive summariser when it has none; the
+            choice is stored in ``tree.config`` and saved with the tree (a loaded LLM-built tree stays "llm",
+            so inserting into it without a model raises instead of mixing in extractive nodes).
         max_concurrency: summary calls in flight at once.
-        show_progress: a tqdm bar over the LLM calls.
+        show_progress: a tqdm bar over the LLM calls (the sentence embedding for ``"extractive"``).
         counter: token counter (an object with ``count_tokens`` or a function); default: the chat model's.
     """
 
@@ -364,14 +387,28 @@ class SurpriseTree:
                 window,
             )
         self._counter = counter if counter is not None else self.chat_model
-        self.summariser = Summariser(
-            self.chat_model,
-            summary_tokens=self.config.summary_tokens,
-            surprise_tokens=self.config.surprise_tokens,
-            max_concurrency=max_concurrency,
-            show_progress=show_progress,
-            counter=self.count,
-        )
+        if self.config.summariser is None:
+            self.config = replace(self.config, summariser="llm" if self.chat_model is not None else "extractive")
+        self.summariser: Summariser | ExtractiveSummariser
+        if self.config.summariser == "extractive":
+            self.summariser = ExtractiveSummariser(
+                embedder,
+                summary_tokens=self.config.summary_tokens,
+                surprise_tokens=self.config.surprise_tokens,
+                show_progress=show_progress,
+                counter=self.count,
+            )
+            self._text_embedder: Embedder = self.summariser.cached_embedder
+        else:
+            self._text_embedder = embedder
+            self.summariser = Summariser(
+                self.chat_model,
+                summary_tokens=self.config.summary_tokens,
+                surprise_tokens=self.config.surprise_tokens,
+                max_concurrency=max_concurrency,
+                show_progress=show_progress,
+                counter=self.count,
+            )
         self.nodes: dict[int, TreeNode] = {}
         self.vectors: dict[tuple[int, str], np.ndarray] = {}
         self.report = BuildReport()
@@ -449,7 +486,7 @@ class SurpriseTree:
         keys = [(i, f) for i in ids for f in FIELDS if self.nodes[i].field_text(f)]
         if not keys:
             return
-        vectors = embed_documents(self.embedder, [self.nodes[i].field_text(f) for i, f in keys])
+        vectors = embed_documents(self._text_embedder, [self.nodes[i].field_text(f) for i, f in keys])
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = vectors / np.where(norms > 0, norms, 1.0)
         for key, v in zip(keys, vectors, strict=True):
@@ -586,7 +623,16 @@ class SurpriseTree:
 
     # ------------------------------------------------------------------------------------------------ drivers
 
+    def _check_writer(self) -> None:
+        """Fail before any work when the tree has no way to write summaries."""
+        if self.config.summariser == "llm" and self.chat_model is None:
+            raise ValueError(
+                "this tree writes its summaries with an LLM (config.summariser='llm') but has no chat model: pass "
+                "chat_model=... (to SurpriseTree or load_tree), or build a new tree with summariser='extractive'"
+            )
+
     def _run(self, steps: _Steps) -> BuildReport:
+        self._check_writer()
         self._last_report = BuildReport()
         saved = self._snapshot()
         try:
@@ -602,6 +648,7 @@ class SurpriseTree:
         return self._last_report
 
     async def _arun(self, steps: _Steps) -> BuildReport:
+        self._check_writer()
         self._last_report = BuildReport()
         saved = self._snapshot()
         try:
