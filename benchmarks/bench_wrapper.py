@@ -26,13 +26,24 @@ import time
 import warnings
 
 import numpy as np
-from _common import RESULTS_DIR, CachedEmbedder, default_data_dir, load_locomo, paired_bootstrap, recall_at_k
+from _common import (
+    RESULTS_DIR,
+    CachedEmbedder,
+    default_data_dir,
+    load_babilong,
+    load_hotpotqa,
+    load_locomo,
+    load_mtbench,
+    paired_bootstrap,
+    recall_at_k,
+)
 
 from fragrel_integrations.core.presets import DEFAULT_PRESET, preset
 
 __all__ = ["main"]
 
 K = 5
+DATASETS = ("locomo", "mtbench", "hotpotqa", "hotpotqa-sent", "babilong-8k")
 PRESET_COLUMNS = ("story", "dialogue")  # named presets measured beside the defaults
 
 
@@ -99,7 +110,23 @@ def _llama_bases(nodes, cached):
     return {"li-vector": vector, "li-bm25": bm25, "li-fusion": fusion}
 
 
-def run(split: str, n_boot: int, only: tuple[str, ...] = ()) -> dict:
+def load_dataset(name: str, split: str):
+    """The evaluation set ``name`` (dev or held-out part, as in ``bench_quality.py``)."""
+    dev = split == "dev"
+    data = default_data_dir()
+    if name == "locomo":
+        return load_locomo(data, range(0, 5) if dev else range(5, 10))
+    if name == "mtbench":
+        return load_mtbench(data, range(0, 27) if dev else range(27, 54))
+    if name.startswith("hotpotqa"):
+        level = "sentence" if name == "hotpotqa-sent" else "paragraph"
+        return load_hotpotqa(data, range(0, 50) if dev else range(50, 100), level=level)
+    if name == "babilong-8k":
+        return load_babilong(data, words=8000, questions=range(0, 50) if dev else range(100, 150))
+    raise SystemExit(f"unknown dataset {name!r}; choose from {DATASETS}")
+
+
+def run(split: str, n_boot: int, only: tuple[str, ...] = (), dataset: str = "locomo") -> dict:
     from langchain_core.documents import Document
     from llama_index.core.schema import TextNode
 
@@ -108,8 +135,7 @@ def run(split: str, n_boot: int, only: tuple[str, ...] = ()) -> dict:
     from fragrel_integrations.llama_index import FragRelRetriever as LIFragRel
     from fragrel_integrations.llama_index import tag_positions
 
-    convs = range(0, 5) if split == "dev" else range(5, 10)
-    ds = load_locomo(default_data_dir(), convs)
+    ds = load_dataset(dataset, split)
     cached = CachedEmbedder(ds.cache_name)
     rec: dict[str, list[float]] = {}
     t0 = time.perf_counter()
@@ -117,9 +143,13 @@ def run(split: str, n_boot: int, only: tuple[str, ...] = ()) -> dict:
         texts = [f.text for f in corpus.fragments]
         cached.ensure(texts)
         index_of = {t: i for i, t in enumerate(texts)}
-        docs = add_positions([Document(t, metadata={"source": corpus.name}) for t in texts])
+        # one document per source (a conversation, an article, a haystack), tagged as a user would
+        docs = add_positions([Document(f.text, metadata={"source": f.doc_id}) for f in corpus.fragments])
         nodes = tag_positions(
-            [TextNode(text=t, id_=f"{corpus.name}-{i}") for i, t in enumerate(texts)], default_doc_id=corpus.name
+            [
+                TextNode(text=f.text, id_=f"{corpus.name}-{i}", metadata={"doc_id": f.doc_id})
+                for i, f in enumerate(corpus.fragments)
+            ]
         )
         bases = {**_langchain_bases(docs, cached), **_llama_bases(nodes, cached)}
         bases = {n: b for n, b in bases.items() if not only or n in only}
@@ -148,7 +178,7 @@ def run(split: str, n_boot: int, only: tuple[str, ...] = ()) -> dict:
                         warnings.simplefilter("ignore")
                         got = [index_of[text_of(x)] for x in fn(q.text)]
                     rec.setdefault(f"{name}|{m}", []).append(recall_at_k(got, q.gold, K))
-    out = {"split": split, "conversations": list(convs), "k": K, "n_queries": ds.n_queries}
+    out = {"split": split, "dataset": dataset, "k": K, "n_queries": ds.n_queries}
     out["seconds"] = round(time.perf_counter() - t0, 1)
     table = {}
     for key, vals in rec.items():
@@ -173,7 +203,7 @@ def _describe(name: str) -> str:
 
 def to_markdown(res: dict) -> str:
     lines = [
-        f"# FragRel wrappers with default arguments, LoCoMo {res['split']} (conversations {res['conversations']})",
+        f"# FragRel wrappers with default arguments, {res.get('dataset', 'locomo')} ({res['split']} part)",
         "",
         f"{res['n_queries']} questions, recall@{res['k']} in %, difference to the base asked for k={res['k']} and its "
         f"paired-bootstrap 95% CI. Run time {res['seconds']} s. *fragrel* = `FragRelRetriever(base, k=5)` with no "
@@ -202,9 +232,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--split", choices=("dev", "heldout"), default="dev")
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--bases", nargs="*", default=[], help="only these bases (e.g. lc-bm25); results go to *_partial")
+    p.add_argument("--dataset", choices=DATASETS, default="locomo")
     args = p.parse_args(argv)
-    res = run(args.split, args.n_boot, tuple(args.bases))
-    name = f"wrapper_{args.split}" + ("_partial" if args.bases else "")
+    res = run(args.split, args.n_boot, tuple(args.bases), args.dataset)
+    stem = "" if args.dataset == "locomo" else f"_{args.dataset}"
+    name = f"wrapper{stem}_{args.split}" + ("_partial" if args.bases else "")
     (RESULTS_DIR / f"{name}.json").write_text(json.dumps(res, indent=1))
     (RESULTS_DIR / f"{name}.md").write_text(to_markdown(res))
     print(to_markdown(res))
