@@ -64,6 +64,26 @@ def test_wheel_metadata_is_complete(dists):
         assert "fragrel = fragrel_integrations.cli:main" in wheel.read(entry_points).decode()
 
 
+def test_twine_accepts_both_distributions(dists):
+    pytest.importorskip("twine")
+    run = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(dists["wheel"]), str(dists["sdist"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stdout.count("PASSED") == 2
+
+
+def test_classifiers_say_typed_and_python_3_only(dists):
+    with zipfile.ZipFile(dists["wheel"]) as wheel:
+        meta_name = next(n for n in wheel.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = email.parser.Parser().parsestr(wheel.read(meta_name).decode())
+    classifiers = meta.get_all("Classifier")
+    assert "Typing :: Typed" in classifiers and "Programming Language :: Python :: 3 :: Only" in classifiers
+
+
 def test_wheel_ships_py_typed_and_only_the_package(dists):
     with zipfile.ZipFile(dists["wheel"]) as wheel:
         names = wheel.namelist()
