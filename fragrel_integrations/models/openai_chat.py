@@ -228,9 +228,9 @@ class OpenAIChatModel(ChatModelBase):
             self._note_no_logprobs("the server returned no logprobs")
             return None
         first = content[0]
-        pairs = [(t.token, t.logprob) for t in (getattr(first, "top_logprobs", None) or [])]
-        pairs.append((first.token, first.logprob))
-        return yes_no_from_logprobs(pairs)
+        pairs = {t.token: t.logprob for t in (getattr(first, "top_logprobs", None) or [])}
+        pairs.setdefault(first.token, first.logprob)  # the sampled token, when the top list lacks it
+        return yes_no_from_logprobs(pairs.items())
 
     def _note_no_logprobs(self, why: str) -> None:
         if self.logprobs_supported is not False:

@@ -10,9 +10,10 @@ SCM's controller asks a model "is memory needed?"; a small model cannot answer t
     "last time", "again", "you said", "I told you", "we talked", "what did I ...", "did you ...", "as I mentioned"
     (:data:`MEMORY_CUES`, case-insensitive regular expressions, each counted once); and
   - *known names*: capitalised words of the message (not function words such as "What" or "I") that occur
-    capitalised in the earlier turns, e.g. "Caroline" in "When did Caroline go to the support group?" after
-    turns by or about Caroline. Capitalised words are names, places, titles and brands more often than not;
-    one seen before is a reference to something said.
+    capitalised in the earlier turns and never in lower case there, e.g. "Caroline" in "When did Caroline go to
+    the support group?" after turns by or about Caroline. A word the turns also write in lower case is a common
+    word at the start of a sentence ("Suggest", "Maybe"), not a name; one that is only ever capitalised is a
+    name, place, title or brand, and one seen before is a reference to something said.
 
   Its blind spots: references without a cue or a name ("how is the puppy doing?"), and self-contained requests
   that name someone the conversation named (a question about "Paris" after the user talked about Paris).
@@ -50,6 +51,7 @@ __all__ = [
     "MEMORY_CUES",
     "EmbeddingGate",
     "LexicalGate",
+    "NameVocabulary",
     "capitalised_words",
 ]
 
@@ -78,10 +80,12 @@ _FUNCTION_WORDS = frozenset(
     these those what when where which who whom whose why how is are was were be been am do does did have has had can
     could will would shall should may might must not no yes ok okay hi hello hey thanks thank please sure well so and
     or but if then than also too very just there here all any some each every both either neither one tell give
-    write make let explain describe list name find show help translate compute calculate summarise summarize
+    write make let explain describe list name find show help translate compute calculate summarise summarize user
+    assistant
     """.split()  # noqa: SIM905
 )
 _CAPITALISED = re.compile(r"\b[A-Z][A-Za-z'\-]{1,40}")
+_LOWER = re.compile(r"\b[a-z][a-z'\-]{1,40}")
 
 
 def capitalised_words(text: str) -> set[str]:
@@ -96,6 +100,41 @@ def capitalised_words(text: str) -> set[str]:
         if len(word) > 1 and word.lower() not in _FUNCTION_WORDS:
             out.add(word)
     return out
+
+
+class NameVocabulary:
+    """The capitalised words of earlier turns and the words they write in lower case; grown with :meth:`update`.
+
+    >>> v = NameVocabulary(["Maybe we meet Ana in Porto.", "maybe not"])
+    >>> sorted(v.names({"Ana", "Maybe", "Lisbon"}))
+    ['Ana']
+    """
+
+    __slots__ = ("capitalised", "lower")
+
+    def __init__(self, texts: Iterable[str] = ()) -> None:
+        self.capitalised: set[str] = set()
+        self.lower: set[str] = set()
+        self.update(texts)
+
+    def update(self, texts: Iterable[str]) -> NameVocabulary:
+        """Add the words of ``texts`` (each cut to :data:`MAX_MESSAGE_CHARS` x 4 characters); returns self."""
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(f"earlier turns must be str, got {type(text).__name__}")
+            text = text[: 4 * MAX_MESSAGE_CHARS]
+            self.capitalised |= capitalised_words(text)
+            self.lower.update(_LOWER.findall(text))
+        return self
+
+    def copy(self) -> NameVocabulary:
+        out = NameVocabulary()
+        out.capitalised, out.lower = set(self.capitalised), set(self.lower)
+        return out
+
+    def names(self, words: Iterable[str]) -> set[str]:
+        """The ``words`` that the turns capitalise and never write in lower case."""
+        return {w for w in words if w in self.capitalised and w.lower() not in self.lower}
 
 
 def _compile_cues(cues: object) -> tuple[re.Pattern[str], ...]:
@@ -131,27 +170,19 @@ class LexicalGate:
             raise ValueError(f"min_score must be an int >= 1 (cues needed for 'memory is needed'), got {min_score!r}")
         self.min_score = min_score
 
-    @staticmethod
-    def vocabulary(texts: Iterable[str]) -> set[str]:
-        """The capitalised words of earlier turns (what :meth:`decide_known` compares names against)."""
-        out: set[str] = set()
-        for text in texts:
-            if not isinstance(text, str):
-                raise TypeError(f"earlier turns must be str, got {type(text).__name__}")
-            out |= capitalised_words(text)
-        return out
-
     def decide(self, observation: str, history: Iterable[str]) -> Decision:
         """The decision for ``observation`` after the earlier turns ``history`` (their texts)."""
-        return self.decide_known(observation, self.vocabulary(history) if self.names else set())
+        return self.decide_known(observation, NameVocabulary(history if self.names else ()))
 
-    def decide_known(self, observation: str, known: set[str] | frozenset[str]) -> Decision:
-        """The decision for ``observation`` given the capitalised words of the earlier turns (``known``)."""
+    def decide_known(self, observation: str, vocabulary: NameVocabulary) -> Decision:
+        """The decision for ``observation`` given the earlier turns' :class:`NameVocabulary`."""
         if not isinstance(observation, str):
             raise TypeError(f"observation must be str, got {type(observation).__name__}")
+        if not isinstance(vocabulary, NameVocabulary):
+            raise TypeError(f"vocabulary must be a NameVocabulary, got {type(vocabulary).__name__}")
         text = observation[:MAX_MESSAGE_CHARS]
         found = [m.group(0).lower() for p in self._patterns if (m := p.search(text))]
-        names = sorted(capitalised_words(text) & known) if self.names else []
+        names = sorted(vocabulary.names(capitalised_words(text))) if self.names else []
         score = len(found) + len(names)
         parts = [f"cue {c!r}" for c in found] + [f"name {n}" for n in names]
         raw = f"{score} cue(s): " + ", ".join(parts) if parts else "0 cues"

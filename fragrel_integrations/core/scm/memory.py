@@ -62,7 +62,7 @@ from ..relations import FragmentLayout, Relation
 from ..scorers import BM25Scorer, HybridScorer
 from ..scoring import check_alpha, environment_from_sums
 from .controller import DECISION_MAX_TOKENS, SCMController
-from .gates import EmbeddingGate, LexicalGate
+from .gates import EmbeddingGate, LexicalGate, NameVocabulary
 from .index import SCMIndexError, StreamIndex
 from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
@@ -352,7 +352,7 @@ class SelfControlledMemory:
         self.pool = pool
         self._matrices: dict[str, TurnMatrix] = {}  # session -> its turns' embeddings, grown per turn
         self._matrices_lock = threading.Lock()
-        self._names: dict[str, tuple[int, int, set[str]]] = {}  # session -> capitalised words (lexical gate)
+        self._names: dict[str, tuple[int, int, NameVocabulary]] = {}  # session -> capitalised words (lexical gate)
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -501,8 +501,8 @@ class SelfControlledMemory:
                 self.controller.activation_messages(observation, flash), "activation"
             )
         elif isinstance(gate, LexicalGate) and candidates:
-            known = self._known_names(session_id, candidates) if gate.names else set()
-            activation = gate.decide_known(observation, known)
+            vocabulary = self._vocabulary(session_id, candidates) if gate.names else NameVocabulary()
+            activation = gate.decide_known(observation, vocabulary)
         recalled: list[RecalledMemory] = []
         query: np.ndarray | None = None
         if candidates and (activation is None or activation.value) and self.index is not None:
@@ -552,19 +552,19 @@ class SelfControlledMemory:
         scale = np.maximum(np.asarray(norms, dtype=np.float64) * max(float(np.linalg.norm(q)), 1e-12), 1e-12)
         return (np.asarray(matrix, dtype=np.float64) @ q) / scale
 
-    def _known_names(self, session_id: str, candidates: list[MemoryItem]) -> set[str]:
-        """Capitalised words of the candidates' texts, kept per session and grown with new turns."""
+    def _vocabulary(self, session_id: str, candidates: list[MemoryItem]) -> NameVocabulary:
+        """The lexical gate's words of the candidates' texts, kept per session and grown with new turns."""
         with self._matrices_lock:
             entry = self._names.get(session_id)
-        start, known = 0, set()
+        start, vocabulary = 0, NameVocabulary()
         if entry is not None:
-            n, last, words = entry
-            if n <= len(candidates) and (n == 0 or candidates[n - 1].index == last):
-                start, known = n, set(words)
-        known |= LexicalGate.vocabulary(it.text for it in candidates[start:])
+            n, last, cached = entry
+            if 0 < n <= len(candidates) and candidates[n - 1].index == last:
+                start, vocabulary = n, cached.copy()
+        vocabulary.update(it.text for it in candidates[start:])
         with self._matrices_lock:
-            self._names[session_id] = (len(candidates), candidates[-1].index if candidates else -1, known)
-        return known
+            self._names[session_id] = (len(candidates), candidates[-1].index, vocabulary)
+        return vocabulary
 
     def _turn_matrix(
         self, session_id: str, candidates: list[MemoryItem], cached: bool
