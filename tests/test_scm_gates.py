@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from test_scm_core import kind as scm_kind
 
 from fragrel_integrations.core.scm import (
     DEFAULT_ACTIVATION_THRESHOLD,
@@ -30,14 +31,8 @@ from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 
 def kind(messages) -> str:
-    text = messages if isinstance(messages, str) else messages[-1]["content"]
-    if "need memory of earlier turns" in text:
-        return "activation"
-    if "Is the summary enough" in text:
-        return "sufficiency"
-    if "Summarise this turn" in text:
-        return "summary"
-    return "response"
+    """Which controller request ``messages`` (a list, or one prompt string) is."""
+    return scm_kind([{"role": "user", "content": messages}] if isinstance(messages, str) else messages)
 
 
 class ProbModel(ScriptedChatModel):
@@ -413,3 +408,17 @@ def test_embedded_model_yes_no_probability_is_a_probability_that_depends_on_the_
     assert asyncio.run(model.ayes_no_probability("Is Paris the capital of France? Answer yes or no.")) == (
         pytest.approx(a)
     )
+
+
+@pytest.mark.slow
+def test_openai_server_logprobs_agree_with_the_embedded_logits():
+    pytest.importorskip("openai")
+    from _llm_fixtures import SERVER_MODEL, get_embedded, get_server
+
+    from fragrel_integrations.models.openai_chat import OpenAIChatModel
+
+    server = OpenAIChatModel(SERVER_MODEL, base_url=get_server().base_url)
+    question = "Is Paris the capital of France? Answer yes or no."
+    p = server.yes_no_probability(question)
+    assert p is not None and server.logprobs_supported is not False  # llama-cpp-python's server returns logprobs
+    assert p == pytest.approx(get_embedded().yes_no_probability(question), abs=0.05)  # same model, same prompt

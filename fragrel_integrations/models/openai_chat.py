@@ -238,6 +238,15 @@ class OpenAIChatModel(ChatModelBase):
                            self.base_url, why)  # fmt: skip
         self.logprobs_supported = False
 
+    def _yes_no_failed(self, exc: Exception) -> None:
+        """None for a server that refuses logprobs (noted, not asked again); any other error is raised."""
+        if isinstance(exc, self._openai.APIConnectionError):
+            raise self._translate(exc) from exc
+        if not self._refuses_logprobs(exc):
+            raise exc
+        self._note_no_logprobs(f"the server refused logprobs: {exc}")
+        return None
+
     def yes_no_probability(self, messages: Messages) -> float | None:
         """``P(yes) / (P(yes) + P(no))`` of the reply's first token from a one-token completion with ``logprobs``
         and ``top_logprobs`` (see :mod:`~fragrel_integrations.models.yes_no`).
@@ -253,13 +262,8 @@ class OpenAIChatModel(ChatModelBase):
             response = call_with_retries(
                 lambda: self._client.chat.completions.create(**req), self._retry_without_refusals()
             )
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
-        except self._openai.APIStatusError as exc:
-            if not self._refuses_logprobs(exc):
-                raise
-            self._note_no_logprobs(f"the server refused logprobs: {exc}")
-            return None
+        except (self._openai.APIConnectionError, self._openai.APIStatusError) as exc:
+            return self._yes_no_failed(exc)
         return self._yes_no_from_response(response)
 
     async def ayes_no_probability(self, messages: Messages) -> float | None:
@@ -272,13 +276,8 @@ class OpenAIChatModel(ChatModelBase):
             response = await acall_with_retries(
                 lambda: client.chat.completions.create(**req), self._retry_without_refusals()
             )
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
-        except self._openai.APIStatusError as exc:
-            if not self._refuses_logprobs(exc):
-                raise
-            self._note_no_logprobs(f"the server refused logprobs: {exc}")
-            return None
+        except (self._openai.APIConnectionError, self._openai.APIStatusError) as exc:
+            return self._yes_no_failed(exc)
         return self._yes_no_from_response(response)
 
     def close(self) -> None:
