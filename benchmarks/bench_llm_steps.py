@@ -43,6 +43,7 @@ from _common import (
 )
 
 from fragrel_integrations.core.scm import (
+    ACTIVATION_EXAMPLES,
     DEFAULT_ACTIVATION_THRESHOLD,
     DEFAULT_SIMILARITY_THRESHOLD,
     LexicalGate,
@@ -121,23 +122,27 @@ def scm_activation(data: Path, *, n_ctx: int = 2048, progress: Callable[[str], N
     t0 = time.perf_counter()
     model = LlamaCppChatModel(n_ctx=n_ctx)
     load_s = time.perf_counter() - t0
-    text_ctl = SCMController(model, decision="text")
+    controllers = {  # the LLM gates: (controller, by probability)
+        "text": (SCMController(model, decision="text"), False),  # the behaviour before: one message, parsed
+        "text_fewshot": (SCMController(model, decision="text", activation_examples=ACTIVATION_EXAMPLES), False),
+        "p_yes_1msg": (SCMController(model, activation_examples=()), True),
+        "p_yes": (SCMController(model), True),  # the default with a model that gives probabilities: few-shot
+    }
     out: dict = {"items": {}, "seconds": {}, "load_seconds": load_s}
     rows: dict[str, dict] = {it.id: {"split": it.split, "label": it.needs_memory} for it in items}
     try:
-        for gate in ("text", "probability"):
+        for gate_name, (controller, by_probability) in controllers.items():
             t1 = time.perf_counter()
             for n, it in enumerate(items):
                 flash = MemoryItem(f"conv{it.conversation}", 0, histories[it.conversation][-1], "")
-                messages = text_ctl.activation_messages(it.text, flash)
-                if gate == "text":
-                    d = text_ctl.needs_memory(it.text, flash)
-                    rows[it.id]["text"] = {"value": d.value, "parsed": d.parsed, "reply": d.raw}
+                if by_probability:
+                    rows[it.id][gate_name] = model.yes_no_probability(controller.activation_messages(it.text, flash))
                 else:
-                    rows[it.id]["p_yes"] = model.yes_no_probability(messages)
+                    d = controller.needs_memory(it.text, flash)
+                    rows[it.id][gate_name] = {"value": d.value, "parsed": d.parsed, "reply": d.raw}
                 if progress and n % 20 == 0:
-                    progress(f"{gate}: {n}/{len(items)}")
-            out["seconds"][gate] = (time.perf_counter() - t1) / len(items)
+                    progress(f"{gate_name}: {n}/{len(items)}")
+            out["seconds"][gate_name] = (time.perf_counter() - t1) / len(items)
     finally:
         model.close()
 
@@ -160,42 +165,44 @@ def scm_activation(data: Path, *, n_ctx: int = 2048, progress: Callable[[str], N
     out["seconds"]["embedding"] = (time.perf_counter() - t1) / len(items)
 
     dev = [r for r in rows.values() if r["split"] == "dev"]
+    p1_thr = best_threshold([r["label"] for r in dev], [r["p_yes_1msg"] for r in dev])
     p_thr = best_threshold([r["label"] for r in dev], [r["p_yes"] for r in dev])
     c_thr = best_threshold([r["label"] for r in dev], [r["max_cosine"] for r in dev])
+    t_p, t_c = DEFAULT_ACTIVATION_THRESHOLD, DEFAULT_SIMILARITY_THRESHOLD
     out["thresholds"] = {
-        "probability_dev_best": p_thr,
-        "probability_default": DEFAULT_ACTIVATION_THRESHOLD,
+        "probability_default": t_p,
+        "probability_1msg_dev_best": p1_thr,
+        "probability_fewshot_dev_best": p_thr,
+        "embedding_default": t_c,
         "embedding_dev_best": c_thr,
-        "embedding_default": DEFAULT_SIMILARITY_THRESHOLD,
     }
     gates: dict[str, Callable[[dict], bool]] = {
         "always yes (activation=False)": lambda r: True,
-        "text reply (baseline)": lambda r: r["text"]["value"],
-        f"P(yes) >= {DEFAULT_ACTIVATION_THRESHOLD:g} (default)": lambda r: r["p_yes"] >= DEFAULT_ACTIVATION_THRESHOLD,
-        f"P(yes) >= {p_thr:.3f} (dev best)": lambda r: r["p_yes"] >= p_thr,
-        "P(yes) >= 0.5 (neutral)": lambda r: r["p_yes"] >= 0.5,
-        "lexical": lambda r: r["lexical"]["value"],
-        f"embedding cos >= {DEFAULT_SIMILARITY_THRESHOLD:g} (default)": lambda r: (
-            r["max_cosine"] >= DEFAULT_SIMILARITY_THRESHOLD
-        ),
+        "text reply, one-message prompt (baseline)": lambda r: r["text"]["value"],
+        "text reply, few-shot prompt": lambda r: r["text_fewshot"]["value"],
+        f"P(yes) >= {t_p:g}, one-message prompt": lambda r: r["p_yes_1msg"] >= t_p,
+        f"P(yes) >= {p1_thr:.3f} (dev best), one-message prompt": lambda r: r["p_yes_1msg"] >= p1_thr,
+        f"**P(yes) >= {t_p:g}, few-shot prompt (default)**": lambda r: r["p_yes"] >= t_p,
+        f"P(yes) >= {p_thr:.3f} (dev best), few-shot prompt": lambda r: r["p_yes"] >= p_thr,
+        "**lexical (default)**": lambda r: r["lexical"]["value"],
+        f"**embedding cos >= {t_c:g} (default)**": lambda r: r["max_cosine"] >= t_c,
         f"embedding cos >= {c_thr:.3f} (dev best)": lambda r: r["max_cosine"] >= c_thr,
     }
     out["metrics"] = {
         split: {name: metrics([r["label"] for r in part], [fn(r) for r in part]) for name, fn in gates.items()}
         for split, part in (("dev", dev), ("heldout", [r for r in rows.values() if r["split"] == "heldout"]))
     }
-    out["text_parsed_pct"] = 100 * float(np.mean([r["text"]["parsed"] for r in rows.values()]))
-    out["text_replies"] = sorted({r["text"]["reply"].strip() for r in rows.values()})
+    for gate_name in ("text", "text_fewshot"):
+        out[f"{gate_name}_parsed_pct"] = 100 * float(np.mean([r[gate_name]["parsed"] for r in rows.values()]))
+        out[f"{gate_name}_replies"] = sorted({r[gate_name]["reply"].strip() for r in rows.values()})
     for split in ("dev", "heldout"):
         for label in (True, False):
-            ps = [r["p_yes"] for r in rows.values() if r["split"] == split and r["label"] == label]
-            cs = [r["max_cosine"] for r in rows.values() if r["split"] == split and r["label"] == label]
+            part = [r for r in rows.values() if r["split"] == split and r["label"] == label]
             out.setdefault("score_means", {})[f"{split} {'memory' if label else 'no_memory'}"] = {
-                "p_yes": float(np.mean(ps)),
-                "max_cosine": float(np.mean(cs)),
+                key: float(np.mean([r[key] for r in part])) for key in ("p_yes_1msg", "p_yes", "max_cosine")
             }
     out["items"] = rows
-    out["model"] = "SmolLM2-135M-Instruct (GGUF Q4_1, llama.cpp), temperature 0, the default ACTIVATION_PROMPT"
+    out["model"] = "SmolLM2-135M-Instruct (GGUF Q4_1, llama.cpp), temperature 0"
     return out
 
 
@@ -215,11 +222,14 @@ def report_scm(res: dict, command: str, machine: dict) -> str:
         "reported once.",
         "",
         f"**Gates**, all in this run on the same items. Model: {r['model']} (load {r['load_seconds']:.1f} s). "
-        "*text reply*: `SCMController(decision='text')` parses the reply (today's behaviour); *P(yes)*: the same "
-        "prompt, answer yes when P(yes) / (P(yes) + P(no)) of the first reply token >= threshold; *lexical*: "
-        "`LexicalGate()` (memory cues, names seen in earlier turns); *embedding*: max cosine (all-MiniLM-L6-v2) "
-        "of the message with a stored turn (the flash turn excluded) >= threshold. Accuracy, and precision / "
-        "recall of *needs memory*.",
+        "*text reply*: `SCMController(decision='text')` parses the reply; with the *one-message prompt* "
+        "(`ACTIVATION_PROMPT`) this is the behaviour before this change, with the *few-shot prompt* the request is "
+        "`ACTIVATION_SYSTEM_PROMPT` + the six `ACTIVATION_EXAMPLES` as chat turns + the message. *P(yes)*: answer "
+        "yes when P(yes) / (P(yes) + P(no)) of the first reply token >= threshold (the default for a model that "
+        "gives probabilities: few-shot prompt, threshold 0.5). *lexical*: `LexicalGate()` (memory cues, names "
+        "seen in earlier turns); *embedding*: max cosine (all-MiniLM-L6-v2) of the message with a stored turn "
+        "(the flash turn excluded) >= threshold. Accuracy, and precision / recall of *needs memory*. *dev best* "
+        "thresholds are chosen on the dev part and applied unchanged to the held-out part.",
         "",
     ]
     for split in ("dev", "heldout"):
@@ -235,14 +245,21 @@ def report_scm(res: dict, command: str, machine: dict) -> str:
                 f"{100 * m['yes_rate']:.0f}% |"
             )
         lines.append("")
-    lines += ["## Scores", "", "| part | mean P(yes) | mean max cosine |", "|---|---:|---:|"]
+    lines += [
+        "## Scores",
+        "",
+        "| part | mean P(yes), one-message | mean P(yes), few-shot | mean max cosine |",
+        "|---|---:|---:|---:|",
+    ]
     for key, v in r["score_means"].items():
-        lines.append(f"| {key} | {v['p_yes']:.3f} | {v['max_cosine']:.3f} |")
+        lines.append(f"| {key} | {v['p_yes_1msg']:.3f} | {v['p_yes']:.3f} | {v['max_cosine']:.3f} |")
     s = r["seconds"]
     lines += [
         "",
-        f"Text replies parsed: {r['text_parsed_pct']:.0f}%; distinct replies: {r['text_replies'][:12]}.",
-        f"Seconds per message: text {s['text']:.3f}, P(yes) {s['probability']:.3f}, lexical {s['lexical']:.6f}, "
+        f"Text replies parsed: one-message {r['text_parsed_pct']:.0f}%, few-shot {r['text_fewshot_parsed_pct']:.0f}%; "
+        f"distinct replies (one-message): {r['text_replies'][:8]}; (few-shot): {r['text_fewshot_replies'][:8]}.",
+        f"Seconds per message (2 shared CPUs): text {s['text']:.3f} / {s['text_fewshot']:.3f} (one-message / "
+        f"few-shot), P(yes) {s['p_yes_1msg']:.3f} / {s['p_yes']:.3f}, lexical {s['lexical']:.6f}, "
         f"embedding (cached vectors; cosine only) {s['embedding']:.6f}.",
         f"Thresholds: {json.dumps({k: round(v, 4) for k, v in r['thresholds'].items()})}.",
         "",

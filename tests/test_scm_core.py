@@ -85,8 +85,10 @@ def build(controller=None, *, turns=TURNS, session_id="ana", **kwargs) -> SelfCo
 def test_public_names_are_pinned():
     assert sorted(scm.__all__) == sorted(
         [
+            "ACTIVATION_EXAMPLES",
             "ACTIVATION_MODES",
             "ACTIVATION_PROMPT",
+            "ACTIVATION_SYSTEM_PROMPT",
             "DECISION_MAX_TOKENS",
             "DECISION_MODES",
             "DEFAULT_ACTIVATION_THRESHOLD",

@@ -13,6 +13,7 @@ import pytest
 from test_scm_core import kind as scm_kind
 
 from fragrel_integrations.core.scm import (
+    ACTIVATION_EXAMPLES,
     DEFAULT_ACTIVATION_THRESHOLD,
     EmbeddingGate,
     LexicalGate,
@@ -31,8 +32,12 @@ from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 
 def kind(messages) -> str:
-    """Which controller request ``messages`` (a list, or one prompt string) is."""
-    return scm_kind([{"role": "user", "content": messages}] if isinstance(messages, str) else messages)
+    """Which controller request ``messages`` (a list, or one prompt string) is (few-shot activation included)."""
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    if messages[0]["role"] == "system" and "answer yes if it asks about" in messages[0]["content"]:
+        return "activation"
+    return scm_kind(messages)
 
 
 class ProbModel(ScriptedChatModel):
@@ -141,6 +146,33 @@ def test_controller_falls_back_to_text_when_no_probability_comes():
     d = SCMController(model, decision="probability").needs_memory("What did I say?")
     assert (d.value, d.parsed, d.probability, d.raw) == (True, True, None, "Yes.")
     assert model.prob_calls == ["activation"] and len(model.calls) == 1
+
+
+def test_few_shot_activation_messages():
+    flash = MemoryItem("s", 3, "Hello", "Hi!")
+    by_probability = SCMController(ProbModel())
+    assert by_probability.activation_examples == ACTIVATION_EXAMPLES  # the default where it was measured to help
+    msgs = by_probability.activation_messages("Do you remember my cat?", flash)
+    assert msgs[0]["role"] == "system" and "User: Hello\nAssistant: Hi!" in msgs[0]["content"]
+    assert [m["role"] for m in msgs[1:]] == ["user", "assistant"] * len(ACTIVATION_EXAMPLES) + ["user"]
+    assert [m["content"] for m in msgs[2:-1:2]] == ["yes" if y else "no" for _, y in ACTIVATION_EXAMPLES]
+    assert msgs[-1] == {"role": "user", "content": "Do you remember my cat?"}
+    assert "first turn" in by_probability.activation_messages("Hi", None)[0]["content"]
+    # text parsing keeps the one-message prompt; () forces it; custom examples are used as given
+    assert len(SCMController(ScriptedChatModel(["x"])).activation_messages("Hi", flash)) == 1
+    assert len(SCMController(ProbModel(), activation_examples=()).activation_messages("Hi", flash)) == 1
+    custom = SCMController(ScriptedChatModel(["x"]), activation_examples=[("What did I say?", True)])
+    assert [m["content"] for m in custom.activation_messages("Hi", flash)[1:]] == ["What did I say?", "yes", "Hi"]
+    for bad, match in (
+        ("What did I say?", "must be a list of"),
+        ([("What did I say?",)], "must be a .message, needs_memory. pair"),
+        ([("", True)], "non-empty str, True or False"),
+        ([("Hi", "yes")], "non-empty str, True or False"),
+    ):
+        with pytest.raises((TypeError, ValueError), match=match):
+            SCMController(ScriptedChatModel(["x"]), activation_examples=bad)
+    with pytest.raises(ValueError, match="activation_system_prompt must contain"):
+        SCMController(ProbModel(), activation_system_prompt="no placeholder")
 
 
 # --------------------------------------------------------------------------------------- memory workflow
@@ -295,7 +327,7 @@ def test_memory_with_the_embedding_gate():
     same = memory.prepare(memory.history("ana")[0].text, session_id="ana")  # identical text: cosine 1
     assert same.activation.value and same.activation.score == pytest.approx(1.0) and same.memories
     other = memory.prepare("zebra quantum xylophone", session_id="ana")
-    assert not other.activation.value and other.activation.score < 0.45 and other.memories == ()
+    assert not other.activation.value and other.activation.score < 0.46 and other.memories == ()
     strict = SelfControlledMemory(
         ScriptedChatModel(no_questions), embedder=HashingEmbedder(dim=256), summarize=False,
         activation=EmbeddingGate(1.0), stream=memory.stream,

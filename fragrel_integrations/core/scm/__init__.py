@@ -6,7 +6,9 @@ See :mod:`fragrel_integrations.core.scm.memory` for the per-turn workflow.
 from __future__ import annotations
 
 from .controller import (
+    ACTIVATION_EXAMPLES,
     ACTIVATION_PROMPT,
+    ACTIVATION_SYSTEM_PROMPT,
     DECISION_MAX_TOKENS,
     DECISION_MODES,
     DEFAULT_ACTIVATION_THRESHOLD,
@@ -35,8 +37,10 @@ from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [
+    "ACTIVATION_EXAMPLES",
     "ACTIVATION_MODES",
     "ACTIVATION_PROMPT",
+    "ACTIVATION_SYSTEM_PROMPT",
     "DECISION_MAX_TOKENS",
     "DECISION_MODES",
     "DEFAULT_ACTIVATION_THRESHOLD",

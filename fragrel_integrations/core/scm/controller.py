@@ -20,11 +20,20 @@ model offers probabilities and parses the text reply otherwise (also when a serv
 ``decision="text"`` always parses text; ``decision="probability"`` requires a model with the capability (and
 still falls back to text for a call that returns no probabilities).
 
-:data:`DEFAULT_ACTIVATION_THRESHOLD` was chosen on the dev part of ``benchmarks/data/scm_activation.json`` with
-the embedded SmolLM2-135M, whose P(yes) is small for every question (it prefers "No"), so the threshold sits far
-below 0.5; a capable model is near-certain either way, where any threshold in (0.1, 0.9) gives the same answers
-(pass ``activation_threshold=0.5`` to be neutral). :data:`DEFAULT_SUFFICIENCY_THRESHOLD` is the neutral 0.5: no
-labelled data for that question was at hand.
+**Few-shot activation.** With ``activation_examples`` the "is memory needed?" request is a chat: a system message
+(:data:`ACTIVATION_SYSTEM_PROMPT`, with the previous turn), then each example message as a user turn answered
+"yes"/"no" by the assistant, then the new message as the last user turn. By default
+(``activation_examples=None``) a controller that asks by probability uses :data:`ACTIVATION_EXAMPLES` (six
+written examples, none from a benchmark) and one that parses text uses the one-message
+:data:`ACTIVATION_PROMPT`; pass ``()`` for the one-message prompt always, or your own ``(message, needs_memory)``
+pairs. Measured with SmolLM2-135M on the dev part of ``benchmarks/data/scm_activation.json``: the one-message
+prompt gives P(yes) no signal (mean 0.29 for messages that need memory, 0.30 for those that do not), the few-shot
+chat separates them (see ``benchmarks/results/llm_steps_scm.md``).
+
+:data:`DEFAULT_ACTIVATION_THRESHOLD` is the neutral 0.5: on the dev part of ``benchmarks/data/scm_activation.json``
+the embedded SmolLM2-135M with the few-shot prompt (below) did best at 0.51 and nearly as well at 0.5, and a
+capable model is near-certain either way. :data:`DEFAULT_SUFFICIENCY_THRESHOLD` is also 0.5: no labelled data for
+that question was at hand.
 
 Replies are untrusted: each must be a ``str`` (anything else, e.g. ``None``, raises a TypeError naming the model
 to fix) and is cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token it
@@ -53,7 +62,9 @@ from ...models.yes_no import YesNoScorer, ayes_no_probability, yes_no_probabilit
 from .types import Decision, MemoryItem
 
 __all__ = [
+    "ACTIVATION_EXAMPLES",
     "ACTIVATION_PROMPT",
+    "ACTIVATION_SYSTEM_PROMPT",
     "DECISION_MAX_TOKENS",
     "DECISION_MODES",
     "DEFAULT_ACTIVATION_THRESHOLD",
@@ -78,6 +89,24 @@ New user message:
 
 Does answering the new message need memory of earlier turns? Reply with one word: yes or no."""
 
+ACTIVATION_SYSTEM_PROMPT = """\
+You manage the long-term memory of a chat assistant. Earlier conversation turns are stored, but only the previous \
+turn is visible:
+{flash}
+
+For each user message, answer yes if it asks about something from the earlier conversation (people, events, \
+things said before), no if it is a general or self-contained request. Reply with one word: yes or no."""
+
+#: Few-shot examples of the activation question: (user message, needs memory). Written for this library.
+ACTIVATION_EXAMPLES: tuple[tuple[str, bool], ...] = (
+    ("What is the capital of Italy?", False),
+    ("What did my brother say about his new job?", True),
+    ("Write a short poem about rain.", False),
+    ("When did Tom visit his parents?", True),
+    ("How many legs does a spider have?", False),
+    ("What was the name of the dog Lisa adopted?", True),
+)
+
 SUFFICIENCY_PROMPT = """\
 A user asked a chat assistant:
 {observation}
@@ -101,8 +130,8 @@ Summary:"""
 DECISION_MAX_TOKENS = 4
 #: How the controller reads a yes/no answer (see the module docstring).
 DECISION_MODES = ("auto", "probability", "text")
-#: "Memory is needed" when P(yes) / (P(yes) + P(no)) is at least this (chosen on dev data with SmolLM2-135M).
-DEFAULT_ACTIVATION_THRESHOLD = 0.3
+#: "Memory is needed" when P(yes) / (P(yes) + P(no)) is at least this (checked on dev data with SmolLM2-135M).
+DEFAULT_ACTIVATION_THRESHOLD = 0.5
 #: "The summary suffices" when P(yes) / (P(yes) + P(no)) is at least this (neutral: not tuned).
 DEFAULT_SUFFICIENCY_THRESHOLD = 0.5
 
@@ -159,6 +188,22 @@ def _check_threshold(name: str, value: object) -> float:
     return float(value)
 
 
+def _check_examples(examples: object) -> tuple[tuple[str, bool], ...]:
+    if isinstance(examples, str) or not isinstance(examples, Sequence):
+        raise TypeError(f"activation_examples must be a list of (message, needs_memory) pairs, got {examples!r}")
+    out = []
+    for i, pair in enumerate(examples):
+        if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
+            raise ValueError(f"activation_examples[{i}] must be a (message, needs_memory) pair, got {pair!r}")
+        message, label = pair
+        if not isinstance(message, str) or not message.strip() or not isinstance(label, bool):
+            raise ValueError(
+                f"activation_examples[{i}] must be (non-empty str, True or False), got {(message, label)!r}"
+            )
+        out.append((message, label))
+    return tuple(out)
+
+
 def _check_template(name: str, template: object, fields: Sequence[str]) -> str:
     if not isinstance(template, str):
         raise TypeError(f"{name} must be str, got {type(template).__name__}")
@@ -200,6 +245,8 @@ class SCMController:
         decision: str = "auto",
         activation_threshold: float = DEFAULT_ACTIVATION_THRESHOLD,
         sufficiency_threshold: float = DEFAULT_SUFFICIENCY_THRESHOLD,
+        activation_examples: Sequence[tuple[str, bool]] | None = None,
+        activation_system_prompt: str = ACTIVATION_SYSTEM_PROMPT,
     ) -> None:
         self.model = as_chat_model(model)
         if decision not in DECISION_MODES:
@@ -212,6 +259,12 @@ class SCMController:
         self.decision = decision
         self.activation_threshold = _check_threshold("activation_threshold", activation_threshold)
         self.sufficiency_threshold = _check_threshold("sufficiency_threshold", sufficiency_threshold)
+        self.activation_system_prompt = _check_template(
+            "activation_system_prompt", activation_system_prompt, ("flash",)
+        )
+        if activation_examples is None:  # few-shot where it was measured to help: the probability path
+            activation_examples = ACTIVATION_EXAMPLES if self.uses_probability else ()
+        self.activation_examples = _check_examples(activation_examples)
         self.activation_prompt = _check_template("activation_prompt", activation_prompt, ("flash", "observation"))
         self.sufficiency_prompt = _check_template("sufficiency_prompt", sufficiency_prompt, ("observation", "summary"))
         self.summary_prompt = _check_template("summary_prompt", summary_prompt, ("observation", "response"))
@@ -228,10 +281,18 @@ class SCMController:
     # ------------------------------------------------------------------------------------------- prompts
 
     def activation_messages(self, observation: str, flash: MemoryItem | None) -> list[dict[str, str]]:
-        """The "is memory needed?" request."""
+        """The "is memory needed?" request: one message, or a few-shot chat with ``activation_examples``."""
         flash_text = flash.text if flash is not None else "(none: this is the first turn)"
-        prompt = self.activation_prompt.format(flash=flash_text, observation=_check_text("observation", observation))
-        return [{"role": "user", "content": prompt}]
+        observation = _check_text("observation", observation)
+        if not self.activation_examples:
+            prompt = self.activation_prompt.format(flash=flash_text, observation=observation)
+            return [{"role": "user", "content": prompt}]
+        messages = [{"role": "system", "content": self.activation_system_prompt.format(flash=flash_text)}]
+        for message, label in self.activation_examples:
+            messages.append({"role": "user", "content": message})
+            messages.append({"role": "assistant", "content": "yes" if label else "no"})
+        messages.append({"role": "user", "content": observation})
+        return messages
 
     def sufficiency_messages(self, observation: str, item: MemoryItem) -> list[dict[str, str]]:
         """The "does this memory's summary suffice?" request."""

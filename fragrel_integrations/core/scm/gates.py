@@ -71,7 +71,7 @@ MEMORY_CUES: tuple[str, ...] = (
 )
 
 #: The embedding gate's default: max cosine (all-MiniLM-L6-v2) with a stored turn (chosen on dev data).
-DEFAULT_SIMILARITY_THRESHOLD = 0.45
+DEFAULT_SIMILARITY_THRESHOLD = 0.46
 
 # Capitalised words that are not names: question words, pronouns, articles, auxiliaries, days/months stay names.
 _FUNCTION_WORDS = frozenset(
