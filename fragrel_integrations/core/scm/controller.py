@@ -95,7 +95,7 @@ turn is visible:
 {flash}
 
 For each user message, answer yes if it asks about something from the earlier conversation (people, events, \
-things said before), no if it is a general or self-contained request. Reply with one word: yes or no."""
+things said before), no if it is a general or self-contained request."""
 
 #: Few-shot examples of the activation question: (user message, needs memory). Written for this library.
 ACTIVATION_EXAMPLES: tuple[tuple[str, bool], ...] = (
