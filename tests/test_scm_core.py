@@ -85,8 +85,18 @@ def build(controller=None, *, turns=TURNS, session_id="ana", **kwargs) -> SelfCo
 def test_public_names_are_pinned():
     assert sorted(scm.__all__) == sorted(
         [
+            "ACTIVATION_EXAMPLES",
+            "ACTIVATION_MODES",
             "ACTIVATION_PROMPT",
+            "ACTIVATION_SYSTEM_PROMPT",
             "DECISION_MAX_TOKENS",
+            "DECISION_MODES",
+            "DEFAULT_ACTIVATION_THRESHOLD",
+            "DEFAULT_SIMILARITY_THRESHOLD",
+            "DEFAULT_SUFFICIENCY_THRESHOLD",
+            "EmbeddingGate",
+            "LexicalGate",
+            "MEMORY_CUES",
             "DEFAULT_SESSION",
             "DIALOGUE_W_REL",
             "FUSION_SYSTEM_PROMPT",

@@ -133,6 +133,7 @@ class LlamaCppChatModel(ChatModelBase):
         # Free the model while the interpreter is still whole: llama-cpp-python's own __del__ fails at shutdown.
         self._finalizer = weakref.finalize(self, self._llm.close)
         self._formatter = self._make_formatter()
+        self._yes_no_ids: tuple[tuple[int, ...], tuple[int, ...]] | None = None
         logger.info("loaded %s in %.2fs (n_ctx=%d)", path.name, self.load_seconds, n_ctx)
 
     # -- introspection -------------------------------------------------------------------------------------------
@@ -237,6 +238,66 @@ class LlamaCppChatModel(ChatModelBase):
                         yield piece
             finally:
                 stream.close()
+
+    # -- yes/no by probability -----------------------------------------------------------------------------------
+    def yes_no_probability(self, messages: Messages) -> float:
+        """``P(yes) / (P(yes) + P(no))`` of the reply's first token (see :mod:`~fragrel_integrations.models.yes_no`).
+
+        The prompt (chat template applied, as :meth:`invoke` sends it) is evaluated once and the next-token
+        logits are read; the yes side sums every single-token spelling of yes/Yes/YES (with and without a leading
+        space), the no side likewise. The prompt's cached prefix is reused by the next generation.
+        """
+        import numpy as np
+
+        from .yes_no import NO_WORDS, YES_WORDS
+
+        msgs = to_messages(messages)
+        if self._formatter is None:
+            raise NotImplementedError(
+                f"{self.model_path.name} has no chat template in its GGUF metadata: yes_no_probability needs one"
+            )
+        prompt = self._formatter(messages=msgs).prompt
+        llm = self._llm
+        with self._lock:
+            ids = llm.tokenize(prompt.encode("utf-8"), special=True)
+            if len(ids) >= self.context_window:
+                raise ValueError(
+                    f"the prompt has {len(ids)} tokens but the context window is {self.context_window}: "
+                    "shorten the messages or load with a larger n_ctx"
+                )
+            if self._yes_no_ids is None:
+                self._yes_no_ids = tuple(self._single_token_ids(words) for words in (YES_WORDS, NO_WORDS))
+            yes_ids, no_ids = self._yes_no_ids
+            if not yes_ids or not no_ids:
+                raise NotImplementedError(f"{self.model_name}'s vocabulary has no single token for yes or no")
+            keep = 0  # reuse the evaluated prefix, as llama-cpp-python's own generate does
+            for old, new in zip(llm.input_ids[: llm.n_tokens], ids, strict=False):
+                if old != new:
+                    break
+                keep += 1
+            llm.n_tokens = min(keep, len(ids) - 1)
+            llm.eval(ids[llm.n_tokens :])
+            logits = np.ctypeslib.as_array(self._llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
+            logits = logits.astype(np.float64)
+        top = float(logits.max())
+        yes = float(np.exp(logits[list(yes_ids)] - top).sum())
+        no = float(np.exp(logits[list(no_ids)] - top).sum())
+        return yes / (yes + no) if yes + no > 0 else 0.5
+
+    async def ayes_no_probability(self, messages: Messages) -> float:
+        """Async :meth:`yes_no_probability` (llama.cpp runs in a worker thread)."""
+        import asyncio
+
+        return await asyncio.to_thread(self.yes_no_probability, messages)
+
+    def _single_token_ids(self, words: Collection[str]) -> tuple[int, ...]:
+        ids = set()
+        for word in words:
+            for text in (word, " " + word):
+                tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
+                if len(tokens) == 1:
+                    ids.add(int(tokens[0]))
+        return tuple(sorted(ids))
 
     # -- tool calling ---------------------------------------------------------------------------------------------
     def invoke_with_tools(

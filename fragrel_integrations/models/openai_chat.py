@@ -17,16 +17,24 @@ that cannot be reached raises ``ConnectionError`` and one that does not answer i
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 from .._optional import require
-from .chat import ChatModelBase
+from .chat import ChatModelBase, Messages, to_messages
 from .retry import RetryPolicy, acall_with_retries, call_with_retries
 from .tokens import estimate_tokens
+from .yes_no import yes_no_from_logprobs
 
-__all__ = ["OpenAIChatModel"]
+__all__ = ["YES_NO_TOP_LOGPROBS", "OpenAIChatModel"]
+
+logger = logging.getLogger(__name__)
+
+#: ``top_logprobs`` asked for a yes/no question (OpenAI allows at most 20).
+YES_NO_TOP_LOGPROBS = 20
 
 _DEFAULT_URL = "https://api.openai.com/v1"
 _PLACEHOLDER_KEY = "sk-no-key-required"
@@ -38,7 +46,8 @@ class OpenAIChatModel(ChatModelBase):
     ``model`` is the name the server knows (required). ``timeout`` is seconds per HTTP request; ``retry`` the
     backoff policy; ``seed`` is sent with every request (servers that support it sample reproducibly);
     ``context_window`` tells callers such as ``fragrel ask`` how many tokens the model takes (unknown = None);
-    ``extra_body`` is merged into every request for server-specific options.
+    ``extra_body`` is merged into every request for server-specific options. :meth:`yes_no_probability` reads
+    yes/no answers from ``logprobs`` where the server returns them.
     """
 
     def __init__(
@@ -87,6 +96,8 @@ class OpenAIChatModel(ChatModelBase):
         self._openai = openai
         self._client = openai.OpenAI(**self._client_kwargs)
         self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None
+        #: None: not known yet; False: the server gave no logprobs, yes/no questions are answered as text.
+        self.logprobs_supported: bool | None = None
 
     def count_tokens(self, text: str) -> int:
         """No tokenizer for a remote model offline: the word-based estimate."""
@@ -194,6 +205,80 @@ class OpenAIChatModel(ChatModelBase):
                 piece = self._delta(chunk)
                 if piece:
                     yield piece
+
+    # -- yes/no by probability -----------------------------------------------------------------------------------
+    def _yes_no_request(self, messages: Messages) -> dict[str, Any]:
+        req = self._request(to_messages(messages), 0.0, 1, None)
+        return {**req, "logprobs": True, "top_logprobs": YES_NO_TOP_LOGPROBS}
+
+    def _refuses_logprobs(self, exc: BaseException) -> bool:
+        """A server's "logprobs are not supported" answer (a 4xx/5xx naming logprobs, or a 400/422/501)."""
+        if not isinstance(exc, self._openai.APIStatusError):
+            return False
+        return "logprob" in str(exc).lower() or exc.status_code in (400, 422, 501)
+
+    def _retry_without_refusals(self) -> RetryPolicy:
+        policy = self.retry
+        return replace(policy, retry_on=lambda exc: not self._refuses_logprobs(exc) and policy.retry_on(exc))
+
+    def _yes_no_from_response(self, response: Any) -> float | None:
+        choices = getattr(response, "choices", None)
+        content = getattr(getattr(choices[0], "logprobs", None), "content", None) if choices else None
+        if not content:
+            self._note_no_logprobs("the server returned no logprobs")
+            return None
+        first = content[0]
+        pairs = {t.token: t.logprob for t in (getattr(first, "top_logprobs", None) or [])}
+        pairs.setdefault(first.token, first.logprob)  # the sampled token, when the top list lacks it
+        return yes_no_from_logprobs(pairs.items())
+
+    def _note_no_logprobs(self, why: str) -> None:
+        if self.logprobs_supported is not False:
+            logger.warning("%s at %s: yes/no questions fall back to parsing the reply text (%s)", self.model_name,
+                           self.base_url, why)  # fmt: skip
+        self.logprobs_supported = False
+
+    def _yes_no_failed(self, exc: Exception) -> None:
+        """None for a server that refuses logprobs (noted, not asked again); any other error is raised."""
+        if isinstance(exc, self._openai.APIConnectionError):
+            raise self._translate(exc) from exc
+        if not self._refuses_logprobs(exc):
+            raise exc
+        self._note_no_logprobs(f"the server refused logprobs: {exc}")
+        return None
+
+    def yes_no_probability(self, messages: Messages) -> float | None:
+        """``P(yes) / (P(yes) + P(no))`` of the reply's first token from a one-token completion with ``logprobs``
+        and ``top_logprobs`` (see :mod:`~fragrel_integrations.models.yes_no`).
+
+        None (the caller parses a text reply instead) when the server returns no logprobs, refuses them (then it
+        is not asked again: ``logprobs_supported`` becomes False), or lists neither yes nor no among its top
+        tokens. Connection errors and timeouts raise as for :meth:`invoke`.
+        """
+        if self.logprobs_supported is False:
+            return None
+        req = self._yes_no_request(messages)
+        try:
+            response = call_with_retries(
+                lambda: self._client.chat.completions.create(**req), self._retry_without_refusals()
+            )
+        except (self._openai.APIConnectionError, self._openai.APIStatusError) as exc:
+            return self._yes_no_failed(exc)
+        return self._yes_no_from_response(response)
+
+    async def ayes_no_probability(self, messages: Messages) -> float | None:
+        """Async :meth:`yes_no_probability`."""
+        if self.logprobs_supported is False:
+            return None
+        req = self._yes_no_request(messages)
+        client = self._async_client()
+        try:
+            response = await acall_with_retries(
+                lambda: client.chat.completions.create(**req), self._retry_without_refusals()
+            )
+        except (self._openai.APIConnectionError, self._openai.APIStatusError) as exc:
+            return self._yes_no_failed(exc)
+        return self._yes_no_from_response(response)
 
     def close(self) -> None:
         """Close the HTTP connection pool of the synchronous client."""

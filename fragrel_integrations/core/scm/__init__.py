@@ -6,15 +6,22 @@ See :mod:`fragrel_integrations.core.scm.memory` for the per-turn workflow.
 from __future__ import annotations
 
 from .controller import (
+    ACTIVATION_EXAMPLES,
     ACTIVATION_PROMPT,
+    ACTIVATION_SYSTEM_PROMPT,
     DECISION_MAX_TOKENS,
+    DECISION_MODES,
+    DEFAULT_ACTIVATION_THRESHOLD,
+    DEFAULT_SUFFICIENCY_THRESHOLD,
     SUFFICIENCY_PROMPT,
     SUMMARY_PROMPT,
     SCMController,
     parse_yes_no,
 )
+from .gates import DEFAULT_SIMILARITY_THRESHOLD, MEMORY_CUES, EmbeddingGate, LexicalGate
 from .index import InMemoryStreamIndex, SCMIndexError, StreamIndex
 from .memory import (
+    ACTIVATION_MODES,
     DEFAULT_SESSION,
     DIALOGUE_W_REL,
     FUSION_SYSTEM_PROMPT,
@@ -30,19 +37,29 @@ from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [
+    "ACTIVATION_EXAMPLES",
+    "ACTIVATION_MODES",
     "ACTIVATION_PROMPT",
+    "ACTIVATION_SYSTEM_PROMPT",
     "DECISION_MAX_TOKENS",
+    "DECISION_MODES",
+    "DEFAULT_ACTIVATION_THRESHOLD",
     "DEFAULT_SESSION",
+    "DEFAULT_SIMILARITY_THRESHOLD",
+    "DEFAULT_SUFFICIENCY_THRESHOLD",
     "DIALOGUE_W_REL",
     "FUSION_SYSTEM_PROMPT",
     "FUSION_TEMPLATE",
+    "MEMORY_CUES",
     "MEMORY_SYSTEM_TEMPLATE",
     "PAPER_ITEM_TOKENS",
     "PAPER_TOTAL_TOKENS",
     "SUFFICIENCY_PROMPT",
     "SUMMARY_PROMPT",
     "Decision",
+    "EmbeddingGate",
     "InMemoryStreamIndex",
+    "LexicalGate",
     "MemoryItem",
     "MemoryStream",
     "RecalledMemory",

@@ -11,6 +11,31 @@ the first one is not found it accepts a reply that contains only one kind of tho
 * "does the summary suffice?" unparseable -> **yes** (``summary_fallback``): the question is only asked when
   the recalled memories exceed the token budget, so keeping the full text would break the budget.
 
+**Yes/no by probability.** When the controller's model can give the probability of its reply's first token
+(:class:`~fragrel_integrations.models.yes_no.YesNoScorer`: the embedded llama.cpp model, an OpenAI-compatible
+server that returns ``logprobs``), the gates do not parse text: the answer is yes when
+``P(yes) / (P(yes) + P(no)) >= threshold`` (``activation_threshold`` for "is memory needed?",
+``sufficiency_threshold`` for "does the summary suffice?"). ``decision="auto"`` (default) does this whenever the
+model offers probabilities and parses the text reply otherwise (also when a server returns no logprobs);
+``decision="text"`` always parses text; ``decision="probability"`` requires a model with the capability (and
+still falls back to text for a call that returns no probabilities).
+
+**Few-shot activation.** With ``activation_examples`` the "is memory needed?" request is a chat: a system message
+(:data:`ACTIVATION_SYSTEM_PROMPT`, with the previous turn), then each example message as a user turn answered
+"yes"/"no" by the assistant, then the new message as the last user turn. By default
+(``activation_examples=None``) a controller that asks by probability uses :data:`ACTIVATION_EXAMPLES` (six
+written examples, none from a benchmark) and one that parses text uses the one-message
+:data:`ACTIVATION_PROMPT`; pass ``()`` for the one-message prompt always, or your own ``(message, needs_memory)``
+pairs. Measured with SmolLM2-135M on the dev part of ``benchmarks/data/scm_activation.json``: the one-message
+prompt gives P(yes) no signal (mean 0.29 for messages that need memory, 0.30 for those that do not), the few-shot
+chat separates them (see ``benchmarks/results/llm_steps_scm.md``).
+
+:data:`DEFAULT_ACTIVATION_THRESHOLD` is the neutral 0.5: on the dev part of ``benchmarks/data/scm_activation.json``
+the embedded SmolLM2-135M with the few-shot prompt (above) did best at 0.53 (accuracy 0.75) and nearly as well at
+0.5 (0.72; held-out 0.68 against 0.47 for parsing text), and a capable model is near-certain either way.
+:data:`DEFAULT_SUFFICIENCY_THRESHOLD` is also 0.5: no labelled data for
+that question was at hand.
+
 Replies are untrusted: each must be a ``str`` (anything else, e.g. ``None``, raises a TypeError naming the model
 to fix) and is cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token it
 was asked for (:data:`DECISION_MAX_TOKENS` for the yes/no questions, ``summary_max_tokens`` for a summary)
@@ -34,11 +59,17 @@ from collections.abc import Sequence
 
 from ...models.chat import ChatModel, as_chat_model
 from ...models.tokens import cap_output, storable_text
+from ...models.yes_no import YesNoScorer, ayes_no_probability, yes_no_probability
 from .types import Decision, MemoryItem
 
 __all__ = [
+    "ACTIVATION_EXAMPLES",
     "ACTIVATION_PROMPT",
+    "ACTIVATION_SYSTEM_PROMPT",
     "DECISION_MAX_TOKENS",
+    "DECISION_MODES",
+    "DEFAULT_ACTIVATION_THRESHOLD",
+    "DEFAULT_SUFFICIENCY_THRESHOLD",
     "SUFFICIENCY_PROMPT",
     "SUMMARY_PROMPT",
     "SCMController",
@@ -58,6 +89,24 @@ New user message:
 {observation}
 
 Does answering the new message need memory of earlier turns? Reply with one word: yes or no."""
+
+ACTIVATION_SYSTEM_PROMPT = """\
+You manage the long-term memory of a chat assistant. Earlier conversation turns are stored, but only the previous \
+turn is visible:
+{flash}
+
+For each user message, answer yes if it asks about something from the earlier conversation (people, events, \
+things said before), no if it is a general or self-contained request."""
+
+#: Few-shot examples of the activation question: (user message, needs memory). Written for this library.
+ACTIVATION_EXAMPLES: tuple[tuple[str, bool], ...] = (
+    ("What is the capital of Italy?", False),
+    ("What did my brother say about his new job?", True),
+    ("Write a short poem about rain.", False),
+    ("When did Tom visit his parents?", True),
+    ("How many legs does a spider have?", False),
+    ("What was the name of the dog Lisa adopted?", True),
+)
 
 SUFFICIENCY_PROMPT = """\
 A user asked a chat assistant:
@@ -80,6 +129,12 @@ Summary:"""
 
 #: Output tokens asked for a yes/no answer (activation and sufficiency questions).
 DECISION_MAX_TOKENS = 4
+#: How the controller reads a yes/no answer (see the module docstring).
+DECISION_MODES = ("auto", "probability", "text")
+#: "Memory is needed" when P(yes) / (P(yes) + P(no)) is at least this (checked on dev data with SmolLM2-135M).
+DEFAULT_ACTIVATION_THRESHOLD = 0.5
+#: "The summary suffices" when P(yes) / (P(yes) + P(no)) is at least this (neutral: not tuned).
+DEFAULT_SUFFICIENCY_THRESHOLD = 0.5
 
 _YES = frozenset({"yes", "y", "true", "needed", "necessary", "sufficient", "enough", "correct"})
 _NO = frozenset({"no", "n", "false", "unnecessary", "insufficient", "not"})
@@ -128,6 +183,28 @@ def _check_reply(reply: object, what: str) -> str:
     return reply
 
 
+def _check_threshold(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_examples(examples: object) -> tuple[tuple[str, bool], ...]:
+    if isinstance(examples, str) or not isinstance(examples, Sequence):
+        raise TypeError(f"activation_examples must be a list of (message, needs_memory) pairs, got {examples!r}")
+    out = []
+    for i, pair in enumerate(examples):
+        if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
+            raise ValueError(f"activation_examples[{i}] must be a (message, needs_memory) pair, got {pair!r}")
+        message, label = pair
+        if not isinstance(message, str) or not message.strip() or not isinstance(label, bool):
+            raise ValueError(
+                f"activation_examples[{i}] must be (non-empty str, True or False), got {(message, label)!r}"
+            )
+        out.append((message, label))
+    return tuple(out)
+
+
 def _check_template(name: str, template: object, fields: Sequence[str]) -> str:
     if not isinstance(template, str):
         raise TypeError(f"{name} must be str, got {type(template).__name__}")
@@ -147,9 +224,12 @@ class SCMController:
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> controller = SCMController(ScriptedChatModel(["No.", "maybe"]))
     >>> controller.needs_memory("Hello!")
-    Decision(value=False, raw='No.', parsed=True)
+    Decision(value=False, raw='No.', parsed=True, probability=None, score=None)
     >>> controller.needs_memory("What did I say?")  # unparseable -> the fallback (yes)
-    Decision(value=True, raw='maybe', parsed=False)
+    Decision(value=True, raw='maybe', parsed=False, probability=None, score=None)
+
+    ``decision``, ``activation_threshold`` and ``sufficiency_threshold`` choose between yes/no by probability and
+    by parsing text (see the module docstring).
     """
 
     def __init__(
@@ -163,8 +243,29 @@ class SCMController:
         summary_fallback: bool = True,
         summary_max_tokens: int = 96,
         temperature: float | None = 0.0,
+        decision: str = "auto",
+        activation_threshold: float = DEFAULT_ACTIVATION_THRESHOLD,
+        sufficiency_threshold: float = DEFAULT_SUFFICIENCY_THRESHOLD,
+        activation_examples: Sequence[tuple[str, bool]] | None = None,
+        activation_system_prompt: str = ACTIVATION_SYSTEM_PROMPT,
     ) -> None:
         self.model = as_chat_model(model)
+        if decision not in DECISION_MODES:
+            raise ValueError(f"decision must be one of {list(DECISION_MODES)}, got {decision!r}")
+        if decision == "probability" and not isinstance(self.model, YesNoScorer):
+            raise TypeError(
+                f"decision='probability' needs a model with yes_no_probability (LlamaCppChatModel, OpenAIChatModel); "
+                f"{type(self.model).__name__} has none: use decision='auto' or 'text'"
+            )
+        self.decision = decision
+        self.activation_threshold = _check_threshold("activation_threshold", activation_threshold)
+        self.sufficiency_threshold = _check_threshold("sufficiency_threshold", sufficiency_threshold)
+        self.activation_system_prompt = _check_template(
+            "activation_system_prompt", activation_system_prompt, ("flash",)
+        )
+        if activation_examples is None:  # few-shot where it was measured to help: the probability path
+            activation_examples = ACTIVATION_EXAMPLES if self.uses_probability else ()
+        self.activation_examples = _check_examples(activation_examples)
         self.activation_prompt = _check_template("activation_prompt", activation_prompt, ("flash", "observation"))
         self.sufficiency_prompt = _check_template("sufficiency_prompt", sufficiency_prompt, ("observation", "summary"))
         self.summary_prompt = _check_template("summary_prompt", summary_prompt, ("observation", "response"))
@@ -181,10 +282,18 @@ class SCMController:
     # ------------------------------------------------------------------------------------------- prompts
 
     def activation_messages(self, observation: str, flash: MemoryItem | None) -> list[dict[str, str]]:
-        """The "is memory needed?" request."""
+        """The "is memory needed?" request: one message, or a few-shot chat with ``activation_examples``."""
         flash_text = flash.text if flash is not None else "(none: this is the first turn)"
-        prompt = self.activation_prompt.format(flash=flash_text, observation=_check_text("observation", observation))
-        return [{"role": "user", "content": prompt}]
+        observation = _check_text("observation", observation)
+        if not self.activation_examples:
+            prompt = self.activation_prompt.format(flash=flash_text, observation=observation)
+            return [{"role": "user", "content": prompt}]
+        messages = [{"role": "system", "content": self.activation_system_prompt.format(flash=flash_text)}]
+        for message, label in self.activation_examples:
+            messages.append({"role": "user", "content": message})
+            messages.append({"role": "assistant", "content": "yes" if label else "no"})
+        messages.append({"role": "user", "content": observation})
+        return messages
 
     def sufficiency_messages(self, observation: str, item: MemoryItem) -> list[dict[str, str]]:
         """The "does this memory's summary suffice?" request."""
@@ -212,6 +321,27 @@ class SCMController:
         value = parse_yes_no(reply)
         return Decision(self.summary_fallback if value is None else value, reply, value is not None)
 
+    @property
+    def uses_probability(self) -> bool:
+        """Whether yes/no questions are first asked by probability (``decision`` is not "text" and the model can)."""
+        return self.decision != "text" and isinstance(self.model, YesNoScorer)
+
+    def decide_probability(self, probability: float, question: str = "activation") -> Decision:
+        """The decision for ``P(yes) / (P(yes) + P(no))`` of the "activation" or "sufficiency" question."""
+        if question not in ("activation", "sufficiency"):
+            raise ValueError(f"question must be 'activation' or 'sufficiency', got {question!r}")
+        p = _check_threshold("probability", probability)
+        threshold = self.activation_threshold if question == "activation" else self.sufficiency_threshold
+        return Decision(p >= threshold, f"P(yes)={p:.3f} (threshold {threshold:g})", True, probability=p)
+
+    def probability(self, messages: list[dict[str, str]]) -> float | None:
+        """``P(yes) / (P(yes) + P(no))`` of the reply to ``messages`` (None: text must be parsed instead)."""
+        return yes_no_probability(self.model, messages) if self.uses_probability else None
+
+    async def aprobability(self, messages: list[dict[str, str]]) -> float | None:
+        """Async :meth:`probability`."""
+        return await ayes_no_probability(self.model, messages) if self.uses_probability else None
+
     @staticmethod
     def clean_summary(reply: str, observation: str, response: str, max_tokens: int | None = None) -> str:
         """The summary text of a reply; a blank reply falls back to the interaction itself. With ``max_tokens``
@@ -237,12 +367,21 @@ class SCMController:
         return self.model.invoke(messages, temperature=self.temperature, max_tokens=max_tokens)
 
     def needs_memory(self, observation: str, flash: MemoryItem | None = None) -> Decision:
-        """Ask whether the observation needs long-term memory."""
-        return self.decide_activation(self._ask(self.activation_messages(observation, flash), DECISION_MAX_TOKENS))
+        """Ask whether the observation needs long-term memory (by probability when the model can, see
+        ``decision``)."""
+        messages = self.activation_messages(observation, flash)
+        p = self.probability(messages)
+        if p is not None:
+            return self.decide_probability(p, "activation")
+        return self.decide_activation(self._ask(messages, DECISION_MAX_TOKENS))
 
     def summary_suffices(self, observation: str, item: MemoryItem) -> Decision:
-        """Ask whether ``item.summary`` is enough to answer the observation."""
-        return self.decide_sufficiency(self._ask(self.sufficiency_messages(observation, item), DECISION_MAX_TOKENS))
+        """Ask whether ``item.summary`` is enough to answer the observation (by probability when the model can)."""
+        messages = self.sufficiency_messages(observation, item)
+        p = self.probability(messages)
+        if p is not None:
+            return self.decide_probability(p, "sufficiency")
+        return self.decide_sufficiency(self._ask(messages, DECISION_MAX_TOKENS))
 
     def summary_text(self, reply: object, observation: str, response: str) -> str:
         """The summary to store for a summary reply: checked to be text, cleaned and capped to
@@ -257,4 +396,4 @@ class SCMController:
         return self.summary_text(reply, observation, response)
 
     def __repr__(self) -> str:
-        return f"SCMController(model={self.model!r})"
+        return f"SCMController(model={self.model!r}, decision={self.decision!r})"

@@ -2,8 +2,10 @@
 
 1. **Input acquisition** - the user's observation and the session id.
 2. **Memory activation** - the controller is asked whether long-term memory is needed (see
-   :mod:`~fragrel_integrations.core.scm.controller` for the lenient parsing and the fallback). The flash memory
-   (the previous turn) is always shown, whatever the answer.
+   :mod:`~fragrel_integrations.core.scm.controller`: by P(yes) against P(no) when the model offers probabilities,
+   else by lenient parsing with a fallback), or a model-free gate decides (``activation="lexical"`` or
+   ``"embedding"``, see :mod:`~fragrel_integrations.core.scm.gates`). The flash memory (the previous turn) is
+   always shown, whatever the answer.
 3. **Retrieval** - the top ``k`` earlier turns by cosine of the observation's embedding and each turn's stored
    embedding, the flash turn excluded, re-ordered by time. With ``relation=ContextRelation(0.8)`` (FragRel's
    dialogue setting, ``alpha=0.5``) turns near other relevant turns score higher: ``s + alpha * s_env``. With an
@@ -55,16 +57,19 @@ import numpy as np
 from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel, as_chat_model
 from ...models.tokens import cap_output, count_tokens, storable_text
+from ...models.yes_no import ayes_no_probability, yes_no_probability
 from ..relations import FragmentLayout, Relation
 from ..scorers import BM25Scorer, HybridScorer
 from ..scoring import check_alpha, environment_from_sums
-from .controller import SCMController
+from .controller import DECISION_MAX_TOKENS, SCMController
+from .gates import EmbeddingGate, LexicalGate, NameVocabulary
 from .index import SCMIndexError, StreamIndex
 from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
 from .vectors import TurnMatrix, turn_fragment
 
 __all__ = [
+    "ACTIVATION_MODES",
     "DEFAULT_SESSION",
     "DIALOGUE_W_REL",
     "FUSION_SYSTEM_PROMPT",
@@ -83,6 +88,8 @@ DEFAULT_SESSION = "default"
 DIALOGUE_W_REL = 0.8
 #: The paper's reorganisation thresholds: a recalled turn longer than this many tokens may be summarised ...
 SCORERS = ("dense", "bm25", "hybrid")
+#: ``activation`` by name: the controller model (True), or a model-free gate (:mod:`.gates`).
+ACTIVATION_MODES = ("controller", "lexical", "embedding")
 PAPER_ITEM_TOKENS = 800
 #: ... once all recalled turns together exceed this many tokens.
 PAPER_TOTAL_TOKENS = 2000
@@ -150,12 +157,20 @@ class _Chat:
 
 
 @dataclass(frozen=True, slots=True)
+class _Prob:
+    """A yes/no question asked by probability (the reply is ``P(yes) / (P(yes) + P(no))`` or None)."""
+
+    messages: list[dict[str, str]]
+    model: ChatModel
+
+
+@dataclass(frozen=True, slots=True)
 class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
 
 
-_Steps = Generator[_Chat | _Call, Any, Any]
+_Steps = Generator[_Chat | _Prob | _Call, Any, Any]
 
 
 def _check_int(name: str, value: object, low: int, hint: str = "") -> int:
@@ -180,6 +195,27 @@ def _check_storable(name: str, text: str) -> str:
             "(not valid Unicode text): decode the input with errors='replace'"
         ) from None
     return text
+
+
+def _check_activation(activation: object) -> bool | LexicalGate | EmbeddingGate:
+    """``activation`` as True (the controller), False (always recall) or a model-free gate."""
+    if isinstance(activation, bool | LexicalGate | EmbeddingGate):
+        return activation
+    if isinstance(activation, str):
+        if activation == "controller":
+            return True
+        if activation == "lexical":
+            return LexicalGate()
+        if activation == "embedding":
+            return EmbeddingGate()
+        raise ValueError(
+            f"activation must be True, False or one of {list(ACTIVATION_MODES)} (or a LexicalGate / EmbeddingGate), "
+            f"got {activation!r}"
+        )
+    raise TypeError(
+        f"activation must be True, False, one of {list(ACTIVATION_MODES)}, a LexicalGate or an EmbeddingGate, "
+        f"got {type(activation).__name__}"
+    )
 
 
 def _check_observation(observation: object) -> str:
@@ -207,7 +243,12 @@ class SelfControlledMemory:
         scorer: the independent score of a turn: ``"dense"`` (cosine of the embeddings, the paper's choice),
             ``"bm25"`` (BM25 over the turns' stored texts, rebuilt per turn) or ``"hybrid"`` (0.5 min-max BM25 +
             0.5 min-max cosine, as :class:`~fragrel_integrations.core.scorers.HybridScorer`).
-        activation: ask the controller whether memory is needed (False: always recall).
+        activation: how to decide whether memory is needed: True or ``"controller"`` asks the controller (by
+            probability when its model offers it, see :mod:`~fragrel_integrations.core.scm.controller`);
+            ``"lexical"`` (or a :class:`~fragrel_integrations.core.scm.gates.LexicalGate`) decides from cue words
+            and names seen in earlier turns, ``"embedding"`` (or an
+            :class:`~fragrel_integrations.core.scm.gates.EmbeddingGate`) from the highest cosine of the message
+            with a stored turn, both without a model call; False always recalls.
         summarize: let the controller summarise every turn on write-back (False: no summary, the turn's text is
             embedded and never replaced by a summary).
         item_tokens, total_tokens: the reorganisation thresholds (paper: 800 and 2000; see the module docstring).
@@ -237,7 +278,7 @@ class SelfControlledMemory:
         relation: Relation | None = None,
         alpha: float = 0.5,
         scorer: str = "dense",
-        activation: bool = True,
+        activation: bool | str | LexicalGate | EmbeddingGate = True,
         summarize: bool = True,
         item_tokens: int = PAPER_ITEM_TOKENS,
         total_tokens: int = PAPER_TOTAL_TOKENS,
@@ -275,10 +316,9 @@ class SelfControlledMemory:
         if scorer not in SCORERS:
             raise ValueError(f"scorer must be one of {list(SCORERS)}, got {scorer!r}")
         self.scorer = scorer
-        for name, value in (("activation", activation), ("summarize", summarize)):
-            if not isinstance(value, bool):
-                raise TypeError(f"{name} must be True or False, got {value!r}")
-        self.activation = activation
+        self.activation = _check_activation(activation)
+        if not isinstance(summarize, bool):
+            raise TypeError(f"summarize must be True or False, got {summarize!r}")
         self.summarize = summarize
         self.item_tokens = _check_int("item_tokens", item_tokens, 0, f" (paper: {PAPER_ITEM_TOKENS})")
         self.total_tokens = _check_int("total_tokens", total_tokens, 0, f" (paper: {PAPER_TOTAL_TOKENS})")
@@ -312,6 +352,7 @@ class SelfControlledMemory:
         self.pool = pool
         self._matrices: dict[str, TurnMatrix] = {}  # session -> its turns' embeddings, grown per turn
         self._matrices_lock = threading.Lock()
+        self._names: dict[str, tuple[int, int, NameVocabulary]] = {}  # session -> capitalised words (lexical gate)
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -454,9 +495,14 @@ class SelfControlledMemory:
         flash = items[-1] if items else None
         candidates = items[:-1]
         activation: Decision | None = None
-        if self.activation and candidates:
-            reply = yield _Chat(self.controller.activation_messages(observation, flash), 4, *self._controller_model())
-            activation = self.controller.decide_activation(reply)
+        gate = self.activation
+        if gate is True and candidates:
+            activation = yield from self._controller_steps(
+                self.controller.activation_messages(observation, flash), "activation"
+            )
+        elif isinstance(gate, LexicalGate) and candidates:
+            vocabulary = self._vocabulary(session_id, candidates) if gate.names else NameVocabulary()
+            activation = gate.decide_known(observation, vocabulary)
         recalled: list[RecalledMemory] = []
         query: np.ndarray | None = None
         if candidates and (activation is None or activation.value) and self.index is not None:
@@ -469,22 +515,56 @@ class SelfControlledMemory:
             if query is None:
                 query = yield _Call(self._embed_query, (observation,))
             matrix, norms = rows.view(len(candidates))
-            layout = rows.layout(len(candidates)) if self.relation is not None else None
-            scores = self.scores(query, candidates, matrix, observation, norms=norms, layout=layout)
-            top = np.argsort(-scores, kind="stable")[: self.k]
-            for i in sorted(int(t) for t in top):  # time order
-                item = candidates[i]
-                recalled.append(RecalledMemory(item, float(scores[i]), self.count_tokens(item.text)))
+            if isinstance(gate, EmbeddingGate):  # the gate reads the cosines retrieval needs anyway
+                activation = gate.decide(self._cosines(query, matrix, norms))
+            if activation is None or activation.value:
+                layout = rows.layout(len(candidates)) if self.relation is not None else None
+                scores = self.scores(query, candidates, matrix, observation, norms=norms, layout=layout)
+                top = np.argsort(-scores, kind="stable")[: self.k]
+                for i in sorted(int(t) for t in top):  # time order
+                    item = candidates[i]
+                    recalled.append(RecalledMemory(item, float(scores[i]), self.count_tokens(item.text)))
             if sum(m.tokens for m in recalled) > self.total_tokens:
                 for n, m in enumerate(recalled):
                     if m.tokens > self.item_tokens and m.item.summary:
-                        reply = yield _Chat(
-                            self.controller.sufficiency_messages(observation, m.item), 4, *self._controller_model()
+                        decision = yield from self._controller_steps(
+                            self.controller.sufficiency_messages(observation, m.item), "sufficiency"
                         )
-                        decision = self.controller.decide_sufficiency(reply)
                         recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
         block = render_memory_block(flash, recalled)
         return SCMContext(session_id, observation, activation, flash, tuple(recalled), block)
+
+    def _controller_steps(self, messages: list[dict[str, str]], question: str) -> Generator[Any, Any, Decision]:
+        """Ask the controller a yes/no question: by probability when its model offers it, else as text."""
+        controller = self.controller
+        if controller.uses_probability:
+            p = yield _Prob(messages, controller.model)
+            if p is not None:
+                return controller.decide_probability(p, question)
+        reply = yield _Chat(messages, DECISION_MAX_TOKENS, *self._controller_model())
+        if question == "activation":
+            return controller.decide_activation(reply)
+        return controller.decide_sufficiency(reply)
+
+    @staticmethod
+    def _cosines(query: np.ndarray, matrix: np.ndarray, norms: np.ndarray) -> np.ndarray:
+        q = np.asarray(query, dtype=np.float64)
+        scale = np.maximum(np.asarray(norms, dtype=np.float64) * max(float(np.linalg.norm(q)), 1e-12), 1e-12)
+        return (np.asarray(matrix, dtype=np.float64) @ q) / scale
+
+    def _vocabulary(self, session_id: str, candidates: list[MemoryItem]) -> NameVocabulary:
+        """The lexical gate's words of the candidates' texts, kept per session and grown with new turns."""
+        with self._matrices_lock:
+            entry = self._names.get(session_id)
+        start, vocabulary = 0, NameVocabulary()
+        if entry is not None:
+            n, last, cached = entry
+            if 0 < n <= len(candidates) and candidates[n - 1].index == last:
+                start, vocabulary = n, cached.copy()
+        vocabulary.update(it.text for it in candidates[start:])
+        with self._matrices_lock:
+            self._names[session_id] = (len(candidates), candidates[-1].index, vocabulary)
+        return vocabulary
 
     def _turn_matrix(
         self, session_id: str, candidates: list[MemoryItem], cached: bool
@@ -620,6 +700,8 @@ class SelfControlledMemory:
                         result = request.model.invoke(
                             request.messages, temperature=request.temperature, max_tokens=request.max_tokens
                         )
+                    elif isinstance(request, _Prob):
+                        result = yes_no_probability(request.model, request.messages)
                     else:
                         result = request.fn(*request.args)
                 except BaseException as exc:
@@ -640,6 +722,8 @@ class SelfControlledMemory:
                         result = await request.model.ainvoke(
                             request.messages, temperature=request.temperature, max_tokens=request.max_tokens
                         )
+                    elif isinstance(request, _Prob):
+                        result = await ayes_no_probability(request.model, request.messages)
                     else:
                         result = await asyncio.to_thread(request.fn, *request.args)
                 except BaseException as exc:
@@ -705,6 +789,7 @@ class SelfControlledMemory:
             self.index.delete_session(_check_session(session_id))
         with self._matrices_lock:
             self._matrices.pop(session_id, None)
+            self._names.pop(session_id, None)
         return self.stream.clear(session_id)
 
     def reindex(self, session_id: str = DEFAULT_SESSION) -> int:

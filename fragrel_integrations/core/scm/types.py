@@ -39,11 +39,19 @@ class MemoryItem:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """A yes/no answer of the controller: ``value`` is what was used, ``parsed`` False means the fallback applied."""
+    """A yes/no answer of a gate: ``value`` is what was used, ``parsed`` False means the fallback applied.
+
+    ``probability`` is the model's ``P(yes) / (P(yes) + P(no))`` when the decision was taken by probability (None
+    for a parsed text reply); ``score`` is the model-free gate's score (see
+    :mod:`~fragrel_integrations.core.scm.gates`), None otherwise. ``raw`` is the reply text, or a short account of
+    the score.
+    """
 
     value: bool
     raw: str
     parsed: bool
+    probability: float | None = None
+    score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
