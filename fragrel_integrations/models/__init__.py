@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .local import MiniLMEmbedder, default_embedder
     from .openai_chat import OpenAIChatModel
     from .retry import RetryingChatModel, RetryPolicy
+    from .structured import ReplyFormat
 
 __all__ = [
     "CachedChatModel",
@@ -43,6 +44,7 @@ __all__ = [
     "LlamaIndexEmbedder",
     "MiniLMEmbedder",
     "OpenAIChatModel",
+    "ReplyFormat",
     "ResponseCache",
     "RetryPolicy",
     "RetryingChatModel",
@@ -66,6 +68,7 @@ _WHERE = {
     "embed_documents": "base",
     "embed_query": "base",
     "optional_embedder": "base",
+    "ReplyFormat": "structured",
     "CachedChatModel": "cache",
     "ResponseCache": "cache",
     "ChatMessage": "chat",

@@ -17,6 +17,7 @@ that cannot be reached raises ``ConnectionError`` and one that does not answer i
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -24,9 +25,12 @@ from typing import Any
 from .._optional import require
 from .chat import ChatModelBase
 from .retry import RetryPolicy, acall_with_retries, call_with_retries
+from .structured import ReplyFormat
 from .tokens import estimate_tokens
 
 __all__ = ["OpenAIChatModel"]
+
+logger = logging.getLogger(__name__)
 
 _DEFAULT_URL = "https://api.openai.com/v1"
 _PLACEHOLDER_KEY = "sk-no-key-required"
@@ -87,6 +91,7 @@ class OpenAIChatModel(ChatModelBase):
         self._openai = openai
         self._client = openai.OpenAI(**self._client_kwargs)
         self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None
+        self.format_refused = False  # set once the server answers a response_format request with 400/422
 
     def count_tokens(self, text: str) -> int:
         """No tokenizer for a remote model offline: the word-based estimate."""
@@ -138,6 +143,52 @@ class OpenAIChatModel(ChatModelBase):
         except self._openai.APIConnectionError as exc:
             raise self._translate(exc) from exc
         return self._text(response)
+
+    # -- constrained replies ---------------------------------------------------------------------------------------
+    def supports_format(self, reply_format: ReplyFormat) -> bool:
+        """Choice, regex and JSON formats go out as ``response_format`` ``json_schema`` (llama.cpp's server, vLLM
+        and OpenAI enforce it); GBNF grammars are not sent. False for every format once this server refused one
+        (see :meth:`_format_request`)."""
+        return not self.format_refused and reply_format.response_schema() is not None
+
+    def _format_request(self, req: dict[str, Any], reply_format: ReplyFormat) -> dict[str, Any]:
+        schema = reply_format.response_schema()
+        spec = {"name": reply_format.name, "schema": schema, "strict": True}
+        return {**req, "response_format": {"type": "json_schema", "json_schema": spec}}
+
+    def _refused(self, exc: Exception) -> None:
+        """A server that answers a ``response_format`` request with 400/422 does not support it: remember that
+        for this instance (later requests are plain) and let the caller retry once without it."""
+        self.format_refused = True
+        logger.warning(
+            "%s at %s refused response_format json_schema (%s); sending plain requests and parsing the text",
+            self.model_name,
+            self.base_url,
+            exc,
+        )
+
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
+        try:
+            response = call_with_retries(lambda: self._client.chat.completions.create(**req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as exc:
+            self._refused(exc)
+            return self._generate(messages, temperature, max_tokens, stop)
+        return reply_format.unwrap(self._text(response))
+
+    async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
+        client = self._async_client()
+        try:
+            response = await acall_with_retries(lambda: client.chat.completions.create(**req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as exc:
+            self._refused(exc)
+            return await self._agenerate(messages, temperature, max_tokens, stop)
+        return reply_format.unwrap(self._text(response))
 
     def _async_client(self) -> Any:
         # An httpx async client belongs to the event loop it first ran on: make one per loop.
