@@ -464,6 +464,9 @@ def _parse_call(name: str, raw: str) -> ToolCall:
     return ToolCall(name, args, raw)
 
 
+_NON_CAPTURING = re.compile(r"(?<!\\)\(\?:")
+
+
 def _gbnf_literal(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)  # GBNF string literals take JSON-style escapes
 
@@ -484,7 +487,8 @@ def gbnf(reply_format: ReplyFormat) -> str:
         if reply_format.kind == "json":
             return json_schema_to_gbnf(reply_format.spec)
         converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=True)
-        converter.visit({"type": "string", "pattern": f"^{reply_format.spec}$"}, "")
+        pattern = _NON_CAPTURING.sub("(", reply_format.spec)  # the converter knows only plain groups
+        converter.visit({"type": "string", "pattern": f"^{pattern}$"}, "")
         return converter.format_grammar()
     except Exception as exc:  # the converter raises assorted errors (AssertionError, KeyError, ...)
         raise ValueError(

@@ -11,6 +11,10 @@ the first one is not found it accepts a reply that contains only one kind of tho
 * "does the summary suffice?" unparseable -> **yes** (``summary_fallback``): the question is only asked when
   the recalled memories exceed the token budget, so keeping the full text would break the budget.
 
+Backends that enforce reply formats (the embedded llama.cpp model, OpenAI-compatible servers) answer the yes/no
+questions under :data:`YES_NO_FORMAT` (exactly ``yes`` or ``no``) and write a summary as one bounded line; the
+parsers stay the fallback for other models.
+
 Replies are untrusted: each must be a ``str`` (anything else, e.g. ``None``, raises a TypeError naming the model
 to fix) and is cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token it
 was asked for (:data:`DECISION_MAX_TOKENS` for the yes/no questions, ``summary_max_tokens`` for a summary)
@@ -33,6 +37,7 @@ import re
 from collections.abc import Sequence
 
 from ...models.chat import ChatModel, as_chat_model
+from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, storable_text
 from .types import Decision, MemoryItem
 
@@ -41,6 +46,7 @@ __all__ = [
     "DECISION_MAX_TOKENS",
     "SUFFICIENCY_PROMPT",
     "SUMMARY_PROMPT",
+    "YES_NO_FORMAT",
     "SCMController",
     "parse_yes_no",
 ]
@@ -80,6 +86,10 @@ Summary:"""
 
 #: Output tokens asked for a yes/no answer (activation and sufficiency questions).
 DECISION_MAX_TOKENS = 4
+
+#: The constrained reply of the yes/no questions (enforced by backends that support it, see
+#: :mod:`fragrel_integrations.models.structured`); other models answer freely and :func:`parse_yes_no` reads them.
+YES_NO_FORMAT = ReplyFormat.choice(["yes", "no"], name="yes_no")
 
 _YES = frozenset({"yes", "y", "true", "needed", "necessary", "sufficient", "enough", "correct"})
 _NO = frozenset({"no", "n", "false", "unnecessary", "insufficient", "not"})
@@ -233,16 +243,24 @@ class SCMController:
 
     # ------------------------------------------------------------------------------------------- one call
 
-    def _ask(self, messages: list[dict[str, str]], max_tokens: int) -> str:
-        return self.model.invoke(messages, temperature=self.temperature, max_tokens=max_tokens)
+    def summary_format(self) -> ReplyFormat:
+        """The constrained reply of a turn summary: one line of at most ``3 * summary_max_tokens`` characters
+        (no label, no list, no second turn made up after it)."""
+        return ReplyFormat.regex(rf"[^\n]{{1,{3 * self.summary_max_tokens}}}", name="turn_summary")
+
+    def _ask(self, messages: list[dict[str, str]], max_tokens: int, reply_format: ReplyFormat | None = None) -> str:
+        extra = format_kwargs(self.model, reply_format)
+        return self.model.invoke(messages, temperature=self.temperature, max_tokens=max_tokens, **extra)
 
     def needs_memory(self, observation: str, flash: MemoryItem | None = None) -> Decision:
         """Ask whether the observation needs long-term memory."""
-        return self.decide_activation(self._ask(self.activation_messages(observation, flash), DECISION_MAX_TOKENS))
+        messages = self.activation_messages(observation, flash)
+        return self.decide_activation(self._ask(messages, DECISION_MAX_TOKENS, YES_NO_FORMAT))
 
     def summary_suffices(self, observation: str, item: MemoryItem) -> Decision:
         """Ask whether ``item.summary`` is enough to answer the observation."""
-        return self.decide_sufficiency(self._ask(self.sufficiency_messages(observation, item), DECISION_MAX_TOKENS))
+        messages = self.sufficiency_messages(observation, item)
+        return self.decide_sufficiency(self._ask(messages, DECISION_MAX_TOKENS, YES_NO_FORMAT))
 
     def summary_text(self, reply: object, observation: str, response: str) -> str:
         """The summary to store for a summary reply: checked to be text, cleaned and capped to
@@ -253,7 +271,7 @@ class SCMController:
 
     def summarize(self, observation: str, response: str) -> str:
         """Summarise one interaction."""
-        reply = self._ask(self.summary_messages(observation, response), self.summary_max_tokens)
+        reply = self._ask(self.summary_messages(observation, response), self.summary_max_tokens, self.summary_format())
         return self.summary_text(reply, observation, response)
 
     def __repr__(self) -> str:

@@ -54,11 +54,12 @@ import numpy as np
 
 from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel, as_chat_model
+from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, count_tokens, storable_text
 from ..relations import FragmentLayout, Relation
 from ..scorers import BM25Scorer, HybridScorer
 from ..scoring import check_alpha, environment_from_sums
-from .controller import SCMController
+from .controller import YES_NO_FORMAT, SCMController
 from .index import SCMIndexError, StreamIndex
 from .stream import MemoryStream, SCMStream
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext
@@ -147,6 +148,7 @@ class _Chat:
     max_tokens: int | None
     model: ChatModel
     temperature: float | None = None
+    reply_format: ReplyFormat | None = None  # asked only of models that enforce it
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,7 +457,9 @@ class SelfControlledMemory:
         candidates = items[:-1]
         activation: Decision | None = None
         if self.activation and candidates:
-            reply = yield _Chat(self.controller.activation_messages(observation, flash), 4, *self._controller_model())
+            reply = yield _Chat(
+                self.controller.activation_messages(observation, flash), 4, *self._controller_model(), YES_NO_FORMAT
+            )
             activation = self.controller.decide_activation(reply)
         recalled: list[RecalledMemory] = []
         query: np.ndarray | None = None
@@ -479,7 +483,10 @@ class SelfControlledMemory:
                 for n, m in enumerate(recalled):
                     if m.tokens > self.item_tokens and m.item.summary:
                         reply = yield _Chat(
-                            self.controller.sufficiency_messages(observation, m.item), 4, *self._controller_model()
+                            self.controller.sufficiency_messages(observation, m.item),
+                            4,
+                            *self._controller_model(),
+                            YES_NO_FORMAT,
                         )
                         decision = self.controller.decide_sufficiency(reply)
                         recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
@@ -541,6 +548,7 @@ class SelfControlledMemory:
                         controller.summary_messages(observation, response),
                         controller.summary_max_tokens,
                         *self._controller_model(),
+                        controller.summary_format(),
                     )
                     summary = controller.summary_text(reply, observation, response)
                 except Exception as exc:  # the turn is kept without a summary
@@ -618,7 +626,10 @@ class SelfControlledMemory:
                 try:
                     if isinstance(request, _Chat):
                         result = request.model.invoke(
-                            request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                            request.messages,
+                            temperature=request.temperature,
+                            max_tokens=request.max_tokens,
+                            **format_kwargs(request.model, request.reply_format),
                         )
                     else:
                         result = request.fn(*request.args)
@@ -638,7 +649,10 @@ class SelfControlledMemory:
                 try:
                     if isinstance(request, _Chat):
                         result = await request.model.ainvoke(
-                            request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                            request.messages,
+                            temperature=request.temperature,
+                            max_tokens=request.max_tokens,
+                            **format_kwargs(request.model, request.reply_format),
                         )
                     else:
                         result = await asyncio.to_thread(request.fn, *request.args)
