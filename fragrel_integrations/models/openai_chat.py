@@ -36,6 +36,10 @@ _DEFAULT_URL = "https://api.openai.com/v1"
 _PLACEHOLDER_KEY = "sk-no-key-required"
 
 
+class _FormatRefused(Exception):
+    """The server refused ``response_format`` (raised inside the retry loop so that it is not retried)."""
+
+
 class OpenAIChatModel(ChatModelBase):
     """A model served behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -91,7 +95,7 @@ class OpenAIChatModel(ChatModelBase):
         self._openai = openai
         self._client = openai.OpenAI(**self._client_kwargs)
         self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None
-        self.format_refused = False  # set once the server answers a response_format request with 400/422
+        self.format_refused = False  # set once the server refuses a response_format request
 
     def count_tokens(self, text: str) -> int:
         """No tokenizer for a remote model offline: the word-based estimate."""
@@ -156,8 +160,34 @@ class OpenAIChatModel(ChatModelBase):
         spec = {"name": reply_format.name, "schema": schema, "strict": True}
         return {**req, "response_format": {"type": "json_schema", "json_schema": spec}}
 
+    def _refusal(self, exc: Exception) -> bool:
+        """Whether an error means "this server does not take ``response_format`` json_schema": 400/404/415/422,
+        or a 500 whose message names ``response_format`` (llama-cpp-python's server validates it that way)."""
+        if not isinstance(exc, self._openai.APIStatusError):
+            return False
+        if exc.status_code in (400, 404, 415, 422):
+            return True
+        return exc.status_code == 500 and "response_format" in str(exc)
+
+    def _create_format(self, create: Any, req: dict[str, Any]) -> Any:
+        """One request with ``response_format``; a refusal becomes :class:`_FormatRefused` (not retried)."""
+        try:
+            return create(**req)
+        except self._openai.APIStatusError as exc:
+            if self._refusal(exc):
+                raise _FormatRefused(str(exc)) from exc
+            raise
+
+    async def _acreate_format(self, create: Any, req: dict[str, Any]) -> Any:
+        try:
+            return await create(**req)
+        except self._openai.APIStatusError as exc:
+            if self._refusal(exc):
+                raise _FormatRefused(str(exc)) from exc
+            raise
+
     def _refused(self, exc: Exception) -> None:
-        """A server that answers a ``response_format`` request with 400/422 does not support it: remember that
+        """A server that refuses a ``response_format`` request (see :meth:`_refusal`) does not support it: remember that
         for this instance (later requests are plain) and let the caller retry once without it."""
         self.format_refused = True
         logger.warning(
@@ -169,23 +199,24 @@ class OpenAIChatModel(ChatModelBase):
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
+        create = self._client.chat.completions.create
         try:
-            response = call_with_retries(lambda: self._client.chat.completions.create(**req), self.retry)
+            response = call_with_retries(lambda: self._create_format(create, req), self.retry)
         except self._openai.APIConnectionError as exc:
             raise self._translate(exc) from exc
-        except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as exc:
+        except _FormatRefused as exc:
             self._refused(exc)
             return self._generate(messages, temperature, max_tokens, stop)
         return reply_format.unwrap(self._text(response))
 
     async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
-        client = self._async_client()
+        create = self._async_client().chat.completions.create
         try:
-            response = await acall_with_retries(lambda: client.chat.completions.create(**req), self.retry)
+            response = await acall_with_retries(lambda: self._acreate_format(create, req), self.retry)
         except self._openai.APIConnectionError as exc:
             raise self._translate(exc) from exc
-        except (self._openai.BadRequestError, self._openai.UnprocessableEntityError) as exc:
+        except _FormatRefused as exc:
             self._refused(exc)
             return await self._agenerate(messages, temperature, max_tokens, stop)
         return reply_format.unwrap(self._text(response))

@@ -167,7 +167,7 @@ class ReplyFormat:
             return text
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             return text
         if isinstance(value, dict) and isinstance(value.get("answer"), str):
             return value["answer"]
@@ -193,7 +193,7 @@ class ReplyFormat:
             return stripped or None
         try:
             value = json.loads(stripped)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested deeper than the decoder goes
             return None
         return value if _conforms(value, json.loads(self.spec), 0) else None
 
