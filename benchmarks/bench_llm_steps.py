@@ -14,9 +14,16 @@ subject and object against gold derived from the sentences). Writes ``benchmarks
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import os
+import platform
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
@@ -25,17 +32,212 @@ RESULTS_DIR = BENCH_DIR / "results"
 STEPS: dict[str, Callable[[argparse.Namespace], tuple[str, dict]]] = {}
 
 
+# ------------------------------------------------------------------------------------------------ shared
+
+
+def _data(args: argparse.Namespace) -> Path:
+    return args.data or (BENCH_DIR.parent.parent / "shared" / "data").resolve()
+
+
+def _model() -> Any:
+    from fragrel_integrations.models.llama_cpp_chat import default_chat_model
+
+    return default_chat_model()
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({100 * part / whole:.0f} %)" if whole else "0/0"
+
+
+# ------------------------------------------------------------------------------------------------ tree
+
+CRUSOE = Path("babilong") / "noise_books" / "Robinson_Crusoe_pg521.txt"
+TREE_WORDS = 400  # about 530 SmolLM2 tokens, near the tree's default chunk_tokens=600
+TREE_STARTS = {"dev": 20_000, "held-out": 80_000}  # word offsets into the book (after its Gutenberg header)
+
+
+def tree_chunks(data: Path, part: str, n: int) -> list[str]:
+    """``n`` consecutive chunks of ``TREE_WORDS`` words of Robinson Crusoe (dev and held-out parts apart)."""
+    words = (data / CRUSOE).read_text(encoding="utf-8").split()
+    start = TREE_STARTS[part]
+    return [" ".join(words[start + i * TREE_WORDS : start + (i + 1) * TREE_WORDS]) for i in range(n)]
+
+
+def run_tree(args: argparse.Namespace) -> tuple[str, dict]:
+    """Surprise-tree summary replies (default summary_tokens=300, surprise_tokens=150): share that parse into both
+    sections, with the free reply (``constrained=False``, the old behaviour) and under ``summary_format``."""
+    from fragrel_integrations.core.tree.summariser import Summariser
+
+    model = _model()
+    out: dict[str, dict] = {}
+    rows = []
+    for part, n in (("dev", args.tree_n), ("held-out", args.tree_heldout_n)):
+        if n <= 0:
+            continue
+        chunks = tree_chunks(_data(args), part, n)
+        for constrained in (False, True):
+            start = time.perf_counter()
+            results, report = Summariser(model, constrained=constrained, show_progress=False).summarise(chunks)
+            seconds = time.perf_counter() - start
+            parsed = sum(r.parsed for r in results)
+            surprise = sum(bool(r.surprise) for r in results)
+            key = f"{part}/{'grammar' if constrained else 'free'}"
+            out[key] = {
+                "n": n,
+                "parsed": parsed,
+                "with_surprise": surprise,
+                "call_failures": report.call_failures,
+                "mean_summary_chars": statistics.mean(len(r.summary) for r in results),
+                "seconds_per_call": seconds / n,
+                "examples": [{"summary": r.summary[:300], "surprise": r.surprise[:300]} for r in results[:2]],
+            }
+            rows.append(
+                f"| {part} | {'summary_format (grammar)' if constrained else 'free text (before)'} | "
+                f"{_pct(parsed, n)} | {_pct(surprise, n)} | {out[key]['mean_summary_chars']:.0f} | "
+                f"{seconds / n:.1f} |"
+            )
+    md = (
+        "## Tree summaries (`--steps tree`)\n\n"
+        f"Chunks of {TREE_WORDS} words of Robinson Crusoe (dev: from word {TREE_STARTS['dev']}, held-out: from word "
+        f"{TREE_STARTS['held-out']}), the summariser's default budgets (300 + 150 tokens), greedy. *Parsed* = the "
+        "reply splits into a summary and a surprise section (`SummaryResult.parsed`).\n\n"
+        "| part | reply | parsed | non-empty surprise | mean summary chars | s / call |\n|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    return md, out
+
+
+# ------------------------------------------------------------------------------------------------ triplets
+
+_BABI = {"qa1": "qa1_single-supporting-fact_test.txt", "qa2": "qa2_two-supporting-facts_test.txt"}
+_SKIP_LAST = {"there"}
+
+
+def babi_statements(data: Path, questions: range, n: int) -> list[tuple[str, str, str]]:
+    """``(sentence, subject, object)`` for statements of qa1 and qa2 stories whose questions fall in ``questions``
+    (dev: 0-99), half from each task, in file order, de-duplicated. Gold: the first word is the subject, the last
+    word (not "there") the object: "Mary got the milk there." -> (Mary, milk)."""
+    out: list[tuple[str, str, str]] = []
+    for task in ("qa1", "qa2"):
+        seen: set[str] = set()
+        mine: list[tuple[str, str, str]] = []
+        story: list[str] = []
+        qn = 0
+        for line in (data / "babi" / "en-10k" / _BABI[task]).read_text(encoding="utf-8").splitlines():
+            num, _, rest = line.partition(" ")
+            if int(num) == 1:
+                story = []
+            if "\t" in rest:
+                if qn in questions:
+                    for sentence in story:
+                        if sentence not in seen:
+                            seen.add(sentence)
+                            words = [w for w in sentence.rstrip(".").split() if w.lower() not in _SKIP_LAST]
+                            mine.append((sentence, words[0], words[-1]))
+                story = []  # each statement once: the ones before this question
+                qn += 1
+            else:
+                story.append(rest.strip())
+            if len(mine) >= (n + 1) // 2 or qn >= questions.stop:
+                break
+        out += mine[: (n + 1) // 2 if task == "qa1" else n // 2]
+    return out
+
+
+def run_triplets(args: argparse.Namespace) -> tuple[str, dict]:
+    """RET-LLM ``memorize`` on bAbI statements: replies with at least one well-formed write, and precision /
+    recall of the stored (subject, object) against gold, for the old few-shot examples and the new ones, each
+    with free replies and under ``WRITE_FORMAT``."""
+    from fragrel_integrations.core.triplets import TripletStore
+    from fragrel_integrations.core.triplets.controller import WRITE_EXAMPLES, TripletMemoryController
+    from fragrel_integrations.testing import HashingEmbedder
+
+    model = _model()
+    old_examples = WRITE_EXAMPLES[3:]  # the examples before issue 14 (Dan Jaffe, Paris, Lisa Wong)
+    parts = {"dev": range(0, 100), "held-out": range(100, 1000)}
+    out: dict[str, dict] = {}
+    rows = []
+    for part, questions in parts.items():
+        statements = babi_statements(_data(args), questions, args.triplets_n)
+        for label, examples in (("old examples", old_examples), ("few-shot (new)", WRITE_EXAMPLES)):
+            for constrained in (False, True):
+                start = time.perf_counter()
+                wellformed = stored = correct = recalled = 0
+                for sentence, subject, obj in statements:
+                    store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64))  # one per statement
+                    ctl = TripletMemoryController(model, store, write_examples=examples, constrained=constrained)
+                    result = ctl.memorize(sentence)
+                    triplets = [tuple(r.triplet) for r in result.records]
+                    wellformed += bool(result.calls)
+                    stored += len(triplets)
+                    good = [t for t in triplets if t[0].lower() == subject.lower() and obj.lower() in t[2].lower()]
+                    correct += len(good)
+                    recalled += bool(good)
+                seconds = time.perf_counter() - start
+                n = len(statements)
+                key = f"{part}/{label}/{'grammar' if constrained else 'free'}"
+                precision = correct / stored if stored else 0.0
+                out[key] = {
+                    "n": n,
+                    "wellformed": wellformed,
+                    "stored": stored,
+                    "precision": precision,
+                    "recall": recalled / n if n else 0.0,
+                    "seconds_per_statement": seconds / n if n else 0.0,
+                }
+                rows.append(
+                    f"| {part} | {label} | {'WRITE_FORMAT (grammar)' if constrained else 'free text'} | "
+                    f"{_pct(wellformed, n)} | {stored} | {precision:.2f} | {_pct(recalled, n)} | {seconds / n:.1f} |"
+                )
+    md = (
+        "## Triplet extraction (`--steps triplets`)\n\n"
+        f"`TripletMemoryController.memorize` on {args.triplets_n} bAbI statements per part (half qa1, half qa2; "
+        "dev: stories of questions 0-99, held-out: later ones). Gold from the sentence: first word = subject, last "
+        'word other than "there" = object. *Well-formed* = the reply holds at least one `[MEM_WRITE{..}]` call; '
+        "*precision* = stored triplets whose subject is the gold subject and whose object contains the gold "
+        "object; *recall* = statements with such a triplet stored (person and place/object). The old examples are "
+        "the three before issue 14; the new few-shot set adds three one-fact sentences with names and places not "
+        "in bAbI.\n\n"
+        "| part | examples | reply | well-formed | stored | precision | recall | s / statement |\n"
+        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    return md, out
+
+
+STEPS["tree"] = run_tree
+STEPS["triplets"] = run_triplets
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", default="all", help=f"comma-separated steps among {sorted(STEPS)} or 'all'")
     parser.add_argument("--data", type=Path, default=None, help="the shared data folder (default ../shared/data)")
+    parser.add_argument("--tree-n", type=int, default=20, help="dev chunks for the tree step")
+    parser.add_argument("--tree-heldout-n", type=int, default=10, help="held-out chunks for the tree step")
+    parser.add_argument("--triplets-n", type=int, default=16, help="bAbI statements per part for the triplet step")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "llm_steps.md", help="the markdown report")
     args = parser.parse_args(argv)
     names = sorted(STEPS) if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = [n for n in names if n not in STEPS]
     if unknown:
         parser.error(f"unknown steps {unknown}; choose among {sorted(STEPS)}")
+    logging.basicConfig(level=logging.WARNING)
+    sections, results = [], {}
+    load = os.getloadavg()[0]
     for name in names:
-        STEPS[name](args)
+        md, data = STEPS[name](args)
+        sections.append(md)
+        results[name] = data
+    header = (
+        "# LLM steps on the embedded model\n\n"
+        f"`python benchmarks/bench_llm_steps.py --steps {','.join(names)}`: SmolLM2-135M-Instruct (Q4_1, llama.cpp, "
+        f"greedy), {len(os.sched_getaffinity(0))} CPUs (load {load:.1f} at the start), Python "
+        f"{platform.python_version()}. Every row beside its baseline from the same run.\n\n"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(header + "\n".join(sections))
+    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 

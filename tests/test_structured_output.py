@@ -352,3 +352,19 @@ def test_openai_server_errors_that_are_not_refusals_are_not_mistaken_for_them():
         with pytest.raises(openai.InternalServerError):
             model.invoke("x", reply_format=YES_NO_FORMAT)
         assert not model.format_refused
+
+
+def test_inner_loop_constrained_rounds_ask_for_one_line():
+    from fragrel_integrations.core.inner_loop import InnerLoopEngine
+
+    model = FormatModel(lambda f: "The milk is in the hallway.", free="The milk is in the hallway.")
+    engine = InnerLoopEngine(lambda q: ["Mary took the milk to the hallway."], model, max_loops=2, show_progress=False)
+    assert engine.run("Where is the milk?").answer == "The milk is in the hallway." and model.formats == [None, None]
+    constrained = engine.with_settings(constrained=True)
+    model.formats.clear()
+    result = constrained.run("Where is the milk?")
+    assert result.converged and model.formats == [constrained.stm_format()] * 2
+    assert constrained.stm_format().parse("One line.") and constrained.stm_format().parse("a\nb") is None
+    assert constrained.stm_format().parse("- a list item") is None
+    with pytest.raises(TypeError, match="constrained"):
+        InnerLoopEngine(lambda q: [], model, constrained="yes")
