@@ -368,3 +368,15 @@ def test_inner_loop_constrained_rounds_ask_for_one_line():
     assert constrained.stm_format().parse("- a list item") is None
     with pytest.raises(TypeError, match="constrained"):
         InnerLoopEngine(lambda q: [], model, constrained="yes")
+
+
+def test_framework_adapters_do_not_enforce_and_ignore_the_format():
+    pytest.importorskip("langchain_core")
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from fragrel_integrations.models.chat import as_chat_model
+
+    model = as_chat_model(FakeListChatModel(responses=["Yes, I think so."]))
+    assert not model.supports_format(YES_NO_FORMAT) and format_kwargs(model, YES_NO_FORMAT) == {}
+    assert model.invoke("q", reply_format=YES_NO_FORMAT) == "Yes, I think so."  # free text, parsed by the step
+    assert SCMController(as_chat_model(FakeListChatModel(responses=["Yes, I think so."]))).needs_memory("q").value
