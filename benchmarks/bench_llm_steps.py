@@ -6,9 +6,11 @@
 Each step is measured with and without constrained decoding (the ``ReplyFormat`` a step asks for) in the same
 run, so every number stands beside its baseline. Sections (each in its own functions, so other steps can be added
 without touching these): ``tree`` (surprise-tree summary replies that parse, on chunks of Robinson Crusoe),
-``triplets`` (RET-LLM triplet extraction on bAbI dev statements: replies that parse, and precision / recall of
-subject and object against gold derived from the sentences). Writes ``benchmarks/results/llm_steps.md`` and
-``llm_steps.json``.
+``triplets`` (RET-LLM triplet extraction on bAbI statements: replies that parse, and precision / recall of
+subject and object against gold derived from the sentences, old vs new few-shot examples), ``triplet_answers``
+(RET-LLM end to end on bAbI qa1: free vs constrained read turns). Dev and held-out parts are reported apart.
+Running some steps keeps the other steps' sections of an existing report. Writes
+``benchmarks/results/llm_steps.md`` and ``llm_steps.json``.
 """
 
 from __future__ import annotations
@@ -205,7 +207,73 @@ def run_triplets(args: argparse.Namespace) -> tuple[str, dict]:
     return md, out
 
 
+def babi_stories(data: Path, questions: range, n: int) -> list[tuple[list[str], str, str]]:
+    """``(statements so far, question, answer)`` for the first ``n`` qa1 questions in ``questions``."""
+    out: list[tuple[list[str], str, str]] = []
+    story: list[str] = []
+    qn = 0
+    for line in (data / "babi" / "en-10k" / _BABI["qa1"]).read_text(encoding="utf-8").splitlines():
+        num, _, rest = line.partition(" ")
+        if int(num) == 1:
+            story = []
+        if "\t" in rest:
+            question, answer, _ = rest.split("\t")
+            if qn in questions:
+                out.append((list(story), question.strip(), answer.strip()))
+            qn += 1
+        else:
+            story.append(rest.strip())
+        if len(out) >= n:
+            break
+    return out
+
+
+def run_triplet_answers(args: argparse.Namespace) -> tuple[str, dict]:
+    """RET-LLM end to end on bAbI qa1: memorize the story (new few-shot examples, under ``WRITE_FORMAT``), then
+    ``answer`` the question with free read turns and under ``READ_FORMAT``; correct = the answer names the place."""
+    from fragrel_integrations.core.triplets import TripletStore
+    from fragrel_integrations.core.triplets.controller import TripletMemoryController
+    from fragrel_integrations.testing import HashingEmbedder
+
+    model = _model()
+    out: dict[str, dict] = {}
+    rows = []
+    for part, questions in (("dev", range(0, 100)), ("held-out", range(100, 1000))):
+        items = babi_stories(_data(args), questions, args.answers_n)
+        stores = []
+        for story, _, _ in items:  # one memory per question, written once and read by both conditions
+            store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64))
+            writer = TripletMemoryController(model, store)
+            for sentence in story[-6:]:
+                writer.memorize(sentence)
+            stores.append(store)
+        for constrained in (False, True):
+            correct = read_calls = 0
+            start = time.perf_counter()
+            for (_, question, answer), store in zip(items, stores, strict=True):
+                result = TripletMemoryController(model, store, constrained=constrained).answer(question)
+                correct += answer.lower() in result.answer.lower()
+                read_calls += bool(result.reads)
+            seconds = time.perf_counter() - start
+            n = len(items)
+            key = f"{part}/{'grammar' if constrained else 'free'}"
+            out[key] = {"n": n, "correct": correct, "read": read_calls, "seconds_per_question": seconds / n}
+            rows.append(
+                f"| {part} | {'READ_FORMAT (grammar)' if constrained else 'free text'} | {_pct(read_calls, n)} | "
+                f"{_pct(correct, n)} | {seconds / n:.1f} |"
+            )
+    md = (
+        "## Triplet memory answers (`--steps triplet_answers`)\n\n"
+        f"bAbI qa1, {args.answers_n} questions per part: the last six statements memorized (new few-shot examples, "
+        "`WRITE_FORMAT`), then `answer(question)`; *read* = at least one `[MEM_READ{..}]` executed, *correct* = the "
+        "answer names the gold place (the extractive fallback included).\n\n"
+        "| part | read turns | read | correct | s / question |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    return md, out
+
+
 STEPS["tree"] = run_tree
+STEPS["triplet_answers"] = run_triplet_answers
 STEPS["triplets"] = run_triplets
 
 
@@ -216,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tree-n", type=int, default=20, help="dev chunks for the tree step")
     parser.add_argument("--tree-heldout-n", type=int, default=10, help="held-out chunks for the tree step")
     parser.add_argument("--triplets-n", type=int, default=16, help="bAbI statements per part for the triplet step")
+    parser.add_argument("--answers-n", type=int, default=10, help="bAbI qa1 questions per part (triplet_answers)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "llm_steps.md", help="the markdown report")
     args = parser.parse_args(argv)
     names = sorted(STEPS) if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
@@ -233,11 +302,21 @@ def main(argv: list[str] | None = None) -> int:
         "# LLM steps on the embedded model\n\n"
         f"`python benchmarks/bench_llm_steps.py --steps {','.join(names)}`: SmolLM2-135M-Instruct (Q4_1, llama.cpp, "
         f"greedy), {len(os.sched_getaffinity(0))} CPUs (load {load:.1f} at the start), Python "
-        f"{platform.python_version()}. Every row beside its baseline from the same run.\n\n"
+        f"{platform.python_version()}. Every row stands beside its baseline from the same run; sections of steps "
+        "not run this time are kept from earlier runs.\n\n"
     )
+    # keep the sections of steps not run this time (each section names its step: "(`--steps <name>`)")
+    kept: list[str] = []
+    if args.out.exists():
+        for old in args.out.read_text().split("\n## ")[1:]:
+            if not any(f"`--steps {name}`" in old.split("\n", 1)[0] for name in names):
+                kept.append("## " + old.rstrip("\n") + "\n")
+    old_json = args.out.with_suffix(".json")
+    merged = json.loads(old_json.read_text()) if old_json.exists() else {}
+    merged.update(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(header + "\n".join(sections))
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    args.out.write_text(header + "\n".join(kept + sections))
+    old_json.write_text(json.dumps(merged, indent=1) + "\n")
     return 0
 
 
