@@ -152,7 +152,7 @@ class OpenAIChatModel(ChatModelBase):
     def supports_format(self, reply_format: ReplyFormat) -> bool:
         """Choice, regex and JSON formats go out as ``response_format`` ``json_schema`` (llama.cpp's server, vLLM
         and OpenAI enforce it); GBNF grammars are not sent. False for every format once this server refused one
-        (see :meth:`_format_request`)."""
+        (see :meth:`_refusal`; the instance then sends plain requests and the step parses the text)."""
         return not self.format_refused and reply_format.response_schema() is not None
 
     def _format_request(self, req: dict[str, Any], reply_format: ReplyFormat) -> dict[str, Any]:
