@@ -251,7 +251,7 @@ def run_triplet_answers(args: argparse.Namespace) -> tuple[str, dict]:
             correct = read_calls = 0
             start = time.perf_counter()
             for (_, question, answer), store in zip(items, stores, strict=True):
-                result = TripletMemoryController(model, store, constrained=constrained).answer(question)
+                result = TripletMemoryController(model, store, constrained_reads=constrained).answer(question)
                 correct += answer.lower() in result.answer.lower()
                 read_calls += bool(result.reads)
             seconds = time.perf_counter() - start

@@ -305,18 +305,23 @@ def test_triplet_writes_and_reads_use_the_formats():
     store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64))
     replies = {"mem_write": "[MEM_WRITE{Mary>>moved to>>bathroom}]", "mem_read": "Mary is in the bathroom."}
     model = FormatModel(lambda f: replies[f.name])
-    ctl = TripletMemoryController(model, store)
+    ctl = TripletMemoryController(model, store, constrained_reads=True)
     assert [tuple(r.triplet) for r in ctl.memorize("Mary moved to the bathroom.").records] == [
         ("Mary", "moved to", "bathroom")
     ]
     assert ctl.answer("Where is Mary?").answer == "Mary is in the bathroom."
     assert model.formats == [WRITE_FORMAT, READ_FORMAT]
+    model.formats.clear()
+    TripletMemoryController(model, store).answer("Where is Mary?")  # reads are free by default
+    assert model.formats == [None]
     free = FormatModel(lambda f: "unused", free="[MEM_WRITE{Ann>>went to>>garden}]")
     ctl = TripletMemoryController(free, store, constrained=False)
     assert [tuple(r.triplet) for r in ctl.memorize("Ann went to the garden.").records] == [("Ann", "went to", "garden")]
     assert free.formats == [None]
     with pytest.raises(TypeError, match="constrained"):
         TripletMemoryController(free, store, constrained=1)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="constrained_reads"):
+        TripletMemoryController(free, store, constrained_reads=None)  # type: ignore[arg-type]
 
 
 def test_write_format_accepts_calls_and_rejects_copied_sentences():

@@ -228,8 +228,11 @@ class TripletMemoryController:
         max_reply_chars: characters of each reply parsed at most (the rest is ignored, with a warning).
         max_term_chars: longest term stored or read from model output (a longer one makes its call malformed).
         constrained: with a model that enforces reply formats (the embedded llama.cpp model, OpenAI-compatible
-            servers), write replies under :data:`WRITE_FORMAT` and read turns under :data:`READ_FORMAT`, so every
-            reply is well-formed calls; other models answer freely and are parsed as before.
+            servers), write replies under :data:`WRITE_FORMAT`, so every reply is well-formed calls; other models
+            answer freely and are parsed as before.
+        constrained_reads: also write the turns of :meth:`answer` under :data:`READ_FORMAT` (one read call or one
+            line of answer). Off by default: with SmolLM2-135M it made every read turn well-formed but answered no
+            more bAbI questions and took 3-5x longer (benchmarks/results/llm_steps.md).
     """
 
     def __init__(
@@ -251,6 +254,7 @@ class TripletMemoryController:
         max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
         max_term_chars: int = DEFAULT_MAX_TERM_CHARS,
         constrained: bool = True,
+        constrained_reads: bool = False,
     ) -> None:
         self.model: ChatModel = as_chat_model(model)
         if not isinstance(store, TripletStore):
@@ -278,12 +282,14 @@ class TripletMemoryController:
         self.extractive_fallback = bool(extractive_fallback)
         self.max_reply_chars = max_reply_chars
         self.max_term_chars = max_term_chars
-        if not isinstance(constrained, bool):
-            raise TypeError(f"constrained must be True or False, got {constrained!r}")
+        for name, flag in (("constrained", constrained), ("constrained_reads", constrained_reads)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.constrained = constrained
+        self.constrained_reads = constrained_reads
         # the reply formats, for models that enforce them ({} otherwise: free text, parsed as before)
         self._wf = format_kwargs(self.model, WRITE_FORMAT) if constrained else {}
-        self._rf = format_kwargs(self.model, READ_FORMAT) if constrained else {}
+        self._rf = format_kwargs(self.model, READ_FORMAT) if constrained_reads else {}
 
     # ------------------------------------------------------------------------------------------ shared steps
     def _write_messages(self, statement: str) -> list[dict[str, str]]:
