@@ -1,293 +1,335 @@
-"""LLM steps on the embedded offline model, each beside its baseline from the same run.
+"""Per-step benchmark of the LLM steps on the embedded offline model (SmolLM2-135M-Instruct, greedy).
 
-    python benchmarks/bench_llm_steps.py --steps scm            # SCM activation gates (writes llm_steps_scm.md)
+    python benchmarks/bench_llm_steps.py                       # every step
+    python benchmarks/bench_llm_steps.py --steps tree,triplets # some steps
 
-``--steps`` picks the sections (comma-separated); this file holds:
-
-* ``scm`` - SCM activation accuracy on the labelled set ``benchmarks/data/scm_activation.json``: does answering
-  a user message need memory of earlier turns? Each item is asked after a LoCoMo dev conversation (its turns are
-  the memory, its last turn the flash memory); "memory" items are LoCoMo questions about that conversation,
-  "no memory" items self-contained requests written for the set. Gates, all on the same items: the controller
-  with the embedded SmolLM2-135M parsing its text reply (the baseline), the same controller deciding by
-  P(yes) / (P(yes) + P(no)) of the first reply token, the model-free lexical gate, and the embedding gate
-  (max cosine, all-MiniLM-L6-v2, with a stored turn). Thresholds are chosen on the set's dev part and reported
-  once on its held-out part.
-
-Data is read from ``../shared/data`` (or ``--data``); nothing is copied into the repository.
+Each step is measured with and without constrained decoding (the ``ReplyFormat`` a step asks for) in the same
+run, so every number stands beside its baseline. Sections (each in its own functions, so other steps can be added
+without touching these): ``tree`` (surprise-tree summary replies that parse, on chunks of Robinson Crusoe),
+``triplets`` (RET-LLM triplet extraction on bAbI statements: replies that parse, and precision / recall of
+subject and object against gold derived from the sentences, old vs new few-shot examples), ``triplet_answers``
+(RET-LLM end to end on bAbI qa1: free vs constrained read turns), ``scm`` (SCM activation gates, in
+``bench_scm_activation.py``). Dev and held-out parts are reported apart.
+Running some steps keeps the other steps' sections of an existing report. Writes
+``benchmarks/results/llm_steps.md`` and ``llm_steps.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import logging
+import os
+import platform
+import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-import numpy as np
+BENCH_DIR = Path(__file__).resolve().parent
+RESULTS_DIR = BENCH_DIR / "results"
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _common import (
-    BENCH_DIR,
-    RESULTS_DIR,
-    CachedEmbedder,
-    default_data_dir,
-    load_locomo,
-    loadavg,
-    machine_info,
-    write_json,
-)
-
-from fragrel_integrations.core.scm import (
-    ACTIVATION_EXAMPLES,
-    DEFAULT_ACTIVATION_THRESHOLD,
-    DEFAULT_SIMILARITY_THRESHOLD,
-    LexicalGate,
-    MemoryItem,
-    SCMController,
-)
-from fragrel_integrations.core.scm.gates import NameVocabulary
-
-STEPS = ("scm",)
-SCM_SET = BENCH_DIR / "data" / "scm_activation.json"
+#: step name -> function(args) returning (markdown section, json-able results)
+STEPS: dict[str, Callable[[argparse.Namespace], tuple[str, dict]]] = {}
 
 
-# --------------------------------------------------------------------------------------------- SCM activation
+# ------------------------------------------------------------------------------------------------ shared
 
 
-@dataclass(frozen=True)
-class ActivationItem:
-    """One labelled message and the conversation it is asked after."""
-
-    id: str
-    split: str
-    needs_memory: bool
-    text: str
-    conversation: int
+def _data(args: argparse.Namespace) -> Path:
+    return args.data or (BENCH_DIR.parent.parent / "shared" / "data").resolve()
 
 
-def load_activation_set(data: Path, path: Path = SCM_SET) -> list[ActivationItem]:
-    """The labelled set with LoCoMo questions resolved from ``data`` (checked against their stored hashes)."""
-    spec = json.loads(path.read_text())
-    locomo = json.loads((data / "locomo" / "locomo10.json").read_text())
-    items = []
-    for it in spec["items"]:
-        if "text" in it:
-            text = it["text"]
-        else:
-            text = locomo[it["conversation"]]["qa"][it["qa_index"]]["question"]
-            if hashlib.sha256(text.encode()).hexdigest()[:12] != it["sha256_12"]:
-                raise ValueError(f"{it['id']}: the LoCoMo question differs from the one the set was built with")
-        items.append(ActivationItem(it["id"], it["split"], it["label"] == "memory", text, it["conversation"]))
-    return items
+def _model() -> Any:
+    from fragrel_integrations.models.llama_cpp_chat import default_chat_model
+
+    return default_chat_model()
 
 
-def metrics(labels: Sequence[bool], predicted: Sequence[bool]) -> dict[str, float | int]:
-    """Accuracy, precision and recall of "needs memory" (precision is 0 when nothing is predicted)."""
-    y, p = np.asarray(labels, bool), np.asarray(predicted, bool)
-    tp, fp, fn = int((y & p).sum()), int((~y & p).sum()), int((y & ~p).sum())
-    return {
-        "n": len(y),
-        "accuracy": float((y == p).mean()) if len(y) else 0.0,
-        "precision": tp / (tp + fp) if tp + fp else 0.0,
-        "recall": tp / (tp + fn) if tp + fn else 0.0,
-        "yes_rate": float(p.mean()) if len(p) else 0.0,
-    }
+def _pct(part: int, whole: int) -> str:
+    return f"{part}/{whole} ({100 * part / whole:.0f} %)" if whole else "0/0"
 
 
-def best_threshold(labels: Sequence[bool], scores: Sequence[float]) -> float:
-    """The threshold (score >= t means yes) with the best accuracy on ``labels``: the middle one of the tied
-    best midpoints between sorted distinct scores."""
-    s = np.unique(np.asarray(scores, dtype=np.float64))
-    cands = np.concatenate([[s[0] - 1e-6], (s[:-1] + s[1:]) / 2, [s[-1] + 1e-6]])
-    y = np.asarray(labels, bool)
-    acc = np.array([((np.asarray(scores) >= t) == y).mean() for t in cands])
-    best = cands[np.flatnonzero(acc == acc.max())]
-    return float(best[len(best) // 2])
+# ------------------------------------------------------------------------------------------------ tree
+
+CRUSOE = Path("babilong") / "noise_books" / "Robinson_Crusoe_pg521.txt"
+TREE_WORDS = 400  # about 530 SmolLM2 tokens, near the tree's default chunk_tokens=600
+TREE_STARTS = {"dev": 20_000, "held-out": 80_000}  # word offsets into the book (after its Gutenberg header)
 
 
-def scm_activation(data: Path, *, n_ctx: int = 2048, progress: Callable[[str], None] | None = None) -> dict:
-    """Every gate on every item of the set; thresholds chosen on dev."""
-    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+def tree_chunks(data: Path, part: str, n: int) -> list[str]:
+    """``n`` consecutive chunks of ``TREE_WORDS`` words of Robinson Crusoe (dev and held-out parts apart)."""
+    words = (data / CRUSOE).read_text(encoding="utf-8").split()
+    start = TREE_STARTS[part]
+    return [" ".join(words[start + i * TREE_WORDS : start + (i + 1) * TREE_WORDS]) for i in range(n)]
 
-    items = load_activation_set(data)
-    convs = {c.name: c for c in load_locomo(data, range(0, 5)).corpora}
-    corpora = list(convs.values())
-    histories = {i: [f.text for f in corpora[i].fragments] for i in range(5)}
 
-    t0 = time.perf_counter()
-    model = LlamaCppChatModel(n_ctx=n_ctx)
-    load_s = time.perf_counter() - t0
-    controllers = {  # the LLM gates: (controller, by probability)
-        "text": (SCMController(model, decision="text"), False),  # the behaviour before: one message, parsed
-        "text_fewshot": (SCMController(model, decision="text", activation_examples=ACTIVATION_EXAMPLES), False),
-        "p_yes_1msg": (SCMController(model, activation_examples=()), True),
-        "p_yes": (SCMController(model), True),  # the default with a model that gives probabilities: few-shot
-    }
-    out: dict = {"items": {}, "seconds": {}, "load_seconds": load_s}
-    rows: dict[str, dict] = {it.id: {"split": it.split, "label": it.needs_memory} for it in items}
-    try:
-        for gate_name, (controller, by_probability) in controllers.items():
-            t1 = time.perf_counter()
-            for n, it in enumerate(items):
-                flash = MemoryItem(f"conv{it.conversation}", 0, histories[it.conversation][-1], "")
-                if by_probability:
-                    rows[it.id][gate_name] = model.yes_no_probability(controller.activation_messages(it.text, flash))
-                else:
-                    d = controller.needs_memory(it.text, flash)
-                    rows[it.id][gate_name] = {"value": d.value, "parsed": d.parsed, "reply": d.raw}
-                if progress and n % 20 == 0:
-                    progress(f"{gate_name}: {n}/{len(items)}")
-            out["seconds"][gate_name] = (time.perf_counter() - t1) / len(items)
-    finally:
-        model.close()
+def run_tree(args: argparse.Namespace) -> tuple[str, dict]:
+    """Surprise-tree summary replies (default summary_tokens=300, surprise_tokens=150): share that parse into both
+    sections, with the free reply (``constrained=False``, the old behaviour) and under ``summary_format``."""
+    from fragrel_integrations.core.tree.summariser import Summariser
 
-    gate = LexicalGate()
-    vocab = {i: NameVocabulary(h[:-1]) for i, h in histories.items()}  # the flash turn is not long-term memory
-    t1 = time.perf_counter()
-    for it in items:
-        d = gate.decide_known(it.text, vocab[it.conversation])
-        rows[it.id]["lexical"] = {"value": d.value, "why": d.raw}
-    out["seconds"]["lexical"] = (time.perf_counter() - t1) / len(items)
-
-    emb = CachedEmbedder("locomo")
-    emb.ensure([t for h in histories.values() for t in h] + [it.text for it in items], progress=False)
-    t1 = time.perf_counter()
-    for it in items:
-        turns = emb.get(histories[it.conversation][:-1])
-        q = emb.get([it.text])[0]
-        cos = turns @ q / np.maximum(np.linalg.norm(turns, axis=1) * np.linalg.norm(q), 1e-12)
-        rows[it.id]["max_cosine"] = float(cos.max())
-    out["seconds"]["embedding"] = (time.perf_counter() - t1) / len(items)
-
-    dev = [r for r in rows.values() if r["split"] == "dev"]
-    p1_thr = best_threshold([r["label"] for r in dev], [r["p_yes_1msg"] for r in dev])
-    p_thr = best_threshold([r["label"] for r in dev], [r["p_yes"] for r in dev])
-    c_thr = best_threshold([r["label"] for r in dev], [r["max_cosine"] for r in dev])
-    t_p, t_c = DEFAULT_ACTIVATION_THRESHOLD, DEFAULT_SIMILARITY_THRESHOLD
-    out["thresholds"] = {
-        "probability_default": t_p,
-        "probability_1msg_dev_best": p1_thr,
-        "probability_fewshot_dev_best": p_thr,
-        "embedding_default": t_c,
-        "embedding_dev_best": c_thr,
-    }
-    gates: dict[str, Callable[[dict], bool]] = {
-        "always yes (activation=False)": lambda r: True,
-        "text reply, one-message prompt (baseline)": lambda r: r["text"]["value"],
-        "text reply, few-shot prompt": lambda r: r["text_fewshot"]["value"],
-        f"P(yes) >= {t_p:g}, one-message prompt": lambda r: r["p_yes_1msg"] >= t_p,
-        f"P(yes) >= {p1_thr:.3f} (dev best), one-message prompt": lambda r: r["p_yes_1msg"] >= p1_thr,
-        f"**P(yes) >= {t_p:g}, few-shot prompt (default)**": lambda r: r["p_yes"] >= t_p,
-        f"P(yes) >= {p_thr:.3f} (dev best), few-shot prompt": lambda r: r["p_yes"] >= p_thr,
-        "**lexical (default)**": lambda r: r["lexical"]["value"],
-        f"**embedding cos >= {t_c:g} (default)**": lambda r: r["max_cosine"] >= t_c,
-        f"embedding cos >= {c_thr:.3f} (dev best)": lambda r: r["max_cosine"] >= c_thr,
-    }
-    out["metrics"] = {
-        split: {name: metrics([r["label"] for r in part], [fn(r) for r in part]) for name, fn in gates.items()}
-        for split, part in (("dev", dev), ("heldout", [r for r in rows.values() if r["split"] == "heldout"]))
-    }
-    for gate_name in ("text", "text_fewshot"):
-        out[f"{gate_name}_parsed_pct"] = 100 * float(np.mean([r[gate_name]["parsed"] for r in rows.values()]))
-        out[f"{gate_name}_replies"] = sorted({r[gate_name]["reply"].strip() for r in rows.values()})
-    for split in ("dev", "heldout"):
-        for label in (True, False):
-            part = [r for r in rows.values() if r["split"] == split and r["label"] == label]
-            out.setdefault("score_means", {})[f"{split} {'memory' if label else 'no_memory'}"] = {
-                key: float(np.mean([r[key] for r in part])) for key in ("p_yes_1msg", "p_yes", "max_cosine")
+    model = _model()
+    out: dict[str, dict] = {}
+    rows = []
+    for part, n in (("dev", args.tree_n), ("held-out", args.tree_heldout_n)):
+        if n <= 0:
+            continue
+        chunks = tree_chunks(_data(args), part, n)
+        for constrained in (False, True):
+            start = time.perf_counter()
+            results, report = Summariser(model, constrained=constrained, show_progress=False).summarise(chunks)
+            seconds = time.perf_counter() - start
+            parsed = sum(r.parsed for r in results)
+            surprise = sum(bool(r.surprise) for r in results)
+            key = f"{part}/{'grammar' if constrained else 'free'}"
+            out[key] = {
+                "n": n,
+                "parsed": parsed,
+                "with_surprise": surprise,
+                "call_failures": report.call_failures,
+                "mean_summary_chars": statistics.mean(len(r.summary) for r in results),
+                "seconds_per_call": seconds / n,
+                "examples": [{"summary": r.summary[:300], "surprise": r.surprise[:300]} for r in results[:2]],
             }
-    out["items"] = rows
-    out["model"] = "SmolLM2-135M-Instruct (GGUF Q4_1, llama.cpp), temperature 0"
+            rows.append(
+                f"| {part} | {'summary_format (grammar)' if constrained else 'free text (before)'} | "
+                f"{_pct(parsed, n)} | {_pct(surprise, n)} | {out[key]['mean_summary_chars']:.0f} | "
+                f"{seconds / n:.1f} |"
+            )
+    md = (
+        "## Tree summaries (`--steps tree`)\n\n"
+        f"Chunks of {TREE_WORDS} words of Robinson Crusoe (dev: from word {TREE_STARTS['dev']}, held-out: from word "
+        f"{TREE_STARTS['held-out']}), the summariser's default budgets (300 + 150 tokens), greedy. *Parsed* = the "
+        "reply splits into a summary and a surprise section (`SummaryResult.parsed`).\n\n"
+        "| part | reply | parsed | non-empty surprise | mean summary chars | s / call |\n|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    return md, out
+
+
+# ------------------------------------------------------------------------------------------------ triplets
+
+_BABI = {"qa1": "qa1_single-supporting-fact_test.txt", "qa2": "qa2_two-supporting-facts_test.txt"}
+_SKIP_LAST = {"there"}
+
+
+def babi_statements(data: Path, questions: range, n: int) -> list[tuple[str, str, str]]:
+    """``(sentence, subject, object)`` for statements of qa1 and qa2 stories whose questions fall in ``questions``
+    (dev: 0-99), half from each task, in file order, de-duplicated. Gold: the first word is the subject, the last
+    word (not "there") the object: "Mary got the milk there." -> (Mary, milk)."""
+    out: list[tuple[str, str, str]] = []
+    for task in ("qa1", "qa2"):
+        seen: set[str] = set()
+        mine: list[tuple[str, str, str]] = []
+        story: list[str] = []
+        qn = 0
+        for line in (data / "babi" / "en-10k" / _BABI[task]).read_text(encoding="utf-8").splitlines():
+            num, _, rest = line.partition(" ")
+            if int(num) == 1:
+                story = []
+            if "\t" in rest:
+                if qn in questions:
+                    for sentence in story:
+                        if sentence not in seen:
+                            seen.add(sentence)
+                            words = [w for w in sentence.rstrip(".").split() if w.lower() not in _SKIP_LAST]
+                            mine.append((sentence, words[0], words[-1]))
+                story = []  # each statement once: the ones before this question
+                qn += 1
+            else:
+                story.append(rest.strip())
+            if len(mine) >= (n + 1) // 2 or qn >= questions.stop:
+                break
+        out += mine[: (n + 1) // 2 if task == "qa1" else n // 2]
     return out
 
 
-def report_scm(res: dict, command: str, machine: dict) -> str:
-    r = res["scm"]
-    lines = [
-        "# SCM activation gates with the embedded model",
-        "",
-        f"Command: `{command}`. Machine: {machine['cpus']} CPUs, load {machine['loadavg_start']} -> "
-        f"{machine['loadavg_end']}.",
-        "",
-        "**Set.** `benchmarks/data/scm_activation.json`: 50 LoCoMo questions about the conversation they are asked "
-        "after (conversations 0-4, the dev part of LoCoMo; 10 per conversation, categories 1-4) labelled *needs "
-        'memory*, and 50 self-contained requests written for the set ("Write a haiku about autumn.", "What is '
-        "17*3?\") labelled *no memory*, each also asked after one of those conversations. The set's dev part "
-        "(conversations 0-2, 30 + 30) chooses thresholds; its held-out part (conversations 3-4, 20 + 20) is "
-        "reported once.",
-        "",
-        f"**Gates**, all in this run on the same items. Model: {r['model']} (load {r['load_seconds']:.1f} s). "
-        "*text reply*: `SCMController(decision='text')` parses the reply; with the *one-message prompt* "
-        "(`ACTIVATION_PROMPT`) this is the behaviour before this change, with the *few-shot prompt* the request is "
-        "`ACTIVATION_SYSTEM_PROMPT` + the six `ACTIVATION_EXAMPLES` as chat turns + the message. *P(yes)*: answer "
-        "yes when P(yes) / (P(yes) + P(no)) of the first reply token >= threshold (the default for a model that "
-        "gives probabilities: few-shot prompt, threshold 0.5). *lexical*: `LexicalGate()` (memory cues, names "
-        "seen in earlier turns); *embedding*: max cosine (all-MiniLM-L6-v2) of the message with a stored turn "
-        "(the flash turn excluded) >= threshold. Accuracy, and precision / recall of *needs memory*. *dev best* "
-        "thresholds are chosen on the dev part and applied unchanged to the held-out part.",
-        "",
-    ]
-    for split in ("dev", "heldout"):
-        lines += [
-            f"## {'Dev' if split == 'dev' else 'Held-out'} part",
-            "",
-            "| gate | n | accuracy | precision | recall | says yes |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for name, m in r["metrics"][split].items():
-            lines.append(
-                f"| {name} | {m['n']} | {m['accuracy']:.2f} | {m['precision']:.2f} | {m['recall']:.2f} | "
-                f"{100 * m['yes_rate']:.0f}% |"
+def run_triplets(args: argparse.Namespace) -> tuple[str, dict]:
+    """RET-LLM ``memorize`` on bAbI statements: replies with at least one well-formed write, and precision /
+    recall of the stored (subject, object) against gold, for the old few-shot examples and the new ones, each
+    with free replies and under ``WRITE_FORMAT``."""
+    from fragrel_integrations.core.triplets import TripletStore
+    from fragrel_integrations.core.triplets.controller import WRITE_EXAMPLES, TripletMemoryController
+    from fragrel_integrations.testing import HashingEmbedder
+
+    model = _model()
+    old_examples = WRITE_EXAMPLES[3:]  # the examples before issue 14 (Dan Jaffe, Paris, Lisa Wong)
+    parts = {"dev": range(0, 100), "held-out": range(100, 1000)}
+    out: dict[str, dict] = {}
+    rows = []
+    for part, questions in parts.items():
+        statements = babi_statements(_data(args), questions, args.triplets_n)
+        for label, examples in (("old examples", old_examples), ("few-shot (new)", WRITE_EXAMPLES)):
+            for constrained in (False, True):
+                start = time.perf_counter()
+                wellformed = stored = correct = recalled = 0
+                for sentence, subject, obj in statements:
+                    store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64))  # one per statement
+                    ctl = TripletMemoryController(model, store, write_examples=examples, constrained=constrained)
+                    result = ctl.memorize(sentence)
+                    triplets = [tuple(r.triplet) for r in result.records]
+                    wellformed += bool(result.calls)
+                    stored += len(triplets)
+                    good = [t for t in triplets if t[0].lower() == subject.lower() and obj.lower() in t[2].lower()]
+                    correct += len(good)
+                    recalled += bool(good)
+                seconds = time.perf_counter() - start
+                n = len(statements)
+                key = f"{part}/{label}/{'grammar' if constrained else 'free'}"
+                precision = correct / stored if stored else 0.0
+                out[key] = {
+                    "n": n,
+                    "wellformed": wellformed,
+                    "stored": stored,
+                    "precision": precision,
+                    "recall": recalled / n if n else 0.0,
+                    "seconds_per_statement": seconds / n if n else 0.0,
+                }
+                rows.append(
+                    f"| {part} | {label} | {'WRITE_FORMAT (grammar)' if constrained else 'free text'} | "
+                    f"{_pct(wellformed, n)} | {stored} | {precision:.2f} | {_pct(recalled, n)} | {seconds / n:.1f} |"
+                )
+    md = (
+        "## Triplet extraction (`--steps triplets`)\n\n"
+        f"`TripletMemoryController.memorize` on {args.triplets_n} bAbI statements per part (half qa1, half qa2; "
+        "dev: stories of questions 0-99, held-out: later ones). Gold from the sentence: first word = subject, last "
+        'word other than "there" = object. *Well-formed* = the reply holds at least one `[MEM_WRITE{..}]` call; '
+        "*precision* = stored triplets whose subject is the gold subject and whose object contains the gold "
+        "object; *recall* = statements with such a triplet stored (person and place/object). The old examples are "
+        "the three before issue 14; the new few-shot set adds three one-fact sentences with names and places not "
+        "in bAbI.\n\n"
+        "| part | examples | reply | well-formed | stored | precision | recall | s / statement |\n"
+        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    return md, out
+
+
+def babi_stories(data: Path, questions: range, n: int) -> list[tuple[list[str], str, str]]:
+    """``(statements so far, question, answer)`` for the first ``n`` qa1 questions in ``questions``."""
+    out: list[tuple[list[str], str, str]] = []
+    story: list[str] = []
+    qn = 0
+    for line in (data / "babi" / "en-10k" / _BABI["qa1"]).read_text(encoding="utf-8").splitlines():
+        num, _, rest = line.partition(" ")
+        if int(num) == 1:
+            story = []
+        if "\t" in rest:
+            question, answer, _ = rest.split("\t")
+            if qn in questions:
+                out.append((list(story), question.strip(), answer.strip()))
+            qn += 1
+        else:
+            story.append(rest.strip())
+        if len(out) >= n:
+            break
+    return out
+
+
+def run_triplet_answers(args: argparse.Namespace) -> tuple[str, dict]:
+    """RET-LLM end to end on bAbI qa1: memorize the story (new few-shot examples, under ``WRITE_FORMAT``), then
+    ``answer`` the question with free read turns and under ``READ_FORMAT``; correct = the answer names the place."""
+    from fragrel_integrations.core.triplets import TripletStore
+    from fragrel_integrations.core.triplets.controller import TripletMemoryController
+    from fragrel_integrations.testing import HashingEmbedder
+
+    model = _model()
+    out: dict[str, dict] = {}
+    rows = []
+    for part, questions in (("dev", range(0, 100)), ("held-out", range(100, 1000))):
+        items = babi_stories(_data(args), questions, args.answers_n)
+        stores = []
+        for story, _, _ in items:  # one memory per question, written once and read by both conditions
+            store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64))
+            writer = TripletMemoryController(model, store)
+            for sentence in story[-6:]:
+                writer.memorize(sentence)
+            stores.append(store)
+        for constrained in (False, True):
+            correct = read_calls = 0
+            start = time.perf_counter()
+            for (_, question, answer), store in zip(items, stores, strict=True):
+                result = TripletMemoryController(model, store, constrained_reads=constrained).answer(question)
+                correct += answer.lower() in result.answer.lower()
+                read_calls += bool(result.reads)
+            seconds = time.perf_counter() - start
+            n = len(items)
+            key = f"{part}/{'grammar' if constrained else 'free'}"
+            out[key] = {"n": n, "correct": correct, "read": read_calls, "seconds_per_question": seconds / n}
+            rows.append(
+                f"| {part} | {'READ_FORMAT (grammar)' if constrained else 'free text'} | {_pct(read_calls, n)} | "
+                f"{_pct(correct, n)} | {seconds / n:.1f} |"
             )
-        lines.append("")
-    lines += [
-        "## Scores",
-        "",
-        "| part | mean P(yes), one-message | mean P(yes), few-shot | mean max cosine |",
-        "|---|---:|---:|---:|",
-    ]
-    for key, v in r["score_means"].items():
-        lines.append(f"| {key} | {v['p_yes_1msg']:.3f} | {v['p_yes']:.3f} | {v['max_cosine']:.3f} |")
-    s = r["seconds"]
-    lines += [
-        "",
-        f"Text replies parsed: one-message {r['text_parsed_pct']:.0f}%, few-shot {r['text_fewshot_parsed_pct']:.0f}%; "
-        f"distinct replies (one-message): {r['text_replies'][:8]}; (few-shot): {r['text_fewshot_replies'][:8]}.",
-        f"Seconds per message (2 shared CPUs): text {s['text']:.3f} / {s['text_fewshot']:.3f} (one-message / "
-        f"few-shot), P(yes) {s['p_yes_1msg']:.3f} / {s['p_yes']:.3f}, lexical {s['lexical']:.6f}, "
-        f"embedding (cached vectors; cosine only) {s['embedding']:.6f}.",
-        f"Thresholds: {json.dumps({k: round(v, 4) for k, v in r['thresholds'].items()})}.",
-        "",
-    ]
-    return "\n".join(lines)
+    md = (
+        "## Triplet memory answers (`--steps triplet_answers`)\n\n"
+        f"bAbI qa1, {args.answers_n} questions per part: the last six statements memorized (new few-shot examples, "
+        "`WRITE_FORMAT`), then `answer(question)`; *read* = at least one `[MEM_READ{..}]` executed, *correct* = the "
+        "answer names the gold place (the extractive fallback included).\n\n"
+        "| part | read turns | read | correct | s / question |\n|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    return md, out
 
 
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=default_data_dir())
-    ap.add_argument("--steps", default="scm", help=f"comma-separated sections: {', '.join(STEPS)}")
-    ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
-    args = ap.parse_args(argv)
-    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
-    unknown = sorted(set(steps) - set(STEPS))
+def run_scm(args: argparse.Namespace) -> tuple[str, dict]:
+    """SCM activation gates: ``bench_scm_activation.py`` (its own report, ``llm_steps_scm.md``)."""
+    from bench_scm_activation import main as scm_main
+
+    res = scm_main(["--data", str(_data(args))])
+    md = "## SCM activation (`--steps scm`)\n\nReported in `llm_steps_scm.md` (same run).\n"
+    return md, {"report": "llm_steps_scm.json", "n_items": len(res.get("scm", {}).get("items", []))}
+
+
+STEPS["scm"] = run_scm
+STEPS["tree"] = run_tree
+STEPS["triplet_answers"] = run_triplet_answers
+STEPS["triplets"] = run_triplets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", default="all", help=f"comma-separated steps among {sorted(STEPS)} or 'all'")
+    parser.add_argument("--data", type=Path, default=None, help="the shared data folder (default ../shared/data)")
+    parser.add_argument("--tree-n", type=int, default=20, help="dev chunks for the tree step")
+    parser.add_argument("--tree-heldout-n", type=int, default=10, help="held-out chunks for the tree step")
+    parser.add_argument("--triplets-n", type=int, default=16, help="bAbI statements per part for the triplet step")
+    parser.add_argument("--answers-n", type=int, default=10, help="bAbI qa1 questions per part (triplet_answers)")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "llm_steps.md", help="the markdown report")
+    args = parser.parse_args(argv)
+    names = sorted(STEPS) if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
+    unknown = [n for n in names if n not in STEPS]
     if unknown:
-        ap.error(f"unknown --steps {unknown}; choose from {list(STEPS)}")
-    command = "python benchmarks/bench_llm_steps.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    start = loadavg()
-    res: dict = {}
-    if "scm" in steps:
-        res["scm"] = scm_activation(args.data, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
-        machine = machine_info(start)
-        res["machine"] = machine
-        write_json(args.out_dir / "llm_steps_scm.json", res)
-        (args.out_dir / "llm_steps_scm.md").write_text(report_scm(res, command, machine))
-    return res
+        parser.error(f"unknown steps {unknown}; choose among {sorted(STEPS)}")
+    logging.basicConfig(level=logging.WARNING)
+    sections, results = [], {}
+    load = os.getloadavg()[0]
+    for name in names:
+        md, data = STEPS[name](args)
+        sections.append(md)
+        results[name] = data
+    header = (
+        "# LLM steps on the embedded model\n\n"
+        f"`python benchmarks/bench_llm_steps.py --steps {','.join(names)}`: SmolLM2-135M-Instruct (Q4_1, llama.cpp, "
+        f"greedy), {len(os.sched_getaffinity(0))} CPUs (load {load:.1f} at the start), Python "
+        f"{platform.python_version()}. Every row stands beside its baseline from the same run; sections of steps "
+        "not run this time are kept from earlier runs.\n\n"
+    )
+    # keep the sections of steps not run this time (each section names its step: "(`--steps <name>`)")
+    kept: list[str] = []
+    if args.out.exists():
+        for old in args.out.read_text().split("\n## ")[1:]:
+            if not any(f"`--steps {name}`" in old.split("\n", 1)[0] for name in names):
+                kept.append("## " + old.rstrip("\n") + "\n")
+    old_json = args.out.with_suffix(".json")
+    merged = json.loads(old_json.read_text()) if old_json.exists() else {}
+    merged.update(results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(header + "\n".join(kept + sections))
+    old_json.write_text(json.dumps(merged, indent=1) + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

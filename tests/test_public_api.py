@@ -91,6 +91,7 @@ def test_models_all_is_pinned_and_lazy():
         "LlamaIndexEmbedder",
         "MiniLMEmbedder",
         "OpenAIChatModel",
+        "ReplyFormat",
         "ResponseCache",
         "RetryPolicy",
         "RetryingChatModel",
@@ -105,5 +106,6 @@ def test_models_all_is_pinned_and_lazy():
         "embed_query",
         "optional_embedder",
     ]
+    assert models.ReplyFormat.choice(["yes", "no"]).kind == "choice"  # resolved lazily
     with pytest.raises(AttributeError):
         models.not_a_model  # noqa: B018

@@ -168,7 +168,16 @@ def test_chunking_edge_cases():
         ("(Summary):\n(Surprise): B.", "B.", "", False),  # empty summary section
         ("Plain text reply.", "Plain text reply.", "", False),
         ("", "", "", False),
-        ("The summary: is inline (Surprise): x", "The summary: is inline (Surprise): x", "", False),
+        ("The summary: is inline (Surprise): x", "The summary: is inline x", "", False),  # no summary label
+        # regressions (issue 14): the one-line layout and labels without colons were not split
+        ("(Summary): Tom buys a boat. (Surprise): The boat is glass.", "Tom buys a boat.", "The boat is glass.", True),
+        ("**Summary:** A dog barks. Surprise: None", "A dog barks.", "", True),
+        ("(Summary) A.\n(Surprise) B.", "A.", "B.", True),
+        ("(Summary) A. (Surprise) B.", "A.", "B.", True),
+        ("**Summary**\nA.\n**Surprise**\nB.", "A.", "B.", True),
+        ("Summary\nA.\nSurprising facts\nB.", "A.", "B.", True),
+        ("This is a summary of events. Nothing odd.", "This is a summary of events. Nothing odd.", "", False),
+        ("A summary: it is fine.", "A summary: it is fine.", "", False),  # the word inside a sentence
     ],
 )
 def test_parser_edge_cases(reply, summary, surprise, ok):

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from .._validation import check_min_int
 from ..models.chat import ChatModel, as_chat_model, check_params, context_window
+from ..models.structured import ReplyFormat, format_kwargs
 from ..models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
 from .types import Fragment, ScoredFragment
 
@@ -385,6 +386,9 @@ class InnerLoopEngine:
         query_separator: joins the question and the memory into the retrieval query (:func:`join_query`).
         show_progress: a tqdm bar over the rounds of each question (it goes away when the question is done);
             False hides it.
+        constrained: with a model that enforces reply formats (the embedded llama.cpp model, OpenAI-compatible
+            servers), each round's memory is written under :meth:`stm_format` (one line). Off by default: not yet
+            measured on the loop benchmark; other models ignore it.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> engine = InnerLoopEngine(lambda q: ["Sandra took the milk to the hallway."],
@@ -410,6 +414,7 @@ class InnerLoopEngine:
         temperature: float | None = 0.0,
         query_separator: str = "\n",
         show_progress: bool = True,
+        constrained: bool = False,
     ) -> None:
         self._retriever, self._aretriever = _resolve_retrievers(retriever, aretriever)
         self.model = as_chat_model(model)
@@ -431,6 +436,16 @@ class InnerLoopEngine:
         if not isinstance(show_progress, bool):
             raise TypeError(f"show_progress must be True or False, got {show_progress!r}")
         self.show_progress = show_progress
+        if not isinstance(constrained, bool):
+            raise TypeError(f"constrained must be True or False, got {constrained!r}")
+        self.constrained = constrained
+        # one line of memory, for models that enforce reply formats ({}: free text, the label stripped as before)
+        self._format = format_kwargs(self.model, self.stm_format()) if constrained else {}
+
+    def stm_format(self) -> ReplyFormat:
+        """The constrained reply of a round with ``constrained=True``: one line of at most ``4 * max_stm_tokens``
+        characters that starts with a letter, digit or quote (no list, no copied passages on further lines)."""
+        return ReplyFormat.regex(rf"[A-Za-z0-9\"'][^\n]{{0,{4 * self.max_stm_tokens - 1}}}", name="stm")
 
     # -------------------------------------------------------------------------------------------- building
 
@@ -446,6 +461,7 @@ class InnerLoopEngine:
             "temperature": self.temperature,
             "query_separator": self.query_separator,
             "show_progress": self.show_progress,
+            "constrained": self.constrained,
         }
 
     def with_retriever(
@@ -530,7 +546,7 @@ class InnerLoopEngine:
             messages = state.prepare(query, _as_hits(items, "the retriever"))
             try:
                 reply = self.model.invoke(
-                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None
+                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None, **self._format
                 )
             except Exception as exc:
                 raise state.error(exc, "model") from exc
@@ -560,7 +576,7 @@ class InnerLoopEngine:
             messages = state.prepare(query, _as_hits(items, "the retriever"))
             try:
                 reply = await self.model.ainvoke(
-                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None
+                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None, **self._format
                 )
             except Exception as exc:
                 raise state.error(exc, "model") from exc

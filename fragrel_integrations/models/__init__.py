@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .local import MiniLMEmbedder, default_embedder
     from .openai_chat import OpenAIChatModel
     from .retry import RetryingChatModel, RetryPolicy
+    from .structured import ReplyFormat
 
 __all__ = [
     "CachedChatModel",
@@ -44,6 +45,7 @@ __all__ = [
     "LlamaIndexEmbedder",
     "MiniLMEmbedder",
     "OpenAIChatModel",
+    "ReplyFormat",
     "ResponseCache",
     "RetryPolicy",
     "RetryingChatModel",
@@ -67,6 +69,7 @@ _WHERE = {
     "embed_documents": "base",
     "embed_query": "base",
     "optional_embedder": "base",
+    "ReplyFormat": "structured",
     "CachedChatModel": "cache",
     "ResponseCache": "cache",
     "ChatMessage": "chat",

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from .._sqlite import connect
 from .chat import ChatModel, ChatModelBase, Messages, _check_chat_model, check_params, model_id, to_messages
+from .structured import ReplyFormat, supports_format
 
 __all__ = ["CachedChatModel", "ResponseCache", "cache_key"]
 
@@ -152,8 +153,44 @@ class CachedChatModel(ChatModelBase):
 
         return count_tokens(self.model, text)
 
-    def _key(self, messages: list[dict[str, str]], t: float | None, n: int | None, s: list[str] | None) -> str:
-        return cache_key(self.model_name, messages, temperature=t, max_tokens=n, stop=s, namespace=self.namespace)
+    def _key(
+        self,
+        messages: list[dict[str, str]],
+        t: float | None,
+        n: int | None,
+        s: list[str] | None,
+        reply_format: ReplyFormat | None = None,
+    ) -> str:
+        namespace = self.namespace
+        if reply_format is not None:  # a constrained reply is another request than a free one
+            namespace += "\x00format:" + json.dumps([reply_format.kind, reply_format.spec, reply_format.choices])
+        return cache_key(self.model_name, messages, temperature=t, max_tokens=n, stop=s, namespace=namespace)
+
+    def supports_format(self, reply_format: ReplyFormat) -> bool:
+        """The wrapped model's answer (the cache keeps constrained and free replies apart)."""
+        return supports_format(self.model, reply_format)
+
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        key = self._key(messages, temperature, max_tokens, stop, reply_format)
+        hit = self._lookup(key)
+        if hit is not None:
+            return hit
+        out = self.model.invoke(
+            messages, temperature=temperature, max_tokens=max_tokens, stop=stop, reply_format=reply_format
+        )
+        self._store(key, messages, temperature, max_tokens, stop, out)
+        return out
+
+    async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        key = self._key(messages, temperature, max_tokens, stop, reply_format)
+        hit = self._lookup(key)
+        if hit is not None:
+            return hit
+        out = await self.model.ainvoke(
+            messages, temperature=temperature, max_tokens=max_tokens, stop=stop, reply_format=reply_format
+        )
+        self._store(key, messages, temperature, max_tokens, stop, out)
+        return out
 
     def _lookup(self, key: str) -> str | None:
         hit = self.cache.get(key)

@@ -10,6 +10,12 @@ A chat model is any object with
 "the backend's default". Adapters for the embedded model, OpenAI-compatible servers, LangChain and LlamaIndex
 models live next to this module; :func:`as_chat_model` picks the right one. No framework is imported here.
 
+Optionally a model also has ``supports_format(reply_format) -> bool`` and then takes ``reply_format=...`` in
+``invoke``/``ainvoke`` to constrain its reply (a choice of labels, a regex, a GBNF grammar or a JSON schema; see
+:mod:`fragrel_integrations.models.structured`). Steps pass it only to models that declare support
+(:func:`~fragrel_integrations.models.structured.format_kwargs`) and always parse the reply, with a lenient
+parser as the fallback, so a model without the method works as before.
+
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> model = ScriptedChatModel(["Paris."])
 >>> complete(model, "Capital of France?", system="Answer briefly.", max_tokens=8)
@@ -28,6 +34,8 @@ from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequen
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+from .structured import ReplyFormat
 
 __all__ = [
     "ROLES",
@@ -234,9 +242,14 @@ class ChatModelBase(ABC):
         temperature: float | None = None,
         max_tokens: int | None = None,
         stop: str | Sequence[str] | None = None,
+        reply_format: ReplyFormat | None = None,
     ) -> str:
+        """The reply text. ``reply_format`` asks for a constrained reply; a backend that cannot enforce it
+        (``supports_format`` is False) ignores it and the caller parses the free text."""
         msgs = to_messages(messages)
         t, n, s = check_params(temperature, max_tokens, stop)
+        if _enforce(self, reply_format):
+            return self._generate_format(msgs, t, n, s, reply_format)  # type: ignore[arg-type]
         return self._generate(msgs, t, n, s)
 
     async def ainvoke(
@@ -246,10 +259,41 @@ class ChatModelBase(ABC):
         temperature: float | None = None,
         max_tokens: int | None = None,
         stop: str | Sequence[str] | None = None,
+        reply_format: ReplyFormat | None = None,
     ) -> str:
+        """Async :meth:`invoke`."""
         msgs = to_messages(messages)
         t, n, s = check_params(temperature, max_tokens, stop)
+        if _enforce(self, reply_format):
+            return await self._agenerate_format(msgs, t, n, s, reply_format)  # type: ignore[arg-type]
         return await self._agenerate(msgs, t, n, s)
+
+    def supports_format(self, reply_format: ReplyFormat) -> bool:
+        """Whether this backend enforces ``reply_format`` (constrained decoding); the base class enforces none."""
+        return False
+
+    def _generate_format(
+        self,
+        messages: list[dict[str, str]],
+        temperature: float | None,
+        max_tokens: int | None,
+        stop: list[str] | None,
+        reply_format: ReplyFormat,
+    ) -> str:
+        """Backends whose ``supports_format`` says True override this (called only for supported formats)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} says it supports {reply_format.kind} formats but has no _generate_format"
+        )
+
+    async def _agenerate_format(
+        self,
+        messages: list[dict[str, str]],
+        temperature: float | None,
+        max_tokens: int | None,
+        stop: list[str] | None,
+        reply_format: ReplyFormat,
+    ) -> str:
+        return await asyncio.to_thread(self._generate_format, messages, temperature, max_tokens, stop, reply_format)
 
     def stream(
         self,
@@ -306,6 +350,14 @@ class ChatModelBase(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model_name={self.model_name!r})"
+
+
+def _enforce(model: ChatModelBase, reply_format: ReplyFormat | None) -> bool:
+    if reply_format is None:
+        return False
+    if not isinstance(reply_format, ReplyFormat):
+        raise TypeError(f"reply_format must be a ReplyFormat or None, got {type(reply_format).__name__}")
+    return model.supports_format(reply_format)
 
 
 async def aiter_in_thread(iterator: Iterator[Any], *, max_buffer: int = 256) -> AsyncIterator[Any]:

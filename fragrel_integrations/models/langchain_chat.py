@@ -11,6 +11,12 @@ LangChain is imported when an adapter is built, never at module import.
 passed as call-time keyword arguments when given (provider integrations such as ``ChatOpenAI`` and
 ``ChatAnthropic`` merge them into the request); with ``forward_params=False`` they are dropped and the values
 the model was built with apply.
+
+Constrained replies (``reply_format``, see :mod:`fragrel_integrations.models.structured`) are not enforced
+here (``supports_format`` is False): LangChain's ``with_structured_output`` differs per provider (tool calling,
+JSON mode, a parsed object instead of text) and covers neither label choices nor regexes, so the steps ask for free text
+and parse it with their lenient parsers, as before. To get enforcement, call the same server through
+:class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel` (or the embedded ``LlamaCppChatModel``).
 """
 
 from __future__ import annotations

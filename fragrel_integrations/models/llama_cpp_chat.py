@@ -27,11 +27,13 @@ from typing import Any
 
 from .._optional import require
 from .chat import ChatModelBase, Messages, ToolCall, ToolReply, to_messages
+from .structured import ReplyFormat
 
 __all__ = [
     "SMOLLM2_FILE",
     "LlamaCppChatModel",
     "default_chat_model",
+    "gbnf",
     "smollm2_gguf_path",
 ]
 
@@ -134,6 +136,8 @@ class LlamaCppChatModel(ChatModelBase):
         self._finalizer = weakref.finalize(self, self._llm.close)
         self._formatter = self._make_formatter()
         self._yes_no_ids: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+        self._grammars: dict[ReplyFormat, Any] = {}
+        self._grammar_lock = threading.Lock()
         logger.info("loaded %s in %.2fs (n_ctx=%d)", path.name, self.load_seconds, n_ctx)
 
     # -- introspection -------------------------------------------------------------------------------------------
@@ -223,7 +227,9 @@ class LlamaCppChatModel(ChatModelBase):
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> Iterator[str]:
         """Token by token from llama.cpp; closing the iterator (or ``timeout``) stops the generation."""
-        params = self._params(messages, temperature, max_tokens, stop)
+        return self._stream_params(self._params(messages, temperature, max_tokens, stop))
+
+    def _stream_params(self, params: dict[str, Any]) -> Iterator[str]:
         with self._lock:
             deadline = None if self.timeout is None else time.monotonic() + self.timeout
             stream = self._llm.create_chat_completion(**params, stream=True)
@@ -298,6 +304,57 @@ class LlamaCppChatModel(ChatModelBase):
                 if len(tokens) == 1:
                     ids.add(int(tokens[0]))
         return tuple(sorted(ids))
+
+    # -- constrained replies ---------------------------------------------------------------------------------------
+    def supports_format(self, reply_format: ReplyFormat) -> bool:
+        """Every :class:`ReplyFormat` kind is enforced with a llama.cpp grammar (regex and JSON schema through
+        llama-cpp-python's own converter); False only for a regex or schema the converter cannot translate."""
+        return self._grammar(reply_format) is not None
+
+    def _grammar(self, reply_format: ReplyFormat) -> Any:
+        """The compiled grammar of a format, or None (logged once) when llama.cpp cannot use it."""
+        with self._grammar_lock:
+            if reply_format in self._grammars:
+                return self._grammars[reply_format]
+            try:
+                text = gbnf(reply_format)
+                self._check_gbnf(text)
+                grammar = self._llama_cpp.LlamaGrammar.from_string(text, verbose=False)
+            except ValueError as exc:
+                logger.warning("%s: the reply is not constrained (%s)", self.model_name, exc)
+                grammar = None
+            if len(self._grammars) >= 64:  # formats are few and fixed per step; bound the cache anyway
+                self._grammars.clear()
+            self._grammars[reply_format] = grammar
+            return grammar
+
+    def _check_gbnf(self, text: str) -> None:
+        """Compile the grammar once here: llama-cpp-python does not check the sampler it builds from a grammar, and
+        a grammar llama.cpp cannot parse would end the process at the first generation."""
+        lib = self._llama_cpp.llama_cpp
+        with self._lock:
+            sampler = lib.llama_sampler_init_grammar(self._llm._model.vocab, text.encode("utf-8"), b"root")
+        if not sampler:
+            raise ValueError(
+                "llama.cpp cannot parse this GBNF grammar (its parser's message is on stderr); check the rules"
+            )
+        lib.llama_sampler_free(sampler)
+
+    def _generate_format(
+        self,
+        messages: list[dict[str, str]],
+        temperature: float | None,
+        max_tokens: int | None,
+        stop: list[str] | None,
+        reply_format: ReplyFormat,
+    ) -> str:
+        """The reply under the format's grammar (the chat template applied as for :meth:`invoke`)."""
+        params = {**self._params(messages, temperature, max_tokens, stop), "grammar": self._grammar(reply_format)}
+        if self.timeout is not None:
+            return "".join(self._stream_params(params))
+        with self._lock:
+            result = self._llm.create_chat_completion(**params)
+        return result["choices"][0]["message"]["content"] or ""
 
     # -- tool calling ---------------------------------------------------------------------------------------------
     def invoke_with_tools(
@@ -466,6 +523,39 @@ def _parse_call(name: str, raw: str) -> ToolCall:
     if not isinstance(args, dict):
         return ToolCall(name, None, raw, "the arguments are not a JSON object")
     return ToolCall(name, args, raw)
+
+
+_NON_CAPTURING = re.compile(r"(?<!\\)\(\?:")
+
+
+def _gbnf_literal(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)  # GBNF string literals take JSON-style escapes
+
+
+def gbnf(reply_format: ReplyFormat) -> str:
+    """The llama.cpp GBNF grammar text that enforces ``reply_format`` (regex and JSON schema are translated by
+    llama-cpp-python's ``json-schema-to-grammar`` port, shipped in the package). Raises ValueError naming the
+    format when the converter cannot translate it (e.g. a look-ahead in a regex)."""
+    if not isinstance(reply_format, ReplyFormat):
+        raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
+    if reply_format.kind == "grammar":
+        return reply_format.spec
+    if reply_format.kind == "choice":
+        return "root ::= " + " | ".join(_gbnf_literal(c) for c in reply_format.choices) + "\n"
+    from llama_cpp.llama_grammar import SchemaConverter, json_schema_to_gbnf
+
+    try:
+        if reply_format.kind == "json":
+            return json_schema_to_gbnf(reply_format.spec)
+        converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=True)
+        pattern = _NON_CAPTURING.sub("(", reply_format.spec)  # the converter knows only plain groups
+        converter.visit({"type": "string", "pattern": f"^{pattern}$"}, "")
+        return converter.format_grammar()
+    except Exception as exc:  # the converter raises assorted errors (AssertionError, KeyError, ...)
+        raise ValueError(
+            f"llama.cpp cannot translate this {reply_format.kind} format to a grammar ({type(exc).__name__}: {exc}); "
+            "simplify it or pass ReplyFormat.grammar(...) with hand-written GBNF"
+        ) from exc
 
 
 def default_chat_model() -> LlamaCppChatModel:

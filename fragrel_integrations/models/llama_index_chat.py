@@ -10,6 +10,12 @@ LlamaIndex is imported when an adapter is built, never at module import.
 ``temperature``, ``max_tokens`` and ``stop`` are passed as keyword arguments of ``chat`` when given (the OpenAI
 family merges them into the request); ``forward_params=False`` drops them so the LLM's own settings apply.
 The context window comes from ``llm.metadata.context_window``.
+
+Constrained replies (``reply_format``, see :mod:`fragrel_integrations.models.structured`) are not enforced
+here (``supports_format`` is False): LlamaIndex's ``structured_predict`` differs per provider (tool calling, JSON mode,
+a parsed object instead of text) and covers neither label choices nor regexes, so the steps ask for free text
+and parse it with their lenient parsers, as before. To get enforcement, call the same server through
+:class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel` (or the embedded ``LlamaCppChatModel``).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from .._optional import require
 from .chat import ChatModelBase, Messages, to_messages
 from .retry import RetryPolicy, acall_with_retries, call_with_retries
+from .structured import ReplyFormat
 from .tokens import estimate_tokens
 from .yes_no import yes_no_from_logprobs
 
@@ -38,6 +39,10 @@ YES_NO_TOP_LOGPROBS = 20
 
 _DEFAULT_URL = "https://api.openai.com/v1"
 _PLACEHOLDER_KEY = "sk-no-key-required"
+
+
+class _FormatRefused(Exception):
+    """The server refused ``response_format`` (raised inside the retry loop so that it is not retried)."""
 
 
 class OpenAIChatModel(ChatModelBase):
@@ -98,6 +103,7 @@ class OpenAIChatModel(ChatModelBase):
         self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None
         #: None: not known yet; False: the server gave no logprobs, yes/no questions are answered as text.
         self.logprobs_supported: bool | None = None
+        self.format_refused = False  # set once the server refuses a response_format request
 
     def count_tokens(self, text: str) -> int:
         """No tokenizer for a remote model offline: the word-based estimate."""
@@ -149,6 +155,79 @@ class OpenAIChatModel(ChatModelBase):
         except self._openai.APIConnectionError as exc:
             raise self._translate(exc) from exc
         return self._text(response)
+
+    # -- constrained replies ---------------------------------------------------------------------------------------
+    def supports_format(self, reply_format: ReplyFormat) -> bool:
+        """Choice, regex and JSON formats go out as ``response_format`` ``json_schema`` (llama.cpp's server, vLLM
+        and OpenAI enforce it); GBNF grammars are not sent. False for every format once this server refused one
+        (see :meth:`_refusal`; the instance then sends plain requests and the step parses the text)."""
+        return not self.format_refused and reply_format.response_schema() is not None
+
+    def _format_request(self, req: dict[str, Any], reply_format: ReplyFormat) -> dict[str, Any]:
+        schema = reply_format.response_schema()
+        spec = {"name": reply_format.name, "schema": schema, "strict": True}
+        return {**req, "response_format": {"type": "json_schema", "json_schema": spec}}
+
+    def _refusal(self, exc: Exception) -> bool:
+        """Whether an error means "this server does not take ``response_format`` json_schema": 400/404/415/422,
+        or a 500 whose message names ``response_format`` (llama-cpp-python's server validates it that way)."""
+        if not isinstance(exc, self._openai.APIStatusError):
+            return False
+        if exc.status_code in (400, 404, 415, 422):
+            return True
+        return exc.status_code == 500 and "response_format" in str(exc)
+
+    def _create_format(self, create: Any, req: dict[str, Any]) -> Any:
+        """One request with ``response_format``; a refusal becomes :class:`_FormatRefused` (not retried)."""
+        try:
+            return create(**req)
+        except self._openai.APIStatusError as exc:
+            if self._refusal(exc):
+                raise _FormatRefused(str(exc)) from exc
+            raise
+
+    async def _acreate_format(self, create: Any, req: dict[str, Any]) -> Any:
+        try:
+            return await create(**req)
+        except self._openai.APIStatusError as exc:
+            if self._refusal(exc):
+                raise _FormatRefused(str(exc)) from exc
+            raise
+
+    def _refused(self, exc: Exception) -> None:
+        """A server that refuses a ``response_format`` request (see :meth:`_refusal`) does not support it: remember that
+        for this instance (later requests are plain) and let the caller retry once without it."""
+        self.format_refused = True
+        logger.warning(
+            "%s at %s refused response_format json_schema (%s); sending plain requests and parsing the text",
+            self.model_name,
+            self.base_url,
+            exc,
+        )
+
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
+        create = self._client.chat.completions.create
+        try:
+            response = call_with_retries(lambda: self._create_format(create, req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        except _FormatRefused as exc:
+            self._refused(exc)
+            return self._generate(messages, temperature, max_tokens, stop)
+        return reply_format.unwrap(self._text(response))
+
+    async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
+        create = self._async_client().chat.completions.create
+        try:
+            response = await acall_with_retries(lambda: self._acreate_format(create, req), self.retry)
+        except self._openai.APIConnectionError as exc:
+            raise self._translate(exc) from exc
+        except _FormatRefused as exc:
+            self._refused(exc)
+            return await self._agenerate(messages, temperature, max_tokens, stop)
+        return reply_format.unwrap(self._text(response))
 
     def _async_client(self) -> Any:
         # An httpx async client belongs to the event loop it first ran on: make one per loop.

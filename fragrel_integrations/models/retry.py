@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from .._validation import check_min_int
 from .chat import ChatModel, ChatModelBase, _check_chat_model, model_id
+from .structured import ReplyFormat, supports_format
 
 __all__ = [
     "RetryPolicy",
@@ -218,3 +219,15 @@ class RetryingChatModel(ChatModelBase):
             lambda: self.model.ainvoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop),
             self.policy,
         )
+
+    def supports_format(self, reply_format: ReplyFormat) -> bool:
+        """The wrapped model's answer (constrained replies are retried like free ones)."""
+        return supports_format(self.model, reply_format)
+
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        kw = {"temperature": temperature, "max_tokens": max_tokens, "stop": stop, "reply_format": reply_format}
+        return call_with_retries(lambda: self.model.invoke(messages, **kw), self.policy)
+
+    async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        kw = {"temperature": temperature, "max_tokens": max_tokens, "stop": stop, "reply_format": reply_format}
+        return await acall_with_retries(lambda: self.model.ainvoke(messages, **kw), self.policy)

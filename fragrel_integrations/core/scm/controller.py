@@ -36,6 +36,10 @@ the embedded SmolLM2-135M with the few-shot prompt (above) did best at 0.53 (acc
 :data:`DEFAULT_SUFFICIENCY_THRESHOLD` is also 0.5: no labelled data for
 that question was at hand.
 
+Backends that enforce reply formats (the embedded llama.cpp model, OpenAI-compatible servers) answer the yes/no
+questions under :data:`YES_NO_FORMAT` (exactly ``yes`` or ``no``) and write a summary as one bounded line; the
+parsers stay the fallback for other models.
+
 Replies are untrusted: each must be a ``str`` (anything else, e.g. ``None``, raises a TypeError naming the model
 to fix) and is cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token it
 was asked for (:data:`DECISION_MAX_TOKENS` for the yes/no questions, ``summary_max_tokens`` for a summary)
@@ -58,6 +62,7 @@ import re
 from collections.abc import Sequence
 
 from ...models.chat import ChatModel, as_chat_model
+from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, storable_text
 from ...models.yes_no import YesNoScorer, ayes_no_probability, yes_no_probability
 from .types import Decision, MemoryItem
@@ -72,6 +77,7 @@ __all__ = [
     "DEFAULT_SUFFICIENCY_THRESHOLD",
     "SUFFICIENCY_PROMPT",
     "SUMMARY_PROMPT",
+    "YES_NO_FORMAT",
     "SCMController",
     "parse_yes_no",
 ]
@@ -135,6 +141,10 @@ DECISION_MODES = ("auto", "probability", "text")
 DEFAULT_ACTIVATION_THRESHOLD = 0.5
 #: "The summary suffices" when P(yes) / (P(yes) + P(no)) is at least this (neutral: not tuned).
 DEFAULT_SUFFICIENCY_THRESHOLD = 0.5
+
+#: The constrained reply of the yes/no questions (enforced by backends that support it, see
+#: :mod:`fragrel_integrations.models.structured`); other models answer freely and :func:`parse_yes_no` reads them.
+YES_NO_FORMAT = ReplyFormat.choice(["yes", "no"], name="yes_no")
 
 _YES = frozenset({"yes", "y", "true", "needed", "necessary", "sufficient", "enough", "correct"})
 _NO = frozenset({"no", "n", "false", "unnecessary", "insufficient", "not"})
@@ -363,8 +373,14 @@ class SCMController:
 
     # ------------------------------------------------------------------------------------------- one call
 
-    def _ask(self, messages: list[dict[str, str]], max_tokens: int) -> str:
-        return self.model.invoke(messages, temperature=self.temperature, max_tokens=max_tokens)
+    def summary_format(self) -> ReplyFormat:
+        """The constrained reply of a turn summary: one line of at most ``3 * summary_max_tokens`` characters
+        (no label, no list, no second turn made up after it)."""
+        return ReplyFormat.regex(rf"[^\n]{{1,{3 * self.summary_max_tokens}}}", name="turn_summary")
+
+    def _ask(self, messages: list[dict[str, str]], max_tokens: int, reply_format: ReplyFormat | None = None) -> str:
+        extra = format_kwargs(self.model, reply_format)
+        return self.model.invoke(messages, temperature=self.temperature, max_tokens=max_tokens, **extra)
 
     def needs_memory(self, observation: str, flash: MemoryItem | None = None) -> Decision:
         """Ask whether the observation needs long-term memory (by probability when the model can, see
@@ -373,7 +389,7 @@ class SCMController:
         p = self.probability(messages)
         if p is not None:
             return self.decide_probability(p, "activation")
-        return self.decide_activation(self._ask(messages, DECISION_MAX_TOKENS))
+        return self.decide_activation(self._ask(messages, DECISION_MAX_TOKENS, YES_NO_FORMAT))
 
     def summary_suffices(self, observation: str, item: MemoryItem) -> Decision:
         """Ask whether ``item.summary`` is enough to answer the observation (by probability when the model can)."""
@@ -381,7 +397,7 @@ class SCMController:
         p = self.probability(messages)
         if p is not None:
             return self.decide_probability(p, "sufficiency")
-        return self.decide_sufficiency(self._ask(messages, DECISION_MAX_TOKENS))
+        return self.decide_sufficiency(self._ask(messages, DECISION_MAX_TOKENS, YES_NO_FORMAT))
 
     def summary_text(self, reply: object, observation: str, response: str) -> str:
         """The summary to store for a summary reply: checked to be text, cleaned and capped to
@@ -392,7 +408,7 @@ class SCMController:
 
     def summarize(self, observation: str, response: str) -> str:
         """Summarise one interaction."""
-        reply = self._ask(self.summary_messages(observation, response), self.summary_max_tokens)
+        reply = self._ask(self.summary_messages(observation, response), self.summary_max_tokens, self.summary_format())
         return self.summary_text(reply, observation, response)
 
     def __repr__(self) -> str:

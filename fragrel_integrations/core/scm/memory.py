@@ -56,12 +56,13 @@ import numpy as np
 
 from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel, as_chat_model
+from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, count_tokens, storable_text
 from ...models.yes_no import ayes_no_probability, yes_no_probability
 from ..relations import FragmentLayout, Relation
 from ..scorers import BM25Scorer, HybridScorer
 from ..scoring import check_alpha, environment_from_sums
-from .controller import DECISION_MAX_TOKENS, SCMController
+from .controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
 from .gates import EmbeddingGate, LexicalGate, NameVocabulary
 from .index import SCMIndexError, StreamIndex
 from .stream import MemoryStream, SCMStream
@@ -154,6 +155,7 @@ class _Chat:
     max_tokens: int | None
     model: ChatModel
     temperature: float | None = None
+    reply_format: ReplyFormat | None = None  # asked only of models that enforce it
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,7 +543,7 @@ class SelfControlledMemory:
             p = yield _Prob(messages, controller.model)
             if p is not None:
                 return controller.decide_probability(p, question)
-        reply = yield _Chat(messages, DECISION_MAX_TOKENS, *self._controller_model())
+        reply = yield _Chat(messages, DECISION_MAX_TOKENS, *self._controller_model(), YES_NO_FORMAT)
         if question == "activation":
             return controller.decide_activation(reply)
         return controller.decide_sufficiency(reply)
@@ -621,6 +623,7 @@ class SelfControlledMemory:
                         controller.summary_messages(observation, response),
                         controller.summary_max_tokens,
                         *self._controller_model(),
+                        controller.summary_format(),
                     )
                     summary = controller.summary_text(reply, observation, response)
                 except Exception as exc:  # the turn is kept without a summary
@@ -698,7 +701,10 @@ class SelfControlledMemory:
                 try:
                     if isinstance(request, _Chat):
                         result = request.model.invoke(
-                            request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                            request.messages,
+                            temperature=request.temperature,
+                            max_tokens=request.max_tokens,
+                            **format_kwargs(request.model, request.reply_format),
                         )
                     elif isinstance(request, _Prob):
                         result = yes_no_probability(request.model, request.messages)
@@ -720,7 +726,10 @@ class SelfControlledMemory:
                 try:
                     if isinstance(request, _Chat):
                         result = await request.model.ainvoke(
-                            request.messages, temperature=request.temperature, max_tokens=request.max_tokens
+                            request.messages,
+                            temperature=request.temperature,
+                            max_tokens=request.max_tokens,
+                            **format_kwargs(request.model, request.reply_format),
                         )
                     elif isinstance(request, _Prob):
                         result = await ayes_no_probability(request.model, request.messages)

@@ -20,6 +20,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from ...models.chat import ChatModel, ChatModelBase, abatch, as_chat_model, batch, context_window, model_id
+from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import (
     OUTPUT_CHARS_PER_TOKEN,
     cap_output,
@@ -28,7 +29,7 @@ from ...models.tokens import (
     storable_text,
     truncate_to_tokens,
 )
-from .summary import PROMPT_VERSION, ParsedSummary, parse_summary, summary_messages
+from .summary import PROMPT_VERSION, ParsedSummary, parse_summary, summary_format, summary_messages
 
 __all__ = ["BuildReport", "Summariser", "SummaryResult"]
 
@@ -70,11 +71,12 @@ class BuildReport:
 class _Guarded(ChatModelBase):
     """Wraps the model for one batch: never raises (errors are recorded by request) and ticks a progress bar."""
 
-    def __init__(self, model: ChatModel, bar: tqdm) -> None:
+    def __init__(self, model: ChatModel, bar: tqdm, reply_format: ReplyFormat | None = None) -> None:
         self.model = model
         self.model_name = model_id(model)
         self.bar = bar
         self.errors: dict[str, BaseException] = {}
+        self.extra = format_kwargs(model, reply_format)  # the reply format, for models that enforce it
 
     @staticmethod
     def key(messages: Sequence[Mapping[str, str]]) -> str:
@@ -82,7 +84,7 @@ class _Guarded(ChatModelBase):
 
     def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
         try:
-            return self.model.invoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
+            return self.model.invoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, **self.extra)
         except Exception as exc:  # one failed call must not stop the build
             self.errors[self.key(messages)] = exc
             return ""
@@ -91,7 +93,9 @@ class _Guarded(ChatModelBase):
 
     async def _agenerate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
         try:
-            return await self.model.ainvoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
+            return await self.model.ainvoke(
+                messages, temperature=temperature, max_tokens=max_tokens, stop=stop, **self.extra
+            )
         except Exception as exc:  # one failed call must not stop the build
             self.errors[self.key(messages)] = exc
             return ""
@@ -110,6 +114,10 @@ class Summariser:
     ``max_tokens``: the summary to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters
     per token of ``summary_tokens``, the surprise per token of ``surprise_tokens`` (16 x 300 = 4,800 and
     16 x 150 = 2,400 characters by default).
+
+    With ``constrained=True`` (the default) a model that enforces reply formats (the embedded llama.cpp model,
+    OpenAI-compatible servers) writes under :func:`~.summary.summary_format`, so every reply has both sections;
+    other models are called as before and parsed leniently. The format is part of the cache key when enforced.
     """
 
     def __init__(
@@ -122,6 +130,7 @@ class Summariser:
         show_progress: bool = True,
         counter: Callable[[str], int] | None = None,
         cache: dict[str, SummaryResult] | None = None,
+        constrained: bool = True,
     ) -> None:
         self.chat_model: ChatModel | None = None if chat_model is None else as_chat_model(chat_model)
         for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
@@ -135,6 +144,10 @@ class Summariser:
         self.show_progress = show_progress
         self.count: Callable[[str], int] = counter or (lambda text: count_tokens(self.chat_model, text))
         self.cache: dict[str, SummaryResult] = {} if cache is None else cache
+        if not isinstance(constrained, bool):
+            raise TypeError(f"constrained must be True or False, got {constrained!r}")
+        self.constrained = constrained
+        self.reply_format = summary_format(summary_tokens, surprise_tokens) if constrained else None
 
     def _input_budget(self) -> int | None:
         window = context_window(self.chat_model)
@@ -153,7 +166,9 @@ class Summariser:
         return out
 
     def _cache_key(self, messages: list[dict[str, str]]) -> str:
-        payload = [PROMPT_VERSION, model_id(self.chat_model), messages, self.summary_tokens]
+        payload: list[Any] = [PROMPT_VERSION, model_id(self.chat_model), messages, self.summary_tokens]
+        if format_kwargs(self.chat_model, self.reply_format):  # an enforced layout gives other replies
+            payload.append(self.reply_format.spec)  # type: ignore[union-attr]
         blob = json.dumps(payload, sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -213,7 +228,7 @@ class Summariser:
         inputs = list(inputs)
         requests, keys, todo = self._pending(inputs)
         with self._bar(len(todo)) as bar:
-            guard = _Guarded(self.chat_model, bar)  # type: ignore[arg-type]
+            guard = _Guarded(self.chat_model, bar, self.reply_format)  # type: ignore[arg-type]
             outputs = batch(
                 guard,
                 [requests[i] for i in todo],
@@ -228,7 +243,7 @@ class Summariser:
         inputs = list(inputs)
         requests, keys, todo = self._pending(inputs)
         with self._bar(len(todo)) as bar:
-            guard = _Guarded(self.chat_model, bar)  # type: ignore[arg-type]
+            guard = _Guarded(self.chat_model, bar, self.reply_format)  # type: ignore[arg-type]
             outputs = await abatch(
                 guard,
                 [requests[i] for i in todo],

@@ -16,11 +16,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ...models.structured import ReplyFormat
+
 __all__ = [
     "PROMPT_VERSION",
     "SUMMARY_SYSTEM_PROMPT",
     "ParsedSummary",
     "parse_summary",
+    "summary_format",
     "summary_messages",
 ]
 
@@ -40,8 +43,15 @@ _USER_TEMPLATE = (
     "(Surprise): <the unexpected facts, separated by semicolons, or None>"
 )
 
+_NAMES = r"summary|surprises?|surprising facts?"
+#: A section label, three ways (linear time: every branch is anchored at a label word and no two quantifiers next
+#: to each other can match the same characters): (a) at a line start, bracketed or not, Markdown-decorated,
+#: followed by a colon or alone on its line; (b) ``(Summary)`` anywhere, colon optional (the one-line
+#: ``(Summary): ... (Surprise): ...`` layout); (c) ``Surprise:`` in mid-line right after a sentence's end.
 _LABEL = re.compile(
-    r"^[ \t>*#_\-]*(?:\(\s*)?(?P<name>summary|surprises?|surprising facts?)(?:\s*\))?[ \t*_]*:[ \t*_]*",
+    rf"^[ \t>*#_\-]*(?:\(\s*)?(?P<a>{_NAMES})(?:\s*\))?[ \t*_]*(?::[ \t*_]*|(?=\r?$))"
+    rf"|\(\s*(?P<b>{_NAMES})\s*\)[ \t*_]*(?::[ \t*_]*)?"
+    rf"|(?<=[.!?])[ \t]+[*_]*(?P<c>{_NAMES})[*_]*:[ \t*_]*",
     re.IGNORECASE | re.MULTILINE,
 )
 _WORD_CHAR = re.compile(r"\w")
@@ -88,24 +98,56 @@ def summary_messages(text: str, summary_tokens: int = 300) -> list[dict[str, str
     ]
 
 
+#: Characters allowed per token of a section under :func:`summary_format` (below the ~4 characters of an English
+#: token, so both sections fit in the ``summary_tokens + surprise_tokens`` the summariser asks for).
+FORMAT_CHARS_PER_TOKEN = 3
+
+
+def summary_format(summary_tokens: int = 300, surprise_tokens: int = 150) -> ReplyFormat:
+    """The constrained layout of a summary reply: ``(Summary): <one line>`` then ``(Surprise): <one line>``,
+    each at most :data:`FORMAT_CHARS_PER_TOKEN` characters per token of its budget (so a reply cut by
+    ``max_tokens`` still has both labels). Backends that enforce it (llama.cpp, OpenAI-compatible servers) always
+    return a reply :func:`parse_summary` splits; others are parsed leniently as before.
+
+    >>> summary_format(10, 5).parse("(Summary): Tom buys a boat.\\n(Surprise): None") is not None
+    True
+    """
+    for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    line = r"[^\n]{{1,{}}}"
+    pattern = (
+        r"\(Summary\): "
+        + line.format(FORMAT_CHARS_PER_TOKEN * summary_tokens)
+        + r"\n\(Surprise\): "
+        + line.format(FORMAT_CHARS_PER_TOKEN * surprise_tokens)
+    )
+    return ReplyFormat.regex(pattern, name="summary_surprise")
+
+
 def _clean(text: str) -> str:
     return " ".join(text.split()).strip(" *_")
 
 
 def _kind(label: re.Match[str]) -> str:
-    return "summary" if label.group("name").lower() == "summary" else "surprise"
+    name = label.group("a") or label.group("b") or label.group("c")
+    return "summary" if name.lower() == "summary" else "surprise"
 
 
 def parse_summary(output: object, *, max_section_chars: int | None = None) -> ParsedSummary:
     """Split a model reply into summary and surprise; never raises on a string.
 
-    Labels may be bracketed or not, in any case, decorated with Markdown, in either order; when a label repeats
-    (small models loop) the first section of each kind wins. A surprise of "None" / "N/A" means no surprise.
+    Labels may be bracketed or not, in any case, decorated with Markdown, in either order, with or without the
+    colon when bracketed or alone on their line, and on one line (``(Summary): ... (Surprise): ...``, or
+    ``Surprise:`` right after a sentence); when a label repeats (small models loop) the first section of each
+    kind wins. A surprise of "None" / "N/A" means no surprise.
     With ``max_section_chars`` each section (and the unlabelled fallback) is cut to that many characters before
     it is cleaned, so a huge reply costs one linear scan for the labels.
 
     >>> parse_summary("**Summary:** A dog barks. Surprise: None")
-    ParsedSummary(summary='A dog barks. Surprise: None', surprise='', ok=False)
+    ParsedSummary(summary='A dog barks.', surprise='', ok=True)
+    >>> parse_summary("(Summary) Tom sails. (Surprise) The boat is glass.")
+    ParsedSummary(summary='Tom sails.', surprise='The boat is glass.', ok=True)
     >>> parse_summary("**Summary:** A dog barks.\\nSurprise: None")
     ParsedSummary(summary='A dog barks.', surprise='', ok=True)
     >>> parse_summary("Just some text.")
@@ -118,18 +160,21 @@ def parse_summary(output: object, *, max_section_chars: int | None = None) -> Pa
     ):
         raise ValueError(f"max_section_chars must be a positive int or None, got {max_section_chars!r}")
     cap = len(output) if max_section_chars is None else max_section_chars
-    labels: list[re.Match[str]] = []
-    seen: set[str] = set()
-    for m in _LABEL.finditer(output):  # only the first label of each kind and the label after it matter
-        labels.append(m)
-        if len(seen) == 2:
-            break
-        seen.add(_kind(m))
     sections: dict[str, str] = {}
-    for i, m in enumerate(labels):
+    open_kind: str | None = None  # the section whose end is the next label
+    open_start = 0
+    for m in _LABEL.finditer(output):  # only the first label of each kind and the label after it matter
+        if open_kind is not None:
+            sections[open_kind] = output[open_start : min(m.start(), open_start + cap)]
+            open_kind = None
         kind = _kind(m)
-        end = labels[i + 1].start() if i + 1 < len(labels) else len(output)
-        sections.setdefault(kind, output[m.end() : min(end, m.end() + cap)])
+        if kind not in sections:
+            sections[kind] = ""
+            open_kind, open_start = kind, m.end()
+        elif len(sections) == 2:
+            break
+    if open_kind is not None:
+        sections[open_kind] = output[open_start : open_start + cap]
     summary = _clean(sections.get("summary", ""))
     surprise = _clean(sections.get("surprise", "")) if "surprise" in sections else None
     if summary and surprise is not None:

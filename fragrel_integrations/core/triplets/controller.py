@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...models.chat import ChatModel, as_chat_model
+from ...models.structured import ReplyFormat, format_kwargs
 from .store import TripletStore, TripletWrite
 from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls, term_problem
 from .types import Triplet, TripletRecord, namespace_tuple
@@ -53,8 +54,10 @@ __all__ = [
     "DEFAULT_MAX_REPLY_CHARS",
     "DEFAULT_MAX_TERM_CHARS",
     "READ_EXAMPLES",
+    "READ_FORMAT",
     "READ_SYSTEM_PROMPT",
     "WRITE_EXAMPLES",
+    "WRITE_FORMAT",
     "WRITE_SYSTEM_PROMPT",
     "AnswerResult",
     "MemorizeResult",
@@ -78,6 +81,9 @@ READ_SYSTEM_PROMPT = (
 )
 
 WRITE_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Statement: Lena walked to the station.", "[MEM_WRITE{Lena>>walked to>>station}]"),
+    ("Statement: Omar went back to the library.", "[MEM_WRITE{Omar>>went back to>>library}]"),
+    ("Statement: Priya picked up the umbrella.", "[MEM_WRITE{Priya>>picked up>>umbrella}]"),
     (
         "Statement: Dan Jaffe is a software engineer at Google. He lives in Boston.",
         "[MEM_WRITE{Dan Jaffe>>works at>>Google}]\n[MEM_WRITE{Dan Jaffe>>lives in>>Boston}]",
@@ -88,7 +94,9 @@ WRITE_EXAMPLES: tuple[tuple[str, str], ...] = (
         "[MEM_WRITE{Lisa Wong>>founded>>Nimbus Labs}]\n[MEM_WRITE{Nimbus Labs>>founded in>>2015}]",
     ),
 )
-"""Few-shot turns (user, assistant) shown before every statement; small models copy the format from them."""
+"""Few-shot turns (user, assistant) shown before every statement; small models copy the format from them. The
+first three show the subject / verb phrase / object split of a one-fact sentence (names and places that the bAbI
+evaluation data does not use), the rest several facts per statement."""
 
 READ_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Question: Where does Dan Jaffe work?", "[MEM_READ{Dan Jaffe>>works at>>}]"),
@@ -96,6 +104,21 @@ READ_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Question: What is the capital of France?", "[MEM_READ{>>capital of>>France}]"),
 )
 """Few-shot turns shown before every question."""
+
+_NAME = r"[^ \t\n\[\]{}>\\,][^\n\[\]{}>\\,]{0,39}"  # subject / object: a name or noun phrase, <= 40 chars
+_VERB = r"[^ \t\n\[\]{}>\\,.][^\n\[\]{}>\\,.]{0,29}"  # relation: a short verb phrase, <= 30 chars
+_TERM = r"[^ \t\n\[\]{}>\\][^\n\[\]{}>\\]{0,59}"  # any term of a read: no markup, <= 60 chars
+_WRITE_CALL = rf"\[MEM_WRITE\{{{_NAME}>>{_VERB}>>{_NAME}\}}\]"
+_READ_CALL = rf"\[MEM_READ\{{(?:{_TERM})?>>(?:{_TERM})?>>(?:{_TERM})?\}}\]"
+
+WRITE_FORMAT = ReplyFormat.regex(rf"{_WRITE_CALL}(?:\n{_WRITE_CALL}){{0,3}}", name="mem_write")
+"""The constrained reply of :meth:`TripletMemoryController.memorize`: one to four ``[MEM_WRITE{s>>r>>o}]`` lines:
+subject and object 1-40 characters, the relation 1-30 (no full stop), none with brackets, braces, ``>``, commas or
+backslashes, so the model must split a fact instead of copying the sentence (enforced by backends that support it)."""
+
+READ_FORMAT = ReplyFormat.regex(rf"{_READ_CALL}|[^ \t\n\[][^\n\[]{{0,399}}", name="mem_read")
+"""The constrained reply of an :meth:`TripletMemoryController.answer` turn: one ``[MEM_READ{..}]`` call or one line
+of answer text without brackets."""
 
 _FOLLOW_UP = (
     "Facts from memory:\n{facts}\n\nQuestion: {question}\n"
@@ -204,6 +227,12 @@ class TripletMemoryController:
             read (``AnswerResult.fallback`` tells); off: the answer is then empty.
         max_reply_chars: characters of each reply parsed at most (the rest is ignored, with a warning).
         max_term_chars: longest term stored or read from model output (a longer one makes its call malformed).
+        constrained: with a model that enforces reply formats (the embedded llama.cpp model, OpenAI-compatible
+            servers), write replies under :data:`WRITE_FORMAT`, so every reply is well-formed calls; other models
+            answer freely and are parsed as before.
+        constrained_reads: also write the turns of :meth:`answer` under :data:`READ_FORMAT` (one read call or one
+            line of answer). Off by default: with SmolLM2-135M it made every read turn well-formed but answered no
+            more bAbI questions and took 3-5x longer (benchmarks/results/llm_steps.md).
     """
 
     def __init__(
@@ -224,6 +253,8 @@ class TripletMemoryController:
         extractive_fallback: bool = True,
         max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
         max_term_chars: int = DEFAULT_MAX_TERM_CHARS,
+        constrained: bool = True,
+        constrained_reads: bool = False,
     ) -> None:
         self.model: ChatModel = as_chat_model(model)
         if not isinstance(store, TripletStore):
@@ -251,6 +282,14 @@ class TripletMemoryController:
         self.extractive_fallback = bool(extractive_fallback)
         self.max_reply_chars = max_reply_chars
         self.max_term_chars = max_term_chars
+        for name, flag in (("constrained", constrained), ("constrained_reads", constrained_reads)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        self.constrained = constrained
+        self.constrained_reads = constrained_reads
+        # the reply formats, for models that enforce them ({} otherwise: free text, parsed as before)
+        self._wf = format_kwargs(self.model, WRITE_FORMAT) if constrained else {}
+        self._rf = format_kwargs(self.model, READ_FORMAT) if constrained_reads else {}
 
     # ------------------------------------------------------------------------------------------ shared steps
     def _write_messages(self, statement: str) -> list[dict[str, str]]:
@@ -372,7 +411,7 @@ class TripletMemoryController:
     def memorize(self, statement: str) -> MemorizeResult:
         """Ask the model for ``MEM_WRITE`` calls about ``statement`` and store them (one transaction)."""
         reply = self.model.invoke(
-            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens
+            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens, **self._wf
         )
         calls, triplets, skipped = self._writes_from(reply)
         records = self._store(triplets, skipped)
@@ -387,7 +426,7 @@ class TripletMemoryController:
         messages = self._read_messages(question)
         all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
         for round_no in range(1, self.max_rounds + 1):
-            reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens)
+            reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
             executed, reads = self.execute(reply, allow_writes=allow_writes)
             if not reads:
                 return AnswerResult(*self._done(reply, all_reads, messages, round_no))
@@ -396,14 +435,14 @@ class TripletMemoryController:
             messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
             if repeated:
                 break
-        reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens)
+        reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
         return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
 
     # ------------------------------------------------------------------------------------------ async API
     async def amemorize(self, statement: str) -> MemorizeResult:
         """Async :meth:`memorize` (the store runs in a worker thread)."""
         reply = await self.model.ainvoke(
-            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens
+            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens, **self._wf
         )
         calls, triplets, skipped = self._writes_from(reply)
         records = await asyncio.to_thread(self._store, triplets, skipped) if triplets else []
@@ -414,7 +453,9 @@ class TripletMemoryController:
         messages = self._read_messages(question)
         all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
         for round_no in range(1, self.max_rounds + 1):
-            reply = await self.model.ainvoke(messages, temperature=self.temperature, max_tokens=self.max_tokens)
+            reply = await self.model.ainvoke(
+                messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf
+            )
             executed, reads = await asyncio.to_thread(self.execute, reply, allow_writes=allow_writes)
             if not reads:
                 return AnswerResult(*self._done(reply, all_reads, messages, round_no))
@@ -423,7 +464,7 @@ class TripletMemoryController:
             messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
             if repeated:
                 break
-        reply = await self.model.ainvoke(messages, temperature=self.temperature, max_tokens=self.max_tokens)
+        reply = await self.model.ainvoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
         return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
 
 
