@@ -454,3 +454,23 @@ def test_openai_server_logprobs_agree_with_the_embedded_logits():
     p = server.yes_no_probability(question)
     assert p is not None and server.logprobs_supported is not False  # llama-cpp-python's server returns logprobs
     assert p == pytest.approx(get_embedded().yes_no_probability(question), abs=0.05)  # same model, same prompt
+
+
+class _Scored(ScriptedChatModel):
+    """A scripted model that also reports P(yes), as the embedded llama.cpp model does."""
+
+    def yes_no_probability(self, messages):
+        return 0.8
+
+    async def ayes_no_probability(self, messages):
+        return 0.8
+
+
+def test_cache_and_retry_wrappers_pass_the_probability_through():
+    from fragrel_integrations.models.cache import CachedChatModel
+    from fragrel_integrations.models.retry import RetryingChatModel
+
+    for wrap in (lambda m: CachedChatModel(m, ":memory:"), RetryingChatModel):
+        assert yes_no_probability(wrap(_Scored(["yes"])), "Is water wet?") == 0.8
+        assert asyncio.run(ayes_no_probability(wrap(_Scored(["yes"])), "Is water wet?")) == 0.8
+        assert yes_no_probability(wrap(ScriptedChatModel(["yes"])), "Is water wet?") is None

@@ -170,6 +170,17 @@ class CachedChatModel(ChatModelBase):
         """The wrapped model's answer (the cache keeps constrained and free replies apart)."""
         return supports_format(self.model, reply_format)
 
+    def yes_no_probability(self, messages: Messages) -> float | None:
+        """The wrapped model's ``P(yes)`` (not cached; None when it gives no probabilities)."""
+        from .yes_no import yes_no_probability
+
+        return yes_no_probability(self.model, messages)
+
+    async def ayes_no_probability(self, messages: Messages) -> float | None:
+        from .yes_no import ayes_no_probability
+
+        return await ayes_no_probability(self.model, messages)
+
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         key = self._key(messages, temperature, max_tokens, stop, reply_format)
         hit = self._lookup(key)

@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from .._validation import check_min_int
 from .chat import ChatModel, ChatModelBase, _check_chat_model, model_id
@@ -223,6 +223,17 @@ class RetryingChatModel(ChatModelBase):
     def supports_format(self, reply_format: ReplyFormat) -> bool:
         """The wrapped model's answer (constrained replies are retried like free ones)."""
         return supports_format(self.model, reply_format)
+
+    def yes_no_probability(self, messages: Any) -> float | None:
+        """The wrapped model's ``P(yes)``, retried like a reply (None when it gives no probabilities)."""
+        from .yes_no import yes_no_probability
+
+        return call_with_retries(lambda: yes_no_probability(self.model, messages), self.policy)
+
+    async def ayes_no_probability(self, messages: Any) -> float | None:
+        from .yes_no import ayes_no_probability
+
+        return await acall_with_retries(lambda: ayes_no_probability(self.model, messages), self.policy)
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         kw = {"temperature": temperature, "max_tokens": max_tokens, "stop": stop, "reply_format": reply_format}
