@@ -62,7 +62,7 @@ def test_triplet_extraction_of_babi_sentences_gets_subject_and_place(llm):
 
 
 def test_yes_no_gate_replies_exactly_a_label(llm):
-    controller = SCMController(llm)
+    controller = SCMController(llm, decision="text")  # the text path (by default this model answers by P(yes))
     for question in ("Hello, how are you?", "What was the name of the book I told you about?"):
         decision = controller.needs_memory(question)
         assert decision.parsed and decision.raw in ("yes", "no")

@@ -150,6 +150,8 @@ for b in range(crash_batch + 1):
     print(f"COMMITTED {b}", flush=True)
     if b == 0:
         store.read(t1="batch 0 subjects")  # builds this process's term index: later commits also feed it
+    if b == 1:
+        sys.stdin.readline()  # wait until the parent has opened its reader (no write lock held meanwhile)
 """
 
 
@@ -165,6 +167,7 @@ def test_killed_writer_loses_nothing_committed(kind, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, str(script), kind, target, schema, str(crash_batch)],
         cwd=REPO,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -180,7 +183,9 @@ def test_killed_writer_loses_nothing_committed(kind, tmp_path):
             rb = SQLiteBackend(target) if kind == "sqlite" else PostgresBackend(target, schema=schema)
             reader = TripletStore(rb, embedder=emb())
             reader.read(t1="batch 1 subjects")  # fuzzy: builds the reader's index
-            assert reader._index is not None and len(reader._index) >= 20  # (the writer goes on meanwhile)
+            assert reader._index is not None and len(reader._index) >= 20
+            proc.stdin.write("go\n")  # the writer goes on; the reader's index is fed by later reads
+            proc.stdin.flush()
         if line.startswith("IN_TX"):
             os.kill(proc.pid, signal.SIGKILL)
             break
