@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,6 +103,8 @@ READ_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Question: Where does Dan Jaffe work?", "[MEM_READ{Dan Jaffe>>works at>>}]"),
     ("Question: Who founded Nimbus Labs?", "[MEM_READ{>>founded>>Nimbus Labs}]"),
     ("Question: What is the capital of France?", "[MEM_READ{>>capital of>>France}]"),
+    ("Question: Where is Priya now?", "[MEM_READ{Priya>>is in>>}]"),
+    ("Question: What do we know about Omar?", "[MEM_READ{Omar>>>>}]"),
 )
 """Few-shot turns shown before every question."""
 
@@ -121,10 +124,13 @@ READ_FORMAT = ReplyFormat.regex(rf"{_READ_CALL}|[^ \t\n\[][^\n\[]{{0,399}}", nam
 of answer text without brackets."""
 
 _FOLLOW_UP = (
-    "Facts from memory:\n{facts}\n\nQuestion: {question}\n"
+    "Facts from memory (oldest first):\n{facts}\n\nQuestion: {question}\n"
     "Answer the question in one short sentence using these facts. If they do not contain the answer, "
     "say that you do not know."
 )
+
+_BROKEN_CALL = re.compile(r"\[MEM_(?:READ|WRITE)\b[^\]\n]*\]?")
+"""What is left of a malformed call (``[MEM_READ{>>John>>France: ]``): never shown as an answer."""
 
 DEFAULT_MAX_REPLY_CHARS = 20_000
 """Characters of one model reply the controller parses (about 5,000 tokens; the default max_tokens is 256)."""
@@ -233,6 +239,10 @@ class TripletMemoryController:
         constrained_reads: also write the turns of :meth:`answer` under :data:`READ_FORMAT` (one read call or one
             line of answer). Off by default: with SmolLM2-135M it made every read turn well-formed but answered no
             more bAbI questions and took 3-5x longer (benchmarks/results/llm_steps.md).
+        relax_reads: a read that names a relation and finds nothing is run again without the relation (e.g.
+            ``[MEM_READ{Mary>>is in>>}]`` finds ``Mary >> moved to >> bathroom``), so a model that words the
+            relation differently from the write still sees the facts about its subject; the facts are shown
+            oldest first. Off: such a read answers nothing.
     """
 
     def __init__(
@@ -255,6 +265,7 @@ class TripletMemoryController:
         max_term_chars: int = DEFAULT_MAX_TERM_CHARS,
         constrained: bool = True,
         constrained_reads: bool = False,
+        relax_reads: bool = True,
     ) -> None:
         self.model: ChatModel = as_chat_model(model)
         if not isinstance(store, TripletStore):
@@ -282,11 +293,16 @@ class TripletMemoryController:
         self.extractive_fallback = bool(extractive_fallback)
         self.max_reply_chars = max_reply_chars
         self.max_term_chars = max_term_chars
-        for name, flag in (("constrained", constrained), ("constrained_reads", constrained_reads)):
+        for name, flag in (
+            ("constrained", constrained),
+            ("constrained_reads", constrained_reads),
+            ("relax_reads", relax_reads),
+        ):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.constrained = constrained
         self.constrained_reads = constrained_reads
+        self.relax_reads = relax_reads
         # the reply formats, for models that enforce them ({} otherwise: free text, parsed as before)
         self._wf = format_kwargs(self.model, WRITE_FORMAT) if constrained else {}
         self._rf = format_kwargs(self.model, READ_FORMAT) if constrained_reads else {}
@@ -377,7 +393,7 @@ class TripletMemoryController:
                     writes.append((call.triplet, call.start))
                 out.append(text[call.start : call.end])
                 continue
-            records = self.store.read(*call.fields, namespace=self.namespace)
+            records = self._read(call.fields)
             reads.append((call, records))
             out.append(render_read(call.fields, [r.triplet for r in records]))
         self._store(writes, skipped)
@@ -385,14 +401,24 @@ class TripletMemoryController:
             logger.warning("skipped memory call at %d: %s", item.start, item.reason)
         return "".join(out) if calls else text, reads
 
+    def _read(self, fields: Sequence[str | None]) -> list[TripletRecord]:
+        """The records matching ``fields``; with ``relax_reads``, an empty read that names a relation and
+        another term is run again without the relation."""
+        records = self.store.read(*fields, namespace=self.namespace)
+        t1, t2, t3 = fields
+        if records or not self.relax_reads or not t2 or not (t1 or t3):
+            return records
+        return self.store.read(t1, None, t3, namespace=self.namespace)
+
     def _follow_up(self, question: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> str:
         facts = _facts(reads) or "(nothing found)"
         return _FOLLOW_UP.format(facts=facts, question=question)
 
     def _final(self, reply: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> tuple[str, bool]:
-        """The reply without memory calls; if the model wrote nothing else (small models often just repeat the
-        call) and ``extractive_fallback`` is on, the facts read, as sentences. Second value: fallback used."""
-        text = strip_calls(self._capped(reply))
+        """The reply without memory calls (malformed ones too); if the model wrote nothing else (small models
+        often just repeat the call) and ``extractive_fallback`` is on, the facts read, as sentences. Second value:
+        fallback used."""
+        text = " ".join(_BROKEN_CALL.sub(" ", strip_calls(self._capped(reply))).split())
         if not text and self.extractive_fallback and any(recs for _, recs in reads):
             return _facts(reads, escape=False).replace("\n", " "), True
         return text, False
@@ -469,11 +495,11 @@ class TripletMemoryController:
 
 
 def _facts(reads: list[tuple[MemoryCall, list[TripletRecord]]], *, escape: bool = True) -> str:
-    """The distinct triplets read, one plain sentence per line; terms escaped so none can form a call."""
+    """The distinct triplets read, oldest first (by ``valid_from``, then write order), one plain sentence per
+    line; terms escaped so none can form a call."""
     seen: dict[tuple[str, str, str], None] = {}
-    for _, records in reads:
-        for r in records:
-            seen.setdefault(tuple(r.triplet), None)
+    for r in sorted((r for _, records in reads for r in records), key=lambda r: (r.valid_from, r.id)):
+        seen.setdefault(tuple(r.triplet), None)
     fmt = escape_term if escape else (lambda t: t)
     return "\n".join(" ".join(fmt(t) for t in trip) + "." for trip in seen)
 
