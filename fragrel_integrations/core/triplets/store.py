@@ -42,6 +42,15 @@ import numpy as np
 
 from ...models.base import Embedder, embed_documents
 from .backend import SCHEMA_VERSION, Cursor, StorageBackend
+from .index_persist import (
+    SavedPartition,
+    assign_new_terms,
+    check_saved,
+    read_saved,
+    read_terms,
+    save_missing,
+    save_partition,
+)
 from .lsh import RandomHyperplaneLSH
 from .sqlite_backend import SQLiteBackend
 from .term_index import TermIndex
@@ -209,6 +218,13 @@ class TripletStore:
         self.fuzzy_index = fuzzy_index
         self._index: TermIndex | None = None
         self._index_lock = threading.Lock()
+        # the saved partition (see index_persist): the one last read or written here (writers assign new terms
+        # with its centroids), the centroid array of the in-memory index that is saved (or was offered for
+        # saving), whether the saved one failed its checks, and terms restored without a saved partition
+        self._saved: SavedPartition | None = None
+        self._synced_cent: np.ndarray | None = None
+        self._force_save = False
+        self._missing: tuple[int, np.ndarray, np.ndarray] | None = None
         self.show_progress = bool(show_progress)
         self._embedder = embedder
         self._lock = threading.RLock()
@@ -324,14 +340,16 @@ class TripletStore:
 
     # ------------------------------------------------------------------------------------------ term index
     def _term_index(self, cur: Cursor) -> TermIndex | None:
-        """The in-memory term index, brought up to the terms committed in ``cur``'s snapshot (built on first use;
-        later calls read only the terms with ids above the highest one held: one indexed ``MAX(id)`` check)."""
+        """The in-memory term index, brought up to the terms committed in ``cur``'s snapshot. Built on first use
+        from the partition saved in the database when it is sound (no k-means; see :mod:`.index_persist`), else
+        from the vectors; later calls read only the terms with ids above the highest one held (one indexed
+        ``MAX(id)`` check). What needs saving is saved by :meth:`_save_index`, after the read transaction."""
         self._refresh_meta(cur)
         if self._dim is None:
             return None
         with self._index_lock:
             if self._index is None:
-                self._index = TermIndex(self._dim)
+                self._index = self._load_index(cur, self._dim)
             index = self._index
             top = cur.execute("SELECT MAX(id) FROM terms").fetchone()[0]
             while top is not None and int(top) > index.max_id:
@@ -345,6 +363,53 @@ class TripletStore:
                 index.add(ids, vecs, rebalance=False)  # partition once, after the last page
             index.rebalance()
         return index
+
+    def _load_index(self, cur: Cursor, dim: int) -> TermIndex:
+        """A new index holding every term of ``cur``'s snapshot: restored from the saved partition if it passes
+        :func:`~.index_persist.check_saved`, else partitioned afresh (and marked for saving)."""
+        index = TermIndex(dim)
+        ids, vecs, parts = read_terms(cur, dim)
+        saved, why = read_saved(cur, dim)
+        if saved is not None:
+            why = check_saved(cur, saved, vecs, parts)
+        if saved is not None and why is None:
+            unassigned = parts < 0
+            parts = index.restore(saved.mean, saved.centroids, saved.trained_n, ids, vecs, parts)
+            self._saved, self._synced_cent, self._force_save = saved, saved.centroids, False
+            # terms stored without a partition (by a writer that did not assign): saved after this read
+            self._missing = (saved.generation, ids[unassigned], parts[unassigned]) if unassigned.any() else None
+            return index
+        if why is not None:
+            logger.warning("%s: not trusted; re-partitioning the term index from the stored vectors", why)
+        self._force_save = why is not None
+        self._saved = self._synced_cent = None
+        index.add(ids, vecs, rebalance=False)
+        return index
+
+    def _save_index(self) -> None:
+        """Save what the in-memory index knows and the database does not: a new partition (after a build or a
+        re-partition) or the partitions of terms stored without one. Runs in its own write transaction, after
+        the read or write that found the need; a failure is logged, never raised (the saved partition only
+        speeds up later opens, and an unsound one is detected and rebuilt)."""
+        index = self._index
+        if index is None:
+            return
+        state = index.partition_state()
+        if (state is None or state[1] is self._synced_cent) and self._missing is None:
+            return
+        try:
+            with self._lock, self.backend.write() as cur, self._index_lock:
+                state = index.partition_state()
+                missing, self._missing = self._missing, None  # one attempt per need: a failure is not retried
+                if state is not None and state[1] is not self._synced_cent:
+                    self._synced_cent, force, self._force_save = state[1], self._force_save, False
+                    saved = save_partition(cur, index, force=force)
+                    if saved is not None:
+                        self._saved = saved
+                elif missing is not None:
+                    save_missing(cur, *missing)
+        except Exception as exc:  # a cache: the data is untouched, and the next open re-checks the saved state
+            logger.warning("could not save the term index partition (%s: %s)", type(exc).__name__, exc)
 
     def _index_committed(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """After this process's commit: add its new terms if they directly follow what the index holds (else the
@@ -427,7 +492,8 @@ class TripletStore:
                     np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)),
                     vectors[[row[n] for n in fresh]],
                 )
-            return out
+        self._save_index()
+        return out
 
     def _term_ids(self, norms: Sequence[str], cur: Cursor | None = None) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -461,6 +527,13 @@ class TripletStore:
             [(norms[i], texts[i], _vec_bytes(vectors[i])) for i in keep],
         )
         ids = self._term_ids(new_norms, cur)
+        # the saved term-index partition learns the new terms in this same transaction (never ahead of the data)
+        self._saved = assign_new_terms(
+            cur,
+            np.fromiter((ids[n] for n in new_norms), dtype=np.int64, count=len(new_norms)),
+            vectors[keep],
+            self._saved,
+        )
         keys = lsh.band_keys(vectors[keep])
         cur.executemany(
             "INSERT INTO term_lsh (band, term_id) VALUES (?, ?)",
@@ -686,6 +759,23 @@ class TripletStore:
         ``namespace`` with ``prefix=True`` reads every namespace under it. ``as_of`` reads the facts valid
         at that time instead of the current ones.
         """
+        try:
+            return self._read(t1, t2, t3, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k)
+        finally:
+            self._save_index()
+
+    def _read(
+        self,
+        t1: str | None,
+        t2: str | None,
+        t3: str | None,
+        namespace: str | Sequence[str] | None,
+        prefix: bool,
+        as_of: Time,
+        fuzzy: bool,
+        threshold: float | None,
+        fuzzy_k: int | None,
+    ) -> list[TripletRecord]:
         given = {f: v for f, v in zip(FIELDS, (t1, t2, t3), strict=True) if v is not None and str(v).strip()}
         for f, v in given.items():
             if not isinstance(v, str):
@@ -836,6 +926,20 @@ class TripletStore:
     ) -> list[TripletRecord]:
         """Triplets with any term equal or close to ``text`` (exact term first, else LSH + cosine re-check),
         best score first. The free-text counterpart of :meth:`read`."""
+        try:
+            return self._search(text, namespace, prefix, as_of, threshold, k)
+        finally:
+            self._save_index()
+
+    def _search(
+        self,
+        text: str,
+        namespace: str | Sequence[str] | None,
+        prefix: bool,
+        as_of: Time,
+        threshold: float | None,
+        k: int,
+    ) -> list[TripletRecord]:
         if not isinstance(text, str) or not text.strip():
             raise ValueError("search text must be a non-empty string")
         thr = self.threshold if threshold is None else _check_unit(threshold, "threshold")
