@@ -339,11 +339,12 @@ class TripletStore:
             self._dim = int(meta["dim"])
 
     # ------------------------------------------------------------------------------------------ term index
-    def _term_index(self, cur: Cursor) -> TermIndex | None:
+    def _term_index(self, cur: Cursor, top: int | bool | None = False) -> TermIndex | None:
         """The in-memory term index, brought up to the terms committed in ``cur``'s snapshot. Built on first use
         from the partition saved in the database when it is sound (no k-means; see :mod:`.index_persist`), else
         from the vectors; later calls read only the terms with ids above the highest one held (one indexed
-        ``MAX(id)`` check). What needs saving is saved by :meth:`_save_index`, after the read transaction."""
+        ``MAX(id)`` check, skipped when the caller passes ``top``, the result of that query in ``cur``'s snapshot).
+        What needs saving is saved by :meth:`_save_index`, after the read transaction."""
         self._refresh_meta(cur)
         if self._dim is None:
             return None
@@ -351,7 +352,8 @@ class TripletStore:
             if self._index is None:
                 self._index = self._load_index(cur, self._dim)
             index = self._index
-            top = cur.execute("SELECT MAX(id) FROM terms").fetchone()[0]
+            if top is False:
+                top = cur.execute("SELECT MAX(id) FROM terms").fetchone()[0]
             while top is not None and int(top) > index.max_id:
                 rows = cur.execute(
                     f"SELECT id, vector FROM terms WHERE id > ? ORDER BY id LIMIT {_LOAD_PAGE}", (index.max_id,)
@@ -824,18 +826,20 @@ class TripletStore:
         k: int,
     ) -> list[tuple[int, TermMatch]]:
         norm = normalize_term(query)
+        # the highest term id rides along (one round trip, not two): the term index catches up to it if needed
         row = cur.execute(
-            f"SELECT t.id, t.text FROM terms t WHERE t.norm = ? AND EXISTS "
-            f"(SELECT 1 FROM triplets r WHERE r.{field}_id = t.id AND {scope})",
+            "SELECT m.top, t.id, t.text FROM (SELECT MAX(id) AS top FROM terms) m LEFT JOIN terms t ON t.norm = ? "
+            f"AND EXISTS (SELECT 1 FROM triplets r WHERE r.{field}_id = t.id AND {scope})",
             (norm, *scope_params),
         ).fetchone()
-        if row is not None:
-            return [(int(row[0]), TermMatch(field, query, row[1], 1.0, True))]
+        if row[1] is not None:
+            return [(int(row[1]), TermMatch(field, query, row[2], 1.0, True))]
         if not fuzzy:
             return []
+        top = None if row[0] is None else int(row[0])
         return [
             (tid, TermMatch(field, query, text, sim, False))
-            for tid, text, sim in self._fuzzy_terms(cur, query, (field,), scope, scope_params, threshold, k)
+            for tid, text, sim in self._fuzzy_terms(cur, query, (field,), scope, scope_params, threshold, k, top=top)
         ]
 
     def _fuzzy_terms(
@@ -847,16 +851,19 @@ class TripletStore:
         scope_params: list[Any],
         threshold: float,
         k: int,
+        *,
+        top: int | bool | None = False,
     ) -> list[tuple[int, str, float]]:
         """Up to ``k`` stored terms with cosine >= ``threshold`` to ``query``, used in one of ``fields`` within
-        the scope, best first: ``(term id, text, cosine)``."""
+        the scope, best first: ``(term id, text, cosine)``. ``top``: the highest term id in ``cur``'s snapshot
+        if the caller read it (``False``: not read)."""
         self._refresh_meta(cur)
         if self._lsh is None:  # no term stored yet
             return []
         if self.fuzzy_index == "database":
             qv = self._embed([query])[0]
             return self._recheck(cur, qv, self._lsh_candidates(cur, qv, fields, scope, scope_params), threshold, k)
-        index = self._term_index(cur)
+        index = self._term_index(cur, top)
         if index is None or not len(index):
             return []
         qv = self._embed([query])[0]
