@@ -225,6 +225,8 @@ class TripletStore:
         self._synced_cent: np.ndarray | None = None
         self._force_save = False
         self._missing: tuple[int, np.ndarray, np.ndarray] | None = None
+        #: TermIndex keyword arguments (tests use a small ``train_at`` to partition small stores)
+        self._index_options: dict[str, Any] = {}
         self.show_progress = bool(show_progress)
         self._embedder = embedder
         self._lock = threading.RLock()
@@ -369,7 +371,7 @@ class TripletStore:
     def _load_index(self, cur: Cursor, dim: int) -> TermIndex:
         """A new index holding every term of ``cur``'s snapshot: restored from the saved partition if it passes
         :func:`~.index_persist.check_saved`, else partitioned afresh (and marked for saving)."""
-        index = TermIndex(dim)
+        index = TermIndex(dim, **self._index_options)
         ids, vecs, parts = read_terms(cur, dim)
         saved, why = read_saved(cur, dim)
         if saved is not None:
@@ -377,7 +379,7 @@ class TripletStore:
         if saved is not None and why is None:
             unassigned = parts < 0
             parts = index.restore(saved.mean, saved.centroids, saved.trained_n, ids, vecs, parts)
-            self._saved, self._synced_cent, self._force_save = saved, saved.centroids, False
+            self._saved, self._synced_cent, self._force_save = saved, index.partition_state()[1], False  # type: ignore[index]
             # terms stored without a partition (by a writer that did not assign): saved after this read
             self._missing = (saved.generation, ids[unassigned], parts[unassigned]) if unassigned.any() else None
             return index
