@@ -6,9 +6,13 @@ embeddings, kept only if that cosine reaches ``threshold``. No alternative -> em
 matching all given fields is returned.
 
 Fuzzy candidates come from an in-memory :class:`~.term_index.TermIndex` beside the database (the default,
-``fuzzy_index="memory"``): built from the ``terms`` table on the first fuzzy lookup, fed only committed terms
+``fuzzy_index="memory"``): loaded from the ``terms`` table on the first fuzzy lookup, fed only committed terms
 (after this process's own commits, and before each fuzzy lookup every term another process or thread has
 committed since, read by id), and re-checked against the database for the field, namespace and time asked.
+Its partition (centroids, each term's partition, a change counter) is saved in the database itself
+(:mod:`.index_persist`): every write assigns its new terms in its own transaction, so a later open restores
+the index without k-means (0.3 s instead of 5.5 s at 30,000 terms), and a saved partition that is stale or
+damaged is detected, not trusted, and rebuilt.
 ``fuzzy_index="database"`` keeps the paper's LSH lookup as one indexed SQL query on band keys instead.
 
 Facts that change: a relation marked single-valued (per call or for the whole store) allows one object per

@@ -15,8 +15,10 @@ direction (unrelated terms still have cosine 0.2-0.4), which otherwise makes a f
 probed by every query. Measured on such vectors at 100,000 terms: the largest partition shrinks 4x and the
 vectors scanned per query halve at the same recall. The cosines returned are always those of the raw vectors.
 
-The index is a cache: :class:`~fragrel_integrations.core.triplets.store.TripletStore` rebuilds it from the
-database and feeds it only committed terms, in id order (``max_id`` says how far it has read).
+The index is a cache: :class:`~fragrel_integrations.core.triplets.store.TripletStore` loads it from the
+database and feeds it only committed terms, in id order (``max_id`` says how far it has read). The partition
+can be exported (:meth:`TermIndex.partition_state`, :meth:`TermIndex.assignments`) and loaded back without
+k-means (:meth:`TermIndex.restore`); the store saves it in the database (see ``index_persist``).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
