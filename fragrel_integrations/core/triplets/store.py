@@ -12,8 +12,7 @@ committed since, read by id), and re-checked against the database for the field,
 Its partition (centroids, each term's partition, a change counter) is saved in the database itself
 (:mod:`.index_persist`): every write assigns its new terms in its own transaction, so a later open restores
 the index without k-means (1.2 s instead of 12 s at 100,000 terms on SQLite, 18 s instead of 90 s at
-1,000,000), and a saved partition that is stale or
-damaged is detected, not trusted, and rebuilt.
+1,000,000), and a saved partition that is stale or damaged is detected, not trusted, and rebuilt.
 ``fuzzy_index="database"`` keeps the paper's LSH lookup as one indexed SQL query on band keys instead.
 
 Facts that change: a relation marked single-valued (per call or for the whole store) allows one object per
