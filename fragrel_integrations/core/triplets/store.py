@@ -6,9 +6,13 @@ embeddings, kept only if that cosine reaches ``threshold``. No alternative -> em
 matching all given fields is returned.
 
 Fuzzy candidates come from an in-memory :class:`~.term_index.TermIndex` beside the database (the default,
-``fuzzy_index="memory"``): built from the ``terms`` table on the first fuzzy lookup, fed only committed terms
+``fuzzy_index="memory"``): loaded from the ``terms`` table on the first fuzzy lookup, fed only committed terms
 (after this process's own commits, and before each fuzzy lookup every term another process or thread has
 committed since, read by id), and re-checked against the database for the field, namespace and time asked.
+Its partition (centroids, each term's partition, a change counter) is saved in the database itself
+(:mod:`.index_persist`): every write assigns its new terms in its own transaction, so a later open restores
+the index without k-means (1.2 s instead of 12 s at 100,000 terms on SQLite, 18 s instead of 90 s at
+1,000,000), and a saved partition that is stale or damaged is detected, not trusted, and rebuilt.
 ``fuzzy_index="database"`` keeps the paper's LSH lookup as one indexed SQL query on band keys instead.
 
 Facts that change: a relation marked single-valued (per call or for the whole store) allows one object per
@@ -42,6 +46,15 @@ import numpy as np
 
 from ...models.base import Embedder, embed_documents
 from .backend import SCHEMA_VERSION, Cursor, StorageBackend
+from .index_persist import (
+    SavedPartition,
+    assign_new_terms,
+    check_saved,
+    read_saved,
+    read_terms,
+    save_missing,
+    save_partition,
+)
 from .lsh import RandomHyperplaneLSH
 from .sqlite_backend import SQLiteBackend
 from .term_index import TermIndex
@@ -209,6 +222,15 @@ class TripletStore:
         self.fuzzy_index = fuzzy_index
         self._index: TermIndex | None = None
         self._index_lock = threading.Lock()
+        # the saved partition (see index_persist): the one last read or written here (writers assign new terms
+        # with its centroids), the centroid array of the in-memory index that is saved (or was offered for
+        # saving), whether the saved one failed its checks, and terms restored without a saved partition
+        self._saved: SavedPartition | None = None
+        self._synced_cent: np.ndarray | None = None
+        self._force_save = False
+        self._missing: tuple[int, np.ndarray, np.ndarray] | None = None
+        #: TermIndex keyword arguments (tests use a small ``train_at`` to partition small stores)
+        self._index_options: dict[str, Any] = {}
         self.show_progress = bool(show_progress)
         self._embedder = embedder
         self._lock = threading.RLock()
@@ -323,17 +345,21 @@ class TripletStore:
             self._dim = int(meta["dim"])
 
     # ------------------------------------------------------------------------------------------ term index
-    def _term_index(self, cur: Cursor) -> TermIndex | None:
-        """The in-memory term index, brought up to the terms committed in ``cur``'s snapshot (built on first use;
-        later calls read only the terms with ids above the highest one held: one indexed ``MAX(id)`` check)."""
+    def _term_index(self, cur: Cursor, top: int | bool | None = False) -> TermIndex | None:
+        """The in-memory term index, brought up to the terms committed in ``cur``'s snapshot. Built on first use
+        from the partition saved in the database when it is sound (no k-means; see :mod:`.index_persist`), else
+        from the vectors; later calls read only the terms with ids above the highest one held (one indexed
+        ``MAX(id)`` check, skipped when the caller passes ``top``, the result of that query in ``cur``'s snapshot).
+        What needs saving is saved by :meth:`_save_index`, after the read transaction."""
         self._refresh_meta(cur)
         if self._dim is None:
             return None
         with self._index_lock:
             if self._index is None:
-                self._index = TermIndex(self._dim)
+                self._index = self._load_index(cur, self._dim)
             index = self._index
-            top = cur.execute("SELECT MAX(id) FROM terms").fetchone()[0]
+            if top is False:
+                top = cur.execute("SELECT MAX(id) FROM terms").fetchone()[0]
             while top is not None and int(top) > index.max_id:
                 rows = cur.execute(
                     f"SELECT id, vector FROM terms WHERE id > ? ORDER BY id LIMIT {_LOAD_PAGE}", (index.max_id,)
@@ -345,6 +371,53 @@ class TripletStore:
                 index.add(ids, vecs, rebalance=False)  # partition once, after the last page
             index.rebalance()
         return index
+
+    def _load_index(self, cur: Cursor, dim: int) -> TermIndex:
+        """A new index holding every term of ``cur``'s snapshot: restored from the saved partition if it passes
+        :func:`~.index_persist.check_saved`, else partitioned afresh (and marked for saving)."""
+        index = TermIndex(dim, **self._index_options)
+        ids, vecs, parts = read_terms(cur, dim)
+        saved, why = read_saved(cur, dim)
+        if saved is not None:
+            why = check_saved(cur, saved, vecs, parts)
+        if saved is not None and why is None:
+            unassigned = parts < 0
+            parts = index.restore(saved.mean, saved.centroids, saved.trained_n, ids, vecs, parts)
+            self._saved, self._synced_cent, self._force_save = saved, index.partition_state()[1], False  # type: ignore[index]
+            # terms stored without a partition (by a writer that did not assign): saved after this read
+            self._missing = (saved.generation, ids[unassigned], parts[unassigned]) if unassigned.any() else None
+            return index
+        if why is not None:
+            logger.warning("%s: not trusted; re-partitioning the term index from the stored vectors", why)
+        self._force_save = why is not None
+        self._saved = self._synced_cent = None
+        index.add(ids, vecs, rebalance=False)
+        return index
+
+    def _save_index(self) -> None:
+        """Save what the in-memory index knows and the database does not: a new partition (after a build or a
+        re-partition) or the partitions of terms stored without one. Runs in its own write transaction, after
+        the read or write that found the need; a failure is logged, never raised (the saved partition only
+        speeds up later opens, and an unsound one is detected and rebuilt)."""
+        index = self._index
+        if index is None:
+            return
+        state = index.partition_state()
+        if (state is None or state[1] is self._synced_cent) and self._missing is None:
+            return
+        try:
+            with self._lock, self.backend.write() as cur, self._index_lock:
+                state = index.partition_state()
+                missing, self._missing = self._missing, None  # one attempt per need: a failure is not retried
+                if state is not None and state[1] is not self._synced_cent:
+                    self._synced_cent, force, self._force_save = state[1], self._force_save, False
+                    saved = save_partition(cur, index, force=force)
+                    if saved is not None:
+                        self._saved = saved
+                elif missing is not None:
+                    save_missing(cur, *missing)
+        except Exception as exc:  # a cache: the data is untouched, and the next open re-checks the saved state
+            logger.warning("could not save the term index partition (%s: %s)", type(exc).__name__, exc)
 
     def _index_committed(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """After this process's commit: add its new terms if they directly follow what the index holds (else the
@@ -427,7 +500,8 @@ class TripletStore:
                     np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)),
                     vectors[[row[n] for n in fresh]],
                 )
-            return out
+        self._save_index()
+        return out
 
     def _term_ids(self, norms: Sequence[str], cur: Cursor | None = None) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -461,6 +535,13 @@ class TripletStore:
             [(norms[i], texts[i], _vec_bytes(vectors[i])) for i in keep],
         )
         ids = self._term_ids(new_norms, cur)
+        # the saved term-index partition learns the new terms in this same transaction (never ahead of the data)
+        self._saved = assign_new_terms(
+            cur,
+            np.fromiter((ids[n] for n in new_norms), dtype=np.int64, count=len(new_norms)),
+            vectors[keep],
+            self._saved,
+        )
         keys = lsh.band_keys(vectors[keep])
         cur.executemany(
             "INSERT INTO term_lsh (band, term_id) VALUES (?, ?)",
@@ -686,6 +767,23 @@ class TripletStore:
         ``namespace`` with ``prefix=True`` reads every namespace under it. ``as_of`` reads the facts valid
         at that time instead of the current ones.
         """
+        try:
+            return self._read(t1, t2, t3, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k)
+        finally:
+            self._save_index()
+
+    def _read(
+        self,
+        t1: str | None,
+        t2: str | None,
+        t3: str | None,
+        namespace: str | Sequence[str] | None,
+        prefix: bool,
+        as_of: Time,
+        fuzzy: bool,
+        threshold: float | None,
+        fuzzy_k: int | None,
+    ) -> list[TripletRecord]:
         given = {f: v for f, v in zip(FIELDS, (t1, t2, t3), strict=True) if v is not None and str(v).strip()}
         for f, v in given.items():
             if not isinstance(v, str):
@@ -734,18 +832,20 @@ class TripletStore:
         k: int,
     ) -> list[tuple[int, TermMatch]]:
         norm = normalize_term(query)
+        # the highest term id rides along (one round trip, not two): the term index catches up to it if needed
         row = cur.execute(
-            f"SELECT t.id, t.text FROM terms t WHERE t.norm = ? AND EXISTS "
-            f"(SELECT 1 FROM triplets r WHERE r.{field}_id = t.id AND {scope})",
+            "SELECT m.top, t.id, t.text FROM (SELECT MAX(id) AS top FROM terms) m LEFT JOIN terms t ON t.norm = ? "
+            f"AND EXISTS (SELECT 1 FROM triplets r WHERE r.{field}_id = t.id AND {scope})",
             (norm, *scope_params),
         ).fetchone()
-        if row is not None:
-            return [(int(row[0]), TermMatch(field, query, row[1], 1.0, True))]
+        if row[1] is not None:
+            return [(int(row[1]), TermMatch(field, query, row[2], 1.0, True))]
         if not fuzzy:
             return []
+        top = None if row[0] is None else int(row[0])
         return [
             (tid, TermMatch(field, query, text, sim, False))
-            for tid, text, sim in self._fuzzy_terms(cur, query, (field,), scope, scope_params, threshold, k)
+            for tid, text, sim in self._fuzzy_terms(cur, query, (field,), scope, scope_params, threshold, k, top=top)
         ]
 
     def _fuzzy_terms(
@@ -757,16 +857,19 @@ class TripletStore:
         scope_params: list[Any],
         threshold: float,
         k: int,
+        *,
+        top: int | bool | None = False,
     ) -> list[tuple[int, str, float]]:
         """Up to ``k`` stored terms with cosine >= ``threshold`` to ``query``, used in one of ``fields`` within
-        the scope, best first: ``(term id, text, cosine)``."""
+        the scope, best first: ``(term id, text, cosine)``. ``top``: the highest term id in ``cur``'s snapshot
+        if the caller read it (``False``: not read)."""
         self._refresh_meta(cur)
         if self._lsh is None:  # no term stored yet
             return []
         if self.fuzzy_index == "database":
             qv = self._embed([query])[0]
             return self._recheck(cur, qv, self._lsh_candidates(cur, qv, fields, scope, scope_params), threshold, k)
-        index = self._term_index(cur)
+        index = self._term_index(cur, top)
         if index is None or not len(index):
             return []
         qv = self._embed([query])[0]
@@ -836,6 +939,20 @@ class TripletStore:
     ) -> list[TripletRecord]:
         """Triplets with any term equal or close to ``text`` (exact term first, else LSH + cosine re-check),
         best score first. The free-text counterpart of :meth:`read`."""
+        try:
+            return self._search(text, namespace, prefix, as_of, threshold, k)
+        finally:
+            self._save_index()
+
+    def _search(
+        self,
+        text: str,
+        namespace: str | Sequence[str] | None,
+        prefix: bool,
+        as_of: Time,
+        threshold: float | None,
+        k: int,
+    ) -> list[TripletRecord]:
         if not isinstance(text, str) or not text.strip():
             raise ValueError("search text must be a non-empty string")
         thr = self.threshold if threshold is None else _check_unit(threshold, "threshold")

@@ -15,8 +15,10 @@ direction (unrelated terms still have cosine 0.2-0.4), which otherwise makes a f
 probed by every query. Measured on such vectors at 100,000 terms: the largest partition shrinks 4x and the
 vectors scanned per query halve at the same recall. The cosines returned are always those of the raw vectors.
 
-The index is a cache: :class:`~fragrel_integrations.core.triplets.store.TripletStore` rebuilds it from the
-database and feeds it only committed terms, in id order (``max_id`` says how far it has read).
+The index is a cache: :class:`~fragrel_integrations.core.triplets.store.TripletStore` loads it from the
+database and feeds it only committed terms, in id order (``max_id`` says how far it has read). The partition
+can be exported (:meth:`TermIndex.partition_state`, :meth:`TermIndex.assignments`) and loaded back without
+k-means (:meth:`TermIndex.restore`); the store saves it in the database (see ``index_persist``).
 
 >>> import numpy as np
 >>> rng = np.random.default_rng(0)
@@ -36,7 +38,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["TermIndex"]
+__all__ = ["TermIndex", "nearest_partition"]
 
 #: how much lower the bar for another round of partitions is after each extra round
 _WIDEN_STEP = 0.05
@@ -88,6 +90,11 @@ def _kmeans(data: np.ndarray, k: int, *, iters: int, seed: int) -> np.ndarray:
         norms[norms == 0] = 1.0
         cent = (sums / norms).astype(np.float32)
     return cent
+
+
+def nearest_partition(vectors: np.ndarray, centroids: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Partition number of each unit row of ``vectors`` for a saved partition (``centroids`` around ``mean``)."""
+    return _nearest(np.asarray(vectors, dtype=np.float32), centroids, mean)
 
 
 def _nearest(data: np.ndarray, cent: np.ndarray, mean: np.ndarray | None = None, chunk: int = 16384) -> np.ndarray:
@@ -227,7 +234,12 @@ class TermIndex:
         sample = vecs[np.sort(take)]
         mean = sample.mean(axis=0) if self.center else np.zeros(self.dim, dtype=np.float32)
         cent = _kmeans(_centred(sample, mean), k, iters=8, seed=self.seed)
-        assign = _nearest(vecs, cent, mean)
+        self._install(cent, mean.astype(np.float32), self._n, ids, vecs, _nearest(vecs, cent, mean))
+
+    def _install(
+        self, cent: np.ndarray, mean: np.ndarray, trained_n: int, ids: np.ndarray, vecs: np.ndarray, assign: np.ndarray
+    ) -> None:
+        k = cent.shape[0]
         order = np.argsort(assign, kind="stable")
         bounds = np.searchsorted(assign[order], np.arange(k + 1))
         parts = []
@@ -236,7 +248,58 @@ class TermIndex:
             rows = order[bounds[i] : bounds[i + 1]]
             part.append(ids[rows], vecs[rows])
             parts.append(part)
-        self._parts, self._centroids, self._mean, self._trained_n = parts, cent, mean, self._n
+        self._parts, self._centroids, self._mean, self._trained_n = parts, cent, mean, trained_n
+
+    # ------------------------------------------------------------------ persistence (see ``index_persist``)
+    @property
+    def trained_n(self) -> int:
+        """Vectors held when the current partition was computed (0: not partitioned)."""
+        return self._trained_n
+
+    def partition_state(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(mean, centroids)`` of the current partition (``None`` while one exact-scan partition). The same
+        array objects until the next re-partition, so identity tells whether the partition changed."""
+        with self._lock:
+            return None if self._centroids is None else (self._mean, self._centroids)
+
+    def assignments(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(ids, partition numbers)`` of every held vector (partition 0 for all while unpartitioned)."""
+        with self._lock:
+            ids = [p.ids[: p.n] for p in self._parts]
+            parts = [np.full(p.n, i, dtype=np.int64) for i, p in enumerate(self._parts)]
+            return np.concatenate(ids), np.concatenate(parts)
+
+    def restore(
+        self,
+        mean: np.ndarray,
+        centroids: np.ndarray,
+        trained_n: int,
+        ids: np.ndarray,
+        vectors: np.ndarray,
+        parts: np.ndarray,
+    ) -> np.ndarray:
+        """Load a saved partition into this EMPTY index: ``centroids`` (k x dim unit rows) around ``mean``, and the
+        vectors with their partition numbers (``-1``: not assigned yet, assigned here to the nearest centroid).
+        Ids must be ascending. Returns the partition numbers used (the ``-1`` ones filled in). No k-means."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        vecs = np.asarray(vectors, dtype=np.float32).reshape(ids.shape[0], self.dim)
+        cent = np.asarray(centroids, dtype=np.float32).reshape(-1, self.dim)
+        mean = np.asarray(mean, dtype=np.float32).reshape(self.dim)
+        assign = np.asarray(parts, dtype=np.int64).reshape(ids.shape[0]).copy()
+        if ids.size and np.any(np.diff(ids) <= 0):
+            raise ValueError("restore needs ascending, distinct ids")
+        if assign.size and (assign.min() < -1 or assign.max() >= cent.shape[0]):
+            raise ValueError(f"partition numbers must be in [-1, {cent.shape[0]}), got {assign.min()}..{assign.max()}")
+        with self._lock:
+            if self._n:
+                raise ValueError("restore loads an empty index; this one holds vectors")
+            todo = np.flatnonzero(assign < 0)
+            if todo.size:
+                assign[todo] = _nearest(vecs[todo], cent, mean)
+            self._install(cent, mean, int(trained_n), ids, vecs, assign)
+            self._n = int(ids.size)
+            self.max_id = int(ids[-1]) if ids.size else 0
+        return assign
 
     def search(self, query: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
         """Ids and cosines of the held vectors with cosine >= ``threshold`` to the unit ``query`` among the
