@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -346,8 +347,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_model_loading() -> None:
+    """Silence the model libraries' own progress bars ("Loading weights") for ``--quiet``: through the
+    Hugging Face switch they read at import, and directly where transformers is already loaded."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "quiet", False):
+        _quiet_model_loading()
     try:
         return int(args.func(args))
     except (ValueError, TypeError, ImportError) as exc:

@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -73,3 +74,14 @@ def test_bad_input_is_a_clear_error(book, capsys):
 def test_console_script_help():
     out = subprocess.run([sys.executable, "-m", "fragrel_integrations.cli", "--help"], capture_output=True, text=True)
     assert out.returncode == 0 and "retrieve" in out.stdout
+
+
+def test_quiet_prints_no_progress_bar_not_even_the_model_loading_one(book, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    cmd = [sys.executable, "-m", "fragrel_integrations.cli", "retrieve", str(book), "Who ate the cheese?", "-k", "1"]
+    cmd += ["--scorer", "dense", "--cache-dir", str(tmp_path)]
+    quiet = subprocess.run([*cmd, "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert quiet.returncode == 0 and quiet.stdout.startswith("#1 ")
+    assert "%|" not in quiet.stderr and "Loading" not in quiet.stderr, quiet.stderr
+    loud = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert loud.returncode == 0 and "%|" in loud.stderr  # the bar --quiet removes is there without it
