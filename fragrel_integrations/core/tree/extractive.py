@@ -53,6 +53,7 @@ from .summariser import BuildReport, SummaryResult
 __all__ = [
     "EXTRACTIVE_VERSION",
     "ExtractiveSummariser",
+    "SentenceCache",
     "central_sentences",
     "leave_one_out_similarity",
     "novelty_scores",
@@ -209,6 +210,62 @@ def surprising_sentences(
     return np.array(sorted(chosen), dtype=np.int64)
 
 
+class SentenceCache(CachedEmbedder):
+    """:class:`~fragrel_integrations.models.base.CachedEmbedder` that also knows the texts the extractive
+    summariser composed of whole units: such a text's vector is the normalised mean of its units' (unit-length)
+    vectors, with no model call, while ``compose`` is True and every unit is still cached. Any other text is
+    embedded (and cached) as usual.
+
+    A summary of several sentences is otherwise embedded once more, though each of its sentences already was;
+    on the 8k needle haystack re-embedding the summaries took about a third of an extractive build, because a
+    batch pads every text to its longest (``benchmarks/results/tree_both.md`` has the measured before/after).
+
+    >>> class Echo:
+    ...     calls = 0
+    ...     def embed_documents(self, texts):
+    ...         Echo.calls += len(texts)
+    ...         return [[1.0, 0.0] if t.startswith("A") else [0.0, 1.0] for t in texts]
+    ...     def embed_query(self, text):
+    ...         return [1.0, 0.0]
+    >>> cache = SentenceCache(Echo())
+    >>> _ = cache.embed_documents(["A x.", "B y."]); cache.remember("A x. B y.", ["A x.", "B y."])
+    >>> [round(float(v), 3) for v in cache.embed_documents(["A x. B y."])[0]], Echo.calls
+    ([0.707, 0.707], 2)
+    """
+
+    def __init__(self, embedder: Embedder, maxsize: int = 20_000, *, compose: bool = True) -> None:
+        super().__init__(embedder, maxsize=maxsize)
+        if not isinstance(compose, bool):
+            raise TypeError(f"compose must be True or False, got {compose!r}")
+        self.compose = compose
+        self._parts: dict[str, tuple[str, ...]] = {}
+
+    def remember(self, text: str, units: Sequence[str]) -> None:
+        """Record that ``text`` is ``units`` joined (at most ``maxsize`` such texts are kept, oldest dropped)."""
+        if len(units) > 1:
+            self._parts[text] = tuple(units)
+            while len(self._parts) > self.maxsize:
+                del self._parts[next(iter(self._parts))]
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        composed: dict[int, np.ndarray] = {}
+        if self.compose:
+            with self._lock:
+                for j, text in enumerate(texts):
+                    parts = self._parts.get(text)
+                    if parts and all(p in self._cache for p in parts):
+                        unit = normalise_rows(np.stack([self._cache[p] for p in parts]))
+                        composed[j] = normalise_rows(unit.mean(axis=0, keepdims=True))[0]
+        rest = [t for j, t in enumerate(texts) if j not in composed]
+        if not composed:
+            return super().embed_documents(texts)
+        embedded = iter(super().embed_documents(rest) if rest else ())
+        return np.stack([composed[j] if j in composed else next(embedded) for j in range(len(texts))]).astype(
+            np.float32, copy=False
+        )
+
+
 class ExtractiveSummariser:
     """The tree's summariser without a model: picks sentences of the input (see the module docstring).
 
@@ -225,6 +282,8 @@ class ExtractiveSummariser:
         counter: text -> token count (default: the offline estimate).
         z, min_sentences, min_scale, min_words: the surprise criterion (module docstring).
         redundancy: cosine above which a sentence counts as a repeat of one already in the summary.
+        mean_vectors: the vector of a summary or surprise note made of several whole sentences is the
+            normalised mean of their vectors (:class:`SentenceCache`) instead of a new embedding of the text.
     """
 
     def __init__(
@@ -241,6 +300,7 @@ class ExtractiveSummariser:
         redundancy: float = 0.95,
         show_progress: bool = False,
         cache: dict[str, SummaryResult] | None = None,
+        mean_vectors: bool = True,
     ) -> None:
         if not isinstance(embedder, Embedder):
             raise TypeError(
@@ -264,8 +324,9 @@ class ExtractiveSummariser:
             raise ValueError(f"redundancy must be in (0, 1], got {redundancy!r}")
         self.embedder = embedder
         #: ``embedder`` behind an in-memory cache (at most 20,000 texts, ~30 MB of 384-d vectors); the tree
-        #: embeds its node texts through it too, so a surprise note that is one sentence is not embedded twice.
-        self.cached_embedder = CachedEmbedder(embedder, maxsize=20_000)
+        #: embeds its node texts through it too, so a surprise note that is one sentence is not embedded twice
+        #: and (with ``mean_vectors``) a summary of several sentences gets the mean of theirs.
+        self.cached_embedder = SentenceCache(embedder, maxsize=20_000, compose=mean_vectors)
         self.summary_tokens = summary_tokens
         self.surprise_tokens = surprise_tokens
         self.count: Callable[[str], int] = counter or estimate_tokens
@@ -301,9 +362,12 @@ class ExtractiveSummariser:
             summary = summary or sentences[best].split(maxsplit=1)[0]
         else:
             summary = " ".join(sentences[i] for i in keep)
+            self.cached_embedder.remember(summary, [sentences[i] for i in keep])
         surprise = " ".join(sentences[i] for i in odd)
         if surprise and self.count(surprise) > self.surprise_tokens:
             surprise = truncate_to_tokens(surprise, self.surprise_tokens, self.count)
+        elif surprise:
+            self.cached_embedder.remember(surprise, [sentences[i] for i in odd])
         return SummaryResult(summary, surprise, True)
 
     def summarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:

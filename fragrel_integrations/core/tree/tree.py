@@ -486,6 +486,8 @@ class SurpriseTree:
         keys = [(i, f) for i in ids for f in FIELDS if self.nodes[i].field_text(f)]
         if not keys:
             return
+        # shortest first, so a batch holds texts of similar length: summaries are not padded to a chunk's length
+        keys.sort(key=lambda key: len(self.nodes[key[0]].field_text(key[1])))
         vectors = embed_documents(self._text_embedder, [self.nodes[i].field_text(f) for i, f in keys])
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = vectors / np.where(norms > 0, norms, 1.0)
