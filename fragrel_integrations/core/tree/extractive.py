@@ -213,8 +213,8 @@ def surprising_sentences(
 class SentenceCache(CachedEmbedder):
     """:class:`~fragrel_integrations.models.base.CachedEmbedder` that also knows the texts the extractive
     summariser composed of whole units: such a text's vector is the normalised mean of its units' (unit-length)
-    vectors, with no model call, while ``compose`` is True and every unit is still cached. Any other text is
-    embedded (and cached) as usual.
+    vectors while ``compose`` is True (a unit not in the cache any more is embedded again, on its own). Any other
+    text is embedded (and cached) as usual.
 
     A summary of several sentences is otherwise embedded once more, though each of its sentences already was;
     on the 8k needle haystack re-embedding the summaries took about a third of an extractive build, because a
@@ -228,7 +228,7 @@ class SentenceCache(CachedEmbedder):
     ...     def embed_query(self, text):
     ...         return [1.0, 0.0]
     >>> cache = SentenceCache(Echo())
-    >>> _ = cache.embed_documents(["A x.", "B y."]); cache.remember("A x. B y.", ["A x.", "B y."])
+    >>> _ = cache.embed_documents(["A x.", "B y."]); cache.remember("A x. B y.")
     >>> [round(float(v), 3) for v in cache.embed_documents(["A x. B y."])[0]], Echo.calls
     ([0.707, 0.707], 2)
     """
@@ -240,30 +240,33 @@ class SentenceCache(CachedEmbedder):
         self.compose = compose
         self._parts: dict[str, tuple[str, ...]] = {}
 
-    def remember(self, text: str, units: Sequence[str]) -> None:
-        """Record that ``text`` is ``units`` joined (at most ``maxsize`` such texts are kept, oldest dropped)."""
-        if len(units) > 1:
+    def remember(self, text: str) -> None:
+        """Record ``text`` as composed of its units (:func:`split_units`) when it has several and is their
+        join (at most ``maxsize`` such texts are kept, oldest dropped). Its vector is then a function of the
+        text alone: the same whether the summary was just selected or came from the summary cache."""
+        units = split_units(text)
+        if len(units) > 1 and " ".join(units) == text:
             self._parts[text] = tuple(units)
             while len(self._parts) > self.maxsize:
                 del self._parts[next(iter(self._parts))]
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        composed: dict[int, np.ndarray] = {}
-        if self.compose:
-            with self._lock:
-                for j, text in enumerate(texts):
-                    parts = self._parts.get(text)
-                    if parts and all(p in self._cache for p in parts):
-                        unit = normalise_rows(np.stack([self._cache[p] for p in parts]))
-                        composed[j] = normalise_rows(unit.mean(axis=0, keepdims=True))[0]
-        rest = [t for j, t in enumerate(texts) if j not in composed]
-        if not composed:
+        plan = [self._parts.get(t) if self.compose else None for t in texts]
+        if not any(plan):
             return super().embed_documents(texts)
-        embedded = iter(super().embed_documents(rest) if rest else ())
-        return np.stack([composed[j] if j in composed else next(embedded) for j in range(len(texts))]).astype(
-            np.float32, copy=False
+        needed = list(
+            dict.fromkeys([t for t, p in zip(texts, plan, strict=True) if not p] + [u for p in plan if p for u in p])
         )
+        found = dict(zip(needed, super().embed_documents(needed), strict=True))
+        out = []
+        for text, parts in zip(texts, plan, strict=True):
+            if parts:
+                mean = normalise_rows(np.stack([found[u] for u in parts])).mean(axis=0, keepdims=True)
+                out.append(normalise_rows(mean)[0])
+            else:
+                out.append(found[text])
+        return np.stack(out).astype(np.float32, copy=False)
 
 
 class ExtractiveSummariser:
@@ -362,12 +365,9 @@ class ExtractiveSummariser:
             summary = summary or sentences[best].split(maxsplit=1)[0]
         else:
             summary = " ".join(sentences[i] for i in keep)
-            self.cached_embedder.remember(summary, [sentences[i] for i in keep])
         surprise = " ".join(sentences[i] for i in odd)
         if surprise and self.count(surprise) > self.surprise_tokens:
             surprise = truncate_to_tokens(surprise, self.surprise_tokens, self.count)
-        elif surprise:
-            self.cached_embedder.remember(surprise, [sentences[i] for i in odd])
         return SummaryResult(summary, surprise, True)
 
     def summarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:
@@ -398,7 +398,11 @@ class ExtractiveSummariser:
                 continue
             self.cache[k] = self._select(sents, np.stack([vectors[s] for s in sents]), counts)
         report = BuildReport(cache_hits=len(inputs) - len(todo))
-        return [self.cache[k] for k in keys], report
+        results = [self.cache[k] for k in keys]
+        for result in results:  # the tree embeds these next: from their sentences' vectors (SentenceCache)
+            self.cached_embedder.remember(result.summary)
+            self.cached_embedder.remember(result.surprise)
+        return results, report
 
     async def asummarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:
         """Async :meth:`summarise` (the embedding work runs in a worker thread)."""
