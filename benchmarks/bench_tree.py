@@ -531,6 +531,12 @@ def main(argv: list[str] | None = None) -> int:
         "mean of sentence vectors), to compare recall and build time on the same haystacks",
     )
     ap.add_argument("--out", type=Path, default=None, help="default: results/tree.md (llm), tree_<summariser>.md")
+    ap.add_argument(
+        "--llm-cache",
+        type=Path,
+        default=OUT_DIR / "tree_llm_cache.sqlite",
+        help="SQLite cache of the LLM replies (a new path = every call made, so LLM build times are the model's)",
+    )
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = RESULTS_DIR / ("tree.md" if args.summariser == "llm" else f"tree_{args.summariser}.md")
@@ -545,8 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter()
     loadavg_start = loadavg()
     base, model_name = make_model(args)
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    model = CachedChatModel(base, OUT_DIR / "tree_llm_cache.sqlite")
+    args.llm_cache.parent.mkdir(parents=True, exist_ok=True)
+    model = CachedChatModel(base, args.llm_cache)
     from fragrel_integrations.models.local import default_embedder
 
     embedder = default_embedder()
