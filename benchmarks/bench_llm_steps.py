@@ -322,7 +322,7 @@ def tree_build_section(res: dict) -> tuple[str, dict]:
 
 
 def run_tree_build(args: argparse.Namespace) -> tuple[str, dict]:
-    """``bench_tree.py --summariser both --also-embed-summaries`` on ``--tree-lengths`` with a fresh LLM reply
+    """``bench_tree.py --summariser both --also-mean-vectors`` on ``--tree-lengths`` with a fresh LLM reply
     cache (so the LLM build time is the model's), summarised by :func:`tree_build_section`."""
     import tempfile
 
@@ -334,7 +334,7 @@ def run_tree_build(args: argparse.Namespace) -> tuple[str, dict]:
             [
                 "--summariser",
                 "both",
-                "--also-embed-summaries",
+                "--also-mean-vectors",
                 "--lengths",
                 args.tree_lengths,
                 "--data",

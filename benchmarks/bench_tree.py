@@ -5,7 +5,7 @@
     python benchmarks/bench_tree.py --base-url http://127.0.0.1:8080/v1 --model NAME   # OpenAI-compatible
     python benchmarks/bench_tree.py --summariser extractive --lengths 8k,16k,32k,64k   # no LLM (seconds)
     python benchmarks/bench_tree.py --summariser both --lengths 8k      # LLM and extractive on the same haystack
-    python benchmarks/bench_tree.py --summariser extractive --also-embed-summaries --lengths 8k,16k,32k
+    python benchmarks/bench_tree.py --summariser extractive --also-mean-vectors --lengths 8k,16k,32k
 
 Haystack: the essays in sorted file order, started at a seeded essay, cut into sentences (at most 40 words) and
 filled until the text has about L tokens (counted with the summary model's tokenizer). Three needles written for
@@ -42,9 +42,9 @@ every key word of the needle's fact (case-insensitive substring, e.g. ``saldane`
 is the usual one; the second credits a summary that carried the fact up the tree. Hits are ranked once with
 ``k = max(--ks)`` and cut for the smaller ``k`` (collapsed retrieval without a token budget is a plain top-k).
 
-``--also-embed-summaries`` adds a third tree per haystack: extractive, with every multi-sentence summary and
-surprise note embedded as a text (the behaviour before they got the mean of their sentence vectors), so the two
-can be compared on recall and build time in one run.
+``--also-mean-vectors`` adds one more extractive tree per haystack whose multi-sentence summaries and surprise
+notes get the mean of their sentence vectors instead of an embedding of their text, so the two can be compared on
+recall and build time in one run.
 
 Also measured per tree: build seconds (wall and process CPU time: CPU time moves less with the load other jobs
 put on a shared machine; it counts every thread of the process, llama.cpp's and torch's), LLM calls, cache hits,
@@ -265,10 +265,10 @@ def one_line(text: str, limit: int = 160) -> str:
 SUMMARISER_LABEL = {
     "llm": "LLM summariser",
     "extractive": "extractive summariser (no LLM)",
-    "extractive-embed": "extractive summariser (no LLM), summaries re-embedded",
+    "extractive-mean": "extractive summariser (no LLM), summary vectors = mean of sentence vectors",
 }
-#: label -> (TreeConfig.summariser, mean_vectors of the extractive summariser; None for the LLM)
-VARIANTS = {"llm": ("llm", None), "extractive": ("extractive", True), "extractive-embed": ("extractive", False)}
+#: label -> (TreeConfig.summariser, compose summary vectors from sentence vectors; None = the default)
+VARIANTS = {"llm": ("llm", None), "extractive": ("extractive", None), "extractive-mean": ("extractive", True)}
 
 
 def auto_summary(res: dict, who: str) -> list[str]:
@@ -525,10 +525,10 @@ def main(argv: list[str] | None = None) -> int:
         help="who writes summaries and surprise notes (both: two trees per haystack, side by side)",
     )
     ap.add_argument(
-        "--also-embed-summaries",
+        "--also-mean-vectors",
         action="store_true",
-        help="add an extractive tree whose multi-sentence summaries are re-embedded (the behaviour before the "
-        "mean of sentence vectors), to compare recall and build time on the same haystacks",
+        help="add an extractive tree whose multi-sentence summaries get the mean of their sentence vectors "
+        "(ExtractiveSummariser(mean_vectors=True)), to compare recall and build time on the same haystacks",
     )
     ap.add_argument("--out", type=Path, default=None, help="default: results/tree.md (llm), tree_<summariser>.md")
     ap.add_argument(
@@ -541,8 +541,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         args.out = RESULTS_DIR / ("tree.md" if args.summariser == "llm" else f"tree_{args.summariser}.md")
     summarisers = ["llm", "extractive"] if args.summariser == "both" else [args.summariser]
-    if args.also_embed_summaries:
-        summarisers.append("extractive-embed")
+    if args.also_mean_vectors:
+        summarisers.append("extractive-mean")
     ks = sorted({int(x) for x in args.ks.split(",") if x.strip()})
     if args.trials < 1 or not ks or ks[0] < 1 or args.k_main not in ks:
         raise SystemExit("--trials and every k must be positive, and --k-main one of --ks")

@@ -351,6 +351,8 @@ def test_extractive_tree_embeds_each_sentence_once_and_no_summary_again():
     docs = topic_docs()
     embedder = CountingEmbedder()
     tree = SurpriseTree(None, embedder, show_progress=False, **OPTIONS)
+    assert tree.summariser.cached_embedder.compose is False  # the default: summaries embedded as texts
+    tree.summariser.cached_embedder.compose = True
     tree.build(list(docs.values()), doc_ids=list(docs))
     assert len(embedder.seen) == len(set(embedder.seen))  # nothing is embedded twice
     chunks = {n.text for n in tree.leaves()}
@@ -371,22 +373,41 @@ def test_extractive_tree_embeds_each_sentence_once_and_no_summary_again():
 
 def test_summary_vectors_are_the_same_from_the_summary_cache_and_can_be_re_embedded():
     chunk = planted_chunk()
-    first = ExtractiveSummariser(CountingEmbedder(), summary_tokens=24, surprise_tokens=20)
+    first = ExtractiveSummariser(CountingEmbedder(), summary_tokens=24, surprise_tokens=20, mean_vectors=True)
     (res,), _ = first.summarise([chunk])
     assert len(split_units(res.summary)) > 1
     fresh = first.cached_embedder.embed_documents([res.summary])[0]
     counting = CountingEmbedder()
-    second = ExtractiveSummariser(counting, summary_tokens=24, surprise_tokens=20, cache=dict(first.cache))
+    second = ExtractiveSummariser(
+        counting, summary_tokens=24, surprise_tokens=20, cache=dict(first.cache), mean_vectors=True
+    )
     (hit,), report = second.summarise([chunk])
     assert hit == res and report.cache_hits == 1 and counting.seen == []
     np.testing.assert_allclose(second.cached_embedder.embed_documents([res.summary])[0], fresh, atol=1e-6)
     assert set(counting.seen) == set(split_units(res.summary))  # its sentences, not the summary text
-    off = ExtractiveSummariser(CountingEmbedder(), summary_tokens=24, surprise_tokens=20, mean_vectors=False)
+    off = ExtractiveSummariser(CountingEmbedder(), summary_tokens=24, surprise_tokens=20)  # the default
     off.summarise([chunk])
-    off.cached_embedder.embed_documents([res.summary])
+    vector = off.cached_embedder.embed_documents([res.summary])[0]
     assert off.embedder.seen[-1] == res.summary  # the text itself is embedded when mean_vectors=False
+    np.testing.assert_allclose(vector, HashingEmbedder(dim=256).embed_documents([res.summary])[0], atol=1e-6)
     with pytest.raises(TypeError, match="compose"):
         ExtractiveSummariser(HashingEmbedder(), mean_vectors="yes")  # type: ignore[arg-type]
+
+
+def test_default_extractive_tree_embeds_summaries_as_texts_and_chunks_once():
+    docs = topic_docs()
+    embedder = CountingEmbedder()
+    tree = SurpriseTree(None, embedder, show_progress=False, **OPTIONS)
+    tree.build(list(docs.values()), doc_ids=list(docs))
+    reference = HashingEmbedder(dim=256)
+    for (node_id, name), vector in tree.vectors.items():
+        np.testing.assert_allclose(
+            vector, reference.embed_documents([tree.nodes[node_id].field_text(name)])[0], atol=1e-6
+        )
+    assert {n.text for n in tree.leaves()} <= set(embedder.seen)
+    # a text is embedded twice only when a leaf chunk is also a summary (through the sentence cache)
+    own_summary = sum(n.summary == n.text or n.surprise == n.text for n in tree.leaves())
+    assert len(embedder.seen) - len(set(embedder.seen)) <= own_summary
 
 
 def test_llama_index_extractor_is_model_free_on_request_or_without_a_model():

@@ -21,9 +21,10 @@ into 200-token chunks with 20 planted sentences (the NIAH default needles and bA
 planted sentence was the first surprise of its chunk in 15 of 18 chunks (the other two sat in 2-sentence
 chunks), and 45 % of chunks without a planted sentence got a surprise note (z >= 2.5 kept 6 of 18 planted ones).
 
-Vectors: every unit is embedded once (:class:`SentenceCache`); the tree's vector of a summary or surprise note
-made of several units is the normalised mean of their vectors, not a new embedding of the joined text, and a
-leaf chunk is always embedded as it is (the vector plain chunk retrieval uses).
+Vectors: every unit is embedded once (:class:`SentenceCache`), a surprise note or summary that is one unit
+reuses that vector, and a leaf chunk is always embedded as it is (the vector plain chunk retrieval uses). With
+``mean_vectors=True`` a summary or note of several units gets the normalised mean of their vectors instead of
+an embedding of the joined text (cheaper; measured to cost retrieval recall, see :class:`ExtractiveSummariser`).
 
 The pure functions (:func:`leave_one_out_similarity`, :func:`central_sentences`, :func:`surprising_sentences`)
 take arrays and return indices; :class:`ExtractiveSummariser` wraps them behind the LLM summariser's interface
@@ -221,8 +222,8 @@ class SentenceCache(CachedEmbedder):
     text is embedded (and cached) as usual.
 
     A summary of several sentences is otherwise embedded once more, though each of its sentences already was;
-    on the 8k needle haystack re-embedding the summaries took about a third of an extractive build, because a
-    batch pads every text to its longest (``benchmarks/results/tree_both.md`` has the measured before/after).
+    composing saved about 20 % of an extractive tree's build CPU time on the needle benchmark and lowered
+    recall of retrieval over chunks and summaries (``benchmarks/results/tree_extractive_vectors.md``).
 
     >>> class Echo:
     ...     calls = 0
@@ -292,7 +293,10 @@ class ExtractiveSummariser:
         z, min_sentences, min_scale, min_words: the surprise criterion (module docstring).
         redundancy: cosine above which a sentence counts as a repeat of one already in the summary.
         mean_vectors: the vector of a summary or surprise note made of several whole sentences is the
-            normalised mean of their vectors (:class:`SentenceCache`) instead of a new embedding of the text.
+            normalised mean of their vectors (:class:`SentenceCache`) instead of a new embedding of the text:
+            about 20 % less CPU for a tree build, but on the needle benchmark retrieval over leaf chunks and
+            summaries (no surprise notes) found 2 of 9 needles at k=5 instead of 4 of 9 (all fields: 9 of 9 either
+            way), so it is off by default. On a tree: ``tree.summariser.cached_embedder.compose = True``.
     """
 
     def __init__(
@@ -309,7 +313,7 @@ class ExtractiveSummariser:
         redundancy: float = 0.95,
         show_progress: bool = False,
         cache: dict[str, SummaryResult] | None = None,
-        mean_vectors: bool = True,
+        mean_vectors: bool = False,
     ) -> None:
         if not isinstance(embedder, Embedder):
             raise TypeError(
@@ -333,8 +337,8 @@ class ExtractiveSummariser:
             raise ValueError(f"redundancy must be in (0, 1], got {redundancy!r}")
         self.embedder = embedder
         #: ``embedder`` behind an in-memory cache (at most 20,000 texts, ~30 MB of 384-d vectors); the tree
-        #: embeds its node texts through it too, so a surprise note that is one sentence is not embedded twice
-        #: and (with ``mean_vectors``) a summary of several sentences gets the mean of theirs.
+        #: embeds its summaries and surprise notes through it too, so a note that is one sentence is not
+        #: embedded twice and (with ``mean_vectors``) a summary of several sentences gets the mean of theirs.
         self.cached_embedder = SentenceCache(embedder, maxsize=20_000, compose=mean_vectors)
         self.summary_tokens = summary_tokens
         self.surprise_tokens = surprise_tokens
