@@ -222,7 +222,7 @@ class SentenceCache(CachedEmbedder):
     text is embedded (and cached) as usual.
 
     A summary of several sentences is otherwise embedded once more, though each of its sentences already was;
-    composing saved about 20 % of an extractive tree's build CPU time on the needle benchmark and lowered
+    composing saved 14-22 % of an extractive tree's build CPU time on the needle benchmark and lowered
     recall of retrieval over chunks and summaries (``benchmarks/results/tree_extractive_vectors.md``).
 
     >>> class Echo:
@@ -294,7 +294,7 @@ class ExtractiveSummariser:
         redundancy: cosine above which a sentence counts as a repeat of one already in the summary.
         mean_vectors: the vector of a summary or surprise note made of several whole sentences is the
             normalised mean of their vectors (:class:`SentenceCache`) instead of a new embedding of the text:
-            about 20 % less CPU for a tree build, but on the needle benchmark retrieval over leaf chunks and
+            14-22 % less CPU for a tree build, but on the needle benchmark retrieval over leaf chunks and
             summaries (no surprise notes) found 2 of 9 needles at k=5 instead of 4 of 9 (all fields: 9 of 9 either
             way), so it is off by default. On a tree: ``tree.summariser.cached_embedder.compose = True``.
     """
