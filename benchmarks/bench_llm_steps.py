@@ -6,6 +6,8 @@
 Each step is measured with and without constrained decoding (the ``ReplyFormat`` a step asks for) in the same
 run, so every number stands beside its baseline. Sections (each in its own functions, so other steps can be added
 without touching these): ``tree`` (surprise-tree summary replies that parse, on chunks of Robinson Crusoe),
+``tree_build`` (``bench_tree.py --summariser both``: build time of the LLM tree, the extractive tree and plain
+chunks on the same 3-needle haystacks, with needle recall),
 ``triplets`` (RET-LLM triplet extraction on bAbI statements: replies that parse, and precision / recall of
 subject and object against gold derived from the sentences, old vs new few-shot examples), ``triplet_answers``
 (RET-LLM end to end on bAbI qa1: free vs constrained read turns), ``scm`` (SCM activation gates, in
@@ -292,6 +294,79 @@ def run_triplet_answers(args: argparse.Namespace) -> tuple[str, dict]:
     return md, out
 
 
+def tree_build_section(res: dict) -> tuple[str, dict]:
+    """The side-by-side numbers of a ``bench_tree.py --summariser both`` result: build time of the LLM tree,
+    the extractive tree and plain chunks (embedding them alone), speed-up, and needle recall at ``k_main``."""
+    k = str(res["k_main"])
+    agg = res["aggregate"]
+    llm = agg.get("llm")
+    rows, out = [], {}
+    for who in res["summarisers"]:
+        a = agg[who]
+        out[who] = {
+            "build_seconds": a["build_seconds"],
+            "build_cpu_seconds": a.get("build_cpu_seconds"),
+            "speedup_wall": llm["build_seconds"] / a["build_seconds"] if llm else None,
+            "speedup_cpu": llm["build_cpu_seconds"] / a["build_cpu_seconds"] if llm else None,
+            "recall": {m: a["recall"][m][k] for m in ("tree+surprise", "tree", "chunks", "surprise")},
+            "llm_calls": a["llm_calls"],
+            "parse_failures": a["parse_failures"],
+        }
+        o = out[who]
+        speed = f"{o['speedup_wall']:.1f}x / {o['speedup_cpu']:.1f}x" if llm else "–"
+        rows.append(
+            f"| {who} tree | {a['build_seconds']:.1f} | {a.get('build_cpu_seconds', float('nan')):.1f} | {speed} | "
+            f"{a['llm_calls']} | {100 * o['recall']['tree+surprise']:.0f} % | {100 * o['recall']['surprise']:.0f} % |"
+        )
+    first = agg[res["summarisers"][0]]
+    chunk_wall, chunk_cpu = first["chunk_embedding_seconds"], first.get("chunk_embedding_cpu_seconds", float("nan"))
+    ceiling = f"{llm['build_seconds'] / chunk_wall:.1f}x / {llm['build_cpu_seconds'] / chunk_cpu:.1f}x" if llm else "–"
+    out["plain_chunks"] = {"embedding_seconds": chunk_wall, "embedding_cpu_seconds": chunk_cpu}
+    rows.append(
+        f"| plain chunks (embedding only) | {chunk_wall:.1f} | {chunk_cpu:.1f} | {ceiling} | 0 | "
+        f"{100 * first['recall']['chunks'][k]:.0f} % | – |"
+    )
+    md = (
+        "## Tree build: LLM vs model-free vs plain chunks (`--steps tree_build`)\n\n"
+        f"`{res['command']}` (the same haystacks for every row; its full report is `tree_both.md`): "
+        f"{', '.join(str(x) for x in res['lengths'])} tokens, {res['trials']} haystack(s) per length, 3 needles each "
+        f"({first['pairs']} pairs), load average at the start {res['machine']['loadavg_start']}. Speed-up = the LLM "
+        "tree's build time over this row's (wall / process CPU time; CPU time moves less with other jobs' load); "
+        "for plain chunks it is the most any tree that embeds its chunks with the same model could gain. "
+        f"Recall = needle recall@{k}.\n\n"
+        "| build | wall s | CPU s | LLM tree / this | LLM calls | recall (all node texts; chunks for the last row) "
+        "| recall (surprise notes alone) |\n|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    return md, out
+
+
+def run_tree_build(args: argparse.Namespace) -> tuple[str, dict]:
+    """``bench_tree.py --summariser both --also-mean-vectors`` on ``--tree-lengths`` with a fresh LLM reply
+    cache (so the LLM build time is the model's), summarised by :func:`tree_build_section`."""
+    import tempfile
+
+    from bench_tree import main as tree_main
+
+    out = RESULTS_DIR / "tree_both.md"
+    with tempfile.TemporaryDirectory() as tmp:
+        tree_main(
+            [
+                "--summariser",
+                "both",
+                "--also-mean-vectors",
+                "--lengths",
+                args.tree_lengths,
+                "--data",
+                str(_data(args)),
+                "--out",
+                str(out),
+                "--llm-cache",
+                str(Path(tmp) / "replies.sqlite"),
+            ]
+        )
+    return tree_build_section(json.loads(out.with_suffix(".json").read_text()))
+
+
 def run_scm(args: argparse.Namespace) -> tuple[str, dict]:
     """SCM activation gates: ``bench_scm_activation.py`` (its own report, ``llm_steps_scm.md``)."""
     from bench_scm_activation import main as scm_main
@@ -303,6 +378,7 @@ def run_scm(args: argparse.Namespace) -> tuple[str, dict]:
 
 STEPS["scm"] = run_scm
 STEPS["tree"] = run_tree
+STEPS["tree_build"] = run_tree_build
 STEPS["triplet_answers"] = run_triplet_answers
 STEPS["triplets"] = run_triplets
 
@@ -313,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=None, help="the shared data folder (default ../shared/data)")
     parser.add_argument("--tree-n", type=int, default=20, help="dev chunks for the tree step")
     parser.add_argument("--tree-heldout-n", type=int, default=10, help="held-out chunks for the tree step")
+    parser.add_argument("--tree-lengths", default="8k", help="haystack lengths for the tree_build step")
     parser.add_argument("--triplets-n", type=int, default=16, help="bAbI statements per part for the triplet step")
     parser.add_argument("--parts", default="dev,held-out", help="parts for triplet_answers (dev, held-out)")
     parser.add_argument("--answers-n", type=int, default=10, help="bAbI qa1 questions per part (triplet_answers)")

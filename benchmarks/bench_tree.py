@@ -5,6 +5,7 @@
     python benchmarks/bench_tree.py --base-url http://127.0.0.1:8080/v1 --model NAME   # OpenAI-compatible
     python benchmarks/bench_tree.py --summariser extractive --lengths 8k,16k,32k,64k   # no LLM (seconds)
     python benchmarks/bench_tree.py --summariser both --lengths 8k      # LLM and extractive on the same haystack
+    python benchmarks/bench_tree.py --summariser extractive --also-mean-vectors --lengths 8k,16k,32k
 
 Haystack: the essays in sorted file order, started at a seeded essay, cut into sentences (at most 40 words) and
 filled until the text has about L tokens (counted with the summary model's tokenizer). Three needles written for
@@ -41,11 +42,16 @@ every key word of the needle's fact (case-insensitive substring, e.g. ``saldane`
 is the usual one; the second credits a summary that carried the fact up the tree. Hits are ranked once with
 ``k = max(--ks)`` and cut for the smaller ``k`` (collapsed retrieval without a token budget is a plain top-k).
 
-Also measured per tree: build seconds, LLM calls, cache hits, replies the parser could not split into
-(Summary)/(Surprise), failed calls, nodes and layers, against the number of leaf chunks, and how many leaves
-got a surprise note at all (an extractive note that is not a needle is a false alarm; the LLM writes one
-for nearly every chunk). Replies are cached in
-SQLite under the gitignored ``benchmarks/out/``, so a rerun with the same settings makes no calls (its build time
+``--also-mean-vectors`` adds one more extractive tree per haystack whose multi-sentence summaries and surprise
+notes get the mean of their sentence vectors instead of an embedding of their text, so the two can be compared on
+recall and build time in one run.
+
+Also measured per tree: build seconds (wall and process CPU time: CPU time moves less with the load other jobs
+put on a shared machine; it counts every thread of the process, llama.cpp's and torch's), LLM calls, cache hits,
+replies the parser could not split into (Summary)/(Surprise), failed calls, nodes and layers, against the number
+of leaf chunks, and how many leaves got a surprise note at all (an extractive note that is not a needle is a false
+alarm; the LLM writes one for nearly every chunk). Replies are cached in SQLite under the gitignored
+``benchmarks/out/``, so a rerun with the same settings makes no calls (its build time
 is then not the model's). Writes ``benchmarks/results/tree.md`` and ``tree.json``.
 """
 
@@ -259,7 +265,10 @@ def one_line(text: str, limit: int = 160) -> str:
 SUMMARISER_LABEL = {
     "llm": "LLM summariser",
     "extractive": "extractive summariser (no LLM)",
+    "extractive-mean": "extractive summariser (no LLM), summary vectors = mean of sentence vectors",
 }
+#: label -> (TreeConfig.summariser, compose summary vectors from sentence vectors; None = the default)
+VARIANTS = {"llm": ("llm", None), "extractive": ("extractive", None), "extractive-mean": ("extractive", True)}
 
 
 def auto_summary(res: dict, who: str) -> list[str]:
@@ -321,17 +330,27 @@ def auto_summary(res: dict, who: str) -> list[str]:
 def side_by_side(res: dict) -> list[str]:
     """One row per summariser: build cost, recall@k_main per method, needles kept in the notes."""
     k = str(res["k_main"])
+    llm = res["aggregate"].get("llm")
     out = [
-        "| summariser | build s (total) | s per chunk | chunk embedding alone s | LLM calls | "
+        "| summariser | build s (total) | build CPU s | LLM build / this build | s per chunk | "
+        "chunk embedding alone s (CPU s) | LLM calls | "
         + " | ".join(f"{m} @{k}" for m in METHODS)
         + " | needles in leaf surprise | leaves with a surprise note |",
-        "|---|---|---|---|---|" + "---|" * len(METHODS) + "---|---|",
+        "|---|---|---|---|---|---|---|" + "---|" * len(METHODS) + "---|---|",
     ]
     for who in res["summarisers"]:
         agg = res["aggregate"][who]
+        ratio = (
+            f"{llm['build_seconds'] / agg['build_seconds']:.1f}x wall, "
+            f"{llm['build_cpu_seconds'] / agg['build_cpu_seconds']:.1f}x CPU"
+            if llm and agg.get("build_cpu_seconds")
+            else "–"
+        )
         out.append(
-            f"| {who} | {agg['build_seconds']:.1f} | {agg['build_seconds'] / max(1, agg['leaves']):.2f} | "
-            f"{agg['chunk_embedding_seconds']:.1f} | {agg['llm_calls']} | "
+            f"| {who} | {agg['build_seconds']:.1f} | {agg.get('build_cpu_seconds', float('nan')):.1f} | {ratio} | "
+            f"{agg['build_seconds'] / max(1, agg['leaves']):.2f} | "
+            f"{agg['chunk_embedding_seconds']:.1f} ({agg.get('chunk_embedding_cpu_seconds', float('nan')):.1f}) | "
+            f"{agg['llm_calls']} | "
             + " | ".join(f"{100 * agg['recall'][m][k]:.0f} %" for m in METHODS)
             + f" | {agg['fact_in_leaf_surprise']} of {agg['pairs']} | {agg['leaves_with_surprise']} of "
             f"{agg['leaves']} |"
@@ -389,7 +408,7 @@ def report(res: dict) -> str:
         "## Per haystack",
         "",
         "| haystack | summariser | tokens | needle depths | leaves | nodes | layers | LLM calls | parse fail | "
-        "call fail | leaves with surprise | build s | chunk embedding s | "
+        "call fail | leaves with surprise | build s (CPU s) | chunk embedding s (CPU s) | "
         f"first rank {' / '.join(METHODS)} (k ≤ {max(ks)}) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -402,8 +421,9 @@ def report(res: dict) -> str:
         out.append(
             f"| {h['name']} | {h['summariser']} | {h['tokens']} | {', '.join(f'{d:.2f}' for d in h['depths'])} | "
             f"{b['leaves']} | {b['nodes']} | {b['layers']} | {b['llm_calls']} | {b['parse_failures']} | "
-            f"{b['call_failures']} | {b['leaves_with_surprise']} | {b['seconds']:.1f} | "
-            f"{b['chunk_embedding_seconds']:.1f} | {ranks} |"
+            f"{b['call_failures']} | {b['leaves_with_surprise']} | {b['seconds']:.1f} "
+            f"({b.get('cpu_seconds', float('nan')):.1f}) | {b['chunk_embedding_seconds']:.1f} "
+            f"({b.get('chunk_embedding_cpu_seconds', float('nan')):.1f}) | {ranks} |"
         )
     out += [
         "",
@@ -472,7 +492,9 @@ def aggregate(haystacks: list[dict], ks: list[int]) -> dict:
         "parse_failures": sum(b["parse_failures"] for b in builds),
         "call_failures": sum(b["call_failures"] for b in builds),
         "build_seconds": sum(b["seconds"] for b in builds),
+        "build_cpu_seconds": sum(b.get("cpu_seconds", 0.0) for b in builds),
         "chunk_embedding_seconds": sum(b["chunk_embedding_seconds"] for b in builds),
+        "chunk_embedding_cpu_seconds": sum(b.get("chunk_embedding_cpu_seconds", 0.0) for b in builds),
     }
 
 
@@ -502,11 +524,25 @@ def main(argv: list[str] | None = None) -> int:
         default="llm",
         help="who writes summaries and surprise notes (both: two trees per haystack, side by side)",
     )
+    ap.add_argument(
+        "--also-mean-vectors",
+        action="store_true",
+        help="add an extractive tree whose multi-sentence summaries get the mean of their sentence vectors "
+        "(ExtractiveSummariser(mean_vectors=True)), to compare recall and build time on the same haystacks",
+    )
     ap.add_argument("--out", type=Path, default=None, help="default: results/tree.md (llm), tree_<summariser>.md")
+    ap.add_argument(
+        "--llm-cache",
+        type=Path,
+        default=OUT_DIR / "tree_llm_cache.sqlite",
+        help="SQLite cache of the LLM replies (a new path = every call made, so LLM build times are the model's)",
+    )
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = RESULTS_DIR / ("tree.md" if args.summariser == "llm" else f"tree_{args.summariser}.md")
     summarisers = ["llm", "extractive"] if args.summariser == "both" else [args.summariser]
+    if args.also_mean_vectors:
+        summarisers.append("extractive-mean")
     ks = sorted({int(x) for x in args.ks.split(",") if x.strip()})
     if args.trials < 1 or not ks or ks[0] < 1 or args.k_main not in ks:
         raise SystemExit("--trials and every k must be positive, and --k-main one of --ks")
@@ -515,8 +551,8 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter()
     loadavg_start = loadavg()
     base, model_name = make_model(args)
-    OUT_DIR.mkdir(parents=True, exist_ok=True)
-    model = CachedChatModel(base, OUT_DIR / "tree_llm_cache.sqlite")
+    args.llm_cache.parent.mkdir(parents=True, exist_ok=True)
+    model = CachedChatModel(base, args.llm_cache)
     from fragrel_integrations.models.local import default_embedder
 
     embedder = default_embedder()
@@ -544,12 +580,15 @@ def main(argv: list[str] | None = None) -> int:
             hay = make_haystack(essays, tokens, trial, args.seed, model.count_tokens, depths)
             name = f"{tokens // 1000}k-{trial}"
             for who in summarisers:
+                kind, mean_vectors = VARIANTS[who]
                 tree = SurpriseTree(
-                    model, embedder, config=replace(config, summariser=who), max_concurrency=1, show_progress=False
+                    model, embedder, config=replace(config, summariser=kind), max_concurrency=1, show_progress=False
                 )
-                hits_before, start = model.hits, time.perf_counter()
+                if mean_vectors is not None:
+                    tree.summariser.cached_embedder.compose = mean_vectors
+                hits_before, start, cpu = model.hits, time.perf_counter(), time.process_time()
                 rep = tree.build([hay["text"]], doc_ids=[name])
-                seconds = time.perf_counter() - start
+                seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
                 build = {
                     "leaves": len(tree.leaves()),
                     "nodes": len(tree),
@@ -560,10 +599,12 @@ def main(argv: list[str] | None = None) -> int:
                     "call_failures": rep.call_failures,
                     "leaves_with_surprise": sum(bool(n.surprise) for n in tree.leaves()),
                     "seconds": seconds,
+                    "cpu_seconds": cpu_seconds,
                 }
-                start = time.perf_counter()  # the floor any dense index of these chunks pays
+                start, cpu = time.perf_counter(), time.process_time()  # the floor any dense index of these pays
                 embed_documents(embedder, [n.text for n in tree.leaves()])
                 build["chunk_embedding_seconds"] = time.perf_counter() - start
+                build["chunk_embedding_cpu_seconds"] = time.process_time() - cpu
                 ev = evaluate(tree, ks)
                 haystacks.append(
                     {

@@ -324,3 +324,108 @@ def test_both_adapters_build_extractive_trees_without_a_model():
         LCRetriever.from_texts(texts, summariser="nope", **options)
     with pytest.raises(ValueError, match="summariser must be one of"):
         LIRetriever.from_texts(texts, summariser="nope", **options)
+
+
+# ------------------------------------------------------------------------------------------ embedding cost (issue 14)
+
+
+class CountingEmbedder(HashingEmbedder):
+    """HashingEmbedder that records every text it is asked to embed."""
+
+    def __init__(self, dim: int = 256) -> None:
+        super().__init__(dim=dim)
+        self.seen: list[str] = []
+
+    def embed_documents(self, texts):
+        self.seen.extend(texts)
+        return super().embed_documents(texts)
+
+
+def _mean_of_units(embedder: HashingEmbedder, text: str) -> np.ndarray:
+    units = np.asarray(embedder.embed_documents(split_units(text)), dtype=np.float64)
+    mean = (units / np.linalg.norm(units, axis=1, keepdims=True)).mean(axis=0)
+    return mean / np.linalg.norm(mean)
+
+
+def test_extractive_tree_embeds_each_sentence_once_and_no_summary_again():
+    docs = topic_docs()
+    embedder = CountingEmbedder()
+    tree = SurpriseTree(None, embedder, show_progress=False, **OPTIONS)
+    assert tree.summariser.cached_embedder.compose is False  # the default: summaries embedded as texts
+    tree.summariser.cached_embedder.compose = True
+    tree.build(list(docs.values()), doc_ids=list(docs))
+    assert len(embedder.seen) == len(set(embedder.seen))  # nothing is embedded twice
+    chunks = {n.text for n in tree.leaves()}
+    units = {u for n in tree.nodes.values() for t in (n.text, n.summary, n.surprise) for u in split_units(t)}
+    assert set(embedder.seen) <= chunks | units  # leaf chunks and sentences: no summary of several sentences
+    reference = HashingEmbedder(dim=256)
+    composed = 0
+    for (node_id, name), vector in tree.vectors.items():
+        text = tree.nodes[node_id].field_text(name)
+        if name != "text" and len(split_units(text)) > 1:  # a summary / note of several sentences: their mean
+            np.testing.assert_allclose(vector, _mean_of_units(reference, text), atol=1e-6)
+            composed += 1
+        else:  # embedded as it is: chunks always (a chunk may be its own summary), single sentences
+            np.testing.assert_allclose(vector, reference.embed_documents([text])[0], atol=1e-6)
+    assert composed > 0
+    assert any(n.text == n.summary and len(split_units(n.text)) > 1 for n in tree.leaves())  # the case above
+
+
+def test_summary_vectors_are_the_same_from_the_summary_cache_and_can_be_re_embedded():
+    chunk = planted_chunk()
+    first = ExtractiveSummariser(CountingEmbedder(), summary_tokens=24, surprise_tokens=20, mean_vectors=True)
+    (res,), _ = first.summarise([chunk])
+    assert len(split_units(res.summary)) > 1
+    fresh = first.cached_embedder.embed_documents([res.summary])[0]
+    counting = CountingEmbedder()
+    second = ExtractiveSummariser(
+        counting, summary_tokens=24, surprise_tokens=20, cache=dict(first.cache), mean_vectors=True
+    )
+    (hit,), report = second.summarise([chunk])
+    assert hit == res and report.cache_hits == 1 and counting.seen == []
+    np.testing.assert_allclose(second.cached_embedder.embed_documents([res.summary])[0], fresh, atol=1e-6)
+    assert set(counting.seen) == set(split_units(res.summary))  # its sentences, not the summary text
+    off = ExtractiveSummariser(CountingEmbedder(), summary_tokens=24, surprise_tokens=20)  # the default
+    off.summarise([chunk])
+    vector = off.cached_embedder.embed_documents([res.summary])[0]
+    assert off.embedder.seen[-1] == res.summary  # the text itself is embedded when mean_vectors=False
+    np.testing.assert_allclose(vector, HashingEmbedder(dim=256).embed_documents([res.summary])[0], atol=1e-6)
+    with pytest.raises(TypeError, match="compose"):
+        ExtractiveSummariser(HashingEmbedder(), mean_vectors="yes")  # type: ignore[arg-type]
+
+
+def test_default_extractive_tree_embeds_summaries_as_texts_and_chunks_once():
+    docs = topic_docs()
+    embedder = CountingEmbedder()
+    tree = SurpriseTree(None, embedder, show_progress=False, **OPTIONS)
+    tree.build(list(docs.values()), doc_ids=list(docs))
+    reference = HashingEmbedder(dim=256)
+    for (node_id, name), vector in tree.vectors.items():
+        np.testing.assert_allclose(
+            vector, reference.embed_documents([tree.nodes[node_id].field_text(name)])[0], atol=1e-6
+        )
+    assert {n.text for n in tree.leaves()} <= set(embedder.seen)
+    # a text is embedded twice only when a leaf chunk is also a summary (through the sentence cache)
+    own_summary = sum(n.summary == n.text or n.surprise == n.text for n in tree.leaves())
+    assert len(embedder.seen) - len(set(embedder.seen)) <= own_summary
+
+
+def test_llama_index_extractor_is_model_free_on_request_or_without_a_model():
+    from llama_index.core.schema import TextNode
+
+    from fragrel_integrations.llama_index.surprise_tree import SurpriseExtractor
+
+    model = ScriptedChatModel(fake_reply)
+    extractor = SurpriseExtractor(embedder=HashingEmbedder(dim=256), summary_tokens=24, surprise_tokens=20)
+    assert extractor.summariser == "extractive"
+    out = extractor.extract([TextNode(text=planted_chunk()), TextNode(text=planted_chunk(4))])
+    assert [o["tree_surprise"] for o in out] == [PLANTED, PLANTED]
+    assert all(o["tree_summary"] and PLANTED not in o["tree_summary"] for o in out)
+    assert extractor.report.llm_calls == 0
+    chosen = SurpriseExtractor(model, summariser="extractive", embedder=HashingEmbedder(dim=256))
+    chosen.extract([TextNode(text=planted_chunk())])
+    assert model.calls == [] and SurpriseExtractor(model).summariser == "llm"
+    with pytest.raises(ValueError, match="needs a chat_model"):
+        SurpriseExtractor(summariser="llm")
+    with pytest.raises(ValueError, match="summariser must be one of"):
+        SurpriseExtractor(model, summariser="textrank")

@@ -202,7 +202,7 @@ async def test_llama_index_extractor_async_and_failures():
     assert out[1] == {"tree_summary": "no sections at all", "tree_surprise": ""}
     assert extractor.report.call_failures == 1 and extractor.report.parse_failures == 1
     with pytest.raises(ValueError, match="chat_model"):
-        SurpriseExtractor(None)
+        SurpriseExtractor(None, summariser="llm")
 
 
 # ---------------------------------------------------------------------------------------------------- FragRel option

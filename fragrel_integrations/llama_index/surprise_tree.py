@@ -24,7 +24,16 @@ from pydantic import Field, PrivateAttr
 
 from ..core.scoring import check_alpha
 from ..core.selection import check_k
-from ..core.tree import FIELDS, BuildReport, Summariser, SurpriseTree, TreeHit, TreeRelation
+from ..core.tree import (
+    FIELDS,
+    SUMMARISERS,
+    BuildReport,
+    ExtractiveSummariser,
+    Summariser,
+    SurpriseTree,
+    TreeHit,
+    TreeRelation,
+)
 from ..models.llama_index_models import llama_index_embedder
 from ._convert import resolve_k
 
@@ -227,9 +236,14 @@ class SurpriseExtractor(BaseExtractor):
     """Per-node summary and surprising facts as node metadata (``tree_summary``, ``tree_surprise``): the leaf
     step of the surprise tree as a LlamaIndex extractor, for ingestion pipelines.
 
-    One call per node with the core prompt and parser (:class:`~fragrel_integrations.core.tree.Summariser`):
-    replies are cached by content, failed calls never stop the pipeline (the summary is then the start of the
-    node text), at most ``max_concurrency`` calls run at once. ``report`` accumulates the counts.
+    ``summariser="llm"``: one call per node with the core prompt and parser
+    (:class:`~fragrel_integrations.core.tree.Summariser`): replies are cached by content, failed calls never stop
+    the pipeline (the summary is then the start of the node text), at most ``max_concurrency`` calls run at once.
+    ``summariser="extractive"``: no model call: the node's most central sentences as the summary and its novelty
+    outliers as the surprise (:class:`~fragrel_integrations.core.tree.ExtractiveSummariser`), the sentences
+    embedded with ``embedder`` (a LlamaIndex embedding or any Embedder; None = the embedded MiniLM) and counted
+    with the offline token estimate. ``summariser=None`` (the default) picks ``"llm"`` when a ``chat_model`` is
+    given, else ``"extractive"``, as the tree does. ``report`` accumulates the counts.
 
     >>> from llama_index.core.schema import TextNode
     >>> from fragrel_integrations.testing import ScriptedChatModel
@@ -240,35 +254,56 @@ class SurpriseExtractor(BaseExtractor):
 
     summary_tokens: int = Field(default=300, gt=0, description="Length of each summary, in tokens.")
     surprise_tokens: int = Field(default=150, gt=0, description="Room for the surprising facts, in tokens.")
-    _summariser: Summariser = PrivateAttr()
+    summariser: str = Field(default="llm", description="Who writes the metadata: 'llm' or 'extractive'.")
+    _summariser: Summariser | ExtractiveSummariser = PrivateAttr()
     _report: BuildReport = PrivateAttr(default_factory=BuildReport)
 
     def __init__(
         self,
-        chat_model: Any,
+        chat_model: Any = None,
         *,
+        summariser: str | None = None,
+        embedder: Any = None,
         summary_tokens: int = 300,
         surprise_tokens: int = 150,
         max_concurrency: int = 4,
         show_progress: bool = False,
         **kwargs: Any,
     ) -> None:
+        if summariser is None:
+            summariser = "llm" if chat_model is not None else "extractive"
+        if summariser not in SUMMARISERS:
+            raise ValueError(f"summariser must be one of {SUMMARISERS} or None, got {summariser!r}")
+        if summariser == "llm" and chat_model is None:
+            raise ValueError(
+                "SurpriseExtractor(summariser='llm') needs a chat_model (a LlamaIndex LLM or any ChatModel); "
+                "use summariser='extractive' for model-free metadata"
+            )
         super().__init__(
+            summariser=summariser,
             summary_tokens=summary_tokens,
             surprise_tokens=surprise_tokens,
             num_workers=max_concurrency,
             show_progress=show_progress,
             **kwargs,
         )
-        self._summariser = Summariser(
-            chat_model,
-            summary_tokens=summary_tokens,
-            surprise_tokens=surprise_tokens,
-            max_concurrency=max_concurrency,
-            show_progress=show_progress,
+        if summariser == "llm":
+            self._summariser = Summariser(
+                chat_model,
+                summary_tokens=summary_tokens,
+                surprise_tokens=surprise_tokens,
+                max_concurrency=max_concurrency,
+                show_progress=show_progress,
+            )
+            return
+        model = llama_index_embedder(embedder)
+        if model is None:
+            from ..models.local import default_embedder
+
+            model = default_embedder()
+        self._summariser = ExtractiveSummariser(
+            model, summary_tokens=summary_tokens, surprise_tokens=surprise_tokens, show_progress=show_progress
         )
-        if self._summariser.chat_model is None:
-            raise ValueError("SurpriseExtractor needs a chat_model (a LlamaIndex LLM or any ChatModel)")
 
     @classmethod
     def class_name(cls) -> str:

@@ -486,7 +486,14 @@ class SurpriseTree:
         keys = [(i, f) for i in ids for f in FIELDS if self.nodes[i].field_text(f)]
         if not keys:
             return
-        vectors = embed_documents(self._text_embedder, [self.nodes[i].field_text(f) for i, f in keys])
+        # shortest first, so a batch holds texts of similar length: summaries are not padded to a chunk's length;
+        # leaf chunks go to the embedder itself (never a summary's cached or composed vector of the same text)
+        keys.sort(key=lambda key: (key[1] != "text", len(self.nodes[key[0]].field_text(key[1]))))
+        n_text = sum(f == "text" for _, f in keys)
+        texts = [self.nodes[i].field_text(f) for i, f in keys]
+        parts = [embed_documents(self.embedder, texts[:n_text])] if n_text else []
+        parts += [embed_documents(self._text_embedder, texts[n_text:])] if n_text < len(keys) else []
+        vectors = np.concatenate(parts)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = vectors / np.where(norms > 0, norms, 1.0)
         for key, v in zip(keys, vectors, strict=True):
