@@ -44,7 +44,8 @@ from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
 from .._adapters import split_store_or_path  # noqa: E402
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore, normalize_term, parse_calls  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
-from ..models.base import Embedder, optional_embedder  # noqa: E402
+from ..models.base import Embedder  # noqa: E402
+from ..models.convert import optional_embedder  # noqa: E402
 
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
 

@@ -23,7 +23,8 @@ from typing import Any, Literal
 import numpy as np
 
 from ...models.base import Embedder, embed_documents, embed_query
-from ...models.chat import ChatModel, as_chat_model
+from ...models.chat import ChatModel
+from ...models.convert import as_chat_model
 from ...models.tokens import count_tokens
 from ..scoring import check_alpha, relation_aware_scores
 from ..selection import check_k, select
