@@ -257,24 +257,13 @@ class FragRelIndex:
         return save_index(self, path, metadata=metadata)
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        *,
-        embedder: Embedder | None = None,
-        relation: Relation | None = None,
-        alpha: float | None = None,
-        scorer: ScorerName | Scorer | None = None,
-        expect: Mapping[str, Any] | None = None,
-        top_m: int | Literal["saved"] | None = "saved",
-    ) -> FragRelIndex:
-        """Read an index written by :meth:`save`, without re-embedding. Settings not given keep their saved
-        values; the embedder must be the model the index was built with (``None``: the embedded default).
-        ``expect`` lists metadata values the file must hold (a stale cache is refused). Bad files raise a
-        ValueError naming the file; see :func:`~fragrel_integrations.core.persist.load_index`."""
-        return load_index(
-            cls, path, embedder=embedder, relation=relation, alpha=alpha, scorer=scorer, expect=expect, top_m=top_m
-        )
+    def load(cls, path: str | Path, **options: Any) -> FragRelIndex:
+        """Read an index written by :meth:`save`, without re-embedding. ``options`` (``embedder``, ``relation``,
+        ``alpha``, ``scorer``, ``expect``, ``top_m``) are :func:`~fragrel_integrations.core.persist.load_index`'s:
+        settings not given keep their saved values; the embedder must be the model the index was built with
+        (``None``: the embedded default); ``expect`` lists metadata values the file must hold (a stale cache is
+        refused). Bad files raise a ValueError naming the file."""
+        return load_index(cls, path, **options)
 
     def __len__(self) -> int:
         return len(self.fragments)

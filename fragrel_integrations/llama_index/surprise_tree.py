@@ -26,6 +26,7 @@ from ..core.scoring import check_alpha
 from ..core.selection import check_k
 from ..core.tree import FIELDS, BuildReport, Summariser, SurpriseTree, TreeHit, TreeRelation
 from ..core.tree.adapter import SEARCH_OPTIONS, abuild_tree, build_tree, hit_id, hit_metadata, search
+from ..core.tree.tree import check_search
 from ._convert import resolve_k
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
@@ -96,11 +97,7 @@ class SurpriseTreeRetriever(BaseRetriever):
             raise TypeError(
                 f"tree must be a SurpriseTree (or use SurpriseTreeRetriever.from_texts), got {type(tree).__name__}"
             )
-        if mode not in ("collapsed", "traversal"):
-            raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
-        fields = tuple(fields)
-        if not fields or not set(fields) <= set(FIELDS):
-            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
+        fields = check_search(mode, fields)
         self.tree = tree
         self.similarity_top_k = resolve_k(similarity_top_k, k, 4)
         self.budget_tokens = check_k(budget_tokens, "budget_tokens")

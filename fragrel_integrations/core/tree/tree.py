@@ -44,6 +44,7 @@ __all__ = [
     "TreeConfig",
     "TreeHit",
     "TreeNode",
+    "check_search",
     "check_state",
 ]
 
@@ -56,6 +57,17 @@ SUMMARISERS = ("llm", "extractive")
 FIELDS = ("text", "summary", "surprise")
 
 _Steps = Generator[list[str], list["SummaryResult"], None]
+
+
+def check_search(mode: object, fields: Sequence[str]) -> tuple[str, ...]:
+    """Validate a retrieval ``mode`` (``"collapsed"`` or ``"traversal"``) and ``fields`` (a non-empty subset of
+    :data:`FIELDS`); returns the fields as a tuple."""
+    wanted = tuple(fields)
+    if not wanted or not set(wanted) <= set(FIELDS):
+        raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
+    if mode not in ("collapsed", "traversal"):
+        raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
+    return wanted
 
 
 @dataclass(frozen=True, slots=True)
@@ -781,11 +793,7 @@ class SurpriseTree:
         budget_tokens = check_k(budget_tokens, "budget_tokens")
         if k is None and budget_tokens is None:
             raise ValueError("give k or budget_tokens (or both) to bound the result")
-        wanted = set(fields)
-        if not wanted or not wanted <= set(FIELDS):
-            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
-        if mode not in ("collapsed", "traversal"):
-            raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
+        wanted = set(check_search(mode, fields))
         if relation is not None and not isinstance(relation, TreeRelation):
             raise TypeError(f"relation must be a TreeRelation or None, got {type(relation).__name__}")
         alpha = check_alpha(alpha)
