@@ -158,6 +158,11 @@ class _Chat:
     temperature: float | None = None
     reply_format: ReplyFormat | None = None  # asked only of models that enforce it
 
+    def options(self) -> dict[str, Any]:
+        """The keywords of the model's ``invoke`` / ``ainvoke``."""
+        options = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        return {**options, **format_kwargs(self.model, self.reply_format)}
+
 
 @dataclass(frozen=True, slots=True)
 class _Prob:
@@ -690,12 +695,7 @@ class SelfControlledMemory:
             while True:
                 try:
                     if isinstance(request, _Chat):
-                        result = request.model.invoke(
-                            request.messages,
-                            temperature=request.temperature,
-                            max_tokens=request.max_tokens,
-                            **format_kwargs(request.model, request.reply_format),
-                        )
+                        result = request.model.invoke(request.messages, **request.options())
                     elif isinstance(request, _Prob):
                         result = yes_no_probability(request.model, request.messages)
                     else:
@@ -715,12 +715,7 @@ class SelfControlledMemory:
             while True:
                 try:
                     if isinstance(request, _Chat):
-                        result = await request.model.ainvoke(
-                            request.messages,
-                            temperature=request.temperature,
-                            max_tokens=request.max_tokens,
-                            **format_kwargs(request.model, request.reply_format),
-                        )
+                        result = await request.model.ainvoke(request.messages, **request.options())
                     elif isinstance(request, _Prob):
                         result = await ayes_no_probability(request.model, request.messages)
                     else:
