@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from .._validation import check_positive_int
 from .structured import ReplyFormat
 
 __all__ = [
@@ -418,9 +419,7 @@ def _check_chat_model(model: object) -> ChatModel:
 
 
 def _check_concurrency(max_concurrency: int) -> int:
-    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
-    return max_concurrency
+    return check_positive_int(max_concurrency, "max_concurrency")
 
 
 async def abatch(

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..._validation import check_positive_int
 from ...models.base import Embedder, embed_documents, embed_query
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
@@ -70,6 +71,17 @@ def check_search(mode: object, fields: Sequence[str]) -> tuple[str, ...]:
     return wanted
 
 
+_POSITIVE_FIELDS = (
+    "chunk_tokens",
+    "summary_tokens",
+    "surprise_tokens",
+    "max_cluster_tokens",
+    "reduction_dim",
+    "max_clusters",
+    "max_layers",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class TreeConfig:
     """Settings that shape a tree (persisted with it). Defaults follow ILM-TR (600-token chunks, 300-token
@@ -94,14 +106,8 @@ class TreeConfig:
     summariser: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("chunk_tokens", "summary_tokens", "surprise_tokens", "max_cluster_tokens", "reduction_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name in ("max_clusters", "max_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in _POSITIVE_FIELDS:
+            check_positive_int(getattr(self, name), name)
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
         if self.reducer not in REDUCERS:
@@ -832,8 +838,7 @@ class SurpriseTree:
         return self._lengths[key]
 
     def _traverse(self, keys: list[tuple[int, str]], scores: np.ndarray, width: int) -> set[int]:
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"width must be a positive int, got {width!r}")
+        check_positive_int(width, "width")
         best: dict[int, float] = {}
         for (node_id, _), s in zip(keys, scores, strict=True):
             best[node_id] = max(best.get(node_id, -np.inf), float(s))
