@@ -7,6 +7,7 @@ not a FragRel index is never overwritten. Writes go to a temporary file in the s
 target in one step, so a crash never leaves half an index behind.
 
 >>> import tempfile
+>>> from fragrel_integrations.core.index import FragRelIndex
 >>> index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25")
 >>> path = index.save(Path(tempfile.mkdtemp()) / "cats.fragrel")
 >>> [h.fragment.text for h in FragRelIndex.load(path).retrieve("cat", k=1)]
