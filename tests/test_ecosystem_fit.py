@@ -22,7 +22,8 @@ import fragrel_integrations
 from fragrel_integrations.langchain import MiniLMEmbeddings
 from fragrel_integrations.llama_index import MiniLMEmbedding, TripletGraphStore
 from fragrel_integrations.models import Embedder, as_embedder
-from fragrel_integrations.models.base import WrappedEmbedder, optional_embedder
+from fragrel_integrations.models.base import WrappedEmbedder
+from fragrel_integrations.models.convert import optional_embedder
 from fragrel_integrations.models.llama_index_models import LlamaIndexEmbedder
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 

@@ -37,7 +37,8 @@ from fragrel_integrations.llama_index import (
     PositionTagger,
     tag_positions,
 )
-from fragrel_integrations.models.llama_index_models import LlamaIndexEmbedder, llama_index_embedder
+from fragrel_integrations.models.convert import optional_embedder
+from fragrel_integrations.models.llama_index_models import LlamaIndexEmbedder
 
 # Three short original stories; SentenceSplitter(chunk_size=50) cuts them into 2-3 sentence chunks.
 STORIES = {
@@ -416,12 +417,12 @@ def test_llama_index_embedding_is_adapted(bow_embedder, embed_model):
     adapted = FragRelRetriever(ListRetriever(pool), similarity_top_k=4, embedder=embed_model).retrieve(QUERY)
     assert [n.node.node_id for n in adapted] == [n.node.node_id for n in raw]
     np.testing.assert_allclose([n.score for n in adapted], [n.score for n in raw], rtol=1e-5)
-    wrapped = llama_index_embedder(embed_model)
+    wrapped = optional_embedder(embed_model)
     assert isinstance(wrapped, LlamaIndexEmbedder)
     assert wrapped.embed_documents(["a b", "c"]).shape == (2, bow_embedder.dim)
-    assert llama_index_embedder(bow_embedder) is bow_embedder
+    assert optional_embedder(bow_embedder) is bow_embedder
     with pytest.raises(TypeError, match="BaseEmbedding"):
-        llama_index_embedder("not a model")
+        optional_embedder("not a model")
 
 
 def test_configurable_keys_and_position_order(embed_model):

@@ -13,7 +13,6 @@ from fragrel_integrations.models.chat import (
     ChatModel,
     ChatModelBase,
     abatch,
-    as_chat_model,
     batch,
     check_params,
     complete,
@@ -21,6 +20,7 @@ from fragrel_integrations.models.chat import (
     model_id,
     to_messages,
 )
+from fragrel_integrations.models.convert import as_chat_model
 from fragrel_integrations.testing import ScriptedChatModel
 
 
@@ -36,7 +36,6 @@ def test_all_is_pinned():
             "ToolReply",
             "abatch",
             "aiter_in_thread",
-            "as_chat_model",
             "batch",
             "check_params",
             "complete",
@@ -47,6 +46,13 @@ def test_all_is_pinned():
             "tool_turn",
         ]
     )
+
+
+def test_the_conversions_live_beside_the_protocols():
+    from fragrel_integrations.models import convert
+
+    assert sorted(convert.__all__) == ["as_chat_model", "as_embedder", "optional_embedder"]
+    assert not hasattr(chat_mod, "as_chat_model")  # the protocol module knows none of its adapters
 
 
 def test_to_messages_accepts_str_dicts_and_dataclass_and_copies():

@@ -10,7 +10,8 @@ import pytest
 from _llm_fixtures import SERVER_MODEL, free_port, get_embedded, get_server
 
 from fragrel_integrations.models.cache import CachedChatModel
-from fragrel_integrations.models.chat import ChatModel, abatch, as_chat_model, complete
+from fragrel_integrations.models.chat import ChatModel, abatch, complete
+from fragrel_integrations.models.convert import as_chat_model
 from fragrel_integrations.models.retry import RetryPolicy
 from fragrel_integrations.models.tokens import count_message_tokens
 

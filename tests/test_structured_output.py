@@ -379,7 +379,7 @@ def test_framework_adapters_do_not_enforce_and_ignore_the_format():
     pytest.importorskip("langchain_core")
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from fragrel_integrations.models.chat import as_chat_model
+    from fragrel_integrations.models.convert import as_chat_model
 
     model = as_chat_model(FakeListChatModel(responses=["Yes, I think so."]))
     assert not model.supports_format(YES_NO_FORMAT) and format_kwargs(model, YES_NO_FORMAT) == {}

@@ -17,16 +17,16 @@ from ..models.base import (
     fragment_vectors,
     window_words_for,
 )
+from .persist import load_index, save_index
 from .relations import ContextRelation, FragmentLayout, Relation
-from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
-from .scoring import check_alpha, check_scores, check_top_m, environment_from_sums, top_m_excess
+from .scorers import DenseScorer, Scorer, ScorerName, check_scorer, make_scorer
+from .scoring import check_alpha, check_scores, check_top_m, fragrel_scores
 from .selection import check_k, order_by_position, select
 from .splitters import split_turns, split_words
 from .types import Fragment, ScoredFragment
 
 __all__ = ["FragRelIndex"]
 
-ScorerName = Literal["dense", "bm25", "hybrid"]
 _DEFAULT_K = 5
 
 
@@ -90,8 +90,7 @@ class FragRelIndex:
         self.relation = ContextRelation(0.3) if relation is None else relation
         if not isinstance(self.relation, Relation):
             raise TypeError(f"relation must be a Relation (e.g. ContextRelation(0.3)), got {relation!r}")
-        if not (scorer in ("dense", "bm25", "hybrid") or callable(scorer)):
-            raise ValueError(f"scorer must be 'dense', 'bm25', 'hybrid' or a callable, got {scorer!r}")
+        check_scorer(scorer)
         if embeddings is not None and window_embeddings is not None:
             raise ValueError("pass embeddings (one row per fragment) or window_embeddings, not both")
         if window_words != "auto":
@@ -212,18 +211,12 @@ class FragRelIndex:
         return self._embedder
 
     def _build_scorer(self, scorer: ScorerName | Scorer) -> Scorer:
-        if callable(scorer):
-            return scorer
-        texts = [f.text for f in self.fragments]
-        if scorer == "bm25":
-            return BM25Scorer(texts)
+        return make_scorer(scorer, [f.text for f in self.fragments], dense=self._dense_scorer)
+
+    def _dense_scorer(self) -> DenseScorer:
         if self.window_embeddings is not None:
-            dense = DenseScorer(self.window_embeddings, self.embedder, offsets=self.window_offsets)
-        else:
-            dense = DenseScorer(self.embeddings, self.embedder)
-        if scorer == "dense":
-            return dense
-        return HybridScorer([(BM25Scorer(texts), 0.5), (dense, 0.5)])
+            return DenseScorer(self.window_embeddings, self.embedder, offsets=self.window_offsets)
+        return DenseScorer(self.embeddings, self.embedder)
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(s_ind, s_env, s_rel)`` for every fragment, in corpus order."""
@@ -232,8 +225,8 @@ class FragRelIndex:
         s_ind = check_scores(self.scorer(query), "independent scores")
         if s_ind.shape[0] != len(self.fragments):
             raise ValueError(f"scorer returned {s_ind.shape[0]} scores for {len(self.fragments)} fragments")
-        s_env = environment_from_sums(*self._prepared.sums(top_m_excess(s_ind, self.top_m)))
-        return s_ind, s_env, s_ind + self.alpha * s_env
+        s_env, s_rel = fragrel_scores(s_ind, self._prepared.sums, self.alpha, top_m=self.top_m)
+        return s_ind, s_env, s_rel
 
     def retrieve(
         self,
@@ -261,31 +254,16 @@ class FragRelIndex:
     def save(self, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
         """Write the index to the SQLite file ``path`` (fragments, window embeddings as float32, settings and
         the JSON ``metadata``), atomically; see :func:`~fragrel_integrations.core.persist.save_index`."""
-        from .persist import save_index
-
         return save_index(self, path, metadata=metadata)
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        *,
-        embedder: Embedder | None = None,
-        relation: Relation | None = None,
-        alpha: float | None = None,
-        scorer: ScorerName | Scorer | None = None,
-        expect: Mapping[str, Any] | None = None,
-        top_m: int | Literal["saved"] | None = "saved",
-    ) -> FragRelIndex:
-        """Read an index written by :meth:`save`, without re-embedding. Settings not given keep their saved
-        values; the embedder must be the model the index was built with (``None``: the embedded default).
-        ``expect`` lists metadata values the file must hold (a stale cache is refused). Bad files raise a
-        ValueError naming the file; see :func:`~fragrel_integrations.core.persist.load_index`."""
-        from .persist import load_index
-
-        return load_index(
-            path, embedder=embedder, relation=relation, alpha=alpha, scorer=scorer, expect=expect, top_m=top_m
-        )
+    def load(cls, path: str | Path, **options: Any) -> FragRelIndex:
+        """Read an index written by :meth:`save`, without re-embedding. ``options`` (``embedder``, ``relation``,
+        ``alpha``, ``scorer``, ``expect``, ``top_m``) are :func:`~fragrel_integrations.core.persist.load_index`'s:
+        settings not given keep their saved values; the embedder must be the model the index was built with
+        (``None``: the embedded default); ``expect`` lists metadata values the file must hold (a stale cache is
+        refused). Bad files raise a ValueError naming the file."""
+        return load_index(cls, path, **options)
 
     def __len__(self) -> int:
         return len(self.fragments)

@@ -35,7 +35,8 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from .._validation import check_min_int
-from ..models.chat import ChatModel, as_chat_model, check_params, context_window
+from ..models.chat import ChatModel, check_params, context_window
+from ..models.convert import as_chat_model
 from ..models.structured import ReplyFormat, format_kwargs
 from ..models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
 from .types import Fragment, ScoredFragment
@@ -370,7 +371,7 @@ class InnerLoopEngine:
             object with such a ``retrieve`` method (a :class:`~fragrel_integrations.FragRelIndex`), or an async
             function (then only :meth:`arun` / :meth:`astream` work). None builds an engine to attach one later
             with :meth:`with_retriever` (the framework adapters do this).
-        model: any chat model (:func:`~fragrel_integrations.models.chat.as_chat_model` wraps LangChain and
+        model: any chat model (:func:`~fragrel_integrations.models.as_chat_model` wraps LangChain and
             LlamaIndex models).
         aretriever: the async form of ``retriever``, used by :meth:`arun`; without it the sync retriever runs
             in a worker thread.

@@ -7,6 +7,7 @@ not a FragRel index is never overwritten. Writes go to a temporary file in the s
 target in one step, so a crash never leaves half an index behind.
 
 >>> import tempfile
+>>> from fragrel_integrations.core.index import FragRelIndex
 >>> index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25")
 >>> path = index.save(Path(tempfile.mkdtemp()) / "cats.fragrel")
 >>> [h.fragment.text for h in FragRelIndex.load(path).retrieve("cat", k=1)]
@@ -22,17 +23,22 @@ import math
 import os
 import sqlite3
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
 from .._sqlite import connect
 from ..models.base import Embedder, embedder_id
-from .index import FragRelIndex, Scorer, ScorerName
 from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
+from .scorers import SCORER_NAMES, Scorer, ScorerName
 from .types import Fragment
+
+if TYPE_CHECKING:
+    from .index import FragRelIndex
+
+IndexT = TypeVar("IndexT")  # FragRelIndex or a subclass (not imported here: index.py imports this module)
 
 __all__ = [
     "FORMAT",
@@ -55,6 +61,18 @@ _SCHEMA = (
     "CREATE TABLE fragrel_index (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
     "CREATE TABLE fragments (idx INTEGER PRIMARY KEY, doc_id TEXT NOT NULL, position INTEGER NOT NULL, "
     "text TEXT NOT NULL, metadata TEXT NOT NULL, n_windows INTEGER NOT NULL, vectors BLOB)",
+)
+#: What :func:`save_index` reads of an index (a FragRelIndex has them all).
+_INDEX_ATTRIBUTES = (
+    "fragments",
+    "embeddings",
+    "window_embeddings",
+    "window_offsets",
+    "window_words",
+    "alpha",
+    "top_m",
+    "scorer_name",
+    "relation",
 )
 _SEMANTIC_FIELDS = ("top_m", "dense_limit", "default_top_m", "block_size")
 
@@ -122,7 +140,7 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
     in it (``expect=``). Raises ValueError for a path holding something else and TypeError for metadata that
     JSON cannot hold.
     """
-    if not isinstance(index, FragRelIndex):
+    if not all(hasattr(index, name) for name in _INDEX_ATTRIBUTES):
         raise TypeError(f"save_index takes a FragRelIndex, got {type(index).__name__}")
     path = Path(path).expanduser()
     _check_target(path)
@@ -264,6 +282,7 @@ def _read_fragments(
 
 
 def load_index(
+    index_type: Callable[..., IndexT],
     path: str | Path,
     *,
     embedder: Embedder | None = None,
@@ -272,8 +291,9 @@ def load_index(
     scorer: ScorerName | Scorer | None = None,
     expect: Mapping[str, Any] | None = None,
     top_m: int | Literal["saved"] | None = "saved",
-) -> FragRelIndex:
-    """Read the index :func:`save_index` wrote to ``path`` (see :meth:`FragRelIndex.load`).
+) -> IndexT:
+    """Read the index :func:`save_index` wrote to ``path`` as an ``index_type`` (:class:`FragRelIndex`; see
+    :meth:`FragRelIndex.load`, which passes its class: this module does not import the index).
 
     The file is opened read-only. A missing file raises FileNotFoundError; a file that is not a FragRel index,
     a damaged one, one embedded by another model than ``embedder`` (``None``: the embedded default) or one
@@ -313,7 +333,7 @@ def load_index(
         scorer = settings.get("scorer")
         if scorer is None:
             raise ValueError(f"{path} was saved with a custom scorer: pass scorer= to load it")
-        if scorer not in ("dense", "bm25", "hybrid"):
+        if scorer not in SCORER_NAMES:
             raise ValueError(f"{path}: damaged FragRel index header (scorer={scorer!r})")
     if alpha is None:
         alpha = settings.get("alpha")
@@ -328,7 +348,7 @@ def load_index(
         raise ValueError(f"{path}: damaged FragRel index header (window_words={window_words!r})")
     fragments, vectors, offsets = _read_fragments(path, n, dim, n_windows)
     try:
-        index = FragRelIndex(
+        index = index_type(
             fragments,
             embedder=embedder,
             relation=relation,

@@ -10,7 +10,7 @@ import numpy as np
 from ..models.base import Embedder, embed_documents
 from .relations import FragmentLayout, Relation
 from .scorers import DenseScorer
-from .scoring import check_alpha, check_scores, check_top_m, environment_from_sums, top_m_excess
+from .scoring import check_alpha, check_scores, check_top_m, fragrel_scores
 from .selection import check_k, order_by_position, select
 from .types import Fragment, ScoredFragment
 
@@ -136,15 +136,8 @@ def rerank(
         base = check_scores(pool_scores, "base retriever scores") if has_base else rank_scores(n_base)
         s_ind = np.concatenate([base, np.full(len(pool) - n_base, base.min())])
     layout = FragmentLayout.from_fragments(pool, embeddings)
-    support = top_m_excess(s_ind, top_m)
-    num, den = relation.prepare(layout).sums(support)
     full = relation.full_weight() if outside == "floor" else None
-    if full:
-        floor = float(support.min())
-        s_env = (num + floor * np.maximum(full - den, 0.0)) / full
-    else:
-        s_env = environment_from_sums(num, den)
-    s_rel = s_ind + alpha * s_env
+    s_env, s_rel = fragrel_scores(s_ind, relation.prepare(layout).sums, alpha, top_m=top_m, full_weight=full)
     picked = select(s_rel, k=k)
     if order == "position":
         picked = order_by_position(pool, picked)

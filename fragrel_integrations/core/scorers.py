@@ -3,14 +3,30 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..models.base import Embedder, check_windows, embed_query, normalise_rows
 
-__all__ = ["BM25Scorer", "DenseScorer", "HybridScorer", "Scorer", "minmax", "tokenize"]
+__all__ = [
+    "SCORER_NAMES",
+    "BM25Scorer",
+    "DenseScorer",
+    "HybridScorer",
+    "Scorer",
+    "ScorerName",
+    "check_scorer",
+    "cosine_similarities",
+    "make_scorer",
+    "minmax",
+    "tokenize",
+]
+
+#: The independent scorers chosen by name (:func:`make_scorer`).
+SCORER_NAMES = ("dense", "bm25", "hybrid")
+ScorerName = Literal["dense", "bm25", "hybrid"]
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -132,3 +148,57 @@ class HybridScorer:
 
     def __call__(self, query: str) -> np.ndarray:
         return sum(w * minmax(np.asarray(s(query), dtype=np.float64)) for s, w in self.parts)
+
+
+def cosine_similarities(matrix: np.ndarray, query: np.ndarray, norms: np.ndarray | None = None) -> np.ndarray:
+    """Cosine of ``query`` with every row of ``matrix``, computed in the matrix's precision (float32 rows stay
+    float32 until the division); ``norms`` are the rows' norms when already known. Zero vectors score 0.
+
+    >>> cosine_similarities(np.array([[3.0, 4.0], [0.0, 0.0]]), np.array([1.0, 0.0])).tolist()
+    [0.6, 0.0]
+    """
+    q = np.asarray(query, dtype=np.float64)
+    if norms is None:
+        norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix, dtype=np.float64))
+    scale = np.maximum(np.asarray(norms, dtype=np.float64) * max(float(np.linalg.norm(q)), 1e-12), 1e-12)
+    return (matrix @ q.astype(matrix.dtype)).astype(np.float64) / scale
+
+
+def check_scorer(scorer: object, names: Sequence[str] = SCORER_NAMES, *, allow_callable: bool = True) -> None:
+    """Raise ValueError unless ``scorer`` is one of ``names`` (or, with ``allow_callable``, a callable)."""
+    if (isinstance(scorer, str) and scorer in names) or (allow_callable and callable(scorer)):
+        return
+    if allow_callable:
+        listed = ", ".join(repr(n) for n in names[:-1])
+        raise ValueError(f"scorer must be {listed}, {names[-1]!r} or a callable, got {scorer!r}")
+    raise ValueError(f"scorer must be one of {list(names)}, got {scorer!r}")
+
+
+def make_scorer(
+    name: str | Scorer,
+    texts: Sequence[str],
+    *,
+    dense: Callable[[], Scorer] | None = None,
+    lexical: Callable[[], Scorer] | None = None,
+    stopwords: Sequence[str] | None = None,
+) -> Scorer:
+    """The independent scorer named ``name`` over ``texts`` (the one factory of the index, the code index and SCM).
+
+    ``"bm25"``: :class:`BM25Scorer` (``stopwords``; None: English); ``"dense"``: ``dense()``; ``"hybrid"``:
+    :class:`HybridScorer` of 0.5 ``lexical()`` (default: that BM25) and 0.5 ``dense()``; a callable is returned
+    as is. ``dense`` and ``lexical`` build their scorer only when the name needs it (no model is loaded for BM25).
+
+    >>> make_scorer("bm25", ["a cat", "a dog"])("cat").round(3).tolist()
+    [0.277, 0.0]
+    """
+    if callable(name):
+        return name
+    check_scorer(name)
+    if name == "bm25":
+        return BM25Scorer(texts, stopwords=stopwords)
+    if dense is None:
+        raise ValueError(f"scorer={name!r} needs embeddings and an embedder")
+    if name == "dense":
+        return dense()
+    sparse = BM25Scorer(texts, stopwords=stopwords) if lexical is None else lexical()
+    return HybridScorer([(sparse, 0.5), (dense(), 0.5)])

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import scipy.sparse as sp
@@ -16,6 +17,7 @@ __all__ = [
     "check_scores",
     "check_top_m",
     "environment_from_sums",
+    "fragrel_scores",
     "matrix_sums",
     "relation_aware_scores",
     "top_m_excess",
@@ -106,6 +108,37 @@ def top_m_excess(s: np.ndarray, m: int | None) -> np.ndarray:
     return np.maximum(s - np.partition(s, -(m + 1))[-(m + 1)], 0.0)
 
 
+def fragrel_scores(
+    s_ind: np.ndarray,
+    sums: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    alpha: float,
+    *,
+    top_m: int | None = None,
+    full_weight: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The FragRel pipeline every component runs: ``(s_env, s_rel)`` for independent scores ``s_ind``.
+
+    ``sums(s)`` gives ``(sum_{j!=i} w_ij s_j, sum_{j!=i} w_ij)`` (a prepared relation's ``sums``, or
+    :func:`matrix_sums` over a weight matrix). ``top_m`` lends support only from the ``top_m`` best fragments
+    (:func:`top_m_excess`; None: all, as in the paper). ``full_weight`` (a relation's
+    :meth:`~fragrel_integrations.core.relations.Relation.full_weight`, for a pool cut from a larger corpus) counts
+    the weight missing from ``den`` with the lowest support; None or 0 normalises over what ``sums`` sees.
+    ``alpha`` must already be checked (:func:`check_alpha`).
+
+    >>> ones = lambda s: (np.ones((3, 3)) @ s - s, np.full(3, 2.0))
+    >>> [x.tolist() for x in fragrel_scores(np.array([1.0, 0.0, 0.5]), ones, 0.5)]
+    [[0.25, 0.75, 0.5], [1.125, 0.375, 0.75]]
+    """
+    support = top_m_excess(s_ind, top_m)
+    num, den = sums(support)
+    if full_weight:
+        floor = float(support.min())
+        s_env = (num + floor * np.maximum(full_weight - den, 0.0)) / full_weight
+    else:
+        s_env = environment_from_sums(num, den)
+    return s_env, s_ind + alpha * s_env
+
+
 def relation_aware_scores(
     s_ind: np.ndarray,
     weights: np.ndarray | sp.sparray | sp.spmatrix,
@@ -122,6 +155,5 @@ def relation_aware_scores(
     """
     s = check_scores(s_ind, "s_ind")
     a = check_alpha(alpha)
-    env = environment_from_sums(*matrix_sums(weights, s))
-    rel = s + a * env
+    env, rel = fragrel_scores(s, lambda x: matrix_sums(weights, x), a)
     return (rel, env) if return_environment else rel

@@ -184,7 +184,7 @@ class FragRelChatModel(BaseChatModel):
         if not callable(getattr(model, "invoke", None)):
             raise TypeError(
                 f"model must be a fragrel ChatModel with invoke(messages) -> str, got {type(model).__name__}; "
-                "convert LlamaIndex LLMs with fragrel_integrations.models.chat.as_chat_model, or pass e.g. "
+                "convert LlamaIndex LLMs with fragrel_integrations.models.as_chat_model, or pass e.g. "
                 "LlamaCppChatModel() / OpenAIChatModel(...)"
             )
         return model

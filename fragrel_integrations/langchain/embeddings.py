@@ -7,7 +7,8 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from .._validation import check_positive_int
-from ..models.base import Embedder, embed_documents, embed_query, optional_embedder
+from ..models.base import Embedder, embed_documents, embed_query
+from ..models.convert import optional_embedder
 
 __all__ = ["MiniLMEmbeddings"]
 

@@ -26,7 +26,8 @@ from ..core.relations import Relation
 from ..core.rerank import rerank
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ..models.base import Embedder, optional_embedder
+from ..models.base import Embedder
+from ..models.convert import optional_embedder
 from ._documents import (
     check_documents,
     fragment_to_document,

@@ -42,7 +42,7 @@ require("langchain_core", "langchain")
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
-from ..core.scm.index import check_keys, default_entry_id, read_index  # noqa: E402
+from ..core.scm.index import check_entry, check_store_options, read_index  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
 
 __all__ = ["VectorStoreStreamIndex"]
@@ -95,22 +95,18 @@ class VectorStoreStreamIndex:
                 "vector store use fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex"
             )
         self.vectorstore = vectorstore
-        self.session_key, self.index_key = check_keys(session_key, index_key)
+        self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
+            session_key, index_key, fetch_k, make_id
+        )
         if filter is not None and not callable(filter):
             raise TypeError(
                 "filter must be a function session_id -> the store's filter argument (or None), "
                 f"got {type(filter).__name__}; e.g. filter=lambda s: {{'{session_key}': s}}"
             )
         self.filter = filter
-        if fetch_k is not None and (isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1):
-            raise ValueError(f"fetch_k must be an int >= 1 or None, got {fetch_k!r}")
-        self.fetch_k = fetch_k
         if relevance_scores is not None and not isinstance(relevance_scores, bool):
             raise TypeError(f"relevance_scores must be True, False or None, got {relevance_scores!r}")
         self.relevance_scores = relevance_scores
-        if make_id is not None and not callable(make_id):
-            raise TypeError(f"make_id must be a function (session_id, index) -> str, got {type(make_id).__name__}")
-        self.make_id = make_id or default_entry_id
         self._ids: dict[str, set[str]] = {}
         self._lock = threading.Lock()
         self._relevance_works: bool | None = None
@@ -119,10 +115,7 @@ class VectorStoreStreamIndex:
 
     def add(self, item: MemoryItem, text: str, embedding: np.ndarray | None = None) -> None:
         """Add (or replace) one turn's document; the store embeds ``text`` itself (``embedding`` is unused)."""
-        if not isinstance(item, MemoryItem):
-            raise TypeError(f"item must be a MemoryItem, got {type(item).__name__}")
-        if not isinstance(text, str) or not text:
-            raise TypeError(f"text must be a non-empty str, got {text!r}")
+        check_entry(item, text)
         doc_id = self._doc_id(item.session_id, item.index)
         metadata = {self.session_key: item.session_id, self.index_key: item.index}
         self.vectorstore.add_texts([text], metadatas=[metadata], ids=[doc_id])

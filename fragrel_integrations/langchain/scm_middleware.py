@@ -60,7 +60,8 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.store.base import BaseStore  # noqa: E402
 
 from ..core.scm import DEFAULT_SESSION, MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
-from ..models.base import Embedder, optional_embedder  # noqa: E402
+from ..models.base import Embedder  # noqa: E402
+from ..models.convert import optional_embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
 
 __all__ = ["SCMMiddleware", "SCMState"]

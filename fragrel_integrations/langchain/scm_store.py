@@ -57,6 +57,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from .._closing import Closing
 from .._optional import require
 from .._validation import check_min_int
 
@@ -64,7 +65,7 @@ require("langgraph.store.base", "langchain")
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp  # noqa: E402
 
-from ..core.scm.stream import check_turn  # noqa: E402
+from ..core.scm.stream import check_session, check_turn  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
 
 __all__ = ["DEFAULT_NAMESPACE", "LangGraphStoreStream"]
@@ -83,12 +84,6 @@ def _key(index: int) -> str:
 def _index(key: str) -> int | None:
     """The interaction index of a key, or None for a key the stream did not write."""
     return int(key) if len(key) == _KEY_DIGITS and key.isascii() and key.isdigit() else None
-
-
-def _check_session(session_id: object) -> str:
-    if not isinstance(session_id, str) or not session_id:
-        raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
-    return session_id
 
 
 def _label(session_id: str) -> str:
@@ -137,7 +132,7 @@ def _decode(session_id: str, index: int, item: Item) -> MemoryItem:
     )
 
 
-class LangGraphStoreStream:
+class LangGraphStoreStream(Closing):
     """An SCM memory stream in a LangGraph ``BaseStore`` (see the module docstring for the layout and caveats).
 
     Implements :class:`~fragrel_integrations.core.scm.MemoryStream`; pass it as
@@ -173,7 +168,7 @@ class LangGraphStoreStream:
     # ------------------------------------------------------------------------------------------- helpers
 
     def _ns(self, session_id: str) -> tuple[str, ...]:
-        return (*self.namespace, _label(_check_session(session_id)))
+        return (*self.namespace, _label(check_session(session_id)))
 
     def _scan(self, ns: tuple[str, ...]) -> dict[int, Item]:
         """Every item of one session namespace by index, paging through ``store.search``."""
@@ -352,12 +347,6 @@ class LangGraphStoreStream:
         with self._lock:
             self._tail.clear()
             self._items.clear()
-
-    def __enter__(self) -> LangGraphStoreStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"LangGraphStoreStream({type(self.store).__name__}, namespace={self.namespace!r})"

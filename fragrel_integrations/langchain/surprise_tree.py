@@ -23,35 +23,19 @@ from pydantic import ConfigDict, Field, field_validator
 
 from ..core.selection import check_k
 from ..core.tree import FIELDS, BuildReport, SurpriseTree, TreeHit, TreeRelation
-from ..models.base import optional_embedder
+from ..core.tree.adapter import SEARCH_OPTIONS, abuild_tree, build_tree, hit_id, hit_metadata, search
 from ._documents import check_documents
 
 __all__ = ["SurpriseTreeRetriever", "hit_to_document"]
 
-_RETRIEVER_FIELDS = ("k", "budget_tokens", "mode", "fields", "width", "relation", "alpha")
+_RETRIEVER_FIELDS = ("k", *SEARCH_OPTIONS)
 
 
 def hit_to_document(hit: TreeHit) -> Document:
-    """A Document for one retrieved tree text: node metadata plus ``tree_node_id``, ``tree_layer``,
-    ``tree_field`` (text / summary / surprise), ``doc_id`` and ``position`` (leaves) and ``relevance_score``."""
-    node = hit.node
-    metadata: dict[str, Any] = {
-        **node.metadata,
-        "tree_node_id": node.id,
-        "tree_layer": node.layer,
-        "tree_field": hit.field,
-        "relevance_score": hit.score,
-    }
-    if node.is_leaf:
-        metadata["doc_id"], metadata["position"] = node.doc_id, node.position
-    else:
-        metadata["tree_children"] = list(node.children)
-    return Document(page_content=hit.text, metadata=metadata, id=f"surprise-tree:{node.id}:{hit.field}")
-
-
-def _split_kwargs(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    own = {k: kwargs.pop(k) for k in list(kwargs) if k in _RETRIEVER_FIELDS}
-    return own, kwargs
+    """A Document for one retrieved tree text, with :func:`~fragrel_integrations.core.tree.adapter.hit_metadata`:
+    ``tree_node_id``, ``tree_layer``, ``tree_field`` (text / summary / surprise), ``doc_id`` and ``position``
+    (leaves) and ``relevance_score``."""
+    return Document(page_content=hit.text, metadata=hit_metadata(hit), id=hit_id(hit))
 
 
 def _documents_to_texts(
@@ -101,40 +85,18 @@ class SurpriseTreeRetriever(BaseRetriever):
         return value
 
     @classmethod
-    def from_texts(
-        cls,
-        texts: Sequence[str],
-        *,
-        chat_model: Any = None,
-        embedder: Any = None,
-        doc_ids: Sequence[str] | None = None,
-        metadatas: Sequence[dict[str, Any]] | None = None,
-        **kwargs: Any,
-    ) -> SurpriseTreeRetriever:
-        """Build a tree over ``texts`` and wrap it. ``chat_model`` may be a LangChain chat model (None = no model:
-        extractive summaries and surprise notes); ``embedder`` a LangChain Embeddings (None = the embedded MiniLM).
-        Retriever fields (``k``, ``mode``, ...) are picked out of ``kwargs``; the rest go to :class:`SurpriseTree`
-        (``summariser="extractive"`` or ``"llm"``, ``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
-        own, tree_kwargs = _split_kwargs(dict(kwargs))
-        tree = SurpriseTree(chat_model, optional_embedder(embedder), **tree_kwargs)
-        tree.build(texts, doc_ids=doc_ids, metadatas=metadatas)
+    def from_texts(cls, texts: Sequence[str], **kwargs: Any) -> SurpriseTreeRetriever:
+        """Build a tree over ``texts`` and wrap it. Keywords: ``chat_model`` (a LangChain chat model; None = no
+        model: extractive summaries and surprise notes), ``embedder`` (a LangChain Embeddings; None = the embedded
+        MiniLM), ``doc_ids``, ``metadatas``, retriever fields (``k``, ``mode``, ...) and :class:`SurpriseTree`
+        keywords (``summariser="extractive"`` or ``"llm"``, ``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
+        tree, own = build_tree(texts, kwargs, _RETRIEVER_FIELDS)
         return cls(tree=tree, **own)
 
     @classmethod
-    async def afrom_texts(
-        cls,
-        texts: Sequence[str],
-        *,
-        chat_model: Any = None,
-        embedder: Any = None,
-        doc_ids: Sequence[str] | None = None,
-        metadatas: Sequence[dict[str, Any]] | None = None,
-        **kwargs: Any,
-    ) -> SurpriseTreeRetriever:
+    async def afrom_texts(cls, texts: Sequence[str], **kwargs: Any) -> SurpriseTreeRetriever:
         """Async :meth:`from_texts` (summary calls via ``ainvoke`` with bounded concurrency)."""
-        own, tree_kwargs = _split_kwargs(dict(kwargs))
-        tree = SurpriseTree(chat_model, optional_embedder(embedder), **tree_kwargs)
-        await tree.abuild(texts, doc_ids=doc_ids, metadatas=metadatas)
+        tree, own = await abuild_tree(texts, kwargs, _RETRIEVER_FIELDS)
         return cls(tree=tree, **own)
 
     @classmethod
@@ -165,16 +127,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         return await self.tree.ainsert([d.page_content for d in docs], metadatas=[dict(d.metadata) for d in docs])
 
     def _search(self, query: str, k: int | None) -> list[Document]:
-        hits = self.tree.retrieve(
-            query,
-            k=self.k if k is None else check_k(k),
-            budget_tokens=self.budget_tokens,
-            mode=self.mode,
-            fields=self.fields,
-            width=self.width,
-            relation=self.relation,
-            alpha=self.alpha,
-        )
+        hits = search(self.tree, query, self.k if k is None else check_k(k), self)
         return [hit_to_document(h) for h in hits]
 
     def _get_relevant_documents(

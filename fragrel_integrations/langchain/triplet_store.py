@@ -50,7 +50,8 @@ from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, r
 from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.text_api import term_problem  # noqa: E402
-from ..models.base import Embedder, optional_embedder  # noqa: E402
+from ..models.base import Embedder  # noqa: E402
+from ..models.convert import optional_embedder  # noqa: E402
 
 __all__ = ["TripletKVStore", "TripletMemoryStore", "core_triplet_store", "make_memory_tools"]
 

@@ -24,7 +24,7 @@ from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import Fragment, ScoredFragment, parse_position
 from ..models.base import Embedder
-from ..models.llama_index_models import llama_index_embedder
+from ..models.convert import optional_embedder
 
 __all__ = [
     "MISSING_POSITION_MODES",
@@ -262,7 +262,7 @@ class NodeReranker:
             relation=relation,
             alpha=check_alpha(alpha),
             k=check_k(k),
-            embedder=llama_index_embedder(embedder),
+            embedder=optional_embedder(embedder),
             store=store,
             expand=expand,
             order=order,

@@ -177,7 +177,7 @@ class FragRelLLM(FunctionCallingLLM):
         if langchain_model or not callable(getattr(model, "invoke", None)):
             raise TypeError(
                 f"model must be a fragrel ChatModel with invoke(messages) -> str, got {type(model).__name__}; "
-                "convert LangChain models with fragrel_integrations.models.chat.as_chat_model, or pass e.g. "
+                "convert LangChain models with fragrel_integrations.models.as_chat_model, or pass e.g. "
                 "LlamaCppChatModel() / OpenAIChatModel(...)"
             )
         return model

@@ -17,7 +17,7 @@ from ..core.relations import Relation
 from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
-from ..models.llama_index_models import llama_index_embedder
+from ..models.convert import optional_embedder
 from ._convert import ORDERS, NodeReranker, check_key, node_from_fragment, resolve_k, scored_node
 from ._pool import default_pool_size, sized_base
 
@@ -236,7 +236,7 @@ class FragRelIndexRetriever(BaseRetriever):
             stride=stride,
             doc_ids=doc_ids,
             metadatas=metadatas,
-            embedder=llama_index_embedder(embedder),
+            embedder=optional_embedder(embedder),
             relation=relation,
             alpha=alpha,
             scorer=scorer,

@@ -41,7 +41,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from ..core.scm.index import check_keys, default_entry_id, read_index
+from ..core.scm.index import check_entry, check_store_options, default_entry_id, read_index
 from ..core.scm.types import MemoryItem
 
 __all__ = ["VectorStoreStreamIndex"]
@@ -80,18 +80,14 @@ class VectorStoreStreamIndex:
                 "for a LangChain VectorStore use fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex"
             )
         self.vector_store = vector_store
-        self.session_key, self.index_key = check_keys(session_key, index_key)
+        self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
+            session_key, index_key, fetch_k, make_id
+        )
         if filters is not None and not callable(filters):
             raise TypeError(
                 f"filters must be a function session_id -> MetadataFilters (or None), got {type(filters).__name__}"
             )
         self.filters = filters
-        if fetch_k is not None and (isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1):
-            raise ValueError(f"fetch_k must be an int >= 1 or None, got {fetch_k!r}")
-        self.fetch_k = fetch_k
-        if make_id is not None and not callable(make_id):
-            raise TypeError(f"make_id must be a function (session_id, index) -> str, got {type(make_id).__name__}")
-        self.make_id = make_id or default_entry_id
         self._owners: dict[str, tuple[str, int]] = {}  # node id -> (session, index), for custom ids
         self._lock = threading.Lock()
 
@@ -104,10 +100,7 @@ class VectorStoreStreamIndex:
 
     def add(self, item: MemoryItem, text: str, embedding: np.ndarray) -> None:
         """Add (or replace) one turn's node, with the memory's ``embedding``."""
-        if not isinstance(item, MemoryItem):
-            raise TypeError(f"item must be a MemoryItem, got {type(item).__name__}")
-        if not isinstance(text, str) or not text:
-            raise TypeError(f"text must be a non-empty str, got {text!r}")
+        check_entry(item, text)
         vector = np.asarray(embedding, dtype=np.float64).ravel()
         if vector.size == 0 or not np.all(np.isfinite(vector)):
             raise ValueError("embedding must be a non-empty finite vector")

@@ -35,7 +35,8 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 
 from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
-from ..models.base import Embedder, optional_embedder
+from ..models.base import Embedder
+from ..models.convert import optional_embedder
 
 __all__ = ["SCMMemory"]
 

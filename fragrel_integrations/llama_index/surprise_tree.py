@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -34,58 +34,29 @@ from ..core.tree import (
     TreeHit,
     TreeRelation,
 )
-from ..models.llama_index_models import llama_index_embedder
+from ..core.tree.adapter import SEARCH_OPTIONS, abuild_tree, build_tree, hit_id, hit_metadata, search
+from ..core.tree.tree import check_search
+from ..models.convert import optional_embedder
 from ._convert import resolve_k
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
 
-_RETRIEVER_KWARGS = (
-    "similarity_top_k",
-    "k",
-    "budget_tokens",
-    "mode",
-    "fields",
-    "width",
-    "relation",
-    "alpha",
-    "callback_manager",
-    "verbose",
-)
+_RETRIEVER_KWARGS = ("similarity_top_k", "k", *SEARCH_OPTIONS, "callback_manager", "verbose")
 _HIDDEN = ["tree_node_id", "tree_layer", "tree_field", "tree_children", "relevance_score", "doc_id", "position"]
 
 
 def hit_to_node(hit: TreeHit) -> NodeWithScore:
-    """A scored ``TextNode`` for one retrieved tree text (metadata as in the LangChain adapter; the tree keys
-    are hidden from the embed and LLM views)."""
-    node = hit.node
-    metadata: dict[str, Any] = {
-        **node.metadata,
-        "tree_node_id": node.id,
-        "tree_layer": node.layer,
-        "tree_field": hit.field,
-        "relevance_score": hit.score,
-    }
-    if node.is_leaf:
-        metadata["doc_id"], metadata["position"] = node.doc_id, node.position
-    else:
-        metadata["tree_children"] = list(node.children)
+    """A scored ``TextNode`` for one retrieved tree text (metadata as in the LangChain adapter:
+    :func:`~fragrel_integrations.core.tree.adapter.hit_metadata`; the tree keys are hidden from the embed and LLM
+    views)."""
     text_node = TextNode(
-        id_=f"surprise-tree:{node.id}:{hit.field}",
+        id_=hit_id(hit),
         text=hit.text,
-        metadata=metadata,
+        metadata=hit_metadata(hit),
         excluded_embed_metadata_keys=list(_HIDDEN),
         excluded_llm_metadata_keys=list(_HIDDEN),
     )
     return NodeWithScore(node=text_node, score=hit.score)
-
-
-def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    own = {k: kwargs.pop(k) for k in list(kwargs) if k in _RETRIEVER_KWARGS}
-    return own, kwargs
-
-
-def _tree(chat_model: Any, embedder: Any, tree_kwargs: dict[str, Any]) -> SurpriseTree:
-    return SurpriseTree(chat_model, llama_index_embedder(embedder), **tree_kwargs)
 
 
 def _from_documents(documents: Sequence[Document]) -> dict[str, Any]:
@@ -136,11 +107,7 @@ class SurpriseTreeRetriever(BaseRetriever):
             raise TypeError(
                 f"tree must be a SurpriseTree (or use SurpriseTreeRetriever.from_texts), got {type(tree).__name__}"
             )
-        if mode not in ("collapsed", "traversal"):
-            raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
-        fields = tuple(fields)
-        if not fields or not set(fields) <= set(FIELDS):
-            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
+        fields = check_search(mode, fields)
         self.tree = tree
         self.similarity_top_k = resolve_k(similarity_top_k, k, 4)
         self.budget_tokens = check_k(budget_tokens, "budget_tokens")
@@ -154,40 +121,18 @@ class SurpriseTreeRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
-    def from_texts(
-        cls,
-        texts: Sequence[str],
-        *,
-        chat_model: Any = None,
-        embedder: Any = None,
-        doc_ids: Sequence[str] | None = None,
-        metadatas: Sequence[Mapping[str, Any]] | None = None,
-        **kwargs: Any,
-    ) -> SurpriseTreeRetriever:
-        """Build a tree over ``texts`` and wrap it. ``chat_model`` may be a LlamaIndex LLM (None = no model:
-        extractive summaries and surprise notes), ``embedder`` a LlamaIndex embedding (None = the embedded
-        MiniLM). Retriever arguments are picked out of ``kwargs``; the rest go to :class:`SurpriseTree`
+    def from_texts(cls, texts: Sequence[str], **kwargs: Any) -> SurpriseTreeRetriever:
+        """Build a tree over ``texts`` and wrap it. Keywords: ``chat_model`` (a LlamaIndex LLM; None = no model:
+        extractive summaries and surprise notes), ``embedder`` (a LlamaIndex embedding; None = the embedded
+        MiniLM), ``doc_ids``, ``metadatas``, retriever arguments and :class:`SurpriseTree` keywords
         (``summariser="extractive"`` or ``"llm"``, ``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
-        own, tree_kwargs = _split(dict(kwargs))
-        tree = _tree(chat_model, embedder, tree_kwargs)
-        tree.build(texts, doc_ids=doc_ids, metadatas=metadatas)
+        tree, own = build_tree(texts, kwargs, _RETRIEVER_KWARGS)
         return cls(tree, **own)
 
     @classmethod
-    async def afrom_texts(
-        cls,
-        texts: Sequence[str],
-        *,
-        chat_model: Any = None,
-        embedder: Any = None,
-        doc_ids: Sequence[str] | None = None,
-        metadatas: Sequence[Mapping[str, Any]] | None = None,
-        **kwargs: Any,
-    ) -> SurpriseTreeRetriever:
+    async def afrom_texts(cls, texts: Sequence[str], **kwargs: Any) -> SurpriseTreeRetriever:
         """Async :meth:`from_texts` (summary calls via ``ainvoke`` with bounded concurrency)."""
-        own, tree_kwargs = _split(dict(kwargs))
-        tree = _tree(chat_model, embedder, tree_kwargs)
-        await tree.abuild(texts, doc_ids=doc_ids, metadatas=metadatas)
+        tree, own = await abuild_tree(texts, kwargs, _RETRIEVER_KWARGS)
         return cls(tree, **own)
 
     @classmethod
@@ -213,17 +158,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         return await self.tree.ainsert(**_from_documents(documents))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        hits = self.tree.retrieve(
-            query_bundle.query_str,
-            k=self.similarity_top_k,
-            budget_tokens=self.budget_tokens,
-            mode=self.mode,  # type: ignore[arg-type]
-            fields=self.fields,
-            width=self.width,  # type: ignore[arg-type]
-            relation=self.relation,
-            alpha=self.alpha,
-        )
-        return [hit_to_node(h) for h in hits]
+        return [hit_to_node(h) for h in search(self.tree, query_bundle.query_str, self.similarity_top_k, self)]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)
@@ -296,7 +231,7 @@ class SurpriseExtractor(BaseExtractor):
                 show_progress=show_progress,
             )
             return
-        model = llama_index_embedder(embedder)
+        model = optional_embedder(embedder)
         if model is None:
             from ..models.local import default_embedder
 

@@ -42,9 +42,11 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa
 from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
 
 from .._adapters import split_store_or_path  # noqa: E402
+from .._validation import check_positive_int  # noqa: E402
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore, normalize_term, parse_calls  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
-from ..models.base import Embedder, optional_embedder  # noqa: E402
+from ..models.base import Embedder  # noqa: E402
+from ..models.convert import optional_embedder  # noqa: E402
 
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
 
@@ -286,9 +288,7 @@ class TripletMemoryRetriever(BaseRetriever):
             self.core, default_ns = store, ()
         else:
             raise TypeError(f"store must be a TripletGraphStore or TripletStore, got {type(store).__name__}")
-        if isinstance(similarity_top_k, bool) or not isinstance(similarity_top_k, int) or similarity_top_k < 1:
-            raise ValueError(f"similarity_top_k must be a positive int, got {similarity_top_k!r}")
-        self.similarity_top_k = similarity_top_k
+        self.similarity_top_k = check_positive_int(similarity_top_k, "similarity_top_k")
         self.namespace = default_ns if namespace is None else tuple(namespace)
         super().__init__(**kwargs)
 

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .base import CachedEmbedder, Embedder, as_embedder, embed_documents, embed_query, optional_embedder
+    from .base import CachedEmbedder, Embedder, embed_documents, embed_query
     from .cache import CachedChatModel, ResponseCache
-    from .chat import ChatMessage, ChatModel, ChatModelBase, abatch, as_chat_model, batch, complete
+    from .chat import ChatMessage, ChatModel, ChatModelBase, abatch, batch, complete
+    from .convert import as_chat_model, as_embedder, optional_embedder
     from .langchain_chat import LangChainChatModel
     from .llama_cpp_chat import LlamaCppChatModel, default_chat_model
     from .llama_index_chat import LlamaIndexChatModel
@@ -65,10 +66,10 @@ __all__ = [
 _WHERE = {
     "CachedEmbedder": "base",
     "Embedder": "base",
-    "as_embedder": "base",
+    "as_embedder": "convert",
     "embed_documents": "base",
     "embed_query": "base",
-    "optional_embedder": "base",
+    "optional_embedder": "convert",
     "ReplyFormat": "structured",
     "CachedChatModel": "cache",
     "ResponseCache": "cache",
@@ -76,7 +77,7 @@ _WHERE = {
     "ChatModel": "chat",
     "ChatModelBase": "chat",
     "abatch": "chat",
-    "as_chat_model": "chat",
+    "as_chat_model": "convert",
     "batch": "chat",
     "complete": "chat",
     "LangChainChatModel": "langchain_chat",

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -16,7 +15,6 @@ __all__ = [
     "CachedEmbedder",
     "Embedder",
     "WrappedEmbedder",
-    "as_embedder",
     "check_embeddings",
     "check_window_words",
     "check_windows",
@@ -27,7 +25,6 @@ __all__ = [
     "embedder_window_tokens",
     "fragment_vectors",
     "normalise_rows",
-    "optional_embedder",
     "split_windows",
     "window_words_for",
 ]
@@ -42,7 +39,8 @@ class Embedder(Protocol):
     """Texts to vectors. ``embed_documents`` returns ``(len(texts), dim)``; ``embed_query`` returns ``(dim,)``.
 
     Any object with these two methods works (LangChain ``Embeddings`` name them the same way);
-    :func:`as_embedder` converts LlamaIndex embedding models and this package's framework wrappers.
+    :func:`~fragrel_integrations.models.convert.as_embedder` converts LlamaIndex embedding models and this
+    package's framework wrappers.
     """
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray | list[list[float]]: ...
@@ -178,58 +176,6 @@ class WrappedEmbedder:
 
     def __repr__(self) -> str:
         return f"WrappedEmbedder({type(self.wrapper).__name__})"
-
-
-def _loaded_class(module: str, name: str) -> type | None:
-    """``module.name`` if ``module`` is already imported (an instance of the class implies it is), else None."""
-    cls = getattr(sys.modules.get(module), name, None)
-    return cls if isinstance(cls, type) else None
-
-
-def as_embedder(model: Any) -> Embedder:
-    """Return ``model`` as an :class:`Embedder`, the one conversion every component and adapter uses.
-
-    - this package's wrappers (LangChain ``MiniLMEmbeddings``, LlamaIndex ``MiniLMEmbedding``) give the core
-      embedder they hold (loaded on first use, shared with the rest of the library);
-    - a LlamaIndex ``BaseEmbedding`` is wrapped in
-      :class:`~fragrel_integrations.models.llama_index_models.LlamaIndexEmbedder`;
-    - anything with ``embed_documents(texts)`` and ``embed_query(text)`` (a LangChain ``Embeddings``, a core
-      embedder, your own object) is returned as is.
-
-    No framework is imported here. ``None`` raises: components take ``embedder=None`` for the embedded
-    default (see :func:`optional_embedder`).
-
-    >>> from fragrel_integrations.testing import HashingEmbedder
-    >>> emb = HashingEmbedder(dim=8)
-    >>> as_embedder(emb) is emb
-    True
-    """
-    lc_wrapper = _loaded_class("fragrel_integrations.langchain.embeddings", "MiniLMEmbeddings")
-    if lc_wrapper is not None and isinstance(model, lc_wrapper):
-        inner = model._embedder
-        return WrappedEmbedder(model, "embedder") if inner is None else as_embedder(inner)
-    li_wrapper = _loaded_class("fragrel_integrations.llama_index.embeddings", "MiniLMEmbedding")
-    if li_wrapper is not None and isinstance(model, li_wrapper):
-        inner = model._model
-        return WrappedEmbedder(model, "model") if inner is None else inner
-    from .llama_index_models import LlamaIndexEmbedder, is_llama_index_embedding
-
-    if is_llama_index_embedding(model):
-        return LlamaIndexEmbedder(model)
-    if isinstance(model, Embedder):
-        return model
-    if model is None:
-        raise TypeError("embedder is None: pass an embedding model, or leave embedder=None where a component takes it")
-    raise TypeError(
-        f"cannot use {type(model).__name__} as an embedder: pass a LangChain Embeddings, a LlamaIndex "
-        "BaseEmbedding, MiniLMEmbeddings()/MiniLMEmbedding(), or any object with embed_documents(texts) and "
-        "embed_query(text)"
-    )
-
-
-def optional_embedder(model: Any) -> Embedder | None:
-    """:func:`as_embedder`, except that ``None`` stays ``None`` (a component's embedded default)."""
-    return None if model is None else as_embedder(model)
 
 
 # --------------------------------------------------------------------------------------------- input windows

@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .._closing import Closing
 from .._sqlite import connect
 from .chat import ChatModel, ChatModelBase, Messages, _check_chat_model, check_params, model_id, to_messages
 from .structured import ReplyFormat, supports_format
@@ -59,7 +60,7 @@ def cache_key(
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-class ResponseCache:
+class ResponseCache(Closing):
     """SQLite table ``responses(key, model, request, response, created)``; safe to share between threads.
 
     ``path`` is a file (created with its parent folders) or ``":memory:"``. Writes are transactional.
@@ -108,12 +109,6 @@ class ResponseCache:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-    def __enter__(self) -> ResponseCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"ResponseCache({self.path!r})"

@@ -8,7 +8,8 @@ A chat model is any object with
 ``messages`` is a list of ``{"role": "system" | "user" | "assistant", "content": str}`` dicts (or
 :class:`ChatMessage` objects, or a single string meaning one user message). ``None`` for a parameter means
 "the backend's default". Adapters for the embedded model, OpenAI-compatible servers, LangChain and LlamaIndex
-models live next to this module; :func:`as_chat_model` picks the right one. No framework is imported here.
+models live next to this module; :func:`~fragrel_integrations.models.convert.as_chat_model` picks the right one
+(this module knows none of them). No framework is imported here.
 
 Optionally a model also has ``supports_format(reply_format) -> bool`` and then takes ``reply_format=...`` in
 ``invoke``/``ainvoke`` to constrain its reply (a choice of labels, a regex, a GBNF grammar or a JSON schema; see
@@ -35,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
+from .._validation import check_positive_int
 from .structured import ReplyFormat
 
 __all__ = [
@@ -47,7 +49,6 @@ __all__ = [
     "ToolReply",
     "abatch",
     "aiter_in_thread",
-    "as_chat_model",
     "batch",
     "check_params",
     "complete",
@@ -412,15 +413,13 @@ def _check_chat_model(model: object) -> ChatModel:
     if not isinstance(model, ChatModel):
         raise TypeError(
             f"expected a ChatModel (invoke + ainvoke), got {type(model).__name__}; "
-            "wrap LangChain or LlamaIndex models with fragrel_integrations.models.chat.as_chat_model"
+            "wrap LangChain or LlamaIndex models with fragrel_integrations.models.as_chat_model"
         )
     return model
 
 
 def _check_concurrency(max_concurrency: int) -> int:
-    if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
-    return max_concurrency
+    return check_positive_int(max_concurrency, "max_concurrency")
 
 
 async def abatch(
@@ -545,29 +544,3 @@ def _is_instance_of(obj: object, module: str, attr: str) -> bool:
         return False
     cls = getattr(mod, attr, None)
     return isinstance(cls, type) and isinstance(obj, cls)
-
-
-def as_chat_model(model: Any) -> ChatModel:
-    """Return ``model`` as a :class:`ChatModel`: LangChain ``BaseChatModel`` and LlamaIndex ``LLM`` objects are
-    wrapped; anything that already has ``invoke`` and ``ainvoke`` returning text is returned as is.
-
-    LangChain chat models also have ``invoke``/``ainvoke`` (returning messages), so they are detected first.
-    """
-    if _is_instance_of(model, "langchain_core.language_models", "BaseChatModel"):
-        from .langchain_chat import LangChainChatModel
-
-        return LangChainChatModel(model)
-    if _is_instance_of(model, "langchain_core.language_models", "BaseLLM"):
-        from .langchain_chat import LangChainChatModel
-
-        return LangChainChatModel(model)
-    if _is_instance_of(model, "llama_index.core.llms", "LLM"):
-        from .llama_index_chat import LlamaIndexChatModel
-
-        return LlamaIndexChatModel(model)
-    if isinstance(model, ChatModel):
-        return model
-    raise TypeError(
-        f"cannot use {type(model).__name__} as a chat model: pass a LangChain chat model, a LlamaIndex LLM, "
-        "an OpenAIChatModel / LlamaCppChatModel, or any object with invoke(messages) and ainvoke(messages)"
-    )

@@ -51,7 +51,7 @@ class LangChainChatModel(ChatModelBase):
         if not isinstance(model, BaseLanguageModel):
             raise TypeError(
                 f"expected a LangChain BaseChatModel or BaseLLM, got {type(model).__name__}; "
-                "use fragrel_integrations.models.chat.as_chat_model for other model objects"
+                "use fragrel_integrations.models.as_chat_model for other model objects"
             )
         self.model = model
         self.forward_params = forward_params

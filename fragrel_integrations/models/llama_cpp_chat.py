@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
+from .._validation import check_positive_int
 from .chat import ChatModelBase, Messages, ToolCall, ToolReply, to_messages
 from .structured import ReplyFormat
 
@@ -110,8 +111,7 @@ class LlamaCppChatModel(ChatModelBase):
             raise ValueError(f"n_ctx must be an int >= 64, got {n_ctx!r}")
         if timeout is not None and timeout <= 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
-        if isinstance(default_max_tokens, bool) or not isinstance(default_max_tokens, int) or default_max_tokens < 1:
-            raise ValueError(f"default_max_tokens must be a positive int, got {default_max_tokens!r}")
+        check_positive_int(default_max_tokens, "default_max_tokens")
         self.model_path = path
         self.model_name = model_name or path.stem
         self.seed = int(seed)

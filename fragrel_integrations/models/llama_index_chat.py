@@ -38,7 +38,7 @@ class LlamaIndexChatModel(ChatModelBase):
         if not isinstance(llm, LLM):
             raise TypeError(
                 f"expected a LlamaIndex LLM, got {type(llm).__name__}; "
-                "use fragrel_integrations.models.chat.as_chat_model for other model objects"
+                "use fragrel_integrations.models.as_chat_model for other model objects"
             )
         self.llm = llm
         self.forward_params = forward_params

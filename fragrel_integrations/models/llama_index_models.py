@@ -11,9 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import Embedder, optional_embedder
-
-__all__ = ["LlamaIndexEmbedder", "is_llama_index_embedding", "llama_index_embedder"]
+__all__ = ["LlamaIndexEmbedder", "is_llama_index_embedding"]
 
 
 def is_llama_index_embedding(obj: object) -> bool:
@@ -52,8 +50,3 @@ class LlamaIndexEmbedder:
 
     def __repr__(self) -> str:
         return f"LlamaIndexEmbedder({type(self.embed_model).__name__}(model_name={self.embed_model.model_name!r}))"
-
-
-def llama_index_embedder(embedder: object) -> Embedder | None:
-    """:func:`~fragrel_integrations.models.base.optional_embedder` (kept for the LlamaIndex adapters)."""
-    return optional_embedder(embedder)

@@ -13,14 +13,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-import numpy as np
-
 from ...models.base import Embedder
-from ..scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer, tokenize
+from ..scorers import DenseScorer, Scorer, check_scorer, make_scorer, tokenize
 from .relation import CodeRelation
 from .scorers import JaccardScorer
 
-__all__ = ["CodeScorerName", "build_code_index", "code_scorer"]
+__all__ = ["CODE_SCORER_NAMES", "CodeScorerName", "build_code_index", "code_scorer"]
 
 IndexT = TypeVar("IndexT")  # FragRelIndex or a subclass (not imported here: no import cycle)
 
@@ -29,16 +27,8 @@ CodeScorerName = Literal["jaccard", "bm25", "dense", "hybrid"]
 logger = logging.getLogger(__name__)
 
 
-class _ZeroScorer:
-    """Every fragment scores 0: BM25 over fragments without a single word token has nothing to match."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __call__(self, query: str) -> np.ndarray:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
-        return np.zeros(self.n)
+#: The code index's scorers by name (:func:`code_scorer`).
+CODE_SCORER_NAMES = ("jaccard", "bm25", "dense", "hybrid")
 
 
 def code_scorer(
@@ -56,19 +46,20 @@ def code_scorer(
     """
     if callable(name):
         return name
+    check_scorer(name, CODE_SCORER_NAMES)
     if name == "jaccard":
         return JaccardScorer(texts)
-    if name == "bm25":
-        if not any(tokenize(t) for t in texts):
-            logger.warning("no fragment holds a word token: every BM25 score is 0")
-            return _ZeroScorer(len(texts))
-        return BM25Scorer(texts, stopwords=())
-    if name in ("dense", "hybrid"):
-        if embedder is None or embeddings is None:
-            raise ValueError(f"scorer={name!r} needs an embedder (and the fragment embeddings)")
-        dense = DenseScorer(embeddings, embedder)
-        return dense if name == "dense" else HybridScorer([(JaccardScorer(texts), 0.5), (dense, 0.5)])
-    raise ValueError(f"scorer must be 'jaccard', 'bm25', 'dense', 'hybrid' or a callable, got {name!r}")
+    if name == "bm25" and not any(tokenize(t) for t in texts):
+        logger.warning("no fragment holds a word token: every BM25 score is 0")
+    if name in ("dense", "hybrid") and (embedder is None or embeddings is None):
+        raise ValueError(f"scorer={name!r} needs an embedder (and the fragment embeddings)")
+    return make_scorer(
+        name,
+        texts,
+        dense=lambda: DenseScorer(embeddings, embedder),
+        lexical=lambda: JaccardScorer(texts),
+        stopwords=(),
+    )
 
 
 def _nothing_to_index(relation: CodeRelation) -> str:

@@ -61,7 +61,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ...models.chat import ChatModel, as_chat_model
+from ...models.chat import ChatModel
+from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, storable_text
 from ...models.yes_no import YesNoScorer, ayes_no_probability, yes_no_probability

@@ -25,13 +25,23 @@ can always run again. The async workflow calls these sync methods in a worker th
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from .types import MemoryItem
 
-__all__ = ["InMemoryStreamIndex", "SCMIndexError", "StreamIndex", "check_keys", "default_entry_id", "read_index"]
+__all__ = [
+    "InMemoryStreamIndex",
+    "SCMIndexError",
+    "StreamIndex",
+    "check_entry",
+    "check_keys",
+    "check_store_options",
+    "default_entry_id",
+    "read_index",
+]
 
 
 def default_entry_id(session_id: str, index: int) -> str:
@@ -64,6 +74,27 @@ def check_keys(session_key: object, index_key: object) -> tuple[str, str]:
     if session_key == index_key:
         raise ValueError(f"session_key and index_key must differ, both are {session_key!r}")
     return session_key, index_key  # type: ignore[return-value]
+
+
+def check_store_options(
+    session_key: object, index_key: object, fetch_k: object, make_id: object
+) -> tuple[str, str, int | None, Callable[[str, int], str]]:
+    """Validate what both vector-store adapters take: the metadata keys (:func:`check_keys`), ``fetch_k`` (an int
+    >= 1 or None) and ``make_id`` (a function ``(session_id, index) -> str``; None: :func:`default_entry_id`)."""
+    session_key, index_key = check_keys(session_key, index_key)
+    if fetch_k is not None and (isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1):
+        raise ValueError(f"fetch_k must be an int >= 1 or None, got {fetch_k!r}")
+    if make_id is not None and not callable(make_id):
+        raise TypeError(f"make_id must be a function (session_id, index) -> str, got {type(make_id).__name__}")
+    return session_key, index_key, fetch_k, make_id or default_entry_id  # type: ignore[return-value]
+
+
+def check_entry(item: object, text: object) -> None:
+    """Validate one ``add`` call of an adapter: a :class:`MemoryItem` and its non-empty text."""
+    if not isinstance(item, MemoryItem):
+        raise TypeError(f"item must be a MemoryItem, got {type(item).__name__}")
+    if not isinstance(text, str) or not text:
+        raise TypeError(f"text must be a non-empty str, got {text!r}")
 
 
 @runtime_checkable

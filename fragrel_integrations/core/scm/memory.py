@@ -55,13 +55,14 @@ from typing import Any
 import numpy as np
 
 from ...models.base import Embedder, check_embeddings
-from ...models.chat import ChatModel, as_chat_model
+from ...models.chat import ChatModel
+from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, count_tokens, storable_text
 from ...models.yes_no import ayes_no_probability, yes_no_probability
 from ..relations import FragmentLayout, Relation
-from ..scorers import BM25Scorer, HybridScorer
-from ..scoring import check_alpha, environment_from_sums
+from ..scorers import SCORER_NAMES, check_scorer, cosine_similarities, make_scorer
+from ..scoring import check_alpha, fragrel_scores
 from .controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
 from .gates import EmbeddingGate, LexicalGate, NameVocabulary
 from .index import SCMIndexError, StreamIndex
@@ -88,7 +89,7 @@ DEFAULT_SESSION = "default"
 #: FragRel's context-relation strength for dialogue (turn = fragment).
 DIALOGUE_W_REL = 0.8
 #: The paper's reorganisation thresholds: a recalled turn longer than this many tokens may be summarised ...
-SCORERS = ("dense", "bm25", "hybrid")
+SCORERS = SCORER_NAMES
 #: ``activation`` by name: the controller model (True), or a model-free gate (:mod:`.gates`).
 ACTIVATION_MODES = ("controller", "lexical", "embedding")
 PAPER_ITEM_TOKENS = 800
@@ -156,6 +157,11 @@ class _Chat:
     model: ChatModel
     temperature: float | None = None
     reply_format: ReplyFormat | None = None  # asked only of models that enforce it
+
+    def options(self) -> dict[str, Any]:
+        """The keywords of the model's ``invoke`` / ``ainvoke``."""
+        options = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        return {**options, **format_kwargs(self.model, self.reply_format)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,8 +321,7 @@ class SelfControlledMemory:
             )
         self.relation = relation
         self.alpha = check_alpha(alpha)
-        if scorer not in SCORERS:
-            raise ValueError(f"scorer must be one of {list(SCORERS)}, got {scorer!r}")
+        check_scorer(scorer, SCORERS, allow_callable=False)
         self.scorer = scorer
         self.activation = _check_activation(activation)
         if not isinstance(summarize, bool):
@@ -465,28 +470,20 @@ class SelfControlledMemory:
                 f"stored turn embeddings have dimension {e.shape[1]} but the embedder returns {q.shape[0]}: "
                 "use the embedder the stream was written with, or start a new stream"
             )
-        if norms is None:
-            norms = np.sqrt(np.einsum("ij,ij->i", e, e, dtype=np.float64))
-        scale = np.maximum(np.asarray(norms, dtype=np.float64) * max(float(np.linalg.norm(q)), 1e-12), 1e-12)
-        s = (e @ q.astype(e.dtype)).astype(np.float64) / scale
+        s = cosine_similarities(e, q, norms)
         if self.scorer != "dense":
             if not isinstance(observation, str):
                 raise ValueError(f"scorer={self.scorer!r} needs the observation text: scores(..., observation=...)")
-            bm25 = BM25Scorer([it.summary or it.text for it in items])
             cosine = s
-            s = (
-                bm25(observation)
-                if self.scorer == "bm25"
-                else HybridScorer([(bm25, 0.5), (lambda _: cosine, 0.5)])(observation)
-            )
+            texts = [it.summary or it.text for it in items]
+            s = make_scorer(self.scorer, texts, dense=lambda: lambda _: cosine)(observation)
         if self.relation is None or self.alpha == 0.0:
             return s
         if layout is None:
             layout = FragmentLayout.from_fragments([turn_fragment(it) for it in items])
         if self.relation.needs_embeddings:
             layout = replace(layout, embeddings=e)
-        num, den = self.relation.prepare(layout).sums(s)
-        return s + self.alpha * environment_from_sums(num, den)
+        return fragrel_scores(s, self.relation.prepare(layout).sums, self.alpha)[1]
 
     # ------------------------------------------------------------------------------------------- steps
 
@@ -550,9 +547,7 @@ class SelfControlledMemory:
 
     @staticmethod
     def _cosines(query: np.ndarray, matrix: np.ndarray, norms: np.ndarray) -> np.ndarray:
-        q = np.asarray(query, dtype=np.float64)
-        scale = np.maximum(np.asarray(norms, dtype=np.float64) * max(float(np.linalg.norm(q)), 1e-12), 1e-12)
-        return (np.asarray(matrix, dtype=np.float64) @ q) / scale
+        return cosine_similarities(np.asarray(matrix, dtype=np.float64), query, norms)
 
     def _vocabulary(self, session_id: str, candidates: list[MemoryItem]) -> NameVocabulary:
         """The lexical gate's words of the candidates' texts, kept per session and grown with new turns."""
@@ -700,12 +695,7 @@ class SelfControlledMemory:
             while True:
                 try:
                     if isinstance(request, _Chat):
-                        result = request.model.invoke(
-                            request.messages,
-                            temperature=request.temperature,
-                            max_tokens=request.max_tokens,
-                            **format_kwargs(request.model, request.reply_format),
-                        )
+                        result = request.model.invoke(request.messages, **request.options())
                     elif isinstance(request, _Prob):
                         result = yes_no_probability(request.model, request.messages)
                     else:
@@ -725,12 +715,7 @@ class SelfControlledMemory:
             while True:
                 try:
                     if isinstance(request, _Chat):
-                        result = await request.model.ainvoke(
-                            request.messages,
-                            temperature=request.temperature,
-                            max_tokens=request.max_tokens,
-                            **format_kwargs(request.model, request.reply_format),
-                        )
+                        result = await request.model.ainvoke(request.messages, **request.options())
                     elif isinstance(request, _Prob):
                         result = await ayes_no_probability(request.model, request.messages)
                     else:

@@ -27,10 +27,11 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..._closing import Closing
 from ..triplets.sqlite_backend import SQLiteBackend
 from .types import MemoryItem
 
-__all__ = ["MemoryStream", "SCMStream", "check_turn"]
+__all__ = ["MemoryStream", "SCMStream", "check_session", "check_turn"]
 
 
 @runtime_checkable
@@ -114,7 +115,8 @@ def check_turn(observation: object, response: object, summary: object, embedding
     return vector
 
 
-def _check_session(session_id: object) -> str:
+def check_session(session_id: object) -> str:
+    """A session id: a non-empty str (TypeError otherwise)."""
     if not isinstance(session_id, str) or not session_id:
         raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
     return session_id
@@ -128,7 +130,7 @@ def _row(row: tuple) -> MemoryItem:
     return MemoryItem(session_id, int(idx), observation, response, summary, embedding, float(created))
 
 
-class SCMStream:
+class SCMStream(Closing):
     """A persistent memory stream (``path``: a SQLite file, or ``":memory:"`` for a throw-away stream).
 
     Every method takes the ``session_id``; sessions never see each other's interactions. A ``path`` that is
@@ -167,7 +169,7 @@ class SCMStream:
         embedding: np.ndarray | None = None,
     ) -> MemoryItem:
         """Write one interaction at the end of the session's stream and return it (with its index)."""
-        _check_session(session_id)
+        check_session(session_id)
         vector = check_turn(observation, response, summary, embedding)
         blob = None if vector is None else vector.astype("<f4").tobytes()
         dim = 0 if vector is None else int(vector.size)
@@ -184,7 +186,7 @@ class SCMStream:
     def items(self, session_id: str) -> list[MemoryItem]:
         """Every interaction of the session, in time order (a new list; rows added since the last call are read,
         the rest comes from memory unless the session was cleared meanwhile)."""
-        _check_session(session_id)
+        check_session(session_id)
         with self._cache_lock, self._db.read() as cur:
             cached = self._cache.get(session_id, [])
             if cached:  # still the same writes? (a clear, then new turns, gives new first/last rows)
@@ -205,7 +207,7 @@ class SCMStream:
 
     def last(self, session_id: str) -> MemoryItem | None:
         """The latest interaction (the flash memory of the next turn), or None for an empty session."""
-        _check_session(session_id)
+        check_session(session_id)
         with self._db.read() as cur:
             row = cur.execute(
                 f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? ORDER BY idx DESC LIMIT 1", (session_id,)
@@ -214,7 +216,7 @@ class SCMStream:
 
     def count(self, session_id: str) -> int:
         """Number of interactions in the session."""
-        _check_session(session_id)
+        check_session(session_id)
         with self._db.read() as cur:
             return int(cur.execute("SELECT COUNT(*) FROM scm_items WHERE session_id = ?", (session_id,)).fetchone()[0])
 
@@ -225,7 +227,7 @@ class SCMStream:
 
     def clear(self, session_id: str) -> int:
         """Delete the session's interactions; returns how many were deleted."""
-        _check_session(session_id)
+        check_session(session_id)
         with self._cache_lock, self._db.write() as cur:
             self._cache.pop(session_id, None)
             return int(cur.execute("DELETE FROM scm_items WHERE session_id = ?", (session_id,)).rowcount)
@@ -233,12 +235,6 @@ class SCMStream:
     def close(self) -> None:
         """Close the database connection."""
         self._db.close()
-
-    def __enter__(self) -> SCMStream:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SCMStream({self.path!r})"

@@ -19,7 +19,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ...models.chat import ChatModel, ChatModelBase, abatch, as_chat_model, batch, context_window, model_id
+from ...models.chat import ChatModel, ChatModelBase, abatch, batch, context_window, model_id
+from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import (
     OUTPUT_CHARS_PER_TOKEN,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..._validation import check_positive_int
 from ...models.structured import ReplyFormat
 
 __all__ = [
@@ -89,8 +90,7 @@ def summary_messages(text: str, summary_tokens: int = 300) -> list[dict[str, str
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    if isinstance(summary_tokens, bool) or not isinstance(summary_tokens, int) or summary_tokens < 1:
-        raise ValueError(f"summary_tokens must be a positive int, got {summary_tokens!r}")
+    check_positive_int(summary_tokens, "summary_tokens")
     words = max(5, summary_tokens * 3 // 4)
     return [
         {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
@@ -113,8 +113,7 @@ def summary_format(summary_tokens: int = 300, surprise_tokens: int = 150) -> Rep
     True
     """
     for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        check_positive_int(value, name)
     line = r"[^\n]{{1,{}}}"
     pattern = (
         r"\(Summary\): "

@@ -22,8 +22,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from ..._validation import check_positive_int
 from ...models.base import Embedder, embed_documents, embed_query
-from ...models.chat import ChatModel, as_chat_model
+from ...models.chat import ChatModel
+from ...models.convert import as_chat_model
 from ...models.tokens import count_tokens
 from ..scoring import check_alpha, relation_aware_scores
 from ..selection import check_k, select
@@ -43,6 +45,7 @@ __all__ = [
     "TreeConfig",
     "TreeHit",
     "TreeNode",
+    "check_search",
     "check_state",
 ]
 
@@ -55,6 +58,28 @@ SUMMARISERS = ("llm", "extractive")
 FIELDS = ("text", "summary", "surprise")
 
 _Steps = Generator[list[str], list["SummaryResult"], None]
+
+
+def check_search(mode: object, fields: Sequence[str]) -> tuple[str, ...]:
+    """Validate a retrieval ``mode`` (``"collapsed"`` or ``"traversal"``) and ``fields`` (a non-empty subset of
+    :data:`FIELDS`); returns the fields as a tuple."""
+    wanted = tuple(fields)
+    if not wanted or not set(wanted) <= set(FIELDS):
+        raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
+    if mode not in ("collapsed", "traversal"):
+        raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
+    return wanted
+
+
+_POSITIVE_FIELDS = (
+    "chunk_tokens",
+    "summary_tokens",
+    "surprise_tokens",
+    "max_cluster_tokens",
+    "reduction_dim",
+    "max_clusters",
+    "max_layers",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,14 +106,8 @@ class TreeConfig:
     summariser: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("chunk_tokens", "summary_tokens", "surprise_tokens", "max_cluster_tokens", "reduction_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name in ("max_clusters", "max_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        for name in _POSITIVE_FIELDS:
+            check_positive_int(getattr(self, name), name)
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
         if self.reducer not in REDUCERS:
@@ -787,11 +806,7 @@ class SurpriseTree:
         budget_tokens = check_k(budget_tokens, "budget_tokens")
         if k is None and budget_tokens is None:
             raise ValueError("give k or budget_tokens (or both) to bound the result")
-        wanted = set(fields)
-        if not wanted or not wanted <= set(FIELDS):
-            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {fields!r}")
-        if mode not in ("collapsed", "traversal"):
-            raise ValueError(f"mode must be 'collapsed' or 'traversal', got {mode!r}")
+        wanted = set(check_search(mode, fields))
         if relation is not None and not isinstance(relation, TreeRelation):
             raise TypeError(f"relation must be a TreeRelation or None, got {type(relation).__name__}")
         alpha = check_alpha(alpha)
@@ -830,8 +845,7 @@ class SurpriseTree:
         return self._lengths[key]
 
     def _traverse(self, keys: list[tuple[int, str]], scores: np.ndarray, width: int) -> set[int]:
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise ValueError(f"width must be a positive int, got {width!r}")
+        check_positive_int(width, "width")
         best: dict[int, float] = {}
         for (node_id, _), s in zip(keys, scores, strict=True):
             best[node_id] = max(best.get(node_id, -np.inf), float(s))

@@ -45,7 +45,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...models.chat import ChatModel, as_chat_model
+from ...models.chat import ChatModel
+from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from .store import TripletStore, TripletWrite
 from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls, term_problem

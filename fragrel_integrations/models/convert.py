@@ -1,0 +1,90 @@
+"""Conversions of any model into the core's protocols: :func:`as_embedder`, :func:`optional_embedder` and
+:func:`as_chat_model`.
+
+The protocol modules (:mod:`.base`, :mod:`.chat`) know none of their adapters; this module knows them all, so
+that no import cycle runs between a protocol and its adapters. No framework is imported here: a framework
+object is recognised only when its framework is already imported (an instance of it implies it is).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .base import Embedder, WrappedEmbedder
+from .chat import ChatModel, _is_instance_of
+from .langchain_chat import LangChainChatModel
+from .llama_index_chat import LlamaIndexChatModel
+from .llama_index_models import LlamaIndexEmbedder, is_llama_index_embedding
+
+__all__ = ["as_chat_model", "as_embedder", "optional_embedder"]
+
+
+def _loaded_class(module: str, name: str) -> type | None:
+    """``module.name`` if ``module`` is already imported (an instance of the class implies it is), else None."""
+    cls = getattr(sys.modules.get(module), name, None)
+    return cls if isinstance(cls, type) else None
+
+
+def as_embedder(model: Any) -> Embedder:
+    """Return ``model`` as an :class:`Embedder`, the one conversion every component and adapter uses.
+
+    - this package's wrappers (LangChain ``MiniLMEmbeddings``, LlamaIndex ``MiniLMEmbedding``) give the core
+      embedder they hold (loaded on first use, shared with the rest of the library);
+    - a LlamaIndex ``BaseEmbedding`` is wrapped in
+      :class:`~fragrel_integrations.models.llama_index_models.LlamaIndexEmbedder`;
+    - anything with ``embed_documents(texts)`` and ``embed_query(text)`` (a LangChain ``Embeddings``, a core
+      embedder, your own object) is returned as is.
+
+    No framework is imported here. ``None`` raises: components take ``embedder=None`` for the embedded
+    default (see :func:`optional_embedder`).
+
+    >>> from fragrel_integrations.testing import HashingEmbedder
+    >>> emb = HashingEmbedder(dim=8)
+    >>> as_embedder(emb) is emb
+    True
+    """
+    lc_wrapper = _loaded_class("fragrel_integrations.langchain.embeddings", "MiniLMEmbeddings")
+    if lc_wrapper is not None and isinstance(model, lc_wrapper):
+        inner = model._embedder
+        return WrappedEmbedder(model, "embedder") if inner is None else as_embedder(inner)
+    li_wrapper = _loaded_class("fragrel_integrations.llama_index.embeddings", "MiniLMEmbedding")
+    if li_wrapper is not None and isinstance(model, li_wrapper):
+        inner = model._model
+        return WrappedEmbedder(model, "model") if inner is None else inner
+    if is_llama_index_embedding(model):
+        return LlamaIndexEmbedder(model)
+    if isinstance(model, Embedder):
+        return model
+    if model is None:
+        raise TypeError("embedder is None: pass an embedding model, or leave embedder=None where a component takes it")
+    raise TypeError(
+        f"cannot use {type(model).__name__} as an embedder: pass a LangChain Embeddings, a LlamaIndex "
+        "BaseEmbedding, MiniLMEmbeddings()/MiniLMEmbedding(), or any object with embed_documents(texts) and "
+        "embed_query(text)"
+    )
+
+
+def optional_embedder(model: Any) -> Embedder | None:
+    """:func:`as_embedder`, except that ``None`` stays ``None`` (a component's embedded default)."""
+    return None if model is None else as_embedder(model)
+
+
+def as_chat_model(model: Any) -> ChatModel:
+    """Return ``model`` as a :class:`ChatModel`: LangChain ``BaseChatModel`` and LlamaIndex ``LLM`` objects are
+    wrapped; anything that already has ``invoke`` and ``ainvoke`` returning text is returned as is.
+
+    LangChain chat models also have ``invoke``/``ainvoke`` (returning messages), so they are detected first.
+    """
+    if _is_instance_of(model, "langchain_core.language_models", "BaseChatModel"):
+        return LangChainChatModel(model)
+    if _is_instance_of(model, "langchain_core.language_models", "BaseLLM"):
+        return LangChainChatModel(model)
+    if _is_instance_of(model, "llama_index.core.llms", "LLM"):
+        return LlamaIndexChatModel(model)
+    if isinstance(model, ChatModel):
+        return model
+    raise TypeError(
+        f"cannot use {type(model).__name__} as a chat model: pass a LangChain chat model, a LlamaIndex LLM, "
+        "an OpenAIChatModel / LlamaCppChatModel, or any object with invoke(messages) and ainvoke(messages)"
+    )
