@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -474,3 +475,71 @@ def test_cache_and_retry_wrappers_pass_the_probability_through():
         assert yes_no_probability(wrap(_Scored(["yes"])), "Is water wet?") == 0.8
         assert asyncio.run(ayes_no_probability(wrap(_Scored(["yes"])), "Is water wet?")) == 0.8
         assert yes_no_probability(wrap(ScriptedChatModel(["yes"])), "Is water wet?") is None
+
+
+@pytest.mark.slow
+def test_langchain_chat_openai_logprobs_agree_with_the_embedded_logits():
+    pytest.importorskip("langchain_openai")
+    from _llm_fixtures import SERVER_MODEL, get_embedded, get_server
+    from langchain_openai import ChatOpenAI
+
+    from fragrel_integrations.models import as_chat_model
+
+    chat = ChatOpenAI(model=SERVER_MODEL, base_url=get_server().base_url, api_key="none", max_retries=0)
+    model = as_chat_model(chat)  # what every component does with a LangChain model
+    question = "Is Paris the capital of France? Answer yes or no."
+    p = model.yes_no_probability(question)
+    assert p is not None and model.logprobs_supported is True
+    assert p == pytest.approx(get_embedded().yes_no_probability(question), abs=0.05)  # same model, same prompt
+    assert asyncio.run(model.ayes_no_probability(question)) == pytest.approx(p, abs=0.05)  # server cache jitter
+    decision = SCMController(model).needs_memory("What did I tell you my dog's name was?")
+    assert decision.probability is not None  # the SCM gate now answers by probability behind LangChain
+
+
+def _lc_logprobs_model(metadata_logprobs, calls, error=None):
+    pytest.importorskip("langchain_core")
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class LogprobsChat(BaseChatModel):
+        logprobs: bool | None = None
+        top_logprobs: int | None = None
+
+        @property
+        def _llm_type(self) -> str:
+            return "logprobs-test"
+
+        def _generate(self, messages, stop=None, run_manager=None, **kwargs):
+            calls.append(kwargs)
+            if error is not None:
+                raise error
+            meta = {} if metadata_logprobs is None else {"logprobs": metadata_logprobs}
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="Yes", response_metadata=meta))])
+
+    return LogprobsChat()
+
+
+def test_langchain_adapter_reads_openai_style_logprobs_and_remembers_their_absence():
+    from fragrel_integrations.models.langchain_chat import LangChainChatModel
+
+    calls: list[dict] = []
+    top = [{"token": "Yes", "logprob": math.log(0.6)}, {"token": " no", "logprob": math.log(0.2)}]
+    model = LangChainChatModel(
+        _lc_logprobs_model({"content": [{"token": "Yes", "logprob": -0.5, "top_logprobs": top}]}, calls)
+    )
+    assert model.yes_no_probability("Is water wet?") == pytest.approx(0.75)
+    assert calls[-1]["logprobs"] is True and calls[-1]["top_logprobs"] == 20 and calls[-1]["max_tokens"] == 1
+    calls.clear()
+    silent = LangChainChatModel(_lc_logprobs_model(None, calls))
+    assert silent.yes_no_probability("Is water wet?") is None and silent.logprobs_supported is False
+    assert silent.yes_no_probability("Is water wet?") is None and len(calls) == 1  # not asked again
+    from langchain_core.language_models import FakeListChatModel
+
+    plain = LangChainChatModel(FakeListChatModel(responses=["yes"]))
+    assert plain.yes_no_probability("Is water wet?") is None  # no logprobs fields: never asked
+    refusing = LangChainChatModel(_lc_logprobs_model(None, calls, ValueError("logprobs are not supported")))
+    assert refusing.yes_no_probability("Is water wet?") is None and refusing.logprobs_supported is False
+    broken = LangChainChatModel(_lc_logprobs_model(None, calls, ConnectionError("server down")))
+    with pytest.raises(ConnectionError):
+        broken.yes_no_probability("Is water wet?")  # only refusals fall back; real failures are not hidden

@@ -12,9 +12,10 @@ says more: :class:`YesNoScorer` models have
 
 :class:`~fragrel_integrations.models.llama_cpp_chat.LlamaCppChatModel` computes it from llama.cpp's logits;
 :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel` from ``logprobs``/``top_logprobs`` of a one-token
-completion (None when the server returns none); ``CachedChatModel`` and ``RetryingChatModel`` pass it through.
-Other models (LangChain, LlamaIndex adapters, your own objects) do not have it:
-:func:`yes_no_probability` returns None for them.
+completion (None when the server returns none); ``LangChainChatModel`` from the ``logprobs`` a LangChain model
+with ``logprobs``/``top_logprobs`` fields (``ChatOpenAI`` and its kin) returns in ``response_metadata``;
+``CachedChatModel`` and ``RetryingChatModel`` pass it through. Other models (LlamaIndex adapters, your own
+objects) do not have it: :func:`yes_no_probability` returns None for them.
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> yes_no_probability(ScriptedChatModel(["yes"]), "Is water wet?") is None
