@@ -480,12 +480,21 @@ def test_cache_and_retry_wrappers_pass_the_probability_through():
 @pytest.mark.slow
 def test_langchain_chat_openai_logprobs_agree_with_the_embedded_logits():
     pytest.importorskip("langchain_openai")
+    import httpx
     from _llm_fixtures import SERVER_MODEL, get_embedded, get_server
     from langchain_openai import ChatOpenAI
 
     from fragrel_integrations.models import as_chat_model
 
-    chat = ChatOpenAI(model=SERVER_MODEL, base_url=get_server().base_url, api_key="none", max_retries=0)
+    # its own async client: langchain-openai caches one per base_url, bound to the event loop of its first use
+    # (another test's asyncio.run), and a closed loop's client fails with "Connection error"
+    chat = ChatOpenAI(
+        model=SERVER_MODEL,
+        base_url=get_server().base_url,
+        api_key="none",
+        max_retries=0,
+        http_async_client=httpx.AsyncClient(),
+    )
     model = as_chat_model(chat)  # what every component does with a LangChain model
     question = "Is Paris the capital of France? Answer yes or no."
     p = model.yes_no_probability(question)
