@@ -552,3 +552,23 @@ def test_langchain_adapter_reads_openai_style_logprobs_and_remembers_their_absen
     broken = LangChainChatModel(_lc_logprobs_model(None, calls, ConnectionError("server down")))
     with pytest.raises(ConnectionError):
         broken.yes_no_probability("Is water wet?")  # only refusals fall back; real failures are not hidden
+
+
+@pytest.mark.slow
+def test_llama_index_openai_like_logprobs_agree_with_the_embedded_logits():
+    pytest.importorskip("llama_index.llms.openai_like")
+    from _llm_fixtures import SERVER_MODEL, get_embedded, get_server
+    from llama_index.llms.openai_like import OpenAILike
+
+    from fragrel_integrations.models import as_chat_model
+
+    llm = OpenAILike(model=SERVER_MODEL, api_base=get_server().base_url, api_key="none", is_chat_model=True)
+    model = as_chat_model(llm)
+    question = "Is Paris the capital of France? Answer yes or no."
+    p = model.yes_no_probability(question)
+    assert p is not None and model.logprobs_supported is True
+    assert p == pytest.approx(get_embedded().yes_no_probability(question), abs=0.05)  # same model, same prompt
+    decision = SCMController(model).needs_memory("What did I tell you my dog's name was?")
+    assert decision.probability is not None
+    completion = as_chat_model(OpenAILike(model=SERVER_MODEL, api_base=get_server().base_url, api_key="none"))
+    assert completion.yes_no_probability(question) is None  # a completion-mode LLM is not asked

@@ -21,19 +21,13 @@ and parse it with their lenient parsers, as before. To get enforcement, call the
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from .._optional import require
 from .chat import ChatModelBase, Messages, context_window, model_id, to_messages
-from .yes_no import yes_no_from_logprobs
+from .yes_no import TOP_LOGPROBS, LogprobsYesNo
 
 __all__ = ["LangChainChatModel"]
-
-logger = logging.getLogger(__name__)
-
-#: Alternatives asked for the first reply token of a yes/no question (as ``OpenAIChatModel`` asks).
-_TOP_LOGPROBS = 20
 
 
 def _text(result: Any) -> str:
@@ -48,7 +42,7 @@ def _text(result: Any) -> str:
     raise TypeError(f"the LangChain model returned {type(result).__name__}, not a message or a string")
 
 
-class LangChainChatModel(ChatModelBase):
+class LangChainChatModel(LogprobsYesNo, ChatModelBase):
     """Adapter: LangChain ``BaseChatModel``/``BaseLLM`` -> :class:`ChatModel` (sync and native async)."""
 
     def __init__(self, model: Any, *, forward_params: bool = True) -> None:
@@ -109,60 +103,28 @@ class LangChainChatModel(ChatModelBase):
     def _asks_logprobs(self) -> bool:
         """Models with ``logprobs`` and ``top_logprobs`` fields (``ChatOpenAI`` and its kin) are asked."""
         fields = getattr(type(self.model), "model_fields", {})
-        return self.logprobs_supported is not False and "logprobs" in fields and "top_logprobs" in fields
+        return "logprobs" in fields and "top_logprobs" in fields
 
     def _yes_no_call(self, messages: Messages) -> tuple[list[Any], dict[str, Any]]:
-        kwargs = {"logprobs": True, "top_logprobs": _TOP_LOGPROBS, "max_tokens": 1, "temperature": 0.0}
+        kwargs = {"logprobs": True, "top_logprobs": TOP_LOGPROBS, "max_tokens": 1, "temperature": 0.0}
         return self._convert(to_messages(messages)), kwargs
 
-    def _refused(self, exc: Exception) -> None:
-        """None for a provider that refuses logprobs (an error naming them, or HTTP 400/422/501: noted, not asked
-        again); any other error is raised as from :meth:`invoke`."""
-        if "logprob" not in str(exc).lower() and getattr(exc, "status_code", None) not in (400, 422, 501):
-            raise exc
-        self._no_logprobs(f"the model refused logprobs: {exc}")
-        return None
+    def _logprobs_reply(self, messages: Messages) -> Any:
+        lc_messages, kwargs = self._yes_no_call(messages)
+        return self.model.invoke(lc_messages, **kwargs)
 
-    def _no_logprobs(self, why: str) -> None:
-        if self.logprobs_supported is not False:
-            logger.warning("%s: yes/no questions fall back to parsing the reply text (%s)", self.model_name, why)
-        self.logprobs_supported = False
+    async def _alogprobs_reply(self, messages: Messages) -> Any:
+        lc_messages, kwargs = self._yes_no_call(messages)
+        return await self.model.ainvoke(lc_messages, **kwargs)
 
-    def _yes_no_from(self, message: Any) -> float | None:
-        logprobs = (getattr(message, "response_metadata", None) or {}).get("logprobs")
+    def _first_token_logprobs(self, reply: Any) -> list[tuple[str, float]] | None:
+        """From ``response_metadata["logprobs"]["content"][0]`` (langchain-openai's layout)."""
+        logprobs = (getattr(reply, "response_metadata", None) or {}).get("logprobs")
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         if not content or not isinstance(content[0], dict):
-            self._no_logprobs("it returned no logprobs")
             return None
-        self.logprobs_supported = True
         first = content[0]
         pairs = {t["token"]: t["logprob"] for t in first.get("top_logprobs") or [] if isinstance(t, dict)}
         if "token" in first and "logprob" in first:
             pairs.setdefault(first["token"], first["logprob"])  # the sampled token, when the top list lacks it
-        return yes_no_from_logprobs(pairs.items())
-
-    def yes_no_probability(self, messages: Messages) -> float | None:
-        """``P(yes) / (P(yes) + P(no))`` of the reply's first token, from the OpenAI-style ``logprobs`` a
-        LangChain model such as ``ChatOpenAI`` returns in ``response_metadata`` (see
-        :mod:`~fragrel_integrations.models.yes_no`). None (the caller parses a text reply instead) for models
-        without ``logprobs``/``top_logprobs`` fields, and once a model returned or refused none (not asked
-        again); other errors raise as for :meth:`invoke`."""
-        if not self._asks_logprobs():
-            return None
-        lc_messages, kwargs = self._yes_no_call(messages)
-        try:
-            reply = self.model.invoke(lc_messages, **kwargs)
-        except Exception as exc:
-            return self._refused(exc)
-        return self._yes_no_from(reply)
-
-    async def ayes_no_probability(self, messages: Messages) -> float | None:
-        """Async :meth:`yes_no_probability`."""
-        if not self._asks_logprobs():
-            return None
-        lc_messages, kwargs = self._yes_no_call(messages)
-        try:
-            reply = await self.model.ainvoke(lc_messages, **kwargs)
-        except Exception as exc:
-            return self._refused(exc)
-        return self._yes_no_from(reply)
+        return list(pairs.items())

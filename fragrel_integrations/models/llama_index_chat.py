@@ -23,12 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 from .._optional import require
-from .chat import ChatModelBase, model_id
+from .chat import ChatModelBase, Messages, model_id, to_messages
+from .yes_no import TOP_LOGPROBS, LogprobsYesNo
 
 __all__ = ["LlamaIndexChatModel"]
 
 
-class LlamaIndexChatModel(ChatModelBase):
+class LlamaIndexChatModel(LogprobsYesNo, ChatModelBase):
     """Adapter: LlamaIndex ``LLM`` -> :class:`ChatModel` (sync and native async)."""
 
     def __init__(self, llm: Any, *, forward_params: bool = True) -> None:
@@ -43,6 +44,8 @@ class LlamaIndexChatModel(ChatModelBase):
         self.llm = llm
         self.forward_params = forward_params
         self.model_name = model_id(llm)
+        #: None until the first yes/no question; False once the model returned no logprobs (not asked again).
+        self.logprobs_supported: bool | None = None
 
     @property
     def context_window(self) -> int | None:
@@ -85,3 +88,30 @@ class LlamaIndexChatModel(ChatModelBase):
     ) -> str:
         response = await self.llm.achat(self._convert(messages), **self._kwargs(temperature, max_tokens, stop))
         return response.message.content or ""
+
+    # ------------------------------------------------------------------------------ yes/no by probability
+    def _asks_logprobs(self) -> bool:
+        """Chat models with ``logprobs`` and ``top_logprobs`` fields (``OpenAI``, ``OpenAILike(is_chat_model=True)``)
+        are asked."""
+        fields = getattr(type(self.llm), "model_fields", {})
+        chat = getattr(getattr(self.llm, "metadata", None), "is_chat_model", False)
+        return chat is True and "logprobs" in fields and "top_logprobs" in fields
+
+    def _yes_no_call(self, messages: Messages) -> tuple[list[Any], dict[str, Any]]:
+        kwargs = {"logprobs": True, "top_logprobs": TOP_LOGPROBS, "max_tokens": 1, "temperature": 0.0}
+        return self._convert(to_messages(messages)), kwargs
+
+    def _logprobs_reply(self, messages: Messages) -> Any:
+        li_messages, kwargs = self._yes_no_call(messages)
+        return self.llm.chat(li_messages, **kwargs)
+
+    async def _alogprobs_reply(self, messages: Messages) -> Any:
+        li_messages, kwargs = self._yes_no_call(messages)
+        return await self.llm.achat(li_messages, **kwargs)
+
+    def _first_token_logprobs(self, reply: Any) -> list[tuple[str, float]] | None:
+        """From ``ChatResponse.logprobs[0]`` (the first token's ``LogProb`` alternatives)."""
+        logprobs = getattr(reply, "logprobs", None)
+        if not logprobs or not logprobs[0]:
+            return None
+        return [(lp.token, lp.logprob) for lp in logprobs[0] if hasattr(lp, "token") and hasattr(lp, "logprob")]

@@ -12,10 +12,11 @@ says more: :class:`YesNoScorer` models have
 
 :class:`~fragrel_integrations.models.llama_cpp_chat.LlamaCppChatModel` computes it from llama.cpp's logits;
 :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel` from ``logprobs``/``top_logprobs`` of a one-token
-completion (None when the server returns none); ``LangChainChatModel`` from the ``logprobs`` a LangChain model
-with ``logprobs``/``top_logprobs`` fields (``ChatOpenAI`` and its kin) returns in ``response_metadata``;
-``CachedChatModel`` and ``RetryingChatModel`` pass it through. Other models (LlamaIndex adapters, your own
-objects) do not have it: :func:`yes_no_probability` returns None for them.
+completion (None when the server returns none); ``LangChainChatModel`` and ``LlamaIndexChatModel`` (through
+:class:`LogprobsYesNo`) from the OpenAI-style logprobs of framework models that have ``logprobs`` /
+``top_logprobs`` fields (``ChatOpenAI``; LlamaIndex ``OpenAI`` / ``OpenAILike`` chat LLMs); ``CachedChatModel`` and
+``RetryingChatModel`` pass it through. Other models (your own objects, framework models without those fields)
+do not have it: :func:`yes_no_probability` returns None for them.
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> yes_no_probability(ScriptedChatModel(["yes"]), "Is water wet?") is None
@@ -26,15 +27,17 @@ True
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from .chat import Messages
 
 __all__ = [
     "NO_WORDS",
     "YES_WORDS",
+    "LogprobsYesNo",
     "YesNoScorer",
     "ayes_no_probability",
     "yes_no_from_logprobs",
@@ -44,6 +47,12 @@ __all__ = [
 #: Token spellings that count as "yes" / "no" (compared after stripping spaces; case as listed).
 YES_WORDS = frozenset({"yes", "Yes", "YES"})
 NO_WORDS = frozenset({"no", "No", "NO"})
+
+
+logger = logging.getLogger(__name__)
+
+#: Alternatives asked for the first reply token of a yes/no question by the framework adapters.
+TOP_LOGPROBS = 20
 
 
 @runtime_checkable
@@ -119,3 +128,69 @@ async def ayes_no_probability(model: object, messages: Messages) -> float | None
     if not isinstance(model, YesNoScorer):
         return None
     return _checked(await model.ayes_no_probability(messages), model)
+
+
+class LogprobsYesNo:
+    """:class:`YesNoScorer` for adapters of framework models that return OpenAI-style ``logprobs``: asks a
+    one-token reply with ``logprobs`` / ``top_logprobs`` and reads the first token's alternatives.
+
+    Subclasses define ``_asks_logprobs()`` (whether the wrapped model can be asked), ``_logprobs_reply`` /
+    ``_alogprobs_reply`` (the call) and ``_first_token_logprobs(reply)`` (``(token, logprob)`` pairs, or None
+    when the reply has none). A model that returns or refuses none is noted (``logprobs_supported = False``) and
+    not asked again; other errors raise.
+    """
+
+    logprobs_supported: bool | None = None
+    model_name: str = "model"
+
+    def _asks_logprobs(self) -> bool:
+        raise NotImplementedError
+
+    def _logprobs_reply(self, messages: Messages) -> Any:
+        raise NotImplementedError
+
+    async def _alogprobs_reply(self, messages: Messages) -> Any:
+        raise NotImplementedError
+
+    def _first_token_logprobs(self, reply: Any) -> list[tuple[str, float]] | None:
+        raise NotImplementedError
+
+    def _refused(self, exc: Exception) -> None:
+        """None for a provider that refuses logprobs (an error naming them, or HTTP 400/422/501); else raise."""
+        if "logprob" not in str(exc).lower() and getattr(exc, "status_code", None) not in (400, 422, 501):
+            raise exc
+        self._no_logprobs(f"the model refused logprobs: {exc}")
+
+    def _no_logprobs(self, why: str) -> None:
+        if self.logprobs_supported is not False:
+            logger.warning("%s: yes/no questions fall back to parsing the reply text (%s)", self.model_name, why)
+        self.logprobs_supported = False
+
+    def _probability(self, reply: Any) -> float | None:
+        pairs = self._first_token_logprobs(reply)
+        if not pairs:
+            self._no_logprobs("it returned no logprobs")
+            return None
+        self.logprobs_supported = True
+        return yes_no_from_logprobs(pairs)
+
+    def yes_no_probability(self, messages: Messages) -> float | None:
+        """``P(yes) / (P(yes) + P(no))`` of the reply's first token (see the module doc); None when the wrapped
+        model cannot give logprobs (the caller then parses a text reply)."""
+        if self.logprobs_supported is False or not self._asks_logprobs():
+            return None
+        try:
+            reply = self._logprobs_reply(messages)
+        except Exception as exc:
+            return self._refused(exc)
+        return self._probability(reply)
+
+    async def ayes_no_probability(self, messages: Messages) -> float | None:
+        """Async :meth:`yes_no_probability`."""
+        if self.logprobs_supported is False or not self._asks_logprobs():
+            return None
+        try:
+            reply = await self._alogprobs_reply(messages)
+        except Exception as exc:
+            return self._refused(exc)
+        return self._probability(reply)
