@@ -236,3 +236,31 @@ def test_damaged_database_files_give_value_errors_and_refusals_leave_them_unchan
             pass  # a NULL where a number belongs, read from a damaged row
         if damage[0] == "cut" and len(data) > 0:
             assert path.read_bytes() == bytes(data)  # a truncated file is refused at open, untouched
+
+
+def test_a_schema_byte_sqlite_cannot_decode_is_a_value_error(tmp_path):
+    """Found by the fuzz test above: SQLite's error quotes the damaged schema name, which Python cannot decode."""
+    path = tmp_path / "damaged.db"
+    with TripletStore(path, embedder=HashingEmbedder(dim=8)) as store:
+        store.write(("a", "b", "c"))
+    data = bytearray(path.read_bytes())
+    at = data.find(b"CREATE TABLE triplets")
+    assert at >= 0
+    data[at + len(b"CREATE TABLE tripl")] = 0x80
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"damaged\.db"):
+        _use("triplets", path)
+
+
+def test_a_missing_column_of_our_tables_is_a_value_error(tmp_path):
+    """Also found by the fuzz test: a damaged column name in the saved term-index table."""
+    import sqlite3
+
+    path = tmp_path / "damaged.db"
+    with TripletStore(path, embedder=HashingEmbedder(dim=8)) as store:
+        store.write(("a", "b", "c"))
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE term_part RENAME COLUMN term_id TO term_xd")
+    conn.close()
+    with pytest.raises(ValueError, match=r"damaged\.db.*schema is not this library's"):
+        _use("triplets", path)

@@ -38,8 +38,14 @@ def _not_a_database(path: str, why: str) -> ValueError:
 
 
 def _damaged(exc: BaseException) -> bool:
-    """Whether ``exc`` says the file is not a database, is corrupt or truncated, or holds text that is not
-    UTF-8 (which SQLite never writes from Python strings)."""
+    """Whether ``exc`` says the file is not a database, is corrupt or truncated, holds text that is not UTF-8
+    (which SQLite never writes from Python strings; also in SQLite's own error message, which quotes a damaged
+    schema and which Python then cannot decode), or lacks a column or table of this library's fixed statements
+    (a damaged schema, or a file of another program)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True
+    if isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(("no such column", "no such table")):
+        return True
     if not isinstance(exc, sqlite3.DatabaseError):
         return False
     code = getattr(exc, "sqlite_errorcode", None)
@@ -189,7 +195,9 @@ class SQLiteBackend(StorageBackend):
                     with suppress(sqlite3.Error):  # keep the first error, the informative one
                         conn.execute("ROLLBACK")
                 if _damaged(exc):
-                    raise _not_a_database(self.path, f"is a corrupt SQLite database ({exc})") from exc
+                    raise _not_a_database(
+                        self.path, f"is a corrupt SQLite database or its schema is not this library's ({exc})"
+                    ) from exc
                 raise
 
     def write(self) -> AbstractContextManager[Cursor]:
