@@ -264,3 +264,17 @@ def test_a_missing_column_of_our_tables_is_a_value_error(tmp_path):
     conn.close()
     with pytest.raises(ValueError, match=r"damaged\.db.*schema is not this library's"):
         _use("triplets", path)
+
+
+def test_a_damaged_scm_row_is_a_value_error_naming_the_table(tmp_path):
+    """Found by the fuzz test: a flipped byte turned a row's index into a blob (int() failed, no file named)."""
+    import sqlite3
+
+    path = tmp_path / "s.db"
+    with SCMStream(path) as stream:
+        stream.append("s", "a", "b")
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE scm_items SET idx = ?", (b"\x11",))
+    conn.close()
+    with SCMStream(path) as stream, pytest.raises(ValueError, match="damaged row in the SQLite table scm_items"):
+        stream.items("s")

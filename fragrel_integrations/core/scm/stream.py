@@ -123,11 +123,17 @@ def check_session(session_id: object) -> str:
 
 
 def _row(row: tuple) -> MemoryItem:
+    """A stored row as a :class:`MemoryItem`; a row a damaged file returns is a ValueError naming the table."""
     session_id, idx, observation, response, summary, dim, blob, created = row
-    embedding = None if blob is None else np.frombuffer(blob, dtype="<f4", count=dim).astype(np.float32)
-    if embedding is not None:
-        embedding.flags.writeable = False  # shared by every reader of the cached stream
-    return MemoryItem(session_id, int(idx), observation, response, summary, embedding, float(created))
+    try:
+        embedding = None if blob is None else np.frombuffer(blob, dtype="<f4", count=dim).astype(np.float32)
+        if embedding is not None:
+            embedding.flags.writeable = False  # shared by every reader of the cached stream
+        return MemoryItem(session_id, int(idx), observation, response, summary, embedding, float(created))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"a damaged row in the SQLite table scm_items ({exc}); restore the file from a backup"
+        ) from exc
 
 
 class SCMStream(Closing):
