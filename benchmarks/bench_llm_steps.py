@@ -239,13 +239,19 @@ def run_triplet_answers(args: argparse.Namespace) -> tuple[str, dict]:
     ``answer`` the question with free read turns and under ``READ_FORMAT``, with and without relaxed reads;
     correct = the answer names the gold place, strict = and no other qa1 place."""
     from fragrel_integrations.core.triplets import TripletStore
-    from fragrel_integrations.core.triplets.controller import TripletMemoryController
+    from fragrel_integrations.core.triplets.controller import READ_EXAMPLES, TripletMemoryController
     from fragrel_integrations.testing import HashingEmbedder
 
+    # "old": the three read examples before issue 14 (Dan Jaffe, Nimbus Labs, France)
+    example_sets = {"new": READ_EXAMPLES, "old": READ_EXAMPLES[:3]}
     model = _model()
     out: dict[str, dict] = {}
     rows = []
     parts = {"dev": range(0, 100), "held-out": range(100, 1000)}
+    examples_sets = args.read_examples.split(",")
+    unknown = set(examples_sets) - set(example_sets)
+    if unknown:
+        raise SystemExit(f"--read-examples: unknown {sorted(unknown)}; choose from {sorted(example_sets)}")
     for part in args.parts.split(","):
         items = babi_stories(_data(args), parts[part], args.answers_n)
         stores = []
@@ -255,41 +261,52 @@ def run_triplet_answers(args: argparse.Namespace) -> tuple[str, dict]:
             for sentence in story[-6:]:
                 writer.memorize(sentence)
             stores.append(store)
-        for constrained in (False, True):
-            for relax in (False, True):
-                correct = strict = read_calls = 0
-                start = time.perf_counter()
-                for (_, question, answer), store in zip(items, stores, strict=True):
-                    controller = TripletMemoryController(model, store, constrained_reads=constrained, relax_reads=relax)
-                    result = controller.answer(question)
-                    named = {p for p in QA1_PLACES if p in result.answer.lower()}
-                    correct += answer.lower() in named
-                    strict += named == {answer.lower()}
-                    read_calls += bool(result.reads)
-                seconds = time.perf_counter() - start
-                n = len(items)
-                key = f"{part}/{'grammar' if constrained else 'free'}/{'relaxed' if relax else 'exact'}"
-                out[key] = {
-                    "n": n,
-                    "read": read_calls,
-                    "correct": correct,
-                    "strict": strict,
-                    "seconds_per_question": seconds / n,
-                }
-                rows.append(
-                    f"| {part} | {'READ_FORMAT (grammar)' if constrained else 'free text'} | "
-                    f"{'relaxed' if relax else 'exact'} | {_pct(read_calls, n)} | {_pct(correct, n)} | "
-                    f"{_pct(strict, n)} | {seconds / n:.1f} |"
+        conditions = [(label, c, r) for label in examples_sets for c in (False, True) for r in (False, True)]
+        # the old examples only with the default relaxed reads (the read examples are what they compare)
+        conditions = [(label, c, r) for label, c, r in conditions if label == "new" or r]
+        for label, constrained, relax in conditions:
+            correct = strict = read_calls = 0
+            start = time.perf_counter()
+            for (_, question, answer), store in zip(items, stores, strict=True):
+                controller = TripletMemoryController(
+                    model,
+                    store,
+                    constrained_reads=constrained,
+                    relax_reads=relax,
+                    read_examples=example_sets[label],
                 )
+                result = controller.answer(question)
+                named = {p for p in QA1_PLACES if p in result.answer.lower()}
+                correct += answer.lower() in named
+                strict += named == {answer.lower()}
+                read_calls += bool(result.reads)
+            seconds = time.perf_counter() - start
+            n = len(items)
+            key = f"{part}/{'grammar' if constrained else 'free'}/{'relaxed' if relax else 'exact'}"
+            key += "" if label == "new" else f"/{label} examples"
+            out[key] = {
+                "n": n,
+                "read": read_calls,
+                "correct": correct,
+                "strict": strict,
+                "seconds_per_question": seconds / n,
+            }
+            rows.append(
+                f"| {part} | {label} ({len(example_sets[label])}) | "
+                f"{'READ_FORMAT (grammar)' if constrained else 'free text'} | "
+                f"{'relaxed' if relax else 'exact'} | {_pct(read_calls, n)} | {_pct(correct, n)} | "
+                f"{_pct(strict, n)} | {seconds / n:.1f} |"
+            )
     md = (
         "## Triplet memory answers (`--steps triplet_answers`)\n\n"
         f"bAbI qa1, {args.answers_n} questions per part: the last six statements memorized (new few-shot examples, "
         "`WRITE_FORMAT`), then `answer(question)`; reads *exact* (`relax_reads=False`) or *relaxed* (the default: a "
         "read whose relation matches nothing is run again for its subject); *correct* = the answer names the gold "
         "place (the extractive fallback included), *strict* = the gold place and no other qa1 place.\n\n"
-        "| part | read turns | reads | read | correct | strict | s / question |\n|---|---|---|---|---|---|---|\n"
-        + "\n".join(rows)
-        + "\n"
+        "*Read examples*: *new* = `READ_EXAMPLES` (five), *old* = the three before issue 14 (Dan Jaffe, Nimbus Labs, "
+        "France), same memories, same run.\n\n"
+        "| part | read examples | read turns | reads | read | correct | strict | s / question |\n"
+        "|---|---|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
     )
     return md, out
 
@@ -393,6 +410,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triplets-n", type=int, default=16, help="bAbI statements per part for the triplet step")
     parser.add_argument("--parts", default="dev,held-out", help="parts for triplet_answers (dev, held-out)")
     parser.add_argument("--answers-n", type=int, default=10, help="bAbI qa1 questions per part (triplet_answers)")
+    parser.add_argument(
+        "--read-examples", default="new", help="read example sets for triplet_answers: new, old or old,new"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "llm_steps.md", help="the markdown report")
     args = parser.parse_args(argv)
     names = sorted(STEPS) if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]

@@ -25,6 +25,7 @@ from .cli_code import format_ranked
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
+from .models.base import embedder_id
 
 __all__ = ["ANSWER_SYSTEM_PROMPT", "answer_messages", "build_parser", "main"]
 
@@ -34,6 +35,10 @@ ANSWER_SYSTEM_PROMPT = "Answer the question using only the context. Reply in one
 #: The independent score without --scorer: hybrid ranked the README question's passage and bAbI facts in
 #: 500-word fragments higher than dense or BM25 alone (and is the best base on LoCoMo dev, DESIGN.md).
 DEFAULT_SCORER = "hybrid"
+
+#: Input window assumed for a served embedding model (``--embed-base-url``), which does not say its own: what
+#: BERT-family embedders (e5, bge, gte) read; raise it with ``--embed-window-tokens`` for longer-context models.
+SERVED_WINDOW_TOKENS = 512
 
 
 def _relation(name: str, w_rel: float) -> Relation:
@@ -102,6 +107,27 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-cache", action="store_true", help="embed the file again; read and write no cache")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    own = parser.add_argument_group("your embedding model (default: the embedded all-MiniLM-L6-v2)")
+    own.add_argument(
+        "--embed-model",
+        default=None,
+        help="a folder holding a sentence-transformers model, or with --embed-base-url the embedding model name "
+        "that server serves",
+    )
+    own.add_argument(
+        "--embed-base-url",
+        default=None,
+        help="OpenAI-compatible /embeddings server, e.g. http://127.0.0.1:8081/v1 (llama.cpp --embedding, vLLM, "
+        "Ollama, OpenAI; needs the [openai] extra)",
+    )
+    own.add_argument("--embed-api-key", default=None, help="its API key (default: $OPENAI_API_KEY; local: none)")
+    own.add_argument(
+        "--embed-window-tokens",
+        type=int,
+        default=None,
+        help=f"tokens the served model reads per text (default {SERVED_WINDOW_TOKENS}): longer fragments are "
+        "embedded in sub-windows that fit",
+    )
 
 
 def _settings(args: argparse.Namespace) -> tuple[float, float, int, str, int | None]:
@@ -123,6 +149,9 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
     text = data.decode("utf-8", errors="replace")
     window_words = "auto" if args.window_words is None else args.window_words
     kwargs: dict[str, Any] = {"relation": relation, "alpha": alpha, "scorer": args.scorer, "top_m": top_m}
+    embedder = user_embedder(args)
+    if embedder is not None:
+        kwargs["embedder"] = embedder
 
     def build() -> FragRelIndex:
         return FragRelIndex.from_texts(
@@ -144,7 +173,43 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
         settings={"fragment_words": fragment_words, "window_words": window_words},
         cache_dir=args.cache_dir,
         load_kwargs=kwargs,
+        model=None if embedder is None else embedder_id(embedder),
     )
+
+
+def user_embedder(args: argparse.Namespace) -> Any:
+    """The embedder ``--embed-model`` / ``--embed-base-url`` name, or None for the embedded default."""
+    if not args.embed_model:
+        given = [
+            o
+            for o, v in (
+                ("--embed-base-url", args.embed_base_url),
+                ("--embed-api-key", args.embed_api_key),
+                ("--embed-window-tokens", args.embed_window_tokens),
+            )
+            if v is not None
+        ]
+        if given:
+            raise ValueError(f"{given[0]} needs --embed-model (a model folder, or the name the server serves)")
+        return None
+    if args.embed_base_url:
+        from .models.openai_embeddings import OpenAIEmbedder
+
+        window = SERVED_WINDOW_TOKENS if args.embed_window_tokens is None else args.embed_window_tokens
+        return OpenAIEmbedder(
+            args.embed_model, base_url=args.embed_base_url, api_key=args.embed_api_key, max_input_tokens=window
+        )
+    if args.embed_api_key is not None or args.embed_window_tokens is not None:
+        raise ValueError("--embed-api-key and --embed-window-tokens are for a served model: add --embed-base-url URL")
+    path = Path(args.embed_model).expanduser()
+    if not path.is_dir():
+        raise ValueError(
+            f"--embed-model {args.embed_model}: no such folder (a sentence-transformers model on disk); for a model "
+            "served over HTTP add --embed-base-url URL (https://api.openai.com/v1 for OpenAI)"
+        )
+    from .models.local import MiniLMEmbedder
+
+    return MiniLMEmbedder(model_path=path)
 
 
 def cached_index(
@@ -155,17 +220,20 @@ def cached_index(
     settings: dict[str, Any],
     cache_dir: str | Path | None,
     load_kwargs: dict[str, Any],
+    model: str | None = None,
 ) -> FragRelIndex:
     """Load the cached index of ``data`` (file bytes) split with ``settings``, or ``build()`` it and cache it.
 
-    The cache file is named by a SHA-256 of the file's bytes, the embedding model and ``settings``, so a
-    changed file, model or splitting is embedded afresh; an unreadable cache file is reported and left alone.
+    The cache file is named by a SHA-256 of the file's bytes, the embedding ``model`` (its id; None: the
+    embedded default) and ``settings``, so a changed file, model or splitting is embedded afresh; an unreadable
+    cache file is reported and left alone.
     """
     from .core.persist import VERSION, default_cache_dir, file_sha256
     from .models.local import default_embedder_id
 
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    key_fields = {"file_sha256": file_sha256(data), "model": default_embedder_id(), "format": VERSION, **settings}
+    model = model or default_embedder_id()
+    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, **settings}
     key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
     stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
     path = folder / f"{stem}-{key[:32]}.fragrel"
@@ -362,7 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _quiet_model_loading()
     try:
         return int(args.func(args))
-    except (ValueError, TypeError, ImportError) as exc:
+    except (ValueError, TypeError, ImportError, ConnectionError, TimeoutError) as exc:
         print(f"fragrel: error: {exc}", file=sys.stderr)
         return 2
 

@@ -75,15 +75,18 @@ class LocalServer:
                 self.process.wait(timeout=5)
 
 
-def start_server(model_path: Path, *, n_ctx: int = 2048, startup_timeout: float = 120.0) -> LocalServer:
-    """Start llama-cpp-python's server with ``model_path`` on a free loopback port; wait until it serves."""
+def start_server(
+    model_path: Path, *, n_ctx: int = 2048, startup_timeout: float = 120.0, extra: tuple[str, ...] = ()
+) -> LocalServer:
+    """Start llama-cpp-python's server with ``model_path`` on a free loopback port (``extra``: more server
+    options, e.g. ``("--embedding", "true")``); wait until it serves."""
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="fragrel-llm-server-", suffix=".log")[1])
     cmd = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model_path), "--model_alias", SERVER_MODEL,
         "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", str(n_ctx), "--n_threads", "1", "--n_threads_batch", "1", "--seed", "0",
+        "--n_ctx", str(n_ctx), "--n_threads", "1", "--n_threads_batch", "1", "--seed", "0", *extra,
     ]  # fmt: skip
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
@@ -123,13 +126,20 @@ def get_embedded():
 
 
 class FakeOpenAIServer:
-    """A tiny OpenAI-compatible endpoint: answers ``/v1/chat/completions`` from a plan of status codes.
+    """A tiny OpenAI-compatible endpoint: answers ``/v1/chat/completions`` and ``/v1/embeddings`` (vectors of
+    ``fragrel_integrations.testing.HashingEmbedder``) from a plan of status codes.
 
     ``plan`` is consumed one request at a time (e.g. ``[503, 503, 200]``); after it ends every request gets 200.
     ``delay`` seconds are slept per request; ``in_flight``/``max_in_flight`` count concurrent requests.
+    ``fault`` breaks the embeddings replies on purpose: ``"short"`` (one vector missing), ``"ragged"`` (vectors of
+    two lengths), ``"nan"`` or ``"base64"`` (a string instead of floats).
     """
 
-    def __init__(self, plan=(), delay=0.0, retry_after=None):
+    def __init__(self, plan=(), delay=0.0, retry_after=None, fault=None, dim=32):
+        from fragrel_integrations.testing import HashingEmbedder
+
+        self.embedder = HashingEmbedder(dim=dim)
+        self.fault = fault
         self.plan = list(plan)
         self.delay = delay
         self.retry_after = retry_after
@@ -153,7 +163,9 @@ class FakeOpenAIServer:
                 try:
                     if outer.delay:
                         time.sleep(outer.delay)
-                    if status == 200:
+                    if status == 200 and self.path.endswith("/embeddings"):
+                        payload = outer.embeddings(body)
+                    elif status == 200:
                         text = "echo: " + body["messages"][-1]["content"]
                         payload = {
                             "id": "x",
@@ -181,6 +193,22 @@ class FakeOpenAIServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def embeddings(self, body: dict) -> dict:
+        """The ``/embeddings`` reply for ``body``, broken as ``self.fault`` says."""
+        texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        rows = self.embedder.embed_documents(texts).tolist()
+        if self.fault == "short":
+            rows = rows[:-1]
+        elif self.fault == "ragged" and len(rows) > 1:
+            rows[1] = rows[1][:-1]
+        elif self.fault == "nan":
+            rows[0][0] = float("nan")
+        data = [{"object": "embedding", "index": i, "embedding": row} for i, row in enumerate(rows)]
+        if self.fault == "base64":
+            data = [{**d, "embedding": "AAAA"} for d in data]
+        usage = {"prompt_tokens": 0, "total_tokens": 0}
+        return {"object": "list", "model": body["model"], "data": data, "usage": usage}
 
     @property
     def base_url(self):

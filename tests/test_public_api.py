@@ -91,6 +91,7 @@ def test_models_all_is_pinned_and_lazy():
         "LlamaIndexEmbedder",
         "MiniLMEmbedder",
         "OpenAIChatModel",
+        "OpenAIEmbedder",
         "ReplyFormat",
         "ResponseCache",
         "RetryPolicy",

@@ -5,8 +5,8 @@
 - :class:`ChatModel` (messages -> text, sync and async) and :func:`as_chat_model`, which converts LangChain chat
   models and LlamaIndex LLMs;
 - the embedded offline defaults: :class:`MiniLMEmbedder` (all-MiniLM-L6-v2, extra ``[embed]``) and
-  :class:`LlamaCppChatModel` (SmolLM2-135M-Instruct, extra ``[local]``); :class:`OpenAIChatModel` for any
-  OpenAI-compatible server (extra ``[openai]``).
+  :class:`LlamaCppChatModel` (SmolLM2-135M-Instruct, extra ``[local]``); :class:`OpenAIChatModel` and
+  :class:`OpenAIEmbedder` for any OpenAI-compatible server (extra ``[openai]``).
 
 Names are imported on first access, so ``import fragrel_integrations.models`` loads no framework and no model.
 
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .llama_index_models import LlamaIndexEmbedder
     from .local import MiniLMEmbedder, default_embedder
     from .openai_chat import OpenAIChatModel
+    from .openai_embeddings import OpenAIEmbedder
     from .retry import RetryingChatModel, RetryPolicy
     from .structured import ReplyFormat
 
@@ -46,6 +47,7 @@ __all__ = [
     "LlamaIndexEmbedder",
     "MiniLMEmbedder",
     "OpenAIChatModel",
+    "OpenAIEmbedder",
     "ReplyFormat",
     "ResponseCache",
     "RetryPolicy",
@@ -88,6 +90,7 @@ _WHERE = {
     "MiniLMEmbedder": "local",
     "default_embedder": "local",
     "OpenAIChatModel": "openai_chat",
+    "OpenAIEmbedder": "openai_embeddings",
     "RetryPolicy": "retry",
     "RetryingChatModel": "retry",
 }

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from typing import Any
 
 from .._optional import require
 from .chat import ChatModelBase, Messages, to_messages
+from .openai_endpoint import resolve_endpoint, translate_error
 from .retry import RetryPolicy, acall_with_retries, call_with_retries
 from .structured import ReplyFormat
 from .tokens import estimate_tokens
@@ -36,9 +36,6 @@ logger = logging.getLogger(__name__)
 
 #: ``top_logprobs`` asked for a yes/no question (OpenAI allows at most 20).
 YES_NO_TOP_LOGPROBS = 20
-
-_DEFAULT_URL = "https://api.openai.com/v1"
-_PLACEHOLDER_KEY = "sk-no-key-required"
 
 
 class _FormatRefused(Exception):
@@ -75,17 +72,8 @@ class OpenAIChatModel(ChatModelBase):
             raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
         if context_window is not None and (not isinstance(context_window, int) or context_window < 1):
             raise ValueError(f"context_window must be a positive int or None, got {context_window!r}")
-        base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
-        api_key = api_key or os.environ.get("OPENAI_API_KEY") or None
-        if api_key is None:
-            if base_url is None:
-                raise ValueError(
-                    "no API key: pass api_key=... or set OPENAI_API_KEY; for a local server pass base_url=... "
-                    "(or set OPENAI_BASE_URL)"
-                )
-            api_key = _PLACEHOLDER_KEY
+        self.base_url, api_key = resolve_endpoint(base_url, api_key)
         self.model_name = model
-        self.base_url = (base_url or _DEFAULT_URL).rstrip("/")
         self.timeout = float(timeout)
         self.retry = retry or RetryPolicy()
         self.seed = seed
@@ -133,18 +121,7 @@ class OpenAIChatModel(ChatModelBase):
         return choices[0].message.content or ""
 
     def _translate(self, exc: Exception) -> Exception:
-        if isinstance(exc, self._openai.APITimeoutError):
-            return TimeoutError(
-                f"the OpenAI-compatible server at {self.base_url} did not answer within {self.timeout:g}s "
-                f"(after {self.retry.max_retries} retries); raise timeout=... or check the server"
-            )
-        if isinstance(exc, self._openai.APIConnectionError):
-            return ConnectionError(
-                f"cannot reach the OpenAI-compatible server at {self.base_url} "
-                f"(after {self.retry.max_retries} retries): {exc.__cause__ or exc}. "
-                "Is it running? Check base_url / --base-url / OPENAI_BASE_URL."
-            )
-        return exc
+        return translate_error(self._openai, exc, self.base_url, self.timeout, self.retry.max_retries)
 
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None

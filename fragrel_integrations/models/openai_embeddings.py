@@ -1,0 +1,167 @@
+"""Embedder for ANY OpenAI-compatible ``/embeddings`` endpoint, through the official ``openai`` client.
+
+Your own embedding model behind the index, the wrappers and ``fragrel retrieve --embed-model``: OpenAI itself,
+llama.cpp's server (``llama-server -m model.gguf --embedding``), vLLM, Ollama (``/v1``), Text Embeddings
+Inference, LM Studio, LiteLLM, ... Server, key, timeouts and retries work as for
+:class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
+
+>>> emb = OpenAIEmbedder("nomic-embed-text", base_url="http://127.0.0.1:8080/v1")   # doctest: +SKIP
+>>> emb.embed_documents(["a red apple", "a green pear"]).shape                     # doctest: +SKIP
+(2, 768)
+
+``max_input_tokens`` is the model's input window in tokens when you know it (a remote model does not say):
+:class:`~fragrel_integrations.core.index.FragRelIndex` then embeds longer fragments in sub-windows that fit,
+instead of letting the server cut them off or refuse them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .._optional import require
+from .._validation import check_positive_int
+from .base import check_embeddings
+from .openai_endpoint import resolve_endpoint, translate_error
+from .retry import RetryPolicy, call_with_retries
+
+__all__ = ["OpenAIEmbedder"]
+
+logger = logging.getLogger(__name__)
+
+
+class OpenAIEmbedder:
+    """Texts to float32 vectors from a model served behind an OpenAI-compatible ``/embeddings`` endpoint.
+
+    ``model`` is the name the server knows (required); ``batch_size`` texts go in one request; ``dimensions`` is
+    sent for models that can shorten their vectors (OpenAI's text-embedding-3). A reply with the wrong number
+    of vectors, vectors of different lengths or non-finite values is a ValueError naming the server. A server
+    that sends one vector per token (a model served without pooling) gets one text per request from then on, and
+    the token vectors are averaged, with a warning.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        batch_size: int = 64,
+        max_input_tokens: int | None = None,
+        dimensions: int | None = None,
+        default_headers: dict[str, str] | None = None,
+    ) -> None:
+        openai = require("openai", "openai")
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError("model must be the embedding model name the server serves, e.g. 'text-embedding-3-small'")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+        self.batch_size = check_positive_int(batch_size, "batch_size")
+        for name, value in (("max_input_tokens", max_input_tokens), ("dimensions", dimensions)):
+            if value is not None:
+                check_positive_int(value, name, hint=" or None")
+        self.base_url, api_key = resolve_endpoint(base_url, api_key)
+        self.model_name = model
+        self.timeout = float(timeout)
+        self.retry = retry or RetryPolicy()
+        self.max_input_tokens = max_input_tokens
+        self.dimensions = dimensions
+        self._openai = openai
+        self._client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=api_key,
+            timeout=self.timeout,
+            max_retries=0,
+            default_headers=default_headers,
+        )
+        self._dim: int | None = None
+        #: True once the server sent one vector per token: they are averaged, and texts go one per request.
+        self.per_token = False
+
+    @property
+    def model_id(self) -> str:
+        """What a saved index or an embedding cache records as the model: server, name and vector length."""
+        suffix = f"@{self.dimensions}" if self.dimensions else ""
+        return f"openai-compatible:{self.base_url}/{self.model_name}{suffix}"
+
+    def _request(self, texts: list[str]) -> tuple[np.ndarray, bool]:
+        """The vectors of one request, and whether the server sent one vector per token."""
+        req: dict[str, Any] = {"model": self.model_name, "input": texts, "encoding_format": "float"}
+        if self.dimensions is not None:
+            req["dimensions"] = self.dimensions
+        try:
+            response = call_with_retries(lambda: self._client.embeddings.create(**req), self.retry)
+        except (self._openai.APIConnectionError, self._openai.APITimeoutError) as exc:
+            raise translate_error(self._openai, exc, self.base_url, self.timeout, self.retry.max_retries) from exc
+        except self._openai.NotFoundError as exc:
+            raise ValueError(
+                f"the server at {self.base_url} has no embeddings for model {self.model_name!r} ({exc}); check the "
+                "model name, and start a llama.cpp server with --embedding"
+            ) from exc
+        source = f"the embeddings server at {self.base_url} (model {self.model_name!r})"
+        data = sorted(getattr(response, "data", None) or [], key=lambda d: d.index)
+        if [d.index for d in data] != list(range(len(texts))):
+            raise ValueError(f"{source} returned {len(data)} vectors for {len(texts)} texts")
+        rows = [d.embedding for d in data]
+        bad = next((r for r in rows if isinstance(r, str | bytes) or not isinstance(r, Sequence)), None)
+        if bad is not None:  # base64 text or None from a server that ignores encoding_format="float"
+            raise ValueError(f"{source} did not return float vectors (got {type(bad).__name__})")
+        per_token = bool(rows) and all(r and isinstance(r[0], Sequence) for r in rows)
+        if per_token:
+            rows = self._pooled(rows, source)
+        if len({len(r) for r in rows}) > 1:
+            raise ValueError(f"{source} returned vectors of different lengths: {sorted({len(r) for r in rows})}")
+        return check_embeddings(rows, len(texts), source=source), per_token
+
+    def _pooled(self, rows: list[Any], source: str) -> list[Any]:
+        """Per-token vectors (a model served without pooling, e.g. a chat model on llama-cpp-python's server)
+        averaged into one vector per text, with a warning the first time."""
+        if not self.per_token:
+            logger.warning(
+                "%s returned one vector per token (a model served without pooling); averaging them, one text per "
+                "request. Serve the model with a pooling type (llama-server --pooling mean|cls|last) for another.",
+                source,
+            )
+        try:
+            return [np.asarray(r, dtype=np.float32).mean(axis=0) for r in rows]
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{source} returned per-token vectors that are not a numeric matrix: {exc}") from exc
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """``(len(texts), dim)`` float32 vectors, ``batch_size`` texts per request."""
+        if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+            raise TypeError("texts must be a list of strings")
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        parts, start = [], 0
+        while start < len(texts):
+            batch = texts[start : start + (1 if self.per_token else self.batch_size)]
+            vectors, per_token = self._request(batch)
+            if per_token and not self.per_token:
+                self.per_token = True  # token vectors of batched inputs get mixed up (llama-cpp-python's server)
+                if len(batch) > 1:
+                    continue  # this batch again, one text per request
+            parts.append(vectors)
+            start += len(batch)
+        out = np.concatenate(parts)
+        if self._dim is not None and out.shape[1] != self._dim:
+            raise ValueError(
+                f"the embeddings server at {self.base_url} changed vector length from {self._dim} to {out.shape[1]}; "
+                "was another model loaded behind the same name?"
+            )
+        self._dim = out.shape[1]
+        return out
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if not isinstance(text, str):
+            raise TypeError(f"query must be str, got {type(text).__name__}")
+        return self.embed_documents([text])[0]
+
+    def __repr__(self) -> str:
+        return f"OpenAIEmbedder({self.model_name!r}, base_url={self.base_url!r})"
