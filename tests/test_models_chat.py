@@ -41,6 +41,7 @@ def test_all_is_pinned():
             "complete",
             "context_window",
             "format_tool_call",
+            "given_params",
             "model_id",
             "to_messages",
             "tool_turn",

@@ -54,6 +54,7 @@ __all__ = [
     "complete",
     "context_window",
     "format_tool_call",
+    "given_params",
     "model_id",
     "to_messages",
     "tool_turn",
@@ -201,6 +202,22 @@ def check_params(
             raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
         stop = stop or None
     return temperature, max_tokens, stop
+
+
+def given_params(temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
+    """The generation parameters that are set, as keywords for a backend (None and an empty ``stop`` left out).
+
+    >>> given_params(0.0, None, ["\\n"])
+    {'temperature': 0.0, 'stop': ['\\n']}
+    """
+    params: dict[str, Any] = {}
+    if temperature is not None:
+        params["temperature"] = temperature
+    if max_tokens is not None:
+        params["max_tokens"] = max_tokens
+    if stop:
+        params["stop"] = stop
+    return params
 
 
 @runtime_checkable
