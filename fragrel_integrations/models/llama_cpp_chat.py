@@ -344,14 +344,7 @@ class LlamaCppChatModel(ChatModelBase):
             )
         lib.llama_sampler_free(sampler)
 
-    def _generate_format(
-        self,
-        messages: list[dict[str, str]],
-        temperature: float | None,
-        max_tokens: int | None,
-        stop: list[str] | None,
-        reply_format: ReplyFormat,
-    ) -> str:
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         """The reply under the format's grammar (the chat template applied as for :meth:`invoke`)."""
         params = {**self._params(messages, temperature, max_tokens, stop), "grammar": self._grammar(reply_format)}
         if self.timeout is not None:
