@@ -237,7 +237,7 @@ def _prepare(
     if unknown:
         raise TypeError(
             f"unexpected keyword argument(s) {unknown}: a chat model takes temperature, max_tokens and stop"
-            " (and reply_format where it says it supports formats)"
+            " (invoke and ainvoke also reply_format)"
         )
     return (
         to_messages(messages),
@@ -247,7 +247,9 @@ def _prepare(
 
 @runtime_checkable
 class ChatModel(Protocol):
-    """Messages in, text out; sync and async. See the module docstring for the contract."""
+    """Messages in, text out; sync and async. See the module docstring for the contract; the keywords are
+    :class:`GenerationParams` (an implementation spells them out: ``*, temperature=None, max_tokens=None,
+    stop=None``)."""
 
     def invoke(self, messages: Messages, **params: Unpack[GenerationParams]) -> str: ...
 
