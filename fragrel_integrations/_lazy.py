@@ -1,12 +1,16 @@
-"""Names a package exports but imports on first access (PEP 562), so importing it loads nothing heavy."""
+"""Things made on first access, so importing a module loads nothing heavy: a package's exports (PEP 562) and
+process-wide default models."""
 
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["lazy_exports"]
+__all__ = ["LazyInstance", "lazy_exports"]
+
+T = TypeVar("T")
 
 
 def lazy_exports(
@@ -33,3 +37,23 @@ def lazy_exports(
         return sorted(set(namespace) | set(names))
 
     return __getattr__, __dir__
+
+
+class LazyInstance(Generic[T]):
+    """One process-wide object, made by ``factory`` on the first :meth:`get` (under a lock: a model loads once).
+
+    >>> made = LazyInstance(lambda: object())
+    >>> made.get() is made.get()
+    True
+    """
+
+    def __init__(self, factory: Callable[[], T]) -> None:
+        self._factory = factory
+        self._value: T | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> T:
+        with self._lock:
+            if self._value is None:
+                self._value = self._factory()
+            return self._value

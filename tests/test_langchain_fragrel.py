@@ -679,6 +679,22 @@ def test_index_retriever_from_documents_round_trips():
         FragRelIndexRetriever.from_documents([add_positions(docs)[0], docs[1]], scorer="bm25")
 
 
+def test_index_retriever_builders_route_keywords_to_retriever_or_index():
+    """Retriever fields go to the retriever, the rest to the core index with the core's defaults; a misspelt
+    keyword is a TypeError before anything is indexed."""
+    retriever = FragRelIndexRetriever.from_texts(
+        [" ".join(STORY)], fragment_words=12, scorer="bm25", alpha=0.7, top_m=2, k=2, order="position"
+    )
+    assert (retriever.k, retriever.order) == (2, "position")
+    assert (retriever.index.alpha, retriever.index.top_m, retriever.index.scorer_name) == (0.7, 2, "bm25")
+    default = FragRelIndexRetriever.from_texts([" ".join(STORY)], fragment_words=12, scorer="bm25")
+    assert default.index.alpha == FragRelIndex.from_texts(["x"], scorer="bm25").alpha
+    built = FragRelIndexRetriever.from_documents(chunks(), scorer="bm25", alpha=0.9, k=1)
+    assert (built.k, built.index.alpha) == (1, 0.9)
+    with pytest.raises(TypeError, match="alfa"):
+        FragRelIndexRetriever.from_texts(["a b c"], scorer="bm25", alfa=0.7)
+
+
 def test_index_retriever_wraps_a_core_index():
     index = FragRelIndex.from_fragments(STORY, scorer="bm25", relation=ContextRelation(0.5), alpha=1.0)
     retriever = FragRelIndexRetriever(index=index, k=2)

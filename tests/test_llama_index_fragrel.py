@@ -540,6 +540,26 @@ def test_index_retriever_matches_core_index(bow_embedder):
     assert {n.node.metadata["doc_id"] for n in hits} <= set(STORIES)
 
 
+def test_index_retriever_from_texts_routes_keywords(bow_embedder):
+    """Constructor arguments go to the retriever, the rest to the core index (a LlamaIndex embedding converted);
+    a misspelt keyword is a TypeError before anything is indexed."""
+    retriever = FragRelIndexRetriever.from_texts(
+        list(STORIES.values()),
+        fragment_words=20,
+        embedder=FixedEmbedding(bow_embedder),
+        alpha=0.7,
+        top_m=2,
+        similarity_top_k=3,
+        order="position",
+        show_progress=False,
+    )
+    assert (retriever.similarity_top_k, retriever.order) == (3, "position")
+    assert (retriever.index.alpha, retriever.index.top_m) == (0.7, 2)
+    assert len(retriever.retrieve(QUERY)) == 3
+    with pytest.raises(TypeError, match="alfa"):
+        FragRelIndexRetriever.from_texts(["a b c"], scorer="bm25", alfa=0.7)
+
+
 # ----------------------------------------------------------------------------------------------- real MiniLM
 
 

@@ -31,6 +31,7 @@ def test_all_is_pinned():
             "ChatMessage",
             "ChatModel",
             "ChatModelBase",
+            "GenerationParams",
             "Messages",
             "ToolCall",
             "ToolReply",
@@ -41,6 +42,7 @@ def test_all_is_pinned():
             "complete",
             "context_window",
             "format_tool_call",
+            "given_params",
             "model_id",
             "to_messages",
             "tool_turn",
@@ -103,6 +105,28 @@ def test_base_validates_before_generating():
     with pytest.raises(ValueError, match="max_tokens"):
         model.invoke("hi", max_tokens=-1)
     assert model.calls == []
+
+
+async def test_invoke_stream_and_async_forms_check_keywords_the_same_way():
+    """One keyword check (GenerationParams) for invoke, ainvoke, stream and astream: a misspelt keyword is a
+    TypeError naming it and the accepted ones, before the model runs; None means the backend's default."""
+    model = ScriptedChatModel(["a b c"] * 4)
+    calls = [
+        lambda: model.invoke("hi", temprature=0.5),
+        lambda: model.stream("hi", temprature=0.5),
+        lambda: model.astream("hi", temprature=0.5),
+    ]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"\['temprature'\].*temperature, max_tokens and stop"):
+            call()
+    with pytest.raises(TypeError, match="temprature"):
+        await model.ainvoke("hi", temprature=0.5)
+    assert model.calls == []
+    assert model.invoke("hi", temperature=None, max_tokens=2, stop=None) == "a b"
+    assert "".join(model.stream("hi", max_tokens=1)) == "a"
+    assert await model.ainvoke("hi", stop="c") == "a b "
+    assert "".join([piece async for piece in model.astream("hi", max_tokens=2, temperature=0)]) == "a b"
+    assert [c["max_tokens"] for c in model.calls] == [2, 1, None, 2]
 
 
 def test_scripted_model_satisfies_protocol_and_records_calls():

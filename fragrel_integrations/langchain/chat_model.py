@@ -46,6 +46,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import field_validator, model_validator
 
+from .._adapters import check_wrapped_chat_model
 from ..models.chat import check_params, format_tool_call, model_id, tool_turn
 from ..models.tokens import count_message_tokens, count_tokens
 
@@ -169,7 +170,8 @@ class FragRelChatModel(BaseChatModel):
     """The wrapped chat model: any object with ``invoke(messages, *, temperature, max_tokens, stop) -> str``."""
     temperature: float | None = None
     max_tokens: int | None = None
-    stop: list[str] | None = None
+    stop: str | list[str] | None = None
+    """Stop strings (one string is a list of one)."""
     repeat_tool_calls: bool = False
     """Offer a tool again after it was called since the user's last message (False: small models otherwise call
     the same tool over and over instead of answering with its result)."""
@@ -177,22 +179,8 @@ class FragRelChatModel(BaseChatModel):
     @field_validator("model")
     @classmethod
     def _check_model(cls, model: Any) -> Any:
-        if isinstance(model, BaseLanguageModel):
-            raise TypeError(
-                f"{type(model).__name__} is already a LangChain model: use it directly instead of wrapping it"
-            )
-        if not callable(getattr(model, "invoke", None)):
-            raise TypeError(
-                f"model must be a fragrel ChatModel with invoke(messages) -> str, got {type(model).__name__}; "
-                "convert LlamaIndex LLMs with fragrel_integrations.models.as_chat_model, or pass e.g. "
-                "LlamaCppChatModel() / OpenAIChatModel(...)"
-            )
-        return model
-
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _stop_list(cls, stop: Any) -> Any:
-        return [stop] if isinstance(stop, str) else stop
+        native = "a LangChain model" if isinstance(model, BaseLanguageModel) else None
+        return check_wrapped_chat_model(model, native=native, convert="LlamaIndex LLMs")
 
     @model_validator(mode="after")
     def _check_params(self) -> FragRelChatModel:

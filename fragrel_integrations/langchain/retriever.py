@@ -18,6 +18,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from .._adapters import split_kwargs
 from ..core.conventions import RAISE_ON_MISSING_POSITION
 from ..core.index import FragRelIndex
 from ..core.presets import DEFAULT_PRESET, PRESETS
@@ -26,7 +27,6 @@ from ..core.relations import Relation
 from ..core.rerank import rerank
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ..models.base import Embedder
 from ..models.convert import optional_embedder
 from ._documents import (
     check_documents,
@@ -321,59 +321,29 @@ class FragRelIndexRetriever(BaseRetriever):
         return self
 
     @classmethod
-    def from_texts(
-        cls,
-        texts: Sequence[str],
-        *,
-        metadatas: Sequence[dict[str, Any]] | None = None,
-        doc_ids: Sequence[str] | None = None,
-        fragment_words: int = 500,
-        stride: int | None = None,
-        embedder: Embedder | None = None,
-        relation: Relation | None = None,
-        alpha: float = 0.5,
-        scorer: Any = "dense",
-        show_progress: bool = True,
-        **kwargs: Any,
-    ) -> FragRelIndexRetriever:
+    def from_texts(cls, texts: Sequence[str], **kwargs: Any) -> FragRelIndexRetriever:
         """Split each text into ``fragment_words``-word windows (one document per text) and index them.
 
-        ``kwargs`` are retriever fields (``k``, ``order``, ``budget_words``, ...); the rest go to the index.
+        ``kwargs`` that are retriever fields (``k``, ``order``, ``budget_words``, ...) go to the retriever; the
+        rest to :meth:`FragRelIndex.from_texts <fragrel_integrations.FragRelIndex.from_texts>` (``fragment_words``,
+        ``stride``, ``doc_ids``, ``metadatas``, ``embedder``, ``relation``, ``alpha``, ``scorer``,
+        ``show_progress``, ...; its defaults).
         """
-        index = FragRelIndex.from_texts(
-            texts,
-            fragment_words=fragment_words,
-            stride=stride,
-            doc_ids=doc_ids,
-            metadatas=metadatas,
-            embedder=embedder,
-            relation=relation,
-            alpha=alpha,
-            scorer=scorer,
-            show_progress=show_progress,
-        )
-        return cls(index=index, **kwargs)
+        fields, index_kwargs = split_kwargs(kwargs, cls.model_fields)
+        return cls(index=FragRelIndex.from_texts(texts, **index_kwargs), **fields)
 
     @classmethod
     def from_documents(
-        cls,
-        documents: Sequence[Document],
-        *,
-        source_key: str | None = "source",
-        embedder: Embedder | None = None,
-        relation: Relation | None = None,
-        alpha: float = 0.5,
-        scorer: Any = "dense",
-        show_progress: bool = True,
-        **kwargs: Any,
+        cls, documents: Sequence[Document], *, source_key: str | None = "source", **kwargs: Any
     ) -> FragRelIndexRetriever:
         """Index Documents as they are: one fragment each.
 
         If none has position metadata, positions are numbered in the given order (as :func:`add_positions` does,
         document ids from ``source_key``); if all have it, it is used; a mix raises ValueError.
         """
-        doc_id_key = kwargs.get("doc_id_key", "doc_id")
-        position_key = kwargs.get("position_key", "position")
+        fields, index_kwargs = split_kwargs(kwargs, cls.model_fields)
+        doc_id_key = fields.get("doc_id_key", "doc_id")
+        position_key = fields.get("position_key", "position")
         docs = check_documents(list(documents), "documents")
         located = [read_location(d, doc_id_key, position_key) for d in docs]
         if all(loc is None for loc in located):
@@ -386,15 +356,7 @@ class FragRelIndexRetriever(BaseRetriever):
                 "give all documents positions (add_positions) or none"
             )
         fragments = [Fragment(d.page_content, *loc, dict(d.metadata)) for d, loc in zip(docs, located, strict=True)]
-        index = FragRelIndex(
-            fragments,
-            embedder=embedder,
-            relation=relation,
-            alpha=alpha,
-            scorer=scorer,
-            show_progress=show_progress,
-        )
-        retriever = cls(index=index, **kwargs)
+        retriever = cls(index=FragRelIndex(fragments, **index_kwargs), **fields)
         retriever._documents = {loc: d for d, loc in zip(docs, located, strict=True)}
         return retriever
 

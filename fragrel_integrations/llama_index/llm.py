@@ -43,6 +43,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from pydantic import Field, field_validator, model_validator
 
+from .._adapters import check_wrapped_chat_model
 from ..models.chat import (
     _is_instance_of,
     aiter_in_thread,
@@ -158,7 +159,7 @@ class FragRelLLM(FunctionCallingLLM):
     model: Any = Field(description="The wrapped chat model: an object with invoke(messages, ...) -> str.")
     temperature: float | None = Field(default=None, description="Default sampling temperature (None: model's).")
     max_tokens: int | None = Field(default=None, description="Default reply length limit (None: model's).")
-    stop: list[str] | None = Field(default=None, description="Default stop strings.")
+    stop: str | list[str] | None = Field(default=None, description="Default stop strings (one string: a list of one).")
     context_window: int | None = Field(default=None, description="Override of the model's context window.")
     repeat_tool_calls: bool = Field(
         default=False,
@@ -169,23 +170,9 @@ class FragRelLLM(FunctionCallingLLM):
     @field_validator("model")
     @classmethod
     def _check_model(cls, model: Any) -> Any:
-        if isinstance(model, LLM):
-            raise TypeError(
-                f"{type(model).__name__} is already a LlamaIndex LLM: use it directly instead of wrapping it"
-            )
-        langchain_model = _is_instance_of(model, "langchain_core.language_models", "BaseLanguageModel")
-        if langchain_model or not callable(getattr(model, "invoke", None)):
-            raise TypeError(
-                f"model must be a fragrel ChatModel with invoke(messages) -> str, got {type(model).__name__}; "
-                "convert LangChain models with fragrel_integrations.models.as_chat_model, or pass e.g. "
-                "LlamaCppChatModel() / OpenAIChatModel(...)"
-            )
-        return model
-
-    @field_validator("stop", mode="before")
-    @classmethod
-    def _stop_list(cls, stop: Any) -> Any:
-        return [stop] if isinstance(stop, str) else stop
+        native = "a LlamaIndex LLM" if isinstance(model, LLM) else None
+        foreign = _is_instance_of(model, "langchain_core.language_models", "BaseLanguageModel")
+        return check_wrapped_chat_model(model, native=native, convert="LangChain models", foreign=foreign)
 
     @model_validator(mode="after")
     def _check_params(self) -> FragRelLLM:

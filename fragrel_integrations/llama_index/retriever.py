@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
+from .._adapters import split_kwargs
 from ..core.index import FragRelIndex
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
@@ -210,39 +212,18 @@ class FragRelIndexRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
-    def from_texts(
-        cls,
-        texts: Sequence[str],
-        *,
-        fragment_words: int = 500,
-        stride: int | None = None,
-        doc_ids: Sequence[str] | None = None,
-        metadatas: Sequence[Mapping[str, Any]] | None = None,
-        embedder: Any = None,
-        relation: Relation | None = None,
-        alpha: float = 0.5,
-        scorer: Any = "dense",
-        show_progress: bool = True,
-        **retriever_kwargs: Any,
-    ) -> FragRelIndexRetriever:
+    def from_texts(cls, texts: Sequence[str], **kwargs: Any) -> FragRelIndexRetriever:
         """Split each text into ``fragment_words``-word fragments (one document per text) and index them.
 
-        ``embedder`` may be a LlamaIndex ``BaseEmbedding``; ``retriever_kwargs`` go to the constructor
-        (``similarity_top_k``, ``budget_words``, ``order``, ...).
+        ``kwargs`` that the constructor takes (``similarity_top_k``, ``budget_words``, ``order``, ...) go to it;
+        the rest to :meth:`FragRelIndex.from_texts <fragrel_integrations.FragRelIndex.from_texts>`
+        (``fragment_words``, ``stride``, ``doc_ids``, ``metadatas``, ``embedder``, ``relation``, ``alpha``,
+        ``scorer``, ``show_progress``, ...; its defaults). ``embedder`` may be a LlamaIndex ``BaseEmbedding``.
         """
-        index = FragRelIndex.from_texts(
-            texts,
-            fragment_words=fragment_words,
-            stride=stride,
-            doc_ids=doc_ids,
-            metadatas=metadatas,
-            embedder=optional_embedder(embedder),
-            relation=relation,
-            alpha=alpha,
-            scorer=scorer,
-            show_progress=show_progress,
-        )
-        return cls(index, **retriever_kwargs)
+        retriever_kwargs, index_kwargs = split_kwargs(kwargs, inspect.signature(cls.__init__).parameters)
+        if "embedder" in index_kwargs:
+            index_kwargs["embedder"] = optional_embedder(index_kwargs["embedder"])
+        return cls(FragRelIndex.from_texts(texts, **index_kwargs), **retriever_kwargs)
 
     @classmethod
     def from_documents(cls, documents: Sequence[Document], **kwargs: Any) -> FragRelIndexRetriever:

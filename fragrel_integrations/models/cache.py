@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from .._closing import Closing
 from .._sqlite import connect
@@ -176,61 +177,51 @@ class CachedChatModel(ChatModelBase):
 
         return await ayes_no_probability(self.model, messages)
 
-    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
-        key = self._key(messages, temperature, max_tokens, stop, reply_format)
-        hit = self._lookup(key)
-        if hit is not None:
-            return hit
-        out = self.model.invoke(
-            messages, temperature=temperature, max_tokens=max_tokens, stop=stop, reply_format=reply_format
-        )
-        self._store(key, messages, temperature, max_tokens, stop, out)
-        return out
-
-    async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
-        key = self._key(messages, temperature, max_tokens, stop, reply_format)
-        hit = self._lookup(key)
-        if hit is not None:
-            return hit
-        out = await self.model.ainvoke(
-            messages, temperature=temperature, max_tokens=max_tokens, stop=stop, reply_format=reply_format
-        )
-        self._store(key, messages, temperature, max_tokens, stop, out)
-        return out
-
-    def _lookup(self, key: str) -> str | None:
+    def _lookup(
+        self,
+        messages: list[dict[str, str]],
+        t: float | None,
+        n: int | None,
+        s: list[str] | None,
+        reply_format: ReplyFormat | None,
+    ) -> tuple[str, str | None, dict[str, Any]]:
+        """The request's key, the cached reply (None on a miss, counted) and the keywords for the wrapped model."""
+        key = self._key(messages, t, n, s, reply_format)
         hit = self.cache.get(key)
         with self._count_lock:
             if hit is None:
                 self.misses += 1
             else:
                 self.hits += 1
-        return hit
+        options: dict[str, Any] = {"temperature": t, "max_tokens": n, "stop": s}
+        if reply_format is not None:
+            options["reply_format"] = reply_format
+        return key, hit, options
 
-    def _store(
-        self, key: str, messages: list[dict[str, str]], t: float | None, n: int | None, s: list[str] | None, out: str
-    ) -> None:
-        request = {"messages": messages, "temperature": t, "max_tokens": n, "stop": s, "namespace": self.namespace}
+    def _store(self, key: str, messages: list[dict[str, str]], options: dict[str, Any], out: str) -> str:
+        params = {name: options[name] for name in ("temperature", "max_tokens", "stop")}
+        request = {"messages": messages, **params, "namespace": self.namespace}
         self.cache.put(key, out, model=self.model_name, request=request)
+        return out
+
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        key, hit, options = self._lookup(messages, temperature, max_tokens, stop, reply_format)
+        if hit is not None:
+            return hit
+        return self._store(key, messages, options, self.model.invoke(messages, **options))
+
+    async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        key, hit, options = self._lookup(messages, temperature, max_tokens, stop, reply_format)
+        if hit is not None:
+            return hit
+        return self._store(key, messages, options, await self.model.ainvoke(messages, **options))
 
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> str:
-        key = self._key(messages, temperature, max_tokens, stop)
-        hit = self._lookup(key)
-        if hit is not None:
-            return hit
-        out = self.model.invoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
-        self._store(key, messages, temperature, max_tokens, stop, out)
-        return out
+        return self._generate_format(messages, temperature, max_tokens, stop, None)
 
     async def _agenerate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> str:
-        key = self._key(messages, temperature, max_tokens, stop)
-        hit = self._lookup(key)
-        if hit is not None:
-            return hit
-        out = await self.model.ainvoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop)
-        self._store(key, messages, temperature, max_tokens, stop, out)
-        return out
+        return await self._agenerate_format(messages, temperature, max_tokens, stop, None)

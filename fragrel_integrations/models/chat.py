@@ -34,7 +34,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 from .._validation import check_positive_int
 from .structured import ReplyFormat
@@ -44,6 +44,7 @@ __all__ = [
     "ChatMessage",
     "ChatModel",
     "ChatModelBase",
+    "GenerationParams",
     "Messages",
     "ToolCall",
     "ToolReply",
@@ -54,6 +55,7 @@ __all__ = [
     "complete",
     "context_window",
     "format_tool_call",
+    "given_params",
     "model_id",
     "to_messages",
     "tool_turn",
@@ -203,27 +205,55 @@ def check_params(
     return temperature, max_tokens, stop
 
 
+def given_params(temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
+    """The generation parameters that are set, as keywords for a backend (None and an empty ``stop`` left out).
+
+    >>> given_params(0.0, None, ["\\n"])
+    {'temperature': 0.0, 'stop': ['\\n']}
+    """
+    params: dict[str, Any] = {}
+    if temperature is not None:
+        params["temperature"] = temperature
+    if max_tokens is not None:
+        params["max_tokens"] = max_tokens
+    if stop:
+        params["stop"] = stop
+    return params
+
+
+class GenerationParams(TypedDict, total=False):
+    """The keywords of every chat model's ``invoke`` / ``ainvoke`` / ``stream`` (None: the backend's default)."""
+
+    temperature: float | None
+    max_tokens: int | None
+    stop: str | Sequence[str] | None
+
+
+def _prepare(
+    messages: Messages, params: Mapping[str, Any]
+) -> tuple[list[dict[str, str]], float | None, int | None, list[str] | None]:
+    """``messages`` normalised and ``params`` checked: the arguments of ``_generate`` and its siblings."""
+    unknown = sorted(set(params) - GenerationParams.__optional_keys__)
+    if unknown:
+        raise TypeError(
+            f"unexpected keyword argument(s) {unknown}: a chat model takes temperature, max_tokens and stop"
+            " (invoke and ainvoke also reply_format)"
+        )
+    return (
+        to_messages(messages),
+        *check_params(params.get("temperature"), params.get("max_tokens"), params.get("stop")),
+    )
+
+
 @runtime_checkable
 class ChatModel(Protocol):
-    """Messages in, text out; sync and async. See the module docstring for the contract."""
+    """Messages in, text out; sync and async. See the module docstring for the contract; the keywords are
+    :class:`GenerationParams` (an implementation spells them out: ``*, temperature=None, max_tokens=None,
+    stop=None``)."""
 
-    def invoke(
-        self,
-        messages: Messages,
-        *,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-    ) -> str: ...
+    def invoke(self, messages: Messages, **params: Unpack[GenerationParams]) -> str: ...
 
-    async def ainvoke(
-        self,
-        messages: Messages,
-        *,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-    ) -> str: ...
+    async def ainvoke(self, messages: Messages, **params: Unpack[GenerationParams]) -> str: ...
 
 
 class ChatModelBase(ABC):
@@ -237,34 +267,20 @@ class ChatModelBase(ABC):
     model_name: str = "chat-model"
 
     def invoke(
-        self,
-        messages: Messages,
-        *,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        reply_format: ReplyFormat | None = None,
+        self, messages: Messages, *, reply_format: ReplyFormat | None = None, **params: Unpack[GenerationParams]
     ) -> str:
         """The reply text. ``reply_format`` asks for a constrained reply; a backend that cannot enforce it
         (``supports_format`` is False) ignores it and the caller parses the free text."""
-        msgs = to_messages(messages)
-        t, n, s = check_params(temperature, max_tokens, stop)
+        msgs, t, n, s = _prepare(messages, params)
         if _enforce(self, reply_format):
             return self._generate_format(msgs, t, n, s, reply_format)  # type: ignore[arg-type]
         return self._generate(msgs, t, n, s)
 
     async def ainvoke(
-        self,
-        messages: Messages,
-        *,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        reply_format: ReplyFormat | None = None,
+        self, messages: Messages, *, reply_format: ReplyFormat | None = None, **params: Unpack[GenerationParams]
     ) -> str:
         """Async :meth:`invoke`."""
-        msgs = to_messages(messages)
-        t, n, s = check_params(temperature, max_tokens, stop)
+        msgs, t, n, s = _prepare(messages, params)
         if _enforce(self, reply_format):
             return await self._agenerate_format(msgs, t, n, s, reply_format)  # type: ignore[arg-type]
         return await self._agenerate(msgs, t, n, s)
@@ -286,43 +302,19 @@ class ChatModelBase(ABC):
             f"{type(self).__name__} says it supports {reply_format.kind} formats but has no _generate_format"
         )
 
-    async def _agenerate_format(
-        self,
-        messages: list[dict[str, str]],
-        temperature: float | None,
-        max_tokens: int | None,
-        stop: list[str] | None,
-        reply_format: ReplyFormat,
-    ) -> str:
+    async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        """Async :meth:`_generate_format` (in a worker thread unless a backend overrides it)."""
         return await asyncio.to_thread(self._generate_format, messages, temperature, max_tokens, stop, reply_format)
 
-    def stream(
-        self,
-        messages: Messages,
-        *,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-    ) -> Iterator[str]:
+    def stream(self, messages: Messages, **params: Unpack[GenerationParams]) -> Iterator[str]:
         """Yield the reply in pieces as the backend makes them (tokens from llama.cpp, server-sent deltas from an
         OpenAI-compatible server); a backend that only returns finished text yields it as one piece. The pieces
         joined are what :meth:`invoke` returns. Arguments are checked at once, the model runs while iterating."""
-        msgs = to_messages(messages)
-        t, n, s = check_params(temperature, max_tokens, stop)
-        return self._stream(msgs, t, n, s)
+        return self._stream(*_prepare(messages, params))
 
-    def astream(
-        self,
-        messages: Messages,
-        *,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-    ) -> AsyncIterator[str]:
+    def astream(self, messages: Messages, **params: Unpack[GenerationParams]) -> AsyncIterator[str]:
         """Async :meth:`stream` (a blocking backend streams from a worker thread; the event loop stays free)."""
-        msgs = to_messages(messages)
-        t, n, s = check_params(temperature, max_tokens, stop)
-        return self._astream(msgs, t, n, s)
+        return self._astream(*_prepare(messages, params))
 
     @abstractmethod
     def _generate(

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._optional import require
-from .chat import ChatModelBase, Messages, context_window, model_id, to_messages
+from .chat import ChatModelBase, Messages, context_window, given_params, model_id, to_messages
 from .yes_no import TOP_LOGPROBS, LogprobsYesNo
 
 __all__ = ["LangChainChatModel"]
@@ -78,15 +78,10 @@ class LangChainChatModel(LogprobsYesNo, ChatModelBase):
         return [kinds[m["role"]](content=m["content"]) for m in messages]
 
     def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
-        kw: dict[str, Any] = {}
-        if stop:
-            kw["stop"] = stop
-        if self.forward_params:
-            if temperature is not None:
-                kw["temperature"] = temperature
-            if max_tokens is not None:
-                kw["max_tokens"] = max_tokens
-        return kw
+        """``stop`` always; temperature and max_tokens when ``forward_params``."""
+        if not self.forward_params:
+            return given_params(None, None, stop)
+        return given_params(temperature, max_tokens, stop)
 
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None

@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from .._lazy import LazyInstance
 from .._optional import require
 from .._validation import check_positive_int
 from .chat import ChatModelBase, Messages, ToolCall, ToolReply, to_messages
@@ -41,9 +42,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-_LOCK = threading.Lock()
-_DEFAULT: LlamaCppChatModel | None = None
 
 
 def smollm2_gguf_path() -> Path:
@@ -193,11 +191,12 @@ class LlamaCppChatModel(ChatModelBase):
             return len(self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
 
     # -- generation ----------------------------------------------------------------------------------------------
-    def _params(
-        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    def _sampling(
+        self, prompt_tokens: int | None, temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> dict[str, Any]:
-        prompt_tokens = self.count_message_tokens(messages)
-        room = self.context_window - prompt_tokens
+        """The sampling keywords of a llama.cpp call; ValueError when the prompt leaves no room to reply
+        (``prompt_tokens=None``: a short fixed reply, the prompt not counted)."""
+        room = self.context_window if prompt_tokens is None else self.context_window - prompt_tokens
         if room < 1:
             raise ValueError(
                 f"the prompt has {prompt_tokens} tokens but the context window is {self.context_window}: "
@@ -205,13 +204,18 @@ class LlamaCppChatModel(ChatModelBase):
             )
         wanted = self.default_max_tokens if max_tokens is None else max_tokens
         return {
-            "messages": messages,
             "temperature": 0.0 if temperature is None else temperature,
-            "max_tokens": min(wanted, room),
+            "max_tokens": wanted if prompt_tokens is None else min(wanted, room),
             "stop": stop or [],
             "seed": self.seed,
             "repeat_penalty": self.repeat_penalty,
         }
+
+    def _params(
+        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
+    ) -> dict[str, Any]:
+        sampling = self._sampling(self.count_message_tokens(messages), temperature, max_tokens, stop)
+        return {"messages": messages, **sampling}
 
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
@@ -340,14 +344,7 @@ class LlamaCppChatModel(ChatModelBase):
             )
         lib.llama_sampler_free(sampler)
 
-    def _generate_format(
-        self,
-        messages: list[dict[str, str]],
-        temperature: float | None,
-        max_tokens: int | None,
-        stop: list[str] | None,
-        reply_format: ReplyFormat,
-    ) -> str:
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         """The reply under the format's grammar (the chat template applied as for :meth:`invoke`)."""
         params = {**self._params(messages, temperature, max_tokens, stop), "grammar": self._grammar(reply_format)}
         if self.timeout is not None:
@@ -404,7 +401,7 @@ class LlamaCppChatModel(ChatModelBase):
             options = [f'"functions.{name}:"' for name in names] + (['"message:"'] if choice == "auto" else [])
             grammar = self._llama_cpp.LlamaGrammar.from_string("root ::= " + " | ".join(options), verbose=False)
             with self._lock:
-                head = self._complete(prompt, grammar=grammar, temperature=0.0, max_tokens=32, stop=None)
+                head = self._complete(prompt, grammar, self._sampling(None, 0.0, 32, None))
         if not head.startswith("functions."):
             text = self._complete_locked(prompt + "message:\n", None, t, n, s)
             return ToolReply(text.strip())
@@ -419,19 +416,9 @@ class LlamaCppChatModel(ChatModelBase):
         raw = self._complete_locked(prompt + head + "\n", args_grammar, 0.0, _TOOL_ARGS_TOKENS, None).strip()
         return ToolReply("", (_parse_call(name, raw),))
 
-    def _complete(
-        self, prompt: str, *, grammar: Any, temperature: float, max_tokens: int, stop: list[str] | None
-    ) -> str:
+    def _complete(self, prompt: str, grammar: Any, sampling: dict[str, Any]) -> str:
         """One raw completion (the caller holds the lock)."""
-        result = self._llm.create_completion(
-            prompt=prompt,
-            grammar=grammar,
-            temperature=temperature,
-            max_tokens=max_tokens,
-            stop=stop or [],
-            seed=self.seed,
-            repeat_penalty=self.repeat_penalty,
-        )
+        result = self._llm.create_completion(prompt=prompt, grammar=grammar, **sampling)
         return result["choices"][0]["text"]
 
     def _complete_locked(
@@ -439,17 +426,7 @@ class LlamaCppChatModel(ChatModelBase):
     ) -> str:
         with self._lock:
             used = len(self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
-            room = self.context_window - used
-            if room < 1:
-                raise ValueError(
-                    f"the prompt has {used} tokens but the context window is {self.context_window}: "
-                    "shorten the messages or load with a larger n_ctx"
-                )
-            wanted = self.default_max_tokens if max_tokens is None else max_tokens
-            temperature = 0.0 if temperature is None else temperature
-            return self._complete(
-                prompt, grammar=grammar, temperature=temperature, max_tokens=min(wanted, room), stop=stop
-            )
+            return self._complete(prompt, grammar, self._sampling(used, temperature, max_tokens, stop))
 
     def close(self) -> None:
         """Free the llama.cpp model and context now (otherwise freed with the object)."""
@@ -560,8 +537,7 @@ def gbnf(reply_format: ReplyFormat) -> str:
 
 def default_chat_model() -> LlamaCppChatModel:
     """The process-wide embedded SmolLM2-135M-Instruct (loaded once, on first use). Needs the ``[local]`` extra."""
-    global _DEFAULT
-    with _LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = LlamaCppChatModel()
-        return _DEFAULT
+    return _DEFAULT.get()
+
+
+_DEFAULT = LazyInstance(LlamaCppChatModel)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._optional import require
-from .chat import ChatModelBase, Messages, model_id, to_messages
+from .chat import ChatModelBase, Messages, given_params, model_id, to_messages
 from .yes_no import TOP_LOGPROBS, LogprobsYesNo
 
 __all__ = ["LlamaIndexChatModel"]
@@ -66,16 +66,7 @@ class LlamaIndexChatModel(LogprobsYesNo, ChatModelBase):
         return [ChatMessage(role=roles[m["role"]], content=m["content"]) for m in messages]
 
     def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
-        if not self.forward_params:
-            return {}
-        kw: dict[str, Any] = {}
-        if temperature is not None:
-            kw["temperature"] = temperature
-        if max_tokens is not None:
-            kw["max_tokens"] = max_tokens
-        if stop:
-            kw["stop"] = stop
-        return kw
+        return given_params(temperature, max_tokens, stop) if self.forward_params else {}
 
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None

@@ -5,20 +5,16 @@ Loaded from site-packages with ``local_files_only=True``: nothing is downloaded,
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from .._lazy import LazyInstance
 from .._optional import require
 from .base import CachedEmbedder
 
 __all__ = ["MiniLMEmbedder", "default_cached_embedder", "default_embedder", "default_embedder_id"]
-
-_LOCK = threading.Lock()
-_DEFAULT: MiniLMEmbedder | None = None
-_CACHED: CachedEmbedder | None = None
 
 
 class MiniLMEmbedder:
@@ -89,18 +85,13 @@ def default_embedder_id() -> str:
 
 def default_embedder() -> MiniLMEmbedder:
     """The process-wide embedded default (loaded once, on first use)."""
-    global _DEFAULT
-    with _LOCK:
-        if _DEFAULT is None:
-            _DEFAULT = MiniLMEmbedder()
-        return _DEFAULT
+    return _DEFAULT.get()
 
 
 def default_cached_embedder() -> CachedEmbedder:
     """The embedded default behind an LRU cache of 20k texts (what wrappers re-ranking a pool use)."""
-    global _CACHED
-    model = default_embedder()
-    with _LOCK:
-        if _CACHED is None:
-            _CACHED = CachedEmbedder(model, maxsize=20_000)
-        return _CACHED
+    return _CACHED.get()
+
+
+_DEFAULT = LazyInstance(MiniLMEmbedder)
+_CACHED = LazyInstance(lambda: CachedEmbedder(default_embedder(), maxsize=20_000))

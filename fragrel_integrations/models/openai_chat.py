@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from .._optional import require
-from .chat import ChatModelBase, Messages, to_messages
+from .chat import ChatModelBase, Messages, given_params, to_messages
 from .openai_endpoint import resolve_endpoint, translate_error
 from .retry import RetryPolicy, acall_with_retries, call_with_retries
 from .structured import ReplyFormat
@@ -100,13 +100,7 @@ class OpenAIChatModel(ChatModelBase):
     def _request(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> dict[str, Any]:
-        req: dict[str, Any] = {"model": self.model_name, "messages": messages}
-        if temperature is not None:
-            req["temperature"] = temperature
-        if max_tokens is not None:
-            req["max_tokens"] = max_tokens
-        if stop:
-            req["stop"] = stop
+        req = {"model": self.model_name, "messages": messages, **given_params(temperature, max_tokens, stop)}
         if self.seed is not None:
             req["seed"] = self.seed
         if self.extra_body:

@@ -15,7 +15,7 @@ Grammars come from the per-language wheels (``tree-sitter-python``, ``tree-sitte
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, NamedTuple
 
@@ -240,6 +240,19 @@ _JS_FUNCTIONS = frozenset(
     }
 )
 
+_TYPESCRIPT = LanguageSpec(
+    "typescript",
+    "tree_sitter_typescript",
+    "language_typescript",
+    _TS_QUERY,
+    _js_imports,
+    frozenset({"class_declaration", "abstract_class_declaration", "class"}),
+    _JS_FUNCTIONS,
+    frozenset({"this"}),
+    "//",
+    False,
+)
+
 SPECS: dict[str, LanguageSpec] = {
     "python": LanguageSpec(
         "python",
@@ -265,30 +278,8 @@ SPECS: dict[str, LanguageSpec] = {
         "//",
         False,
     ),
-    "typescript": LanguageSpec(
-        "typescript",
-        "tree_sitter_typescript",
-        "language_typescript",
-        _TS_QUERY,
-        _js_imports,
-        frozenset({"class_declaration", "abstract_class_declaration", "class"}),
-        _JS_FUNCTIONS,
-        frozenset({"this"}),
-        "//",
-        False,
-    ),
-    "tsx": LanguageSpec(
-        "tsx",
-        "tree_sitter_typescript",
-        "language_tsx",
-        _TS_QUERY,
-        _js_imports,
-        frozenset({"class_declaration", "abstract_class_declaration", "class"}),
-        _JS_FUNCTIONS,
-        frozenset({"this"}),
-        "//",
-        False,
-    ),
+    "typescript": _TYPESCRIPT,
+    "tsx": replace(_TYPESCRIPT, name="tsx", grammar_function="language_tsx"),
     "java": LanguageSpec(
         "java",
         "tree_sitter_java",
