@@ -38,7 +38,6 @@ Model output is untrusted input, handled in bounded, linear time:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Sequence
@@ -48,6 +47,7 @@ from typing import Any
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
+from ..steps import CallStep, ChatStep, Steps, adrive, drive
 from .store import TripletStore, TripletWrite
 from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls, term_problem
 from .types import Triplet, TripletRecord, namespace_tuple
@@ -434,15 +434,37 @@ class TripletMemoryController:
         text, fallback = self._final(reply, reads)
         return text, reads, [*messages, _assistant(reply)], rounds, fallback
 
+    # ------------------------------------------------------------------------------------------ workflows
+    def _chat(self, messages: list[dict[str, str]], reply_format: dict[str, Any]) -> ChatStep:
+        options = {"temperature": self.temperature, "max_tokens": self.max_tokens, **reply_format}
+        return ChatStep(self.model, messages, options)
+
+    def _memorize_steps(self, statement: str) -> Steps[MemorizeResult]:
+        reply = yield self._chat(self._write_messages(statement), self._wf)
+        calls, triplets, skipped = self._writes_from(reply)
+        records = (yield CallStep(self._store, (triplets, skipped))) if triplets else []
+        return MemorizeResult(records, reply, calls, skipped)
+
+    def _answer_steps(self, question: str, allow_writes: bool) -> Steps[AnswerResult]:
+        messages = self._read_messages(question)
+        all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
+        for round_no in range(1, self.max_rounds + 1):
+            reply = yield self._chat(messages, self._rf)
+            executed, reads = yield CallStep(self.execute, (reply,), {"allow_writes": allow_writes})
+            if not reads:
+                return AnswerResult(*self._done(reply, all_reads, messages, round_no))
+            repeated = _repeats(reads, all_reads)
+            all_reads += reads
+            messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
+            if repeated:
+                break
+        reply = yield self._chat(messages, self._rf)
+        return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
+
     # ------------------------------------------------------------------------------------------ sync API
     def memorize(self, statement: str) -> MemorizeResult:
         """Ask the model for ``MEM_WRITE`` calls about ``statement`` and store them (one transaction)."""
-        reply = self.model.invoke(
-            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens, **self._wf
-        )
-        calls, triplets, skipped = self._writes_from(reply)
-        records = self._store(triplets, skipped)
-        return MemorizeResult(records, reply, calls, skipped)
+        return drive(self._memorize_steps(statement))
 
     def answer(self, question: str, *, allow_writes: bool = False) -> AnswerResult:
         """Let the model read the memory (up to ``max_rounds`` turns) and answer ``question``.
@@ -450,49 +472,16 @@ class TripletMemoryController:
         A turn without a read is the answer. A turn that only repeats earlier reads ends the reading, and the
         model is asked once more for the answer (as after ``max_rounds``).
         """
-        messages = self._read_messages(question)
-        all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
-        for round_no in range(1, self.max_rounds + 1):
-            reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
-            executed, reads = self.execute(reply, allow_writes=allow_writes)
-            if not reads:
-                return AnswerResult(*self._done(reply, all_reads, messages, round_no))
-            repeated = _repeats(reads, all_reads)
-            all_reads += reads
-            messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
-            if repeated:
-                break
-        reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
-        return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
+        return drive(self._answer_steps(question, allow_writes))
 
     # ------------------------------------------------------------------------------------------ async API
     async def amemorize(self, statement: str) -> MemorizeResult:
         """Async :meth:`memorize` (the store runs in a worker thread)."""
-        reply = await self.model.ainvoke(
-            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens, **self._wf
-        )
-        calls, triplets, skipped = self._writes_from(reply)
-        records = await asyncio.to_thread(self._store, triplets, skipped) if triplets else []
-        return MemorizeResult(records, reply, calls, skipped)
+        return await adrive(self._memorize_steps(statement))
 
     async def aanswer(self, question: str, *, allow_writes: bool = False) -> AnswerResult:
         """Async :meth:`answer`."""
-        messages = self._read_messages(question)
-        all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
-        for round_no in range(1, self.max_rounds + 1):
-            reply = await self.model.ainvoke(
-                messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf
-            )
-            executed, reads = await asyncio.to_thread(self.execute, reply, allow_writes=allow_writes)
-            if not reads:
-                return AnswerResult(*self._done(reply, all_reads, messages, round_no))
-            repeated = _repeats(reads, all_reads)
-            all_reads += reads
-            messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
-            if repeated:
-                break
-        reply = await self.model.ainvoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
-        return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
+        return await adrive(self._answer_steps(question, allow_writes))
 
 
 def _facts(reads: list[tuple[MemoryCall, list[TripletRecord]]], *, escape: bool = True) -> str:
