@@ -45,9 +45,7 @@ so they cannot drift apart. The prompts live in :mod:`.prompts`, the retrieval s
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,16 +55,14 @@ from ..._validation import check_min_int
 from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
-from ...models.structured import ReplyFormat, format_kwargs
-from ...models.tokens import cap_output, count_tokens, storable_text
-from ...models.yes_no import ayes_no_probability, yes_no_probability
+from ...models.tokens import count_tokens
 from ..relations import FragmentLayout, Relation
-from ..scorers import SCORER_NAMES, check_scorer, cosine_similarities
+from ..scorers import SCORER_NAMES, check_scorer
 from ..scoring import check_alpha
-from ..steps import CallStep, ChatStep, Steps, adrive, drive
-from .controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
-from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, NameVocabulary, activation_gate
-from .index import StreamIndex, add_turn, pool_items
+from ..steps import adrive, drive
+from .controller import SCMController
+from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, activation_gate
+from .index import StreamIndex
 from .prompts import (
     FUSION_SYSTEM_PROMPT,
     FUSION_TEMPLATE,
@@ -77,8 +73,9 @@ from .prompts import (
     render_memory_block,
 )
 from .recall import SessionCache, turn_scores
-from .stream import MemoryStream, SCMStream, check_session
-from .types import Decision, MemoryItem, RecalledMemory, SCMContext
+from .stream import MemoryStream, SCMStream
+from .types import MemoryItem, SCMContext, SCMTurn
+from .workflow import check_session_id, prepare_steps, record_steps, reindex_steps, turn_steps
 
 __all__ = [
     "ACTIVATION_MODES",
@@ -103,62 +100,6 @@ SCORERS = SCORER_NAMES
 PAPER_ITEM_TOKENS = 800
 #: ... once all recalled turns together exceed this many tokens.
 PAPER_TOTAL_TOKENS = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class SCMTurn:
-    """A complete turn run by :meth:`SelfControlledMemory.chat`: the context, the reply and the stored item."""
-
-    context: SCMContext
-    response: str
-    item: MemoryItem
-
-
-@dataclass(frozen=True, slots=True)
-class _ProbabilityStep:
-    """A yes/no question asked by probability (the reply is ``P(yes) / (P(yes) + P(no))`` or None)."""
-
-    model: ChatModel
-    messages: list[dict[str, str]]
-
-    def run(self) -> float | None:
-        return yes_no_probability(self.model, self.messages)
-
-    async def arun(self) -> float | None:
-        return await ayes_no_probability(self.model, self.messages)
-
-
-def _chat_step(
-    messages: list[dict[str, str]],
-    max_tokens: int | None,
-    model: ChatModel,
-    temperature: float | None = None,
-    reply_format: ReplyFormat | None = None,  # asked only of models that enforce it
-) -> ChatStep:
-    options = {"temperature": temperature, "max_tokens": max_tokens, **format_kwargs(model, reply_format)}
-    return ChatStep(model, messages, options)
-
-
-def _check_storable(name: str, text: str) -> str:
-    """``text`` if a stream can store it (UTF-8 encodable), else a ValueError raised before any model call."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{name} contains {text[exc.start]!r} at position {exc.start}, a lone surrogate that cannot be stored "
-            "(not valid Unicode text): decode the input with errors='replace'"
-        ) from None
-    return text
-
-
-def _check_session(session_id: object) -> str:
-    return _check_storable("session_id", check_session(session_id))
-
-
-def _check_observation(observation: object) -> str:
-    if not isinstance(observation, str):
-        raise TypeError(f"the observation (user message) must be str, got {type(observation).__name__}")
-    return _check_storable("the observation (user message)", observation)
 
 
 class SelfControlledMemory:
@@ -349,189 +290,37 @@ class SelfControlledMemory:
             layout=layout,
         )
 
-    # ------------------------------------------------------------------------------------------- steps
-
-    def _prepare_steps(self, observation: str, session_id: str) -> Steps[SCMContext]:
-        observation = _check_observation(observation)
-        session_id = _check_session(session_id)
-        items: list[MemoryItem] = yield CallStep(self.stream.items, (session_id,))
-        flash = items[-1] if items else None
-        candidates = items[:-1]
-        activation: Decision | None = None
-        gate = self.activation
-        if gate is True and candidates:
-            activation = yield from self._controller_steps(
-                self.controller.activation_messages(observation, flash), "activation"
-            )
-        elif isinstance(gate, LexicalGate) and candidates:
-            vocabulary = self._sessions.vocabulary(session_id, candidates) if gate.names else NameVocabulary()
-            activation = gate.decide_known(observation, vocabulary)
-        recalled: list[RecalledMemory] = []
-        query: np.ndarray | None = None
-        if candidates and (activation is None or activation.value) and self.index is not None:
-            query = yield CallStep(self._embed_query, (observation,))
-            hits = yield CallStep(self.index.search, (session_id, observation, query, self.pool_size))
-            candidates = pool_items(hits, candidates, session_id, self.pool_size)  # the pool, in time order
-        if candidates and (activation is None or activation.value):
-            cached = self.index is None  # the whole session: reuse its matrix; an index pool changes every turn
-            rows = yield from self._sessions.turn_matrix(session_id, candidates, cached)
-            if query is None:
-                query = yield CallStep(self._embed_query, (observation,))
-            matrix, norms = rows.view(len(candidates))
-            if isinstance(gate, EmbeddingGate):  # the gate reads the cosines retrieval needs anyway
-                activation = gate.decide(self._cosines(query, matrix, norms))
-            if activation is None or activation.value:
-                layout = rows.layout(len(candidates)) if self.relation is not None else None
-                scores = self.scores(query, candidates, matrix, observation, norms=norms, layout=layout)
-                top = np.argsort(-scores, kind="stable")[: self.k]
-                for i in sorted(int(t) for t in top):  # time order
-                    item = candidates[i]
-                    recalled.append(RecalledMemory(item, float(scores[i]), self.count_tokens(item.text)))
-            if sum(m.tokens for m in recalled) > self.total_tokens:
-                for n, m in enumerate(recalled):
-                    if m.tokens > self.item_tokens and m.item.summary:
-                        decision = yield from self._controller_steps(
-                            self.controller.sufficiency_messages(observation, m.item), "sufficiency"
-                        )
-                        recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
-        block = render_memory_block(flash, recalled)
-        return SCMContext(session_id, observation, activation, flash, tuple(recalled), block)
-
-    def _controller_steps(self, messages: list[dict[str, str]], question: str) -> Generator[Any, Any, Decision]:
-        """Ask the controller a yes/no question: by probability when its model offers it, else as text."""
-        controller = self.controller
-        if controller.uses_probability:
-            p = yield _ProbabilityStep(controller.model, messages)
-            if p is not None:
-                return controller.decide_probability(p, question)
-        reply = yield _chat_step(messages, DECISION_MAX_TOKENS, *self._controller_model(), YES_NO_FORMAT)
-        if question == "activation":
-            return controller.decide_activation(reply)
-        return controller.decide_sufficiency(reply)
-
-    @staticmethod
-    def _cosines(query: np.ndarray, matrix: np.ndarray, norms: np.ndarray) -> np.ndarray:
-        return cosine_similarities(np.asarray(matrix, dtype=np.float64), query, norms)
-
-    def _record_steps(self, observation: str, response: str, session_id: str) -> Steps[MemoryItem]:
-        """Summarise, embed, append. Once the turn exists nothing may lose it: a failing summary or embedding
-        stores the turn without one (and warns); an interruption (Ctrl-C, a cancelled task) stores it, then stops."""
-        observation = _check_observation(observation)
-        if not isinstance(response, str):
-            raise TypeError(f"response must be str, got {type(response).__name__}")
-        response = _check_storable("response", response)
-        session_id = _check_session(session_id)
-        summary, vector, problems = "", None, []
-        try:
-            if self.summarize:
-                controller = self.controller
-                try:
-                    reply = yield _chat_step(
-                        controller.summary_messages(observation, response),
-                        controller.summary_max_tokens,
-                        *self._controller_model(),
-                        controller.summary_format(),
-                    )
-                    summary = controller.summary_text(reply, observation, response)
-                except Exception as exc:  # the turn is kept without a summary
-                    problems.append(
-                        f"no summary (the controller failed: {type(exc).__name__}: {exc}), so it is embedded and "
-                        "recalled by its full text"
-                    )
-            item_text = summary or MemoryItem(session_id, 0, observation, response).text
-            try:
-                vectors = yield CallStep(self._embed, ([item_text],))
-                vector = vectors[0]
-            except Exception as exc:  # embedded again when a later turn's retrieval needs it
-                fix = f"; run memory.reindex({session_id!r}) once the embedder works" if self.index is not None else ""
-                problems.append(
-                    f"no embedding (the embedder failed: {type(exc).__name__}: {exc}), so it is embedded when a "
-                    f"later turn's retrieval needs it{fix}"
-                )
-        except GeneratorExit:
-            raise
-        except BaseException:  # interrupted after the reply exists: keep the turn, then stop
-            self.stream.append(session_id, observation, response, summary=summary)
-            raise
-        item = yield CallStep(
-            self.stream.append, (session_id, observation, response), {"summary": summary, "embedding": vector}
-        )
-        if problems:
-            warnings.warn(
-                f"turn {item.index} of session {session_id!r} was stored with {'; and '.join(problems)}",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-        if self.index is not None and vector is not None:  # after the stream: a failure loses nothing
-            stored = vector if item.embedding is None else item.embedding
-            yield CallStep(add_turn, (self.index, item, item_text, stored))
-        return item
-
-    def _reindex_steps(self, session_id: str) -> Steps[int]:
-        session_id = _check_session(session_id)
-        if self.index is None:
-            raise ValueError("reindex needs an index: build the memory with index=...")
-        items: list[MemoryItem] = yield CallStep(self.stream.items, (session_id,))
-        missing = [it for it in items if it.embedding is None]
-        fresh: dict[int, np.ndarray] = {}
-        if missing:
-            vectors = yield CallStep(self._embed, ([it.summary or it.text for it in missing],))
-            fresh = {it.index: v for it, v in zip(missing, vectors, strict=True)}
-        for item in items:
-            vector = item.embedding if item.embedding is not None else fresh[item.index]
-            yield CallStep(add_turn, (self.index, item, item.summary or item.text, vector, True))
-        return len(items)
-
-    def _turn_steps(self, observation: str, session_id: str, model: ChatModel | None) -> Steps[SCMTurn]:
-        context = yield from self._prepare_steps(observation, session_id)
-        reply = yield _chat_step(
-            self.fusion_messages(context), self.response_max_tokens, model or self.controller.model
-        )
-        if not isinstance(reply, str):
-            raise TypeError(
-                f"the chat model returned {type(reply).__name__} instead of the reply; its invoke/ainvoke must "
-                "return the reply text (str)"
-            )
-        reply = storable_text(reply.strip())  # model output: lone surrogates become U+FFFD
-        if self.response_max_tokens is not None:  # a model that ignores max_tokens cannot fill the stream
-            reply, _ = cap_output(reply, self.response_max_tokens)
-        item = yield from self._record_steps(context.observation, reply, context.session_id)
-        return SCMTurn(context, reply, item)
-
-    def _controller_model(self) -> tuple[ChatModel, float | None]:
-        return self.controller.model, self.controller.temperature
-
     # ------------------------------------------------------------------------------------------- public
 
     def prepare(self, observation: str, *, session_id: str = DEFAULT_SESSION) -> SCMContext:
         """Steps 1-4: activation decision, flash memory, activated memories (time order), reorganisation."""
-        return drive(self._prepare_steps(observation, session_id))
+        return drive(prepare_steps(self, observation, session_id))
 
     async def aprepare(self, observation: str, *, session_id: str = DEFAULT_SESSION) -> SCMContext:
         """Async :meth:`prepare` (the model's ``ainvoke``; embedder and SQLite in a worker thread)."""
-        return await adrive(self._prepare_steps(observation, session_id))
+        return await adrive(prepare_steps(self, observation, session_id))
 
     def record(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
         """Step 6: summarise, embed and append one interaction to the stream.
 
         A failing summary call or embedder does not lose the turn: it is stored without a summary or embedding
         and a ``RuntimeWarning`` says so (see the module docstring)."""
-        return drive(self._record_steps(observation, response, session_id))
+        return drive(record_steps(self, observation, response, session_id))
 
     async def arecord(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
         """Async :meth:`record`."""
-        return await adrive(self._record_steps(observation, response, session_id))
+        return await adrive(record_steps(self, observation, response, session_id))
 
     def chat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
         """A whole turn: prepare, answer with ``model`` (default: the controller's model), write back.
 
         Once the reply exists the turn is stored whatever fails afterwards (see :meth:`record`); errors before it
         (the observation, the activation question, retrieval, the model's own call) raise and store nothing."""
-        return drive(self._turn_steps(observation, session_id, None if model is None else as_chat_model(model)))
+        return drive(turn_steps(self, observation, session_id, None if model is None else as_chat_model(model)))
 
     async def achat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
         """Async :meth:`chat`."""
-        steps = self._turn_steps(observation, session_id, None if model is None else as_chat_model(model))
+        steps = turn_steps(self, observation, session_id, None if model is None else as_chat_model(model))
         return await adrive(steps)
 
     def fusion_messages(self, context: SCMContext) -> list[dict[str, str]]:
@@ -552,7 +341,7 @@ class SelfControlledMemory:
         With an ``index`` its entries of the session are deleted first, so a failing index leaves the stream
         untouched."""
         if self.index is not None:
-            self.index.delete_session(_check_session(session_id))
+            self.index.delete_session(check_session_id(session_id))
         self._sessions.forget(session_id)
         return self.stream.clear(session_id)
 
@@ -563,11 +352,11 @@ class SelfControlledMemory:
         Entries are keyed by interaction index, so running it again rewrites them; the stream is never changed.
         Turns stored without an embedding are embedded with the memory's embedder (not written back).
         """
-        return drive(self._reindex_steps(session_id))
+        return drive(reindex_steps(self, session_id))
 
     async def areindex(self, session_id: str = DEFAULT_SESSION) -> int:
         """Async :meth:`reindex` (the index, stream and embedder run in a worker thread)."""
-        return await adrive(self._reindex_steps(session_id))
+        return await adrive(reindex_steps(self, session_id))
 
     def __repr__(self) -> str:
         return (
