@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._validation import check_positive_int
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
@@ -278,8 +279,7 @@ class TripletMemoryController:
             ("max_reply_chars", max_reply_chars),
             ("max_term_chars", max_term_chars),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive_int(value, name)
         self.store = store
         self.namespace = namespace_tuple(namespace)
         self.max_rounds = max_rounds

@@ -39,7 +39,7 @@ import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..._validation import check_cosine, check_min_int
 from ...models.base import Embedder
@@ -64,6 +64,9 @@ __all__ = [
 ]
 
 
+_T = TypeVar("_T")
+
+
 def _open_backend(backend: StorageBackend | str | Path) -> StorageBackend:
     if isinstance(backend, StorageBackend):
         return backend
@@ -76,6 +79,19 @@ def _open_backend(backend: StorageBackend | str | Path) -> StorageBackend:
     raise TypeError(
         f"backend must be a StorageBackend, a SQLite path or a postgresql:// URL, got {type(backend).__name__}"
     )
+
+
+class _TermSetting(Generic[_T]):
+    """A setting of the store's :class:`TermDictionary`, read and written as an attribute of the store."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, store: TripletStore | None, owner: type | None = None) -> _T:
+        return getattr(store._terms, self.name) if store is not None else self  # type: ignore[return-value]
+
+    def __set__(self, store: TripletStore, value: _T) -> None:
+        setattr(store._terms, self.name, value)
 
 
 class TripletStore:
@@ -174,41 +190,14 @@ class TripletStore:
         """The LSH hyperplanes (``None`` until the first term fixes the dimension)."""
         return self._terms.lsh
 
-    @property
-    def fuzzy_index(self) -> str:
-        """Where fuzzy candidates come from (``"memory"`` or ``"database"``; may be changed between calls)."""
-        return self._terms.fuzzy_index
-
-    @fuzzy_index.setter
-    def fuzzy_index(self, value: str) -> None:
-        self._terms.fuzzy_index = value
-
-    @property
-    def probe_radius(self) -> int:
-        """Multi-probe radius of the LSH lookup (``fuzzy_index="database"``)."""
-        return self._terms.probe_radius
-
-    @probe_radius.setter
-    def probe_radius(self, value: int) -> None:
-        self._terms.probe_radius = value
-
-    @property
-    def max_candidates(self) -> int:
-        """LSH candidates re-checked per lookup at most (``fuzzy_index="database"``)."""
-        return self._terms.max_candidates
-
-    @max_candidates.setter
-    def max_candidates(self, value: int) -> None:
-        self._terms.max_candidates = value
-
-    @property
-    def show_progress(self) -> bool:
-        """Whether embedding many new terms shows a progress bar."""
-        return self._terms.show_progress
-
-    @show_progress.setter
-    def show_progress(self, value: bool) -> None:
-        self._terms.show_progress = value
+    #: where fuzzy candidates come from (``"memory"`` or ``"database"``; may be changed between calls)
+    fuzzy_index = _TermSetting[str]()
+    #: multi-probe radius of the LSH lookup (``fuzzy_index="database"``)
+    probe_radius = _TermSetting[int]()
+    #: LSH candidates re-checked per lookup at most (``fuzzy_index="database"``)
+    max_candidates = _TermSetting[int]()
+    #: whether embedding many new terms shows a progress bar
+    show_progress = _TermSetting[bool]()
 
     @property
     def single_valued(self) -> frozenset[str]:
