@@ -123,7 +123,11 @@ def entry_id(make_id: Callable[[str, int], str], session_id: str, index: int) ->
 
 def first_hits(candidates: Iterable[tuple[int | None, float]], k: int) -> list[tuple[int, float]]:
     """The first ``k`` ``(interaction index, score)`` of a store's results, skipping ``None`` (not a turn of the
-    session) and repeated indexes; reads ``candidates`` lazily, only as far as needed."""
+    session) and repeated indexes; reads ``candidates`` lazily, only as far as needed.
+
+    >>> first_hits([(3, 0.9), (None, 0.8), (3, 0.7), (1, 0.5), (0, 0.4)], 2)
+    [(3, 0.9), (1, 0.5)]
+    """
     hits: list[tuple[int, float]] = []
     seen: set[int] = set()
     for index, score in candidates:
