@@ -96,6 +96,7 @@ def check_observation(observation: object) -> str:
 
 
 def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: str) -> Steps[SCMContext]:
+    """Steps 1-4: the activation decision, the flash turn, the activated turns (time order), reorganisation."""
     observation = check_observation(observation)
     session_id = check_session_id(session_id)
     items: list[MemoryItem] = yield CallStep(memory.stream.items, (session_id,))
@@ -215,6 +216,7 @@ def record_steps(memory: SelfControlledMemory, observation: str, response: str, 
 
 
 def reindex_steps(memory: SelfControlledMemory, session_id: str) -> Steps[int]:
+    """Add every stored turn of the session to ``memory.index`` (embedding those stored without a vector)."""
     session_id = check_session_id(session_id)
     if memory.index is None:
         raise ValueError("reindex needs an index: build the memory with index=...")
@@ -233,6 +235,7 @@ def reindex_steps(memory: SelfControlledMemory, session_id: str) -> Steps[int]:
 def turn_steps(
     memory: SelfControlledMemory, observation: str, session_id: str, model: ChatModel | None
 ) -> Steps[SCMTurn]:
+    """A whole turn: prepare, answer with ``model`` (default: the controller's), record the reply."""
     context = yield from prepare_steps(memory, observation, session_id)
     reply = yield _chat_step(
         memory.fusion_messages(context), memory.response_max_tokens, model or memory.controller.model
