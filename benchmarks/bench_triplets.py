@@ -154,15 +154,15 @@ def lookup_bench(backend_name: str, open_store: Callable[..., TripletStore], n: 
     store.close()
     store = open_store(embedder, new=False)
     with store.backend.read() as cur:
-        _, out["build_s"] = timed(lambda: store._term_index(cur))
-    _, out["save_s"] = timed(store._save_index)
+        _, out["build_s"] = timed(lambda: store._terms.term_index(cur))
+    _, out["save_s"] = timed(store._terms.save_index)
     store.close()
     store, open_s = timed(lambda: open_store(embedder, new=False))
     _, first_s = timed(lambda: store.read(t1="q0"))
     out["open_s"], out["first_read_s"] = open_s, first_s
-    out["index_mb"] = store._index.nbytes / 2**20
-    out["index_partitions"] = store._index.partitions
-    out["index_nprobe"] = store._index.nprobe
+    out["index_mb"] = store._terms.index.nbytes / 2**20
+    out["index_partitions"] = store._terms.index.partitions
+    out["index_nprobe"] = store._terms.index.nprobe
 
     scan_times, truth = [], []
     for q in queries:
@@ -288,7 +288,7 @@ def write_bench(backend_name: str, open_store: Callable[..., TripletStore], n: i
     t2 = time.perf_counter()
     store.write_many(items[:batch])  # rewriting existing triplets: idempotent, no new rows
     dt2 = time.perf_counter() - t2
-    if store.count() != n + 1 or (mode == "memory" and len(store._index) != store.term_count()):
+    if store.count() != n + 1 or (mode == "memory" and len(store._terms.index) != store.term_count()):
         raise RuntimeError("write benchmark lost or duplicated something")
     store.close()
     return {"backend": backend_name, "mode": mode, "n": n, "batch": batch, "seconds": dt, "triplets_per_s": n / dt,

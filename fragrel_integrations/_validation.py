@@ -14,7 +14,7 @@ ValueError: radius must be an int >= 0 (neighbours on each side), got -1
 
 from __future__ import annotations
 
-__all__ = ["check_min_int", "check_positive_int"]
+__all__ = ["check_cosine", "check_min_int", "check_positive_int"]
 
 
 def check_min_int(value: object, name: str, minimum: int, *, hint: str = "") -> int:
@@ -30,3 +30,16 @@ def check_positive_int(value: object, name: str, *, hint: str = "") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int{hint}, got {value!r}")
     return value
+
+
+def check_cosine(value: object, name: str, *, what: str = "a cosine") -> float:
+    """``value`` as a float if it is a number (not a bool) in [-1, 1]; else ValueError naming ``name``.
+
+    >>> check_cosine(2, "threshold")
+    Traceback (most recent call last):
+    ...
+    ValueError: threshold must be a cosine in [-1, 1], got 2
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
+        raise ValueError(f"{name} must be {what} in [-1, 1], got {value!r}")
+    return float(value)

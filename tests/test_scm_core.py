@@ -589,22 +589,22 @@ def _expected(memory: SelfControlledMemory, question: str, session_id: str = "an
 def test_the_session_matrix_grows_with_the_stream_and_gives_the_same_scores(options):
     memory = build(k=3, activation=False, **options)
     assert _recalled(memory, "What is my cat called?") == _expected(memory, "What is my cat called?")
-    n = memory._matrices["ana"].n
+    n = memory._sessions.matrices["ana"].n
     memory.record("My sister lives in Porto.", "Nice.", session_id="ana")
     memory.record("I bought a red bicycle.", "Fun!", session_id="ana")
     assert _recalled(memory, "Where does my sister live?") == _expected(memory, "Where does my sister live?")
-    assert memory._matrices["ana"].n == n + 2  # only the two new turns were stacked
+    assert memory._sessions.matrices["ana"].n == n + 2  # only the two new turns were stacked
 
 
 def test_the_session_matrix_is_rebuilt_after_a_clear_and_refill():
     memory = build(k=2, activation=False)
     _recalled(memory, "cat")
-    old = memory._matrices["ana"]
+    old = memory._sessions.matrices["ana"]
     memory.stream.clear("ana")  # behind the memory's back: new items, new objects
     for observation, response in [("I play the cello.", "Lovely."), ("My dog is Rex.", "Cute."), ("Hi", "Hello")]:
         memory.record(observation, response, session_id="ana")
     assert _recalled(memory, "What instrument do I play?") == _expected(memory, "What instrument do I play?")
-    assert memory._matrices["ana"] is not old and memory._matrices["ana"].n == 2
+    assert memory._sessions.matrices["ana"] is not old and memory._sessions.matrices["ana"].n == 2
 
 
 class _FreshObjectsStream:
@@ -635,9 +635,9 @@ def test_concurrent_growth_of_the_matrix_falls_back_to_a_private_copy():
     for text in ("Turn without a vector one.", "Turn without a vector two."):
         memory.stream.append("ana", text, "ok")  # no embedding: the matrix step must embed them (and yield)
     candidates = memory.stream.items("ana")[:-1]
-    first = memory._turn_matrix("ana", candidates, True)
+    first = memory._sessions.turn_matrix("ana", candidates, True)
     call = next(first)  # paused while "embedding" the new turns
-    other = memory._turn_matrix("ana", candidates, True)
+    other = memory._sessions.turn_matrix("ana", candidates, True)
     other_call = next(other)
     with pytest.raises(StopIteration) as done_other:
         other.send(other_call.fn(*other_call.args))  # the other caller grows the shared matrix first
@@ -646,8 +646,8 @@ def test_concurrent_growth_of_the_matrix_falls_back_to_a_private_copy():
     (m1, n1), (m2, n2) = (done.value.value.view(len(candidates)) for done in (done_first, done_other))
     assert m1.shape == m2.shape == (len(candidates), 256)
     assert np.array_equal(m1, m2) and np.array_equal(n1, n2)
-    assert memory._matrices["ana"].n == len(candidates)  # grown once, not twice
-    assert done_first.value.value is not memory._matrices["ana"]  # the late caller got a private copy
+    assert memory._sessions.matrices["ana"].n == len(candidates)  # grown once, not twice
+    assert done_first.value.value is not memory._sessions.matrices["ana"]  # the late caller got a private copy
     layout = done_first.value.value.layout(len(candidates))
     assert layout.positions.tolist() == [it.index for it in candidates]
 

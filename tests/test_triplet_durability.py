@@ -129,7 +129,7 @@ from fragrel_integrations.testing import HashingEmbedder
 kind, target, schema, crash_batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 backend = SQLiteBackend(target) if kind == "sqlite" else PostgresBackend(target, schema=schema)
 store = TripletStore(backend, embedder=HashingEmbedder(dim=64, seed=1), single_valued=["counter"])
-original = store._write_one
+original = store._writer.write_one
 state = {"batch": 0, "n": 0}
 
 def write_one(cur, *args, **kwargs):
@@ -140,7 +140,7 @@ def write_one(cur, *args, **kwargs):
         time.sleep(120)  # killed here: inside the transaction, after 5 of its 10 rows
     return rec
 
-store._write_one = write_one
+store._writer.write_one = write_one
 for b in range(crash_batch + 1):
     state["batch"], state["n"] = b, 0
     store.write_many(
@@ -183,7 +183,7 @@ def test_killed_writer_loses_nothing_committed(kind, tmp_path):
             rb = SQLiteBackend(target) if kind == "sqlite" else PostgresBackend(target, schema=schema)
             reader = TripletStore(rb, embedder=emb())
             reader.read(t1="batch 1 subjects")  # fuzzy: builds the reader's index
-            assert reader._index is not None and len(reader._index) >= 20
+            assert reader._terms.index is not None and len(reader._terms.index) >= 20
             proc.stdin.write("go\n")  # the writer goes on; the reader's index is fed by later reads
             proc.stdin.flush()
         if line.startswith("IN_TX"):
@@ -212,9 +212,9 @@ def test_killed_writer_loses_nothing_committed(kind, tmp_path):
         term_ids = sorted(int(r[0]) for r in cur.execute("SELECT id FROM terms").fetchall())
     for view in (reader, store):  # the index built before the crash and the one built on reopen
         view.read(t1=f"batch {crash_batch - 1} subjects")  # a fuzzy read brings the index up to the data
-        assert view._index.ids().tolist() == term_ids  # every committed term, nothing of the killed batch
+        assert view._terms.index.ids().tolist() == term_ids  # every committed term, nothing of the killed batch
         for b in range(crash_batch):  # committed terms are found through the index
-            got = view._index.search(view._embed([f"batch {b} subject 3"])[0], 0.999)[0]
+            got = view._terms.index.search(view._terms.embed([f"batch {b} subject 3"])[0], 0.999)[0]
             assert got.size and set(got.tolist()) <= set(term_ids)
     reader.close()
     store.write(("after", "the", "crash"))  # the write lock was released

@@ -34,13 +34,13 @@ def reopen(store: TripletStore) -> TripletStore:
     b = store.backend
     other = SQLiteBackend(b.path) if isinstance(b, SQLiteBackend) else PostgresBackend(b.conninfo, schema=b.schema)
     new = TripletStore(other, embedder=emb())
-    new._index_options = dict(SMALL)
+    new._terms.index_options = dict(SMALL)
     return new
 
 
 def filled(kind: str, tmp_path, n: int = 150) -> TripletStore:
     store = TripletStore(make_backend(kind, tmp_path), embedder=emb())
-    store._index_options = dict(SMALL)
+    store._terms.index_options = dict(SMALL)
     store.write_many([(f"subject {i}", f"relation {i % 7}", f"object {i}") for i in range(n)])
     return store
 
@@ -102,16 +102,16 @@ def test_restore_refuses_bad_input():
 def test_the_partition_is_saved_and_restored_on_open(kind, tmp_path, monkeypatch):
     store = filled(kind, tmp_path)
     first = store.read(t1="subject 17x")  # builds the index (k-means) and saves its partition
-    assert first and store._index.partitions > 1
+    assert first and store._terms.index.partitions > 1
     gen, assigned, rows, terms = saved_state(store)
     assert gen == 1 and assigned == rows == terms == 150 * 2 + 7
-    ids, parts = store._index.assignments()
+    ids, parts = store._terms.index.assignments()
     built = dict(zip(ids.tolist(), parts.tolist(), strict=True))
 
     monkeypatch.setattr(term_index, "_kmeans", lambda *a, **k: pytest.fail("k-means ran: nothing was restored"))
     again = reopen(store)
     assert [r.triplet for r in again.read(t1="subject 17x")] == [r.triplet for r in first]
-    ids2, parts2 = again._index.assignments()
+    ids2, parts2 = again._terms.index.assignments()
     assert dict(zip(ids2.tolist(), parts2.tolist(), strict=True)) == built
     assert saved_state(again)[0] == 1  # nothing needed saving
     again.close()
@@ -124,16 +124,16 @@ def test_every_write_assigns_its_new_terms_in_its_own_transaction(kind, tmp_path
     store.read(t1="subject 3x")
     writer = reopen(store)  # never reads fuzzily: no index of its own, yet it keeps the saved one in step
     writer.write_many([(f"late {i}", "relation 1", f"late object {i}") for i in range(20)])
-    assert writer._index is None
+    assert writer._terms.index is None
     gen, assigned, rows, terms = saved_state(store)
     assert gen == 1 and assigned == rows == terms == 150 * 2 + 7 + 40
-    original = writer._write_one
+    original = writer._writer.write_one
 
     def failing(cur, *args, **kwargs):
         original(cur, *args, **kwargs)
         raise RuntimeError("killed mid-batch")
 
-    writer._write_one = failing
+    writer._writer.write_one = failing
     with pytest.raises(RuntimeError, match="mid-batch"):
         writer.write_many([("doomed one", "relation 1", "doomed two")])
     assert saved_state(store)[1:] == (assigned, rows, terms)  # rolled back together with the terms
@@ -176,7 +176,7 @@ def test_a_stale_or_damaged_saved_partition_is_not_trusted(kind, damage, tmp_pat
 
 def test_an_unpartitioned_index_saves_nothing(tmp_path):
     store = filled("sqlite", tmp_path)
-    store._index_options = {**SMALL, "train_at": 10**6}  # one exact-scan partition: nothing worth saving
+    store._terms.index_options = {**SMALL, "train_at": 10**6}  # one exact-scan partition: nothing worth saving
     assert store.read(t1="subject 5x")
     with store.backend.read() as cur:
         assert cur.execute("SELECT COUNT(*) FROM term_index_state").fetchone()[0] == 0
@@ -255,7 +255,7 @@ def test_killed_writer_leaves_data_and_saved_partition_in_agreement(kind, tmp_pa
     with again.backend.read() as cur:
         term_ids = sorted(int(r[0]) for r in cur.execute("SELECT id FROM terms").fetchall())
     again.read(t1="batch 2 subjects")  # fuzzy: restores the saved partition (no k-means)
-    assert again._index.ids().tolist() == term_ids
+    assert again._terms.index.ids().tolist() == term_ids
     if kind == "postgres":
         again.backend.drop_schema()
     again.close()

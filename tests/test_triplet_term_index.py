@@ -168,7 +168,7 @@ def test_a_term_written_through_another_store_object_is_found_by_the_next_fuzzy_
     assert [r.t1 for r in reader.read(t1="Jones")] == ["Mike Jones"]  # index built from the database
     writer.write_many([("Sara Lee", "lives in", "Berlin"), ("Tom Hardy", "acts in", "Bronson")])
     assert [r.t1 for r in reader.read(t1="Hardy")] == ["Tom Hardy"]  # only the new terms were read
-    assert len(reader._index) == reader.term_count() == 9
+    assert len(reader._terms.index) == reader.term_count() == 9
     writer.close()
     reader.close()
 
@@ -178,22 +178,22 @@ def test_a_rolled_back_write_never_reaches_the_index(kind, tmp_path):
     store = TripletStore(make_backend(kind, tmp_path), embedder=HashingEmbedder(dim=128, seed=3))
     store.write_many(FACTS)
     assert store.read(t1="Jones")  # the index is built
-    original = store._write_one
+    original = store._writer.write_one
 
     def failing(cur, *args, **kwargs):
         original(cur, *args, **kwargs)
         raise RuntimeError("killed mid-batch")
 
-    store._write_one = failing
+    store._writer.write_one = failing
     with pytest.raises(RuntimeError, match="mid-batch"):
         store.write_many([("Tom Hardy", "acts in", "Bronson"), ("Ann Bell", "acts in", "Bronson")])
-    del store._write_one
+    del store._writer.write_one
     assert store.read(t1="Hardy") == [] and store.read(t1="Tom Hardy", fuzzy=False) == []
-    ids = store._index.search(store._embed(["Tom Hardy"])[0], 0.99)[0]
+    ids = store._terms.index.search(store._terms.embed(["Tom Hardy"])[0], 0.99)[0]
     assert ids.size == 0  # the terms of the rolled-back batch are nowhere in the index
     store.write(("Tom Hardy", "acts in", "Bronson"))  # committed: the index learns it (at the latest on the
     assert [r.t1 for r in store.read(t1="Hardy")] == ["Tom Hardy"]  # next lookup, after an id gap on PostgreSQL)
-    assert len(store._index) == store.term_count()
+    assert len(store._terms.index) == store.term_count()
     store.close()
 
 

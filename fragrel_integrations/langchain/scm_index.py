@@ -42,7 +42,9 @@ require("langchain_core", "langchain")
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
-from ..core.scm.index import check_entry, check_store_options, read_index  # noqa: E402
+from .._validation import check_min_int  # noqa: E402
+from ..core.scm.index import check_entry, check_filter, check_store_options, entry_id, first_hits, read_index  # noqa: E402
+from ..core.scm.stream import check_session  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
 
 __all__ = ["VectorStoreStreamIndex"]
@@ -98,11 +100,7 @@ class VectorStoreStreamIndex:
         self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
             session_key, index_key, fetch_k, make_id
         )
-        if filter is not None and not callable(filter):
-            raise TypeError(
-                "filter must be a function session_id -> the store's filter argument (or None), "
-                f"got {type(filter).__name__}; e.g. filter=lambda s: {{'{session_key}': s}}"
-            )
+        check_filter(filter, "filter", "the store's filter argument", f"; e.g. filter=lambda s: {{'{session_key}': s}}")
         self.filter = filter
         if relevance_scores is not None and not isinstance(relevance_scores, bool):
             raise TypeError(f"relevance_scores must be True, False or None, got {relevance_scores!r}")
@@ -126,31 +124,19 @@ class VectorStoreStreamIndex:
         self, session_id: str, query: str, embedding: np.ndarray | None = None, k: int = 4
     ) -> list[tuple[int, float]]:
         """At most ``k`` ``(interaction index, score)`` of ``session_id``, in the store's order (best first)."""
-        if not isinstance(session_id, str) or not session_id:
-            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        check_session(session_id)
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        check_min_int(k, "k", 1)
         fetch = max(k, self.fetch_k or k)
         store_filter = self.filter(session_id) if self.filter is not None else self._default_filter(session_id)
         kwargs: dict[str, Any] = {} if store_filter is None else {"filter": store_filter}
-        hits: list[tuple[int, float]] = []
-        seen: set[int] = set()
-        for doc, score in self._search(query, fetch, kwargs):
-            index = self._owned_index(doc, session_id)
-            if index is None or index in seen:
-                continue
-            seen.add(index)
-            hits.append((index, float(score)))
-            if len(hits) == k:
-                break
-        return hits
+        results = self._search(query, fetch, kwargs)
+        return first_hits(((self._owned_index(doc, session_id), float(score)) for doc, score in results), k)
 
     def delete_session(self, session_id: str) -> None:
         """Delete the session's documents (see the class docstring for how they are found)."""
-        if not isinstance(session_id, str) or not session_id:
-            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        check_session(session_id)
         with self._lock:
             ids = set(self._ids.get(session_id, ()))
         ids |= self._probe(session_id)
@@ -162,10 +148,7 @@ class VectorStoreStreamIndex:
     # ------------------------------------------------------------------------------------------- helpers
 
     def _doc_id(self, session_id: str, index: int) -> str:
-        doc_id = self.make_id(session_id, index)
-        if not isinstance(doc_id, str) or not doc_id:
-            raise TypeError(f"make_id must return a non-empty str, got {doc_id!r}")
-        return doc_id
+        return entry_id(self.make_id, session_id, index)
 
     def _default_filter(self, session_id: str) -> Any:
         if isinstance(self.vectorstore, InMemoryVectorStore):

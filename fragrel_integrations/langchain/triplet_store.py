@@ -46,6 +46,7 @@ from langgraph.store.base import (  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from .._adapters import split_store_or_path  # noqa: E402
+from .._validation import check_positive_int  # noqa: E402
 from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, render_read, render_write  # noqa: E402
 from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
@@ -336,8 +337,7 @@ def make_memory_tools(
     NUL character is not stored, and the tool answers ``not stored: <why>`` so the model can retry.
     """
     store = core_triplet_store(store)
-    if isinstance(max_term_chars, bool) or not isinstance(max_term_chars, int) or max_term_chars < 1:
-        raise ValueError(f"max_term_chars must be a positive int, got {max_term_chars!r}")
+    check_positive_int(max_term_chars, "max_term_chars")
     ns = tuple(namespace)
 
     def memory_write(subject: str, relation: str, object: str) -> str:

@@ -41,7 +41,17 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from ..core.scm.index import check_entry, check_store_options, default_entry_id, read_index
+from ..core.scm.index import (
+    check_entry,
+    check_filter,
+    check_search,
+    check_store_options,
+    default_entry_id,
+    entry_id,
+    first_hits,
+    read_index,
+)
+from ..core.scm.stream import check_session
 from ..core.scm.types import MemoryItem
 
 __all__ = ["VectorStoreStreamIndex"]
@@ -83,10 +93,7 @@ class VectorStoreStreamIndex:
         self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
             session_key, index_key, fetch_k, make_id
         )
-        if filters is not None and not callable(filters):
-            raise TypeError(
-                f"filters must be a function session_id -> MetadataFilters (or None), got {type(filters).__name__}"
-            )
+        check_filter(filters, "filters", "MetadataFilters")
         self.filters = filters
         self._owners: dict[str, tuple[str, int]] = {}  # node id -> (session, index), for custom ids
         self._lock = threading.Lock()
@@ -121,10 +128,7 @@ class VectorStoreStreamIndex:
 
     def search(self, session_id: str, query: str, embedding: np.ndarray, k: int) -> list[tuple[int, float]]:
         """At most ``k`` ``(interaction index, similarity)`` of ``session_id``, best first."""
-        if not isinstance(session_id, str) or not session_id:
-            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        check_search(session_id, k)
         vector = np.asarray(embedding, dtype=np.float64).ravel()
         if vector.size == 0:
             raise ValueError("embedding must be a non-empty vector")
@@ -144,23 +148,18 @@ class VectorStoreStreamIndex:
         nodes = list(result.nodes or [])
         ids = list(result.ids or [node.node_id for node in nodes])
         similarities = list(result.similarities or [])
-        hits: list[tuple[int, float]] = []
-        seen: set[int] = set()
-        for n, node_id in enumerate(ids):
-            node = nodes[n] if n < len(nodes) else None
-            index = self._owned_index(node, node_id, session_id)
-            if index is None or index in seen:
-                continue
-            seen.add(index)
-            hits.append((index, float(similarities[n]) if n < len(similarities) else 0.0))
-            if len(hits) == k:
-                break
-        return hits
+        candidates = (
+            (
+                self._owned_index(nodes[n] if n < len(nodes) else None, node_id, session_id),
+                float(similarities[n]) if n < len(similarities) else 0.0,
+            )
+            for n, node_id in enumerate(ids)
+        )
+        return first_hits(candidates, k)
 
     def delete_session(self, session_id: str) -> None:
         """Delete every node of the session (``vector_store.delete(f"scm:{session_id}")``)."""
-        if not isinstance(session_id, str) or not session_id:
-            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        check_session(session_id)
         self.vector_store.delete(self.source_id(session_id))
         with self._lock:
             for node_id in [i for i, (s, _) in self._owners.items() if s == session_id]:
@@ -169,10 +168,7 @@ class VectorStoreStreamIndex:
     # ------------------------------------------------------------------------------------------- helpers
 
     def _node_id(self, session_id: str, index: int) -> str:
-        node_id = self.make_id(session_id, index)
-        if not isinstance(node_id, str) or not node_id:
-            raise TypeError(f"make_id must return a non-empty str, got {node_id!r}")
-        return node_id
+        return entry_id(self.make_id, session_id, index)
 
     def _owned_index(self, node: BaseNode | None, node_id: str, session_id: str) -> int | None:
         """The interaction index of a hit if it is a turn of ``session_id``, else None."""

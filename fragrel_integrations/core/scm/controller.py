@@ -61,6 +61,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from ..._validation import check_positive_int
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
@@ -285,9 +286,7 @@ class SCMController:
                 raise TypeError(f"{name} must be True or False, got {value!r}")
         self.activation_fallback = activation_fallback
         self.summary_fallback = summary_fallback
-        if isinstance(summary_max_tokens, bool) or not isinstance(summary_max_tokens, int) or summary_max_tokens < 1:
-            raise ValueError(f"summary_max_tokens must be a positive int, got {summary_max_tokens!r}")
-        self.summary_max_tokens = summary_max_tokens
+        self.summary_max_tokens = check_positive_int(summary_max_tokens, "summary_max_tokens")
         self.temperature = temperature
 
     # ------------------------------------------------------------------------------------------- prompts

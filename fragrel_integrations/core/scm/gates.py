@@ -43,15 +43,18 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ..._validation import check_cosine, check_min_int
 from .types import Decision
 
 __all__ = [
+    "ACTIVATION_MODES",
     "DEFAULT_SIMILARITY_THRESHOLD",
     "MAX_MESSAGE_CHARS",
     "MEMORY_CUES",
     "EmbeddingGate",
     "LexicalGate",
     "NameVocabulary",
+    "activation_gate",
     "capitalised_words",
 ]
 
@@ -166,9 +169,7 @@ class LexicalGate:
         if not isinstance(names, bool):
             raise TypeError(f"names must be True or False, got {names!r}")
         self.names = names
-        if isinstance(min_score, bool) or not isinstance(min_score, int) or min_score < 1:
-            raise ValueError(f"min_score must be an int >= 1 (cues needed for 'memory is needed'), got {min_score!r}")
-        self.min_score = min_score
+        self.min_score = check_min_int(min_score, "min_score", 1, hint=" (cues needed for 'memory is needed')")
 
     def decide(self, observation: str, history: Iterable[str]) -> Decision:
         """The decision for ``observation`` after the earlier turns ``history`` (their texts)."""
@@ -201,9 +202,7 @@ class EmbeddingGate:
     """
 
     def __init__(self, threshold: float = DEFAULT_SIMILARITY_THRESHOLD) -> None:
-        if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not -1.0 <= threshold <= 1.0:
-            raise ValueError(f"threshold must be a cosine similarity in [-1, 1], got {threshold!r}")
-        self.threshold = float(threshold)
+        self.threshold = check_cosine(threshold, "threshold", what="a cosine similarity")
 
     def decide(self, similarities: np.ndarray | Sequence[float]) -> Decision:
         """The decision for the cosine similarities of the message with the stored turns (none: no)."""
@@ -218,3 +217,32 @@ class EmbeddingGate:
 
     def __repr__(self) -> str:
         return f"EmbeddingGate(threshold={self.threshold:g})"
+
+
+#: ``activation`` by name: the controller model (True), or a model-free gate.
+ACTIVATION_MODES = ("controller", "lexical", "embedding")
+
+
+def activation_gate(activation: object) -> bool | LexicalGate | EmbeddingGate:
+    """``activation`` as True (the controller), False (always recall) or a model-free gate.
+
+    >>> activation_gate("lexical").__class__.__name__, activation_gate("controller")
+    ('LexicalGate', True)
+    """
+    if isinstance(activation, bool | LexicalGate | EmbeddingGate):
+        return activation
+    if isinstance(activation, str):
+        if activation == "controller":
+            return True
+        if activation == "lexical":
+            return LexicalGate()
+        if activation == "embedding":
+            return EmbeddingGate()
+        raise ValueError(
+            f"activation must be True, False or one of {list(ACTIVATION_MODES)} (or a LexicalGate / EmbeddingGate), "
+            f"got {activation!r}"
+        )
+    raise TypeError(
+        f"activation must be True, False, one of {list(ACTIVATION_MODES)}, a LexicalGate or an EmbeddingGate, "
+        f"got {type(activation).__name__}"
+    )

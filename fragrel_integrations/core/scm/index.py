@@ -24,22 +24,32 @@ can always run again. The async workflow calls these sync methods in a worker th
 
 from __future__ import annotations
 
+import operator
 import threading
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from ..._validation import check_min_int
+from .stream import check_session
 from .types import MemoryItem
 
 __all__ = [
     "InMemoryStreamIndex",
     "SCMIndexError",
     "StreamIndex",
+    "add_turn",
     "check_entry",
+    "check_filter",
     "check_keys",
+    "check_search",
     "check_store_options",
     "default_entry_id",
+    "entry_id",
+    "first_hits",
+    "pool_items",
     "read_index",
 ]
 
@@ -82,11 +92,52 @@ def check_store_options(
     """Validate what both vector-store adapters take: the metadata keys (:func:`check_keys`), ``fetch_k`` (an int
     >= 1 or None) and ``make_id`` (a function ``(session_id, index) -> str``; None: :func:`default_entry_id`)."""
     session_key, index_key = check_keys(session_key, index_key)
-    if fetch_k is not None and (isinstance(fetch_k, bool) or not isinstance(fetch_k, int) or fetch_k < 1):
-        raise ValueError(f"fetch_k must be an int >= 1 or None, got {fetch_k!r}")
+    if fetch_k is not None:
+        check_min_int(fetch_k, "fetch_k", 1, hint=" or None")
     if make_id is not None and not callable(make_id):
         raise TypeError(f"make_id must be a function (session_id, index) -> str, got {type(make_id).__name__}")
     return session_key, index_key, fetch_k, make_id or default_entry_id  # type: ignore[return-value]
+
+
+def check_filter(value: object, name: str, returns: str, hint: str = "") -> None:
+    """TypeError unless ``value`` (an adapter's per-session filter) is None or a function session_id -> ``returns``."""
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"{name} must be a function session_id -> {returns} (or None), got {type(value).__name__}{hint}"
+        )
+
+
+def check_search(session_id: object, k: object) -> None:
+    """Validate a ``search`` call of an adapter: a non-empty session id (TypeError) and ``k`` >= 1 (ValueError)."""
+    check_session(session_id)
+    check_min_int(k, "k", 1)
+
+
+def entry_id(make_id: Callable[[str, int], str], session_id: str, index: int) -> str:
+    """``make_id(session_id, index)``, checked to be a non-empty str (TypeError otherwise)."""
+    value = make_id(session_id, index)
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"make_id must return a non-empty str, got {value!r}")
+    return value
+
+
+def first_hits(candidates: Iterable[tuple[int | None, float]], k: int) -> list[tuple[int, float]]:
+    """The first ``k`` ``(interaction index, score)`` of a store's results, skipping ``None`` (not a turn of the
+    session) and repeated indexes; reads ``candidates`` lazily, only as far as needed.
+
+    >>> first_hits([(3, 0.9), (None, 0.8), (3, 0.7), (1, 0.5), (0, 0.4)], 2)
+    [(3, 0.9), (1, 0.5)]
+    """
+    hits: list[tuple[int, float]] = []
+    seen: set[int] = set()
+    for index, score in candidates:
+        if index is None or index in seen:
+            continue
+        seen.add(index)
+        hits.append((index, score))
+        if len(hits) == k:
+            break
+    return hits
 
 
 def check_entry(item: object, text: object) -> None:
@@ -156,8 +207,7 @@ class InMemoryStreamIndex:
 
     def search(self, session_id: str, query: str, embedding: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The ``k`` turns of the session with the highest cosine to ``embedding``, best first (ties: earlier)."""
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        check_min_int(k, "k", 1)
         q = np.asarray(embedding, dtype=np.float64).ravel()
         with self._lock:
             entries = sorted(self._entries.get(session_id, {}).items())
@@ -181,3 +231,49 @@ class InMemoryStreamIndex:
 
     def __repr__(self) -> str:
         return f"InMemoryStreamIndex(sessions={len(self._entries)}, entries={len(self)})"
+
+
+def pool_items(hits: object, candidates: list[MemoryItem], session_id: str, pool_size: int) -> list[MemoryItem]:
+    """The candidate turns named by an index's ``search`` hits (the first ``pool_size``; the flash turn and
+    unknown indexes dropped), in time order; a RuntimeWarning when none is named, and TypeError for hits that are
+    not ``(interaction index, similarity)`` pairs."""
+    if not isinstance(hits, list | tuple):
+        raise TypeError(f"index.search must return a list of (interaction index, similarity), got {hits!r}")
+    by_index = {it.index: it for it in candidates}
+    chosen: dict[int, MemoryItem] = {}
+    for hit in hits[:pool_size]:
+        try:
+            position, score = hit
+            position = operator.index(position)
+            float(score)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"index.search must return (interaction index, similarity) pairs, got {hit!r}") from exc
+        if position in by_index:
+            chosen[position] = by_index[position]
+    if not chosen:
+        warnings.warn(
+            f"the index returned none of the {len(candidates)} earlier turns of session {session_id!r}, so "
+            f"no memory is recalled; if the stream was written without this index, run "
+            f"memory.reindex({session_id!r})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return [chosen[i] for i in sorted(chosen)]
+
+
+def add_turn(index: StreamIndex, item: MemoryItem, text: str, embedding: np.ndarray, reindex: bool = False) -> None:
+    """Add a stored turn to ``index``; a failure raises :class:`SCMIndexError` (the stream keeps the turn)."""
+    try:
+        index.add(item, text, embedding)
+    except Exception as exc:
+        where = f"turn {item.index} of session {item.session_id!r}"
+        done = (
+            f"reindexing stopped at {where} (the stream is unchanged)"
+            if reindex
+            else f"{where} is saved in the stream but was not added to the index"
+        )
+        raise SCMIndexError(
+            f"{done}: {type(exc).__name__}: {exc}; once the index works again, run "
+            f"memory.reindex({item.session_id!r}) (it rewrites the session's entries, nothing is duplicated)",
+            item,
+        ) from exc

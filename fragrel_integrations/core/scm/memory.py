@@ -27,7 +27,9 @@
    cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token (a model that
    ignores ``max_tokens``); summaries are always capped (see :mod:`~fragrel_integrations.core.scm.controller`).
 
-Both the sync and the async methods drive one shared step generator, so they cannot drift apart.
+Both the sync and the async methods drive one shared step generator (:mod:`fragrel_integrations.core.steps`),
+so they cannot drift apart. The prompts live in :mod:`.prompts`, the retrieval scores and per-session caches in
+:mod:`.recall`, the model-free gates in :mod:`.gates` and the external index's helpers in :mod:`.index`.
 
 >>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 >>> def controller(messages):
@@ -43,32 +45,37 @@ Both the sync and the async methods drive one shared step generator, so they can
 
 from __future__ import annotations
 
-import asyncio
-import operator
-import threading
-import warnings
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..._validation import check_min_int
 from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
-from ...models.structured import ReplyFormat, format_kwargs
-from ...models.tokens import cap_output, count_tokens, storable_text
-from ...models.yes_no import ayes_no_probability, yes_no_probability
+from ...models.tokens import count_tokens
 from ..relations import FragmentLayout, Relation
-from ..scorers import SCORER_NAMES, check_scorer, cosine_similarities, make_scorer
-from ..scoring import check_alpha, fragrel_scores
-from .controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
-from .gates import EmbeddingGate, LexicalGate, NameVocabulary
-from .index import SCMIndexError, StreamIndex
+from ..scorers import SCORER_NAMES, check_scorer
+from ..scoring import check_alpha
+from ..steps import adrive, drive
+from .controller import SCMController
+from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, activation_gate
+from .index import StreamIndex
+from .prompts import (
+    FUSION_SYSTEM_PROMPT,
+    FUSION_TEMPLATE,
+    MEMORY_SYSTEM_TEMPLATE,
+    check_template,
+    fusion_messages,
+    memory_prompt,
+    render_memory_block,
+)
+from .recall import SessionCache, turn_scores
 from .stream import MemoryStream, SCMStream
-from .types import Decision, MemoryItem, RecalledMemory, SCMContext
-from .vectors import TurnMatrix, turn_fragment
+from .types import MemoryItem, SCMContext, SCMTurn
+from .workflow import check_session_id, prepare_steps, record_steps, reindex_steps, turn_steps
 
 __all__ = [
     "ACTIVATION_MODES",
@@ -88,148 +95,11 @@ __all__ = [
 DEFAULT_SESSION = "default"
 #: FragRel's context-relation strength for dialogue (turn = fragment).
 DIALOGUE_W_REL = 0.8
-#: The paper's reorganisation thresholds: a recalled turn longer than this many tokens may be summarised ...
 SCORERS = SCORER_NAMES
-#: ``activation`` by name: the controller model (True), or a model-free gate (:mod:`.gates`).
-ACTIVATION_MODES = ("controller", "lexical", "embedding")
+#: The paper's reorganisation thresholds: a recalled turn longer than this many tokens may be summarised ...
 PAPER_ITEM_TOKENS = 800
 #: ... once all recalled turns together exceed this many tokens.
 PAPER_TOTAL_TOKENS = 2000
-
-FUSION_SYSTEM_PROMPT = """\
-You are a helpful assistant in a long conversation. Besides the user's message you get notes from your memory \
-of this conversation: earlier turns that may be relevant, and the previous turn. Use them when they help to \
-answer, prefer the most recent information when they disagree, and do not mention the notes otherwise."""
-
-FUSION_TEMPLATE = """\
-{memory}
-
-Current user message:
-{observation}"""
-
-MEMORY_SYSTEM_TEMPLATE = """\
-Notes from your memory of this conversation with the user (use them when they help; the user does not see \
-them):
-
-{memory}"""
-
-_NO_MEMORY = "(no earlier turns)"
-
-
-def render_memory_block(flash: MemoryItem | None, memories: Sequence[RecalledMemory]) -> str:
-    """The memory section of the prompt: activated turns (oldest first), then the previous turn.
-
-    >>> flash = MemoryItem("s", 4, "And tomorrow?", "Rain.")
-    >>> print(render_memory_block(flash, [RecalledMemory(MemoryItem("s", 1, "Hi", "Hello", "Greeting."), 0.5, 3)]))
-    Earlier turns that may be relevant (oldest first):
-    [turn 1] User: Hi
-    Assistant: Hello
-    <BLANKLINE>
-    Previous turn:
-    User: And tomorrow?
-    Assistant: Rain.
-    """
-    parts = []
-    if memories:
-        lines = ["Earlier turns that may be relevant (oldest first):"]
-        for m in memories:
-            label = f"[turn {m.item.index}, summary]" if m.use_summary and m.item.summary else f"[turn {m.item.index}]"
-            lines.append(f"{label} {m.shown}")
-        parts.append("\n".join(lines))
-    if flash is not None:
-        parts.append(f"Previous turn:\n{flash.text}")
-    return "\n\n".join(parts)
-
-
-@dataclass(frozen=True, slots=True)
-class SCMTurn:
-    """A complete turn run by :meth:`SelfControlledMemory.chat`: the context, the reply and the stored item."""
-
-    context: SCMContext
-    response: str
-    item: MemoryItem
-
-
-@dataclass(frozen=True, slots=True)
-class _Chat:
-    messages: list[dict[str, str]]
-    max_tokens: int | None
-    model: ChatModel
-    temperature: float | None = None
-    reply_format: ReplyFormat | None = None  # asked only of models that enforce it
-
-    def options(self) -> dict[str, Any]:
-        """The keywords of the model's ``invoke`` / ``ainvoke``."""
-        options = {"temperature": self.temperature, "max_tokens": self.max_tokens}
-        return {**options, **format_kwargs(self.model, self.reply_format)}
-
-
-@dataclass(frozen=True, slots=True)
-class _Prob:
-    """A yes/no question asked by probability (the reply is ``P(yes) / (P(yes) + P(no))`` or None)."""
-
-    messages: list[dict[str, str]]
-    model: ChatModel
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    fn: Callable[..., Any]
-    args: tuple[Any, ...]
-
-
-_Steps = Generator[_Chat | _Prob | _Call, Any, Any]
-
-
-def _check_int(name: str, value: object, low: int, hint: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}{hint}, got {value!r}")
-    return value
-
-
-def _check_session(session_id: object) -> str:
-    if not isinstance(session_id, str) or not session_id:
-        raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
-    return _check_storable("session_id", session_id)
-
-
-def _check_storable(name: str, text: str) -> str:
-    """``text`` if a stream can store it (UTF-8 encodable), else a ValueError raised before any model call."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{name} contains {text[exc.start]!r} at position {exc.start}, a lone surrogate that cannot be stored "
-            "(not valid Unicode text): decode the input with errors='replace'"
-        ) from None
-    return text
-
-
-def _check_activation(activation: object) -> bool | LexicalGate | EmbeddingGate:
-    """``activation`` as True (the controller), False (always recall) or a model-free gate."""
-    if isinstance(activation, bool | LexicalGate | EmbeddingGate):
-        return activation
-    if isinstance(activation, str):
-        if activation == "controller":
-            return True
-        if activation == "lexical":
-            return LexicalGate()
-        if activation == "embedding":
-            return EmbeddingGate()
-        raise ValueError(
-            f"activation must be True, False or one of {list(ACTIVATION_MODES)} (or a LexicalGate / EmbeddingGate), "
-            f"got {activation!r}"
-        )
-    raise TypeError(
-        f"activation must be True, False, one of {list(ACTIVATION_MODES)}, a LexicalGate or an EmbeddingGate, "
-        f"got {type(activation).__name__}"
-    )
-
-
-def _check_observation(observation: object) -> str:
-    if not isinstance(observation, str):
-        raise TypeError(f"the observation (user message) must be str, got {type(observation).__name__}")
-    return _check_storable("the observation (user message)", observation)
 
 
 class SelfControlledMemory:
@@ -313,7 +183,7 @@ class SelfControlledMemory:
                 "wrap framework models with fragrel_integrations.models.as_embedder"
             )
         self._embedder = embedder
-        self.k = _check_int("k", k, 1, " (the paper uses 3-10)")
+        self.k = check_min_int(k, "k", 1, hint=" (the paper uses 3-10)")
         if relation is not None and not isinstance(relation, Relation):
             raise TypeError(
                 f"relation must be a fragrel Relation (e.g. ContextRelation({DIALOGUE_W_REL})) or None, "
@@ -323,26 +193,20 @@ class SelfControlledMemory:
         self.alpha = check_alpha(alpha)
         check_scorer(scorer, SCORERS, allow_callable=False)
         self.scorer = scorer
-        self.activation = _check_activation(activation)
+        self.activation = activation_gate(activation)
         if not isinstance(summarize, bool):
             raise TypeError(f"summarize must be True or False, got {summarize!r}")
         self.summarize = summarize
-        self.item_tokens = _check_int("item_tokens", item_tokens, 0, f" (paper: {PAPER_ITEM_TOKENS})")
-        self.total_tokens = _check_int("total_tokens", total_tokens, 0, f" (paper: {PAPER_TOTAL_TOKENS})")
+        self.item_tokens = check_min_int(item_tokens, "item_tokens", 0, hint=f" (paper: {PAPER_ITEM_TOKENS})")
+        self.total_tokens = check_min_int(total_tokens, "total_tokens", 0, hint=f" (paper: {PAPER_TOTAL_TOKENS})")
         self.token_counter = token_counter
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be str or None, got {type(system_prompt).__name__}")
         self.system_prompt = system_prompt or None
-        for name, template, fields in (
-            ("fusion_template", fusion_template, ("{memory}", "{observation}")),
-            ("memory_template", memory_template, ("{memory}",)),
-        ):
-            if not isinstance(template, str) or any(f not in template for f in fields):
-                raise ValueError(f"{name} must be a str containing {list(fields)}")
-        self.fusion_template = fusion_template
-        self.memory_template = memory_template
+        self.fusion_template = check_template("fusion_template", fusion_template, ("{memory}", "{observation}"))
+        self.memory_template = check_template("memory_template", memory_template, ("{memory}",))
         if response_max_tokens is not None:
-            _check_int("response_max_tokens", response_max_tokens, 1)
+            check_min_int(response_max_tokens, "response_max_tokens", 1)
         self.response_max_tokens = response_max_tokens
         if index is not None and not isinstance(index, StreamIndex):
             raise TypeError(
@@ -355,11 +219,11 @@ class SelfControlledMemory:
         if pool is not None:
             if index is None:
                 raise ValueError("pool only applies with an index: pass index=... or leave pool=None")
-            _check_int("pool", pool, self.k + 1, f" (k + 1 = {self.k + 1}: the flash turn is dropped from the pool)")
+            check_min_int(
+                pool, "pool", self.k + 1, hint=f" (k + 1 = {self.k + 1}: the flash turn is dropped from the pool)"
+            )
         self.pool = pool
-        self._matrices: dict[str, TurnMatrix] = {}  # session -> its turns' embeddings, grown per turn
-        self._matrices_lock = threading.Lock()
-        self._names: dict[str, tuple[int, int, NameVocabulary]] = {}  # session -> capitalised words (lexical gate)
+        self._sessions = SessionCache(self._embed)  # per session: turn embeddings, the lexical gate's names
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -395,51 +259,6 @@ class SelfControlledMemory:
             return self.k + 1
         return max(4 * self.k, 20)
 
-    def _index_pool(self, hits: object, candidates: list[MemoryItem], session_id: str) -> list[MemoryItem]:
-        """The stream's items named by the index's hits (flash and unknown indexes dropped), in time order."""
-        if not isinstance(hits, list | tuple):
-            raise TypeError(f"index.search must return a list of (interaction index, similarity), got {hits!r}")
-        by_index = {it.index: it for it in candidates}
-        chosen: dict[int, MemoryItem] = {}
-        for hit in hits[: self.pool_size]:
-            try:
-                position, score = hit
-                position = operator.index(position)
-                float(score)
-            except (TypeError, ValueError) as exc:
-                raise TypeError(f"index.search must return (interaction index, similarity) pairs, got {hit!r}") from exc
-            if position in by_index:
-                chosen[position] = by_index[position]
-        if not chosen:
-            warnings.warn(
-                f"the index returned none of the {len(candidates)} earlier turns of session {session_id!r}, so "
-                f"no memory is recalled; if the stream was written without this index, run "
-                f"memory.reindex({session_id!r})",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        return [chosen[i] for i in sorted(chosen)]
-
-    def _index_add(self, item: MemoryItem, text: str, embedding: np.ndarray, reindex: bool = False) -> None:
-        """Add a stored turn to the index; a failure raises :class:`SCMIndexError` (the stream keeps the turn)."""
-        index = self.index
-        if index is None:
-            return
-        try:
-            index.add(item, text, embedding)
-        except Exception as exc:
-            where = f"turn {item.index} of session {item.session_id!r}"
-            done = (
-                f"reindexing stopped at {where} (the stream is unchanged)"
-                if reindex
-                else f"{where} is saved in the stream but was not added to the index"
-            )
-            raise SCMIndexError(
-                f"{done}: {type(exc).__name__}: {exc}; once the index works again, run "
-                f"memory.reindex({item.session_id!r}) (it rewrites the session's entries, nothing is duplicated)",
-                item,
-            ) from exc
-
     def scores(
         self,
         query: np.ndarray,
@@ -459,316 +278,58 @@ class SelfControlledMemory:
         likewise those of ``items``. Cosine is computed in the embeddings' precision (float32 turns stay float32);
         ``norms`` (the rows' norms) and ``layout`` (the turns' FragRel layout) may come precomputed.
         """
-        e = np.asarray(embeddings)
-        if e.dtype not in (np.float32, np.float64):
-            e = e.astype(np.float64)
-        q = np.asarray(query, dtype=np.float64)
-        if e.ndim != 2:
-            raise ValueError(f"embeddings must be a 2-D array (one row per turn), got shape {e.shape}")
-        if e.shape[1] != q.shape[0]:
-            raise ValueError(
-                f"stored turn embeddings have dimension {e.shape[1]} but the embedder returns {q.shape[0]}: "
-                "use the embedder the stream was written with, or start a new stream"
-            )
-        s = cosine_similarities(e, q, norms)
-        if self.scorer != "dense":
-            if not isinstance(observation, str):
-                raise ValueError(f"scorer={self.scorer!r} needs the observation text: scores(..., observation=...)")
-            cosine = s
-            texts = [it.summary or it.text for it in items]
-            s = make_scorer(self.scorer, texts, dense=lambda: lambda _: cosine)(observation)
-        if self.relation is None or self.alpha == 0.0:
-            return s
-        if layout is None:
-            layout = FragmentLayout.from_fragments([turn_fragment(it) for it in items])
-        if self.relation.needs_embeddings:
-            layout = replace(layout, embeddings=e)
-        return fragrel_scores(s, self.relation.prepare(layout).sums, self.alpha)[1]
-
-    # ------------------------------------------------------------------------------------------- steps
-
-    def _prepare_steps(self, observation: str, session_id: str) -> _Steps:
-        observation = _check_observation(observation)
-        session_id = _check_session(session_id)
-        items: list[MemoryItem] = yield _Call(self.stream.items, (session_id,))
-        flash = items[-1] if items else None
-        candidates = items[:-1]
-        activation: Decision | None = None
-        gate = self.activation
-        if gate is True and candidates:
-            activation = yield from self._controller_steps(
-                self.controller.activation_messages(observation, flash), "activation"
-            )
-        elif isinstance(gate, LexicalGate) and candidates:
-            vocabulary = self._vocabulary(session_id, candidates) if gate.names else NameVocabulary()
-            activation = gate.decide_known(observation, vocabulary)
-        recalled: list[RecalledMemory] = []
-        query: np.ndarray | None = None
-        if candidates and (activation is None or activation.value) and self.index is not None:
-            query = yield _Call(self._embed_query, (observation,))
-            hits = yield _Call(self.index.search, (session_id, observation, query, self.pool_size))
-            candidates = self._index_pool(hits, candidates, session_id)  # the pool, in time order
-        if candidates and (activation is None or activation.value):
-            cached = self.index is None  # the whole session: reuse its matrix; an index pool changes every turn
-            rows = yield from self._turn_matrix(session_id, candidates, cached)
-            if query is None:
-                query = yield _Call(self._embed_query, (observation,))
-            matrix, norms = rows.view(len(candidates))
-            if isinstance(gate, EmbeddingGate):  # the gate reads the cosines retrieval needs anyway
-                activation = gate.decide(self._cosines(query, matrix, norms))
-            if activation is None or activation.value:
-                layout = rows.layout(len(candidates)) if self.relation is not None else None
-                scores = self.scores(query, candidates, matrix, observation, norms=norms, layout=layout)
-                top = np.argsort(-scores, kind="stable")[: self.k]
-                for i in sorted(int(t) for t in top):  # time order
-                    item = candidates[i]
-                    recalled.append(RecalledMemory(item, float(scores[i]), self.count_tokens(item.text)))
-            if sum(m.tokens for m in recalled) > self.total_tokens:
-                for n, m in enumerate(recalled):
-                    if m.tokens > self.item_tokens and m.item.summary:
-                        decision = yield from self._controller_steps(
-                            self.controller.sufficiency_messages(observation, m.item), "sufficiency"
-                        )
-                        recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
-        block = render_memory_block(flash, recalled)
-        return SCMContext(session_id, observation, activation, flash, tuple(recalled), block)
-
-    def _controller_steps(self, messages: list[dict[str, str]], question: str) -> Generator[Any, Any, Decision]:
-        """Ask the controller a yes/no question: by probability when its model offers it, else as text."""
-        controller = self.controller
-        if controller.uses_probability:
-            p = yield _Prob(messages, controller.model)
-            if p is not None:
-                return controller.decide_probability(p, question)
-        reply = yield _Chat(messages, DECISION_MAX_TOKENS, *self._controller_model(), YES_NO_FORMAT)
-        if question == "activation":
-            return controller.decide_activation(reply)
-        return controller.decide_sufficiency(reply)
-
-    @staticmethod
-    def _cosines(query: np.ndarray, matrix: np.ndarray, norms: np.ndarray) -> np.ndarray:
-        return cosine_similarities(np.asarray(matrix, dtype=np.float64), query, norms)
-
-    def _vocabulary(self, session_id: str, candidates: list[MemoryItem]) -> NameVocabulary:
-        """The lexical gate's words of the candidates' texts, kept per session and grown with new turns."""
-        with self._matrices_lock:
-            entry = self._names.get(session_id)
-        start, vocabulary = 0, NameVocabulary()
-        if entry is not None:
-            n, last, cached = entry
-            if 0 < n <= len(candidates) and candidates[n - 1].index == last:
-                start, vocabulary = n, cached.copy()
-        vocabulary.update(it.text for it in candidates[start:])
-        with self._matrices_lock:
-            self._names[session_id] = (len(candidates), candidates[-1].index, vocabulary)
-        return vocabulary
-
-    def _turn_matrix(
-        self, session_id: str, candidates: list[MemoryItem], cached: bool
-    ) -> Generator[_Call, Any, TurnMatrix]:
-        """The candidates' rows (turns stored without an embedding are embedded now); read its first
-        ``len(candidates)`` rows. With ``cached`` the session's rows are kept and only turns added since are added."""
-        entry = None
-        if cached:
-            with self._matrices_lock:
-                entry = self._matrices.get(session_id)
-            if entry is not None and not entry.extends(candidates):
-                entry = None
-        start = entry.n if entry is not None else 0
-        new = candidates[start:]
-        vectors: list[np.ndarray | None] = [it.embedding for it in new]
-        missing = [i for i, v in enumerate(vectors) if v is None]
-        if missing:
-            fresh = yield _Call(self._embed, ([new[i].summary or new[i].text for i in missing],))
-            for i, v in zip(missing, fresh, strict=True):
-                vectors[i] = v
-        dims = {v.shape[0] for v in vectors if v is not None} | ({entry.dim} if entry is not None else set())
-        if len(dims) != 1:
-            raise ValueError(
-                f"the session's turns were embedded with different dimensions {sorted(dims)}: "
-                "clear the session or use one embedder"
-            )
-        if entry is None:
-            entry = TurnMatrix.from_vectors(new, vectors)  # type: ignore[arg-type]
-            if cached:
-                with self._matrices_lock:
-                    self._matrices[session_id] = entry
-            return entry
-        with self._matrices_lock:
-            if entry.n == start:
-                return entry.append(new, vectors)  # type: ignore[arg-type]
-        # another thread grew the rows meanwhile: build a private copy for this call
-        rows, _ = entry.view(start)
-        return TurnMatrix.from_vectors(candidates, [*rows, *vectors])  # type: ignore[list-item]
-
-    def _record_steps(self, observation: str, response: str, session_id: str) -> _Steps:
-        """Summarise, embed, append. Once the turn exists nothing may lose it: a failing summary or embedding
-        stores the turn without one (and warns); an interruption (Ctrl-C, a cancelled task) stores it, then stops."""
-        observation = _check_observation(observation)
-        if not isinstance(response, str):
-            raise TypeError(f"response must be str, got {type(response).__name__}")
-        response = _check_storable("response", response)
-        session_id = _check_session(session_id)
-        summary, vector, problems = "", None, []
-        try:
-            if self.summarize:
-                controller = self.controller
-                try:
-                    reply = yield _Chat(
-                        controller.summary_messages(observation, response),
-                        controller.summary_max_tokens,
-                        *self._controller_model(),
-                        controller.summary_format(),
-                    )
-                    summary = controller.summary_text(reply, observation, response)
-                except Exception as exc:  # the turn is kept without a summary
-                    problems.append(
-                        f"no summary (the controller failed: {type(exc).__name__}: {exc}), so it is embedded and "
-                        "recalled by its full text"
-                    )
-            item_text = summary or MemoryItem(session_id, 0, observation, response).text
-            try:
-                vectors = yield _Call(self._embed, ([item_text],))
-                vector = vectors[0]
-            except Exception as exc:  # embedded again when a later turn's retrieval needs it
-                fix = f"; run memory.reindex({session_id!r}) once the embedder works" if self.index is not None else ""
-                problems.append(
-                    f"no embedding (the embedder failed: {type(exc).__name__}: {exc}), so it is embedded when a "
-                    f"later turn's retrieval needs it{fix}"
-                )
-        except GeneratorExit:
-            raise
-        except BaseException:  # interrupted after the reply exists: keep the turn, then stop
-            self.stream.append(session_id, observation, response, summary=summary)
-            raise
-        item = yield _Call(
-            lambda: self.stream.append(session_id, observation, response, summary=summary, embedding=vector), ()
+        return turn_scores(
+            query,
+            items,
+            embeddings,
+            observation,
+            scorer=self.scorer,
+            relation=self.relation,
+            alpha=self.alpha,
+            norms=norms,
+            layout=layout,
         )
-        if problems:
-            warnings.warn(
-                f"turn {item.index} of session {session_id!r} was stored with {'; and '.join(problems)}",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        if self.index is not None and vector is not None:  # after the stream: a failure loses nothing
-            stored = vector if item.embedding is None else item.embedding
-            yield _Call(self._index_add, (item, item_text, stored))
-        return item
-
-    def _reindex_steps(self, session_id: str) -> _Steps:
-        session_id = _check_session(session_id)
-        if self.index is None:
-            raise ValueError("reindex needs an index: build the memory with index=...")
-        items: list[MemoryItem] = yield _Call(self.stream.items, (session_id,))
-        missing = [it for it in items if it.embedding is None]
-        fresh: dict[int, np.ndarray] = {}
-        if missing:
-            vectors = yield _Call(self._embed, ([it.summary or it.text for it in missing],))
-            fresh = {it.index: v for it, v in zip(missing, vectors, strict=True)}
-        for item in items:
-            vector = item.embedding if item.embedding is not None else fresh[item.index]
-            yield _Call(self._index_add, (item, item.summary or item.text, vector, True))
-        return len(items)
-
-    def _turn_steps(self, observation: str, session_id: str, model: ChatModel | None) -> _Steps:
-        context = yield from self._prepare_steps(observation, session_id)
-        reply = yield _Chat(self.fusion_messages(context), self.response_max_tokens, model or self.controller.model)
-        if not isinstance(reply, str):
-            raise TypeError(
-                f"the chat model returned {type(reply).__name__} instead of the reply; its invoke/ainvoke must "
-                "return the reply text (str)"
-            )
-        reply = storable_text(reply.strip())  # model output: lone surrogates become U+FFFD
-        if self.response_max_tokens is not None:  # a model that ignores max_tokens cannot fill the stream
-            reply, _ = cap_output(reply, self.response_max_tokens)
-        item = yield from self._record_steps(context.observation, reply, context.session_id)
-        return SCMTurn(context, reply, item)
-
-    def _controller_model(self) -> tuple[ChatModel, float | None]:
-        return self.controller.model, self.controller.temperature
-
-    def _drive(self, steps: _Steps) -> Any:
-        """Run the steps synchronously; a step's exception is raised inside the generator (which may keep the
-        turn, see :meth:`_record_steps`)."""
-        try:
-            request = next(steps)
-            while True:
-                try:
-                    if isinstance(request, _Chat):
-                        result = request.model.invoke(request.messages, **request.options())
-                    elif isinstance(request, _Prob):
-                        result = yes_no_probability(request.model, request.messages)
-                    else:
-                        result = request.fn(*request.args)
-                except BaseException as exc:
-                    request = steps.throw(exc)
-                else:
-                    request = steps.send(result)
-        except StopIteration as stop:
-            return stop.value
-
-    async def _adrive(self, steps: _Steps) -> Any:
-        """Async :meth:`_drive`: the model's ``ainvoke``, the other steps in a worker thread; a cancellation is
-        raised inside the generator too."""
-        try:
-            request = next(steps)
-            while True:
-                try:
-                    if isinstance(request, _Chat):
-                        result = await request.model.ainvoke(request.messages, **request.options())
-                    elif isinstance(request, _Prob):
-                        result = await ayes_no_probability(request.model, request.messages)
-                    else:
-                        result = await asyncio.to_thread(request.fn, *request.args)
-                except BaseException as exc:
-                    request = steps.throw(exc)
-                else:
-                    request = steps.send(result)
-        except StopIteration as stop:
-            return stop.value
 
     # ------------------------------------------------------------------------------------------- public
 
     def prepare(self, observation: str, *, session_id: str = DEFAULT_SESSION) -> SCMContext:
         """Steps 1-4: activation decision, flash memory, activated memories (time order), reorganisation."""
-        return self._drive(self._prepare_steps(observation, session_id))
+        return drive(prepare_steps(self, observation, session_id))
 
     async def aprepare(self, observation: str, *, session_id: str = DEFAULT_SESSION) -> SCMContext:
         """Async :meth:`prepare` (the model's ``ainvoke``; embedder and SQLite in a worker thread)."""
-        return await self._adrive(self._prepare_steps(observation, session_id))
+        return await adrive(prepare_steps(self, observation, session_id))
 
     def record(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
         """Step 6: summarise, embed and append one interaction to the stream.
 
         A failing summary call or embedder does not lose the turn: it is stored without a summary or embedding
         and a ``RuntimeWarning`` says so (see the module docstring)."""
-        return self._drive(self._record_steps(observation, response, session_id))
+        return drive(record_steps(self, observation, response, session_id))
 
     async def arecord(self, observation: str, response: str, *, session_id: str = DEFAULT_SESSION) -> MemoryItem:
         """Async :meth:`record`."""
-        return await self._adrive(self._record_steps(observation, response, session_id))
+        return await adrive(record_steps(self, observation, response, session_id))
 
     def chat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
         """A whole turn: prepare, answer with ``model`` (default: the controller's model), write back.
 
         Once the reply exists the turn is stored whatever fails afterwards (see :meth:`record`); errors before it
         (the observation, the activation question, retrieval, the model's own call) raise and store nothing."""
-        return self._drive(self._turn_steps(observation, session_id, None if model is None else as_chat_model(model)))
+        return drive(turn_steps(self, observation, session_id, None if model is None else as_chat_model(model)))
 
     async def achat(self, observation: str, *, session_id: str = DEFAULT_SESSION, model: Any = None) -> SCMTurn:
         """Async :meth:`chat`."""
-        steps = self._turn_steps(observation, session_id, None if model is None else as_chat_model(model))
-        return await self._adrive(steps)
+        steps = turn_steps(self, observation, session_id, None if model is None else as_chat_model(model))
+        return await adrive(steps)
 
     def fusion_messages(self, context: SCMContext) -> list[dict[str, str]]:
         """Step 5 for standalone use: the system prompt and the observation fused with the memory block."""
-        user = self.fusion_template.format(memory=context.block or _NO_MEMORY, observation=context.observation)
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*system, {"role": "user", "content": user}]
+        return fusion_messages(context, self.system_prompt, self.fusion_template)
 
     def memory_prompt(self, context: SCMContext) -> str:
         """Step 5 for adapters: a system-message text carrying the memory block ('' when there is none)."""
-        return self.memory_template.format(memory=context.block) if context.block else ""
+        return memory_prompt(context, self.memory_template)
 
     def history(self, session_id: str = DEFAULT_SESSION) -> list[MemoryItem]:
         """The session's memory stream, in time order."""
@@ -780,10 +341,8 @@ class SelfControlledMemory:
         With an ``index`` its entries of the session are deleted first, so a failing index leaves the stream
         untouched."""
         if self.index is not None:
-            self.index.delete_session(_check_session(session_id))
-        with self._matrices_lock:
-            self._matrices.pop(session_id, None)
-            self._names.pop(session_id, None)
+            self.index.delete_session(check_session_id(session_id))
+        self._sessions.forget(session_id)
         return self.stream.clear(session_id)
 
     def reindex(self, session_id: str = DEFAULT_SESSION) -> int:
@@ -793,11 +352,11 @@ class SelfControlledMemory:
         Entries are keyed by interaction index, so running it again rewrites them; the stream is never changed.
         Turns stored without an embedding are embedded with the memory's embedder (not written back).
         """
-        return self._drive(self._reindex_steps(session_id))
+        return drive(reindex_steps(self, session_id))
 
     async def areindex(self, session_id: str = DEFAULT_SESSION) -> int:
         """Async :meth:`reindex` (the index, stream and embedder run in a worker thread)."""
-        return await self._adrive(self._reindex_steps(session_id))
+        return await adrive(reindex_steps(self, session_id))
 
     def __repr__(self) -> str:
         return (

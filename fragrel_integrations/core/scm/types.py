@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Decision", "MemoryItem", "RecalledMemory", "SCMContext"]
+__all__ = ["Decision", "MemoryItem", "RecalledMemory", "SCMContext", "SCMTurn"]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -93,3 +93,12 @@ class SCMContext:
     def use_memory(self) -> bool:
         """Whether long-term memory was activated for this turn."""
         return self.activation is None or self.activation.value
+
+
+@dataclass(frozen=True, slots=True)
+class SCMTurn:
+    """A complete turn run by :meth:`SelfControlledMemory.chat`: the context, the reply and the stored item."""
+
+    context: SCMContext
+    response: str
+    item: MemoryItem

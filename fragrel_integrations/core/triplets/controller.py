@@ -38,18 +38,31 @@ Model output is untrusted input, handled in bounded, linear time:
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._validation import check_positive_int
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
-from ...models.structured import ReplyFormat, format_kwargs
+from ...models.structured import format_kwargs
+from ..steps import CallStep, ChatStep, Steps, adrive, drive
+from .controller_prompts import (
+    FOLLOW_UP_TEMPLATE,
+    READ_EXAMPLES,
+    READ_FORMAT,
+    READ_SYSTEM_PROMPT,
+    WRITE_EXAMPLES,
+    WRITE_FORMAT,
+    WRITE_SYSTEM_PROMPT,
+    check_examples,
+    with_examples,
+)
+from .lenient import DEFAULT_MAX_TERM_CHARS, lenient_scan, lenient_triplets
 from .store import TripletStore, TripletWrite
-from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls, term_problem
+from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls
 from .types import Triplet, TripletRecord, namespace_tuple
 
 __all__ = [
@@ -69,130 +82,11 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-WRITE_SYSTEM_PROMPT = (
-    "You store facts in a memory of triplets. For every fact in the user's statement write one call "
-    "[MEM_WRITE{subject>>relation>>object}] on its own line. Use a name or noun phrase as subject and object "
-    "and a short verb phrase as relation. Write only the calls."
-)
-
-READ_SYSTEM_PROMPT = (
-    "You answer questions with a memory of triplets (subject, relation, object). To look something up, write "
-    "one call [MEM_READ{subject>>relation>>}] or [MEM_READ{>>relation>>object}], leaving the unknown field "
-    "empty, and stop. The memory answers with the matching triplets after a colon. When you have the answer, "
-    "reply with one short sentence and no call."
-)
-
-WRITE_EXAMPLES: tuple[tuple[str, str], ...] = (
-    ("Statement: Lena walked to the station.", "[MEM_WRITE{Lena>>walked to>>station}]"),
-    ("Statement: Omar went back to the library.", "[MEM_WRITE{Omar>>went back to>>library}]"),
-    ("Statement: Priya picked up the umbrella.", "[MEM_WRITE{Priya>>picked up>>umbrella}]"),
-    (
-        "Statement: Dan Jaffe is a software engineer at Google. He lives in Boston.",
-        "[MEM_WRITE{Dan Jaffe>>works at>>Google}]\n[MEM_WRITE{Dan Jaffe>>lives in>>Boston}]",
-    ),
-    ("Statement: Paris is the capital of France.", "[MEM_WRITE{Paris>>capital of>>France}]"),
-    (
-        "Statement: Lisa Wong founded Nimbus Labs in 2015.",
-        "[MEM_WRITE{Lisa Wong>>founded>>Nimbus Labs}]\n[MEM_WRITE{Nimbus Labs>>founded in>>2015}]",
-    ),
-)
-"""Few-shot turns (user, assistant) shown before every statement; small models copy the format from them. The
-first three show the subject / verb phrase / object split of a one-fact sentence (names and places that the bAbI
-evaluation data does not use), the rest several facts per statement."""
-
-READ_EXAMPLES: tuple[tuple[str, str], ...] = (
-    ("Question: Where does Dan Jaffe work?", "[MEM_READ{Dan Jaffe>>works at>>}]"),
-    ("Question: Who founded Nimbus Labs?", "[MEM_READ{>>founded>>Nimbus Labs}]"),
-    ("Question: What is the capital of France?", "[MEM_READ{>>capital of>>France}]"),
-    ("Question: Where is Priya now?", "[MEM_READ{Priya>>is in>>}]"),
-    ("Question: What do we know about Omar?", "[MEM_READ{Omar>>>>}]"),
-)
-"""Few-shot turns shown before every question."""
-
-_NAME = r"[^ \t\n\[\]{}>\\,][^\n\[\]{}>\\,]{0,39}"  # subject / object: a name or noun phrase, <= 40 chars
-_VERB = r"[^ \t\n\[\]{}>\\,.][^\n\[\]{}>\\,.]{0,29}"  # relation: a short verb phrase, <= 30 chars
-_TERM = r"[^ \t\n\[\]{}>\\][^\n\[\]{}>\\]{0,59}"  # any term of a read: no markup, <= 60 chars
-_WRITE_CALL = rf"\[MEM_WRITE\{{{_NAME}>>{_VERB}>>{_NAME}\}}\]"
-_READ_CALL = rf"\[MEM_READ\{{(?:{_TERM})?>>(?:{_TERM})?>>(?:{_TERM})?\}}\]"
-
-WRITE_FORMAT = ReplyFormat.regex(rf"{_WRITE_CALL}(?:\n{_WRITE_CALL}){{0,3}}", name="mem_write")
-"""The constrained reply of :meth:`TripletMemoryController.memorize`: one to four ``[MEM_WRITE{s>>r>>o}]`` lines:
-subject and object 1-40 characters, the relation 1-30 (no full stop), none with brackets, braces, ``>``, commas or
-backslashes, so the model must split a fact instead of copying the sentence (enforced by backends that support it)."""
-
-READ_FORMAT = ReplyFormat.regex(rf"{_READ_CALL}|[^ \t\n\[][^\n\[]{{0,399}}", name="mem_read")
-"""The constrained reply of an :meth:`TripletMemoryController.answer` turn: one ``[MEM_READ{..}]`` call or one line
-of answer text without brackets."""
-
-_FOLLOW_UP = (
-    "Facts from memory (oldest first):\n{facts}\n\nQuestion: {question}\n"
-    "Answer the question in one short sentence using these facts. If they do not contain the answer, "
-    "say that you do not know."
-)
-
 _BROKEN_CALL = re.compile(r"\[MEM_(?:READ|WRITE)\b[^\]\n]*\]?")
 """What is left of a malformed call (``[MEM_READ{>>John>>France: ]``): never shown as an answer."""
 
 DEFAULT_MAX_REPLY_CHARS = 20_000
 """Characters of one model reply the controller parses (about 5,000 tokens; the default max_tokens is 256)."""
-DEFAULT_MAX_TERM_CHARS = 200
-"""Longest term the controller stores from model output (names and short phrases)."""
-
-_BULLETS = ("-", "*", "\u2022")
-_DIGITS = "0123456789"
-
-
-def _strip_marker(line: str) -> str:
-    """``line`` without a leading list marker (``-``, ``*``, ``\u2022``, ``1.``, ``2)``)."""
-    if line.startswith(_BULLETS):
-        return line[1:].lstrip()
-    i = 0
-    while i < len(line) and line[i] in _DIGITS:
-        i += 1
-    if i and line[i : i + 1] in (".", ")"):
-        return line[i + 1 :].lstrip()
-    return line
-
-
-def _lenient_scan(text: str, max_term_chars: int | None) -> tuple[list[tuple[Triplet, int]], list[SkippedCall]]:
-    """Triplets from ``a >> b >> c`` lines (with their offsets) and the triplet-like lines skipped; one pass."""
-    found: list[tuple[Triplet, int]] = []
-    skipped: list[SkippedCall] = []
-    offset = 0
-    for raw in text.split("\n"):
-        start, offset = offset, offset + len(raw) + 1
-        if ">>" not in raw:
-            continue
-        line = _strip_marker(raw.strip())
-        line = line[1:] if line.startswith("{") else line
-        line = line[:-1] if line.endswith("}") else line
-        if any(ch in line for ch in "{}[]"):
-            continue  # a (malformed) call or other markup, not a plain triplet line
-        parts = [p.strip() for p in line.split(">>")]
-        if len(parts) != 3 or not all(parts):
-            continue
-        reason = next((r for r in (term_problem(p, max_term_chars) for p in parts) if r), None)
-        if reason is None:
-            try:
-                found.append((Triplet(*parts), start))
-                continue
-            except (TypeError, ValueError) as exc:
-                reason = str(exc)
-        skipped.append(SkippedCall(start, raw[:200], reason))
-    return found, skipped
-
-
-def lenient_triplets(text: str, *, max_term_chars: int | None = DEFAULT_MAX_TERM_CHARS) -> list[Triplet]:
-    """Triplets a weak model wrote without the call wrapper: one ``a >> b >> c`` (optionally ``{..}``, after an
-    optional list marker) per line. Lines with brackets, braces, a bad term or not three terms are skipped.
-    Linear in ``len(text)``.
-
-    >>> lenient_triplets("1. Dan >> works at >> Google")
-    [Triplet(t1='Dan', t2='works at', t3='Google')]
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
-    return [t for t, _ in _lenient_scan(text, max_term_chars)[0]]
 
 
 @dataclass
@@ -278,8 +172,7 @@ class TripletMemoryController:
             ("max_reply_chars", max_reply_chars),
             ("max_term_chars", max_term_chars),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive_int(value, name)
         self.store = store
         self.namespace = namespace_tuple(namespace)
         self.max_rounds = max_rounds
@@ -287,8 +180,8 @@ class TripletMemoryController:
         self.lenient = lenient
         self.write_prompt = write_prompt
         self.read_prompt = read_prompt
-        self.write_examples = _check_examples(write_examples, "write_examples")
-        self.read_examples = _check_examples(read_examples, "read_examples")
+        self.write_examples = check_examples(write_examples, "write_examples")
+        self.read_examples = check_examples(read_examples, "read_examples")
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.extractive_fallback = bool(extractive_fallback)
@@ -312,7 +205,7 @@ class TripletMemoryController:
     def _write_messages(self, statement: str) -> list[dict[str, str]]:
         if not isinstance(statement, str) or not statement.strip():
             raise ValueError("statement must be a non-empty string")
-        return _with_examples(self.write_prompt, self.write_examples, f"Statement: {statement}")
+        return with_examples(self.write_prompt, self.write_examples, f"Statement: {statement}")
 
     def _capped(self, reply: object) -> str:
         """The part of a model reply that is parsed: at most ``max_reply_chars`` characters."""
@@ -340,7 +233,7 @@ class TripletMemoryController:
         calls = [c for c in found if c.kind == "write"][: self.max_calls]
         triplets = [(c.triplet, c.start) for c in calls]
         if not triplets and self.lenient:
-            loose, loose_skipped = _lenient_scan(text, self.max_term_chars)
+            loose, loose_skipped = lenient_scan(text, self.max_term_chars)
             triplets = loose[: self.max_calls]
             skipped += loose_skipped
         return calls, triplets, skipped
@@ -368,7 +261,7 @@ class TripletMemoryController:
     def _read_messages(self, question: str) -> list[dict[str, str]]:
         if not isinstance(question, str) or not question.strip():
             raise ValueError("question must be a non-empty string")
-        return _with_examples(self.read_prompt, self.read_examples, f"Question: {question}")
+        return with_examples(self.read_prompt, self.read_examples, f"Question: {question}")
 
     def execute(
         self, text: str, *, allow_writes: bool = True
@@ -413,7 +306,7 @@ class TripletMemoryController:
 
     def _follow_up(self, question: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> str:
         facts = _facts(reads) or "(nothing found)"
-        return _FOLLOW_UP.format(facts=facts, question=question)
+        return FOLLOW_UP_TEMPLATE.format(facts=facts, question=question)
 
     def _final(self, reply: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> tuple[str, bool]:
         """The reply without memory calls (malformed ones too); if the model wrote nothing else (small models
@@ -434,15 +327,37 @@ class TripletMemoryController:
         text, fallback = self._final(reply, reads)
         return text, reads, [*messages, _assistant(reply)], rounds, fallback
 
+    # ------------------------------------------------------------------------------------------ workflows
+    def _chat(self, messages: list[dict[str, str]], reply_format: dict[str, Any]) -> ChatStep:
+        options = {"temperature": self.temperature, "max_tokens": self.max_tokens, **reply_format}
+        return ChatStep(self.model, messages, options)
+
+    def _memorize_steps(self, statement: str) -> Steps[MemorizeResult]:
+        reply = yield self._chat(self._write_messages(statement), self._wf)
+        calls, triplets, skipped = self._writes_from(reply)
+        records = (yield CallStep(self._store, (triplets, skipped))) if triplets else []
+        return MemorizeResult(records, reply, calls, skipped)
+
+    def _answer_steps(self, question: str, allow_writes: bool) -> Steps[AnswerResult]:
+        messages = self._read_messages(question)
+        all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
+        for round_no in range(1, self.max_rounds + 1):
+            reply = yield self._chat(messages, self._rf)
+            executed, reads = yield CallStep(self.execute, (reply,), {"allow_writes": allow_writes})
+            if not reads:
+                return AnswerResult(*self._done(reply, all_reads, messages, round_no))
+            repeated = _repeats(reads, all_reads)
+            all_reads += reads
+            messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
+            if repeated:
+                break
+        reply = yield self._chat(messages, self._rf)
+        return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
+
     # ------------------------------------------------------------------------------------------ sync API
     def memorize(self, statement: str) -> MemorizeResult:
         """Ask the model for ``MEM_WRITE`` calls about ``statement`` and store them (one transaction)."""
-        reply = self.model.invoke(
-            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens, **self._wf
-        )
-        calls, triplets, skipped = self._writes_from(reply)
-        records = self._store(triplets, skipped)
-        return MemorizeResult(records, reply, calls, skipped)
+        return drive(self._memorize_steps(statement))
 
     def answer(self, question: str, *, allow_writes: bool = False) -> AnswerResult:
         """Let the model read the memory (up to ``max_rounds`` turns) and answer ``question``.
@@ -450,49 +365,16 @@ class TripletMemoryController:
         A turn without a read is the answer. A turn that only repeats earlier reads ends the reading, and the
         model is asked once more for the answer (as after ``max_rounds``).
         """
-        messages = self._read_messages(question)
-        all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
-        for round_no in range(1, self.max_rounds + 1):
-            reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
-            executed, reads = self.execute(reply, allow_writes=allow_writes)
-            if not reads:
-                return AnswerResult(*self._done(reply, all_reads, messages, round_no))
-            repeated = _repeats(reads, all_reads)
-            all_reads += reads
-            messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
-            if repeated:
-                break
-        reply = self.model.invoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
-        return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
+        return drive(self._answer_steps(question, allow_writes))
 
     # ------------------------------------------------------------------------------------------ async API
     async def amemorize(self, statement: str) -> MemorizeResult:
         """Async :meth:`memorize` (the store runs in a worker thread)."""
-        reply = await self.model.ainvoke(
-            self._write_messages(statement), temperature=self.temperature, max_tokens=self.max_tokens, **self._wf
-        )
-        calls, triplets, skipped = self._writes_from(reply)
-        records = await asyncio.to_thread(self._store, triplets, skipped) if triplets else []
-        return MemorizeResult(records, reply, calls, skipped)
+        return await adrive(self._memorize_steps(statement))
 
     async def aanswer(self, question: str, *, allow_writes: bool = False) -> AnswerResult:
         """Async :meth:`answer`."""
-        messages = self._read_messages(question)
-        all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
-        for round_no in range(1, self.max_rounds + 1):
-            reply = await self.model.ainvoke(
-                messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf
-            )
-            executed, reads = await asyncio.to_thread(self.execute, reply, allow_writes=allow_writes)
-            if not reads:
-                return AnswerResult(*self._done(reply, all_reads, messages, round_no))
-            repeated = _repeats(reads, all_reads)
-            all_reads += reads
-            messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
-            if repeated:
-                break
-        reply = await self.model.ainvoke(messages, temperature=self.temperature, max_tokens=self.max_tokens, **self._rf)
-        return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
+        return await adrive(self._answer_steps(question, allow_writes))
 
 
 def _facts(reads: list[tuple[MemoryCall, list[TripletRecord]]], *, escape: bool = True) -> str:
@@ -519,17 +401,3 @@ def _repeats(
 
 def _assistant(content: str) -> dict[str, str]:
     return {"role": "assistant", "content": content}
-
-
-def _check_examples(examples: Sequence[tuple[str, str]], name: str) -> tuple[tuple[str, str], ...]:
-    out = tuple(tuple(e) for e in examples)
-    if not all(len(e) == 2 and all(isinstance(x, str) for x in e) for e in out):
-        raise TypeError(f"{name} must be a sequence of (user, assistant) string pairs")
-    return out  # type: ignore[return-value]
-
-
-def _with_examples(system: str, examples: Sequence[tuple[str, str]], request: str) -> list[dict[str, str]]:
-    messages = [{"role": "system", "content": system}]
-    for user, assistant in examples:
-        messages += [{"role": "user", "content": user}, _assistant(assistant)]
-    return [*messages, {"role": "user", "content": request}]

@@ -38,6 +38,8 @@ import threading
 
 import numpy as np
 
+from ..._validation import check_cosine, check_min_int
+
 __all__ = ["TermIndex", "nearest_partition"]
 
 #: how much lower the bar for another round of partitions is after each extra round
@@ -149,10 +151,8 @@ class TermIndex:
             ("sample", sample),
             ("widen", widen),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if isinstance(widen_below, bool) or not isinstance(widen_below, int | float) or not -1 <= widen_below <= 1:
-            raise ValueError(f"widen_below must be a cosine in [-1, 1], got {widen_below!r}")
+            check_min_int(value, name, 1)
+        check_cosine(widen_below, "widen_below")
         if not 0 < probe_share <= 1:
             raise ValueError(f"probe_share must be in (0, 1], got {probe_share!r}")
         if isinstance(lists_factor, bool) or not isinstance(lists_factor, int | float) or not lists_factor > 0:

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ..._validation import check_positive_int
 from .types import Triplet
 
 __all__ = [
@@ -359,10 +360,8 @@ def scan_calls(
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    if max_term_chars is not None and (
-        isinstance(max_term_chars, bool) or not isinstance(max_term_chars, int) or max_term_chars < 1
-    ):
-        raise ValueError(f"max_term_chars must be a positive int or None, got {max_term_chars!r}")
+    if max_term_chars is not None:
+        check_positive_int(max_term_chars, "max_term_chars", hint=" or None")
     calls: list[MemoryCall] = []
     skipped: list[SkippedCall] = []
     pos = 0

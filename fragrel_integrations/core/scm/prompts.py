@@ -1,0 +1,92 @@
+"""SCM's prompts for step 5 (input fusion): the memory block and the two ways to hand it to a model.
+
+:func:`render_memory_block` lists the activated turns (oldest first) and the previous (flash) turn;
+:func:`fusion_messages` builds the standalone prompt (system prompt + the observation fused with the block) and
+:func:`memory_prompt` the system message a framework adapter adds to its own prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .types import MemoryItem, RecalledMemory, SCMContext
+
+__all__ = [
+    "FUSION_SYSTEM_PROMPT",
+    "FUSION_TEMPLATE",
+    "MEMORY_SYSTEM_TEMPLATE",
+    "NO_MEMORY",
+    "check_template",
+    "fusion_messages",
+    "memory_prompt",
+    "render_memory_block",
+]
+
+FUSION_SYSTEM_PROMPT = """\
+You are a helpful assistant in a long conversation. Besides the user's message you get notes from your memory \
+of this conversation: earlier turns that may be relevant, and the previous turn. Use them when they help to \
+answer, prefer the most recent information when they disagree, and do not mention the notes otherwise."""
+
+FUSION_TEMPLATE = """\
+{memory}
+
+Current user message:
+{observation}"""
+
+MEMORY_SYSTEM_TEMPLATE = """\
+Notes from your memory of this conversation with the user (use them when they help; the user does not see \
+them):
+
+{memory}"""
+
+#: the memory block of the standalone prompt when nothing is recalled and there is no previous turn
+NO_MEMORY = "(no earlier turns)"
+
+
+def render_memory_block(flash: MemoryItem | None, memories: Sequence[RecalledMemory]) -> str:
+    """The memory section of the prompt: activated turns (oldest first), then the previous turn.
+
+    >>> flash = MemoryItem("s", 4, "And tomorrow?", "Rain.")
+    >>> print(render_memory_block(flash, [RecalledMemory(MemoryItem("s", 1, "Hi", "Hello", "Greeting."), 0.5, 3)]))
+    Earlier turns that may be relevant (oldest first):
+    [turn 1] User: Hi
+    Assistant: Hello
+    <BLANKLINE>
+    Previous turn:
+    User: And tomorrow?
+    Assistant: Rain.
+    """
+    parts = []
+    if memories:
+        lines = ["Earlier turns that may be relevant (oldest first):"]
+        for m in memories:
+            label = f"[turn {m.item.index}, summary]" if m.use_summary and m.item.summary else f"[turn {m.item.index}]"
+            lines.append(f"{label} {m.shown}")
+        parts.append("\n".join(lines))
+    if flash is not None:
+        parts.append(f"Previous turn:\n{flash.text}")
+    return "\n\n".join(parts)
+
+
+def check_template(name: str, template: object, fields: Sequence[str]) -> str:
+    """``template`` if it is a str containing every one of ``fields``; else ValueError naming ``name``."""
+    if not isinstance(template, str) or any(f not in template for f in fields):
+        raise ValueError(f"{name} must be a str containing {list(fields)}")
+    return template
+
+
+def fusion_messages(context: SCMContext, system_prompt: str | None, template: str) -> list[dict[str, str]]:
+    """Step 5 for standalone use: ``system_prompt`` (if any) and the observation fused with the memory block.
+
+    >>> context = SCMContext("s", "Hi", None, None, (), "")
+    >>> fusion_messages(context, None, FUSION_TEMPLATE)[0]["content"].splitlines()[0]
+    '(no earlier turns)'
+    """
+    user = template.format(memory=context.block or NO_MEMORY, observation=context.observation)
+    system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [*system, {"role": "user", "content": user}]
+
+
+def memory_prompt(context: SCMContext, template: str) -> str:
+    """Step 5 for adapters: a system-message text carrying the memory block ('' when there is none)."""
+    return template.format(memory=context.block) if context.block else ""

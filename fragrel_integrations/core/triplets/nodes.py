@@ -1,0 +1,86 @@
+"""Graph-node attributes kept beside the triplets (the ``nodes`` table).
+
+Only the LlamaIndex property-graph view (:class:`fragrel_integrations.llama_index.TripletGraphStore`) stores
+nodes: RET-LLM's memory itself is triplets only. :class:`NodeTable` shares the store's backend and write lock.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .backend import StorageBackend
+from .rows import dump_payload
+from .types import Namespace, encode_namespace, namespace_tuple
+
+__all__ = ["NodeRecord", "NodeTable"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """A graph node's attributes (what a property-graph view stores next to the triplets)."""
+
+    id: str
+    label: str
+    kind: str
+    text: str
+    properties: Mapping[str, Any]
+    namespace: Namespace = ()
+
+
+class NodeTable:
+    """Insert, read and delete :class:`NodeRecord` rows per namespace."""
+
+    def __init__(self, backend: StorageBackend, lock: threading.RLock) -> None:
+        self.backend = backend
+        self._lock = lock
+
+    def put(self, nodes: Iterable[NodeRecord], namespace: str | Sequence[str] | None) -> None:
+        """Insert or replace node attributes (one transaction)."""
+        enc = encode_namespace(namespace_tuple(namespace))
+        rows = []
+        for n in nodes:
+            if not isinstance(n, NodeRecord):
+                raise TypeError(f"put_nodes takes NodeRecord objects, got {type(n).__name__}")
+            rows.append((enc, n.id, n.label, n.kind, n.text, dump_payload(n.properties)))
+        if not rows:
+            return
+        with self._lock, self.backend.write() as cur:
+            cur.executemany(
+                "INSERT INTO nodes (namespace, id, label, kind, text, properties) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace, id) DO UPDATE SET label = excluded.label, kind = excluded.kind, "
+                "text = excluded.text, properties = excluded.properties",
+                rows,
+            )
+
+    def get(self, ids: Sequence[str] | None, namespace: str | Sequence[str] | None) -> list[NodeRecord]:
+        """Stored node attributes (all of the namespace, or those with ``ids``)."""
+        ns = namespace_tuple(namespace)
+        enc = encode_namespace(ns)
+        with self.backend.read() as cur:
+            if ids is None:
+                rows = cur.execute(
+                    "SELECT id, label, kind, text, properties FROM nodes WHERE namespace = ? ORDER BY id", (enc,)
+                ).fetchall()
+            else:
+                rows = []
+                for chunk in self.backend.iter_chunks(list(ids), self.backend.max_params - 1):
+                    marks = ",".join("?" * len(chunk))
+                    rows += cur.execute(
+                        f"SELECT id, label, kind, text, properties FROM nodes WHERE namespace = ? AND id IN ({marks})",
+                        (enc, *chunk),
+                    ).fetchall()
+        return [NodeRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), ns) for r in rows]
+
+    def delete(self, ids: Sequence[str], namespace: str | Sequence[str] | None) -> int:
+        """Delete the nodes with ``ids``; the number deleted."""
+        enc = encode_namespace(namespace_tuple(namespace))
+        n = 0
+        with self._lock, self.backend.write() as cur:
+            for chunk in self.backend.iter_chunks(list(ids), self.backend.max_params - 1):
+                marks = ",".join("?" * len(chunk))
+                n += cur.execute(f"DELETE FROM nodes WHERE namespace = ? AND id IN ({marks})", (enc, *chunk)).rowcount
+        return n

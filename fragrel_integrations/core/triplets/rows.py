@@ -1,0 +1,75 @@
+"""The ``triplets`` table as the triplet store's parts read and write it: row layout, scope conditions, payloads.
+
+Shared by :mod:`.versioned_writes`, :mod:`.reads` and :class:`~.store.TripletStore`, so a column or a validity rule
+is written once.
+
+>>> scope((), False, None, history=True)
+('r.namespace = ?', [''])
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .types import Namespace, TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace
+
+__all__ = ["ROW_COLUMNS", "ROW_COLUMNS_WITH_TERM_IDS", "Time", "TripletLike", "dump_payload", "record", "scope"]
+
+#: what a triplet store accepts as a time: seconds since the epoch, a datetime, or None (now / current)
+Time = float | int | datetime | None
+#: what a triplet store accepts as a triplet: a :class:`Triplet`, three strings, or a mapping with t1, t2, t3
+TripletLike = Triplet | Sequence[str] | Mapping[str, Any]
+
+#: the columns :func:`record` decodes, on the table alias ``r``
+ROW_COLUMNS = "r.id, r.key, r.namespace, r.t1, r.t2, r.t3, r.payload, r.valid_from, r.valid_to, r.created_at"
+#: :data:`ROW_COLUMNS` followed by the three term ids (row[10:13])
+ROW_COLUMNS_WITH_TERM_IDS = f"{ROW_COLUMNS}, r.t1_id, r.t2_id, r.t3_id"
+
+
+def record(row: Sequence[Any], score: float = 1.0, matches: tuple[TermMatch, ...] = ()) -> TripletRecord:
+    """The :class:`TripletRecord` of a row selected with :data:`ROW_COLUMNS`."""
+    return TripletRecord(
+        id=int(row[0]),
+        key=str(row[1]),
+        namespace=decode_namespace(row[2]),
+        triplet=Triplet(row[3], row[4], row[5]),
+        payload=json.loads(row[6]),
+        valid_from=float(row[7]),
+        valid_to=None if row[8] is None else float(row[8]),
+        created_at=float(row[9]),
+        score=score,
+        matches=matches,
+    )
+
+
+def scope(namespace: Namespace, prefix: bool, as_of: float | None, *, history: bool = False) -> tuple[str, list[Any]]:
+    """SQL condition on alias ``r``: the namespace (or prefix) and the time (current, ``as_of``, or any)."""
+    enc = encode_namespace(namespace)
+    if not prefix:
+        ns_sql, params = "r.namespace = ?", [enc]
+    elif namespace:
+        ns_sql, params = "substr(r.namespace, 1, CAST(? AS INTEGER)) = ?", [len(enc), enc]
+    else:
+        ns_sql, params = "1 = 1", []
+    if history:
+        return ns_sql, params
+    if as_of is None:  # current = not ended (facts dated in the past or future count once written)
+        return f"{ns_sql} AND (r.valid_to IS NULL OR r.valid_to > ?)", [*params, time.time()]
+    return f"{ns_sql} AND r.valid_from <= ? AND (r.valid_to IS NULL OR r.valid_to > ?)", [*params, as_of, as_of]
+
+
+def dump_payload(payload: Mapping[str, Any] | None) -> str:
+    """``payload`` as the JSON text stored beside a triplet or node (``"{}"`` for None); TypeError if it is not a
+    JSON object."""
+    if payload is None:
+        return "{}"
+    if not isinstance(payload, Mapping):
+        raise TypeError(f"payload must be a mapping (JSON object), got {type(payload).__name__}")
+    try:
+        return json.dumps(dict(payload), sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"payload must be JSON-serialisable (str keys, finite numbers): {exc}") from exc
