@@ -22,7 +22,7 @@ from fragrel_integrations.core.scm import (
     SCMController,
     SelfControlledMemory,
 )
-from fragrel_integrations.core.scm.gates import NameVocabulary, capitalised_words
+from fragrel_integrations.core.scm.gates import NameVocabulary, activation_gate, capitalised_words
 from fragrel_integrations.models.yes_no import (
     YesNoScorer,
     ayes_no_probability,
@@ -207,7 +207,7 @@ def test_memory_text_fallback_when_the_model_gives_no_probability():
 
 
 def test_memory_activation_argument_is_validated():
-    with pytest.raises(ValueError, match=r"activation must be True, False or one of \['controller', 'lexical'"):
+    with pytest.raises(ValueError, match=r"activation must be True, False or one of \['auto', 'controller', 'lexical'"):
         SelfControlledMemory(ScriptedChatModel(["x"]), activation="lexcial")
     with pytest.raises(TypeError, match="activation must be True, False"):
         SelfControlledMemory(ScriptedChatModel(["x"]), activation=3)
@@ -216,6 +216,36 @@ def test_memory_activation_argument_is_validated():
     memory = SelfControlledMemory(ScriptedChatModel(["x"]), activation="controller")
     assert memory.activation is True
     assert isinstance(SelfControlledMemory(ScriptedChatModel(["x"]), activation="lexical").activation, LexicalGate)
+    with pytest.raises(ValueError, match="auto_activation"):
+        activation_gate("auto")
+
+
+def test_auto_activation_asks_your_model_and_gates_the_embedded_one():
+    """The default asks the controller, except with the embedded SmolLM2-135M (0.68 held-out by probability),
+    seen through every wrapper: then the embedding gate with the embedded MiniLM, else the lexical gate."""
+    from _llm_fixtures import get_embedded
+
+    from fragrel_integrations.langchain import FragRelChatModel
+    from fragrel_integrations.llama_index import FragRelLLM
+    from fragrel_integrations.models import CachedChatModel, LlamaCppChatModel, RetryingChatModel
+    from fragrel_integrations.models.llama_cpp_chat import smollm2_gguf_path
+
+    assert SelfControlledMemory(ScriptedChatModel(["x"])).activation is True
+    embedded = get_embedded()
+    wrapped = [
+        embedded,
+        CachedChatModel(embedded, ":memory:"),
+        RetryingChatModel(CachedChatModel(embedded, ":memory:")),
+        FragRelChatModel(model=embedded),
+        FragRelLLM(model=embedded),
+        SCMController(embedded),
+    ]
+    for model in wrapped:
+        assert isinstance(SelfControlledMemory(model).activation, EmbeddingGate), model
+        assert isinstance(SelfControlledMemory(model, embedder=HashingEmbedder()).activation, LexicalGate), model
+        assert SelfControlledMemory(model, activation="controller").activation is True
+    copy = LlamaCppChatModel(str(smollm2_gguf_path()), n_ctx=512)  # the shipped file, by its path
+    assert isinstance(SelfControlledMemory(copy).activation, EmbeddingGate)
 
 
 # --------------------------------------------------------------------------------------- lexical gate

@@ -36,6 +36,7 @@ __all__ = [
     "LlamaCppChatModel",
     "default_chat_model",
     "gbnf",
+    "is_embedded_model",
     "smollm2_gguf_path",
 ]
 
@@ -533,6 +534,27 @@ def gbnf(reply_format: ReplyFormat) -> str:
             f"llama.cpp cannot translate this {reply_format.kind} format to a grammar ({type(exc).__name__}: {exc}); "
             "simplify it or pass ReplyFormat.grammar(...) with hand-written GBNF"
         ) from exc
+
+
+def is_embedded_model(model: object) -> bool:
+    """Whether ``model`` is, or wraps, the embedded SmolLM2-135M-Instruct (a :class:`LlamaCppChatModel` on the
+    shipped GGUF), looking through this package's and the frameworks' wrappers (their ``model`` / ``llm``).
+
+    >>> is_embedded_model(object())
+    False
+    """
+    for _ in range(6):
+        if isinstance(model, LlamaCppChatModel):
+            try:
+                return model.model_path.resolve() == smollm2_gguf_path().resolve()
+            except ImportError:
+                return False
+        inner = getattr(model, "model", None)
+        inner = getattr(model, "llm", None) if inner is None or isinstance(inner, str) else inner
+        if inner is None or inner is model:
+            return False
+        model = inner
+    return False
 
 
 def default_chat_model() -> LlamaCppChatModel:

@@ -55,6 +55,7 @@ __all__ = [
     "LexicalGate",
     "NameVocabulary",
     "activation_gate",
+    "auto_activation",
     "capitalised_words",
 ]
 
@@ -220,11 +221,37 @@ class EmbeddingGate:
 
 
 #: ``activation`` by name: the controller model (True), or a model-free gate.
-ACTIVATION_MODES = ("controller", "lexical", "embedding")
+ACTIVATION_MODES = ("auto", "controller", "lexical", "embedding")
+
+
+def auto_activation(model: object, embedder: object | None) -> str:
+    """What ``activation="auto"`` means for a memory with this controller ``model`` and ``embedder`` (None: the
+    embedded all-MiniLM-L6-v2): ``"controller"`` for any model of yours (the paper's method); with the embedded
+    SmolLM2-135M, which answers "is memory needed?" little better than chance (held-out accuracy 0.68 by
+    probability, 0.47 as text; ``benchmarks/results/llm_steps_scm.md``), ``"embedding"`` when the embedder is the
+    MiniLM its threshold was chosen for (0.93), else ``"lexical"`` (0.97, flattered by names).
+
+    >>> auto_activation(object(), None)
+    'controller'
+    """
+    from ...models.base import embedder_id
+    from ...models.llama_cpp_chat import is_embedded_model
+
+    if not is_embedded_model(model):
+        return "controller"
+    if embedder is None:
+        return "embedding"
+    try:
+        from ...models.local import default_embedder_id
+
+        return "embedding" if embedder_id(embedder) == default_embedder_id() else "lexical"
+    except ImportError:
+        return "lexical"
 
 
 def activation_gate(activation: object) -> bool | LexicalGate | EmbeddingGate:
-    """``activation`` as True (the controller), False (always recall) or a model-free gate.
+    """``activation`` as True (the controller), False (always recall) or a model-free gate (``"auto"`` is resolved
+    by :func:`auto_activation` first).
 
     >>> activation_gate("lexical").__class__.__name__, activation_gate("controller")
     ('LexicalGate', True)
@@ -232,6 +259,8 @@ def activation_gate(activation: object) -> bool | LexicalGate | EmbeddingGate:
     if isinstance(activation, bool | LexicalGate | EmbeddingGate):
         return activation
     if isinstance(activation, str):
+        if activation == "auto":
+            raise ValueError("activation='auto' depends on the model and embedder: resolve it with auto_activation()")
         if activation == "controller":
             return True
         if activation == "lexical":

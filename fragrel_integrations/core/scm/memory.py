@@ -61,7 +61,7 @@ from ..scorers import SCORER_NAMES, check_scorer
 from ..scoring import check_alpha
 from ..steps import adrive, drive
 from .controller import SCMController
-from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, activation_gate
+from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, activation_gate, auto_activation
 from .index import StreamIndex
 from .prompts import (
     FUSION_SYSTEM_PROMPT,
@@ -126,7 +126,10 @@ class SelfControlledMemory:
             ``"lexical"`` (or a :class:`~fragrel_integrations.core.scm.gates.LexicalGate`) decides from cue words
             and names seen in earlier turns, ``"embedding"`` (or an
             :class:`~fragrel_integrations.core.scm.gates.EmbeddingGate`) from the highest cosine of the message
-            with a stored turn, both without a model call; False always recalls.
+            with a stored turn, both without a model call; False always recalls. ``"auto"`` (default): the
+            controller, except with the embedded SmolLM2-135M, which cannot answer the question, where the
+            embedding gate (with the embedded MiniLM) or the lexical gate decides
+            (:func:`~fragrel_integrations.core.scm.gates.auto_activation`).
         summarize: let the controller summarise every turn on write-back (False: no summary, the turn's text is
             embedded and never replaced by a summary).
         item_tokens, total_tokens: the reorganisation thresholds (paper: 800 and 2000; see the module docstring).
@@ -156,7 +159,7 @@ class SelfControlledMemory:
         relation: Relation | None = None,
         alpha: float = 0.5,
         scorer: str = "dense",
-        activation: bool | str | LexicalGate | EmbeddingGate = True,
+        activation: bool | str | LexicalGate | EmbeddingGate = "auto",
         summarize: bool = True,
         item_tokens: int = PAPER_ITEM_TOKENS,
         total_tokens: int = PAPER_TOTAL_TOKENS,
@@ -193,6 +196,8 @@ class SelfControlledMemory:
         self.alpha = check_alpha(alpha)
         check_scorer(scorer, SCORERS, allow_callable=False)
         self.scorer = scorer
+        if activation == "auto":
+            activation = auto_activation(self.controller.model, embedder)
         self.activation = activation_gate(activation)
         if not isinstance(summarize, bool):
             raise TypeError(f"summarize must be True or False, got {summarize!r}")
