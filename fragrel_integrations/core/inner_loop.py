@@ -444,9 +444,11 @@ class InnerLoopEngine:
         self._format = format_kwargs(self.model, self.stm_format()) if constrained else {}
 
     def stm_format(self) -> ReplyFormat:
-        """The constrained reply of a round with ``constrained=True``: one line of at most ``4 * max_stm_tokens``
-        characters that starts with a letter, digit or quote (no list, no copied passages on further lines)."""
-        return ReplyFormat.regex(rf"[A-Za-z0-9\"'][^\n]{{0,{4 * self.max_stm_tokens - 1}}}", name="stm")
+        """The constrained reply of a round with ``constrained=True``: one line that starts with a letter, digit or
+        quote (no list, no copied passages on further lines). Its length is bounded by ``max_stm_tokens`` (the
+        output limit of each round), not by the pattern: llama.cpp rejects a grammar with a repetition bound in
+        the hundreds, and the reply would then not be constrained at all."""
+        return ReplyFormat.regex(r"[A-Za-z0-9\"'][^\n]*", name="stm")
 
     # -------------------------------------------------------------------------------------------- building
 
