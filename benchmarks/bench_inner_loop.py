@@ -55,6 +55,7 @@ import argparse
 import functools
 import logging
 import re
+import shlex
 import statistics
 import sys
 import time
@@ -538,6 +539,19 @@ def auto_summary(agg: dict, model_name: str, methods: Sequence[str]) -> list[str
                 f"- {model_name} does not answer these questions reliably with any method (strict accuracy at most "
                 f"{max(strict):.0f}%; bAbI has six locations, so naming one at random is right 1 time in 6)."
             )
+    few = [
+        f"{name if group == 'all' else f'{name} {group}'}: {label(p['b'])} vs {label(p['a'])}"
+        for name, groups in agg.items()
+        for group, st in groups.items()
+        for p in st["pairs"]
+        if 0 < p["wins"] + p["losses"] < 10 and p["p"] >= 0.05 and (p["ci"][0] > 0 or p["ci"][1] < 0)
+    ]
+    if few:
+        lines.append(
+            "- The bootstrap interval excludes 0 where fewer than 10 questions differ and the exact test does not "
+            f"reach p < 0.05 ({'; '.join(few)}): with so few differing questions a percentile bootstrap is too "
+            "narrow; read the McNemar p."
+        )
     if methods and len(methods) > 1:
         lines.append(
             "- Differences with McNemar p < 0.05: " + ("; ".join(significant) if significant else "none") + "."
@@ -763,8 +777,8 @@ def main(argv: list[str] | None = None) -> int:
         if done == set_sizes[item["set"]]:  # a set is complete: write what we have (a stopped run keeps it)
             res = {
                 "title": args.title,
-                "command": " ".join(
-                    ["python benchmarks/bench_inner_loop.py", *(argv if argv is not None else sys.argv[1:])]
+                "command": shlex.join(
+                    ["python", "benchmarks/bench_inner_loop.py", *(argv if argv is not None else sys.argv[1:])]
                 ),
                 "machine": machine_info(loadavg_start),
                 "model": model_name,
