@@ -16,7 +16,7 @@ Sets (dev parts only, as DESIGN.md asks):
   essay, one fragment per sentence cut at 40 words). The three needles (written for this benchmark) state three
   facts about a made-up island; the question asks for all three. Each trial puts them at seeded depths.
 
-Both methods use the same retriever, ``k`` and model: a ``FragRelIndex`` over the haystack with the haystack
+Every method uses the same retriever, ``k`` and model: a ``FragRelIndex`` over the haystack with the haystack
 default of ``benchmarks/README.md`` (dense all-MiniLM-L6-v2 base, ``ContextRelation(0.9)``, alpha 0.1). The ``k``
 fragments of a retrieval are shown in story order (``order="position"``): which bAbI fact is the latest decides the
 answer, and a score-ordered list hides that.
@@ -25,7 +25,7 @@ answer, and a score-ordered list hides that.
   (``cli.answer_messages``), at most 128 new tokens.
 * ``loop``: the core ``InnerLoopEngine`` with its defaults (5 rounds at most, LCS threshold 0.9, STM of at most
   256 tokens, no dedupe); each round retrieves ``k`` fragments for question + STM. The final STM is the answer.
-* ``loop constrained``: the same loop with ``constrained=True``: each round's memory is written under the
+* ``loop-constrained``: the same loop with ``constrained=True``: each round's memory is written under the
   engine's ``stm_format()`` (one line), enforced by the llama.cpp grammar (OpenAI-compatible servers: their
   structured-output support).
 * ``loop round 1`` (and ``loop constrained round 1``): the STM after the loop's first round, read from the same
