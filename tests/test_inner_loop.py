@@ -491,3 +491,41 @@ def test_public_names():
         assert hasattr(il, name)
     for field in ("{question}", "{memory}", "{context}"):
         assert field in il.DEFAULT_PROMPT_TEMPLATE
+
+
+# ------------------------------------------------------------------------------------------ adapter helpers
+
+
+def test_scored_from_metadata_reads_fragrel_sub_scores_and_ignores_non_numbers():
+    from fragrel_integrations.core.conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
+
+    fragment = Fragment("Mary went to the garden.", "story", 3)
+    hit = il.scored_from_metadata(fragment, 0.7, {INDEPENDENT_SCORE_KEY: 0.5, ENVIRONMENT_SCORE_KEY: 0.25})
+    assert (hit.fragment, hit.score, hit.independent_score, hit.environment_score) == (fragment, 0.7, 0.5, 0.25)
+    plain = il.scored_from_metadata(fragment, 0.7, {INDEPENDENT_SCORE_KEY: True, ENVIRONMENT_SCORE_KEY: "high"})
+    assert (plain.independent_score, plain.environment_score) == (
+        0.7,
+        0.0,
+    )  # a bool or a string is not a score: the defaults
+
+
+def test_engine_for_adapter_applies_settings_and_names_the_adapters_arguments():
+    model = ScriptedChatModel(["a"])
+    hints = {"model_arg": "llm", "model_hint": "an LLM", "retriever_hint": "a retriever"}
+    settings = {"max_loops": 2, "threshold": None}
+    built = il.engine_for_adapter(None, model, settings, has_retriever=True, **hints)
+    assert built.max_loops == 2 and built.threshold == 0.9  # None means "the engine's default"
+    base = InnerLoopEngine(lambda q: [], model, max_loops=4, dedupe=True)
+    changed = il.engine_for_adapter(base, None, settings, has_retriever=False, **hints)
+    assert (changed.max_loops, changed.dedupe, changed.has_sync_retriever) == (2, True, True)
+    assert il.engine_for_adapter(base, None, {"max_loops": None}, has_retriever=False, **hints) is base
+    with pytest.raises(ValueError, match="llm is required: pass an LLM"):
+        il.engine_for_adapter(None, None, settings, has_retriever=True, **hints)
+    with pytest.raises(ValueError, match="retriever is required: pass a retriever"):
+        il.engine_for_adapter(None, model, settings, has_retriever=False, **hints)
+    with pytest.raises(ValueError, match=r"engine=\.\.\. or llm=\.\.\., not both"):
+        il.engine_for_adapter(base, model, settings, has_retriever=True, **hints)
+    with pytest.raises(ValueError, match="engine has no retriever"):
+        il.engine_for_adapter(InnerLoopEngine(None, model), None, settings, has_retriever=False, **hints)
+    with pytest.raises(TypeError, match="engine must be an InnerLoopEngine"):
+        il.engine_for_adapter("engine", None, settings, has_retriever=True, **hints)

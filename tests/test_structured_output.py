@@ -375,6 +375,19 @@ def test_inner_loop_constrained_rounds_ask_for_one_line():
         InnerLoopEngine(lambda q: [], model, constrained="yes")
 
 
+@pytest.mark.parametrize("max_stm_tokens", [16, 256, 4096])
+def test_inner_loop_memory_format_has_a_small_grammar_at_any_memory_size(max_stm_tokens):
+    # A length bound in the pattern ({0,1023}) became 1023 nested rules, which llama.cpp's parser refuses; the
+    # reply was then not constrained at all. The output limit (max_stm_tokens) bounds the length instead.
+    from fragrel_integrations.core.inner_loop import InnerLoopEngine
+    from fragrel_integrations.models.llama_cpp_chat import gbnf
+
+    engine = InnerLoopEngine(lambda q: [], ScriptedChatModel([]), max_stm_tokens=max_stm_tokens)
+    fmt = engine.stm_format()
+    assert len(gbnf(fmt)) < 200, gbnf(fmt)
+    assert fmt.parse("x" * (8 * max_stm_tokens)) is not None  # long one-line memories still match
+
+
 def test_framework_adapters_do_not_enforce_and_ignore_the_format():
     pytest.importorskip("langchain_core")
     from langchain_core.language_models.fake_chat_models import FakeListChatModel

@@ -61,6 +61,19 @@ def test_triplet_extraction_of_babi_sentences_gets_subject_and_place(llm):
         assert t1 == subject and place in t3, triplets
 
 
+def test_inner_loop_memory_is_one_line_under_the_llama_cpp_grammar(llm):
+    from fragrel_integrations.core.inner_loop import InnerLoopEngine
+    from fragrel_integrations.models.structured import format_kwargs
+
+    passages = ["Mary picked up the milk.", "Mary went to the hallway.", "Daniel journeyed to the office."]
+    engine = InnerLoopEngine(lambda q: passages, llm, max_loops=2, constrained=True, show_progress=False)
+    fmt = engine.stm_format()
+    assert llm.supports_format(fmt) and format_kwargs(llm, fmt) == {"reply_format": fmt}  # llama.cpp accepts it
+    result = engine.run("Where is the milk?")
+    for r in result.rounds:
+        assert fmt.parse(r.reply) is not None, r.reply  # one line, starting with a letter, digit or quote
+
+
 def test_yes_no_gate_replies_exactly_a_label(llm):
     controller = SCMController(llm, decision="text")  # the text path (by default this model answers by P(yes))
     for question in ("Hello, how are you?", "What was the name of the book I told you about?"):

@@ -16,7 +16,6 @@ LangChain ``Document`` objects to core fragments and back, and wires LangChain c
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import AsyncIterator, Hashable, Iterator, Mapping
 from typing import Any, Self
 
@@ -27,14 +26,19 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, R
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 
-from ..core.conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
-from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
+from ..core.inner_loop import (
+    ADAPTER_SETTINGS,
+    InnerLoopEngine,
+    InnerLoopError,
+    InnerLoopResult,
+    engine_for_adapter,
+    fragment_key,
+    scored_from_metadata,
+)
 from ..core.types import Fragment, ScoredFragment
 from ._documents import check_documents, fragment_to_document, isolated_key, read_location, read_score, with_scores
 
 __all__ = ["InnerLoopRunnable"]
-
-_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe", "show_progress")
 
 
 def _question(value: object) -> str:
@@ -51,19 +55,12 @@ def _question(value: object) -> str:
     )
 
 
-def _number(value: object, default: float) -> float:
-    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else default
-
-
 def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFragment:
     """A core fragment for a retrieved Document (its score, and FragRel's sub-scores when it carries them)."""
     doc_id, position = read_location(doc, doc_id_key, position_key) or (isolated_key(doc), 0)
     score = read_score(doc, None)
     score = 0.0 if score is None else score
-    fragment = Fragment(doc.page_content, doc_id, position, dict(doc.metadata))
-    independent = _number(doc.metadata.get(INDEPENDENT_SCORE_KEY), score)
-    environment = _number(doc.metadata.get(ENVIRONMENT_SCORE_KEY), 0.0)
-    return ScoredFragment(fragment, score, independent, environment)
+    return scored_from_metadata(Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), score, doc.metadata)
 
 
 class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any]]):
@@ -122,22 +119,15 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     @model_validator(mode="after")
     def _build_engine(self) -> Self:
-        settings = {name: getattr(self, name) for name in _SETTINGS if getattr(self, name) is not None}
-        if self.engine is not None:
-            if self.model is not None:
-                raise ValueError("pass either engine=... or model=..., not both: the engine already has its model")
-            engine = self.engine.with_settings(**settings) if settings else self.engine
-            if self.retriever is None and not (engine.has_sync_retriever or engine.has_async_retriever):
-                raise ValueError("the engine has no retriever: pass retriever=... (a LangChain retriever)")
-        else:
-            if self.model is None:
-                raise ValueError(
-                    "model is required: pass a LangChain chat model (or any ChatModel) as model=..., "
-                    "or a built engine=InnerLoopEngine(...)"
-                )
-            if self.retriever is None:
-                raise ValueError("retriever is required: pass any Runnable[str, list[Document]] as retriever=...")
-            engine = InnerLoopEngine(None, self.model, **settings)
+        engine = engine_for_adapter(
+            self.engine,
+            self.model,
+            {name: getattr(self, name) for name in ADAPTER_SETTINGS},
+            has_retriever=self.retriever is not None,
+            model_arg="model",
+            model_hint="a LangChain chat model",
+            retriever_hint="any Runnable[str, list[Document]], e.g. vectorstore.as_retriever()",
+        )
         for name in ("doc_id_key", "position_key"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be a non-empty metadata key")

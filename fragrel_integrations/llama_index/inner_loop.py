@@ -17,7 +17,6 @@ All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLo
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Hashable
 from typing import Any
 
@@ -28,18 +27,21 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from ..core.conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
-from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
+from ..core.inner_loop import (
+    ADAPTER_SETTINGS,
+    InnerLoopEngine,
+    InnerLoopError,
+    InnerLoopResult,
+    engine_for_adapter,
+    fragment_key,
+    scored_from_metadata,
+)
 from ..core.types import Fragment, ScoredFragment
 from ._convert import check_key, node_doc_id, node_from_fragment, node_position, scored_node
 
 __all__ = ["InnerLoopQueryEngine"]
 
 _UNLOCATED = "fragrel:unlocated"
-
-
-def _number(value: object, default: float) -> float:
-    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else default
 
 
 def _node_hit(item: NodeWithScore, doc_id_key: str, position_key: str) -> ScoredFragment:
@@ -49,9 +51,7 @@ def _node_hit(item: NodeWithScore, doc_id_key: str, position_key: str) -> Scored
     position = node_position(node, position_key)
     score = 0.0 if item.score is None else float(item.score)
     fragment = Fragment(node.get_content(metadata_mode=MetadataMode.LLM), doc_id, 0 if position is None else position)
-    independent = _number(node.metadata.get(INDEPENDENT_SCORE_KEY), score)
-    environment = _number(node.metadata.get(ENVIRONMENT_SCORE_KEY), 0.0)
-    return ScoredFragment(fragment, score, independent, environment)
+    return scored_from_metadata(fragment, score, node.metadata)
 
 
 class InnerLoopQueryEngine(CustomQueryEngine):
@@ -110,33 +110,18 @@ class InnerLoopQueryEngine(CustomQueryEngine):
                 "retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=4)), "
                 f"got {type(retriever).__name__}"
             )
-        settings = {
-            name: value
-            for name, value in (
-                ("max_loops", max_loops),
-                ("threshold", threshold),
-                ("max_stm_tokens", max_stm_tokens),
-                ("dedupe", dedupe),
-                ("show_progress", show_progress),
-            )
-            if value is not None
-        }
-        if engine is not None:
-            if not isinstance(engine, InnerLoopEngine):
-                raise TypeError(f"engine must be an InnerLoopEngine, got {type(engine).__name__}")
-            if llm is not None:
-                raise ValueError("pass either engine=... or llm=..., not both: the engine already has its model")
-            core = engine.with_settings(**settings) if settings else engine
-            if retriever is None and not (core.has_sync_retriever or core.has_async_retriever):
-                raise ValueError("the engine has no retriever: pass retriever=... (a LlamaIndex retriever)")
-        else:
-            if llm is None:
-                raise ValueError(
-                    "llm is required: pass a LlamaIndex LLM (or any ChatModel) as llm=..., or engine=InnerLoopEngine()"
-                )
-            if retriever is None:
-                raise ValueError("retriever is required: pass a LlamaIndex retriever, e.g. index.as_retriever()")
-            core = InnerLoopEngine(None, llm, **settings)
+        settings = dict(
+            zip(ADAPTER_SETTINGS, (max_loops, threshold, max_stm_tokens, dedupe, show_progress), strict=True)
+        )
+        core = engine_for_adapter(
+            engine,
+            llm,
+            settings,
+            has_retriever=retriever is not None,
+            model_arg="llm",
+            model_hint="a LlamaIndex LLM",
+            retriever_hint="a LlamaIndex retriever, e.g. index.as_retriever()",
+        )
         kwargs: dict[str, Any] = {} if callback_manager is None else {"callback_manager": callback_manager}
         super().__init__(
             retriever=retriever,
