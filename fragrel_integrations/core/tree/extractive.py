@@ -26,6 +26,12 @@ reuses that vector, and a leaf chunk is always embedded as it is (the vector pla
 ``mean_vectors=True`` a summary or note of several units gets the normalised mean of their vectors instead of
 an embedding of the joined text (cheaper; measured to cost retrieval recall, see :class:`ExtractiveSummariser`).
 
+Cost: the sentences of a text hold as many tokens as its chunks, and short texts embed less efficiently, so
+embedding them once is most of a build: on the 8k-token needle benchmark the build took 2.3x the time of embedding
+its leaf chunks alone (the floor of any dense index) and 1/32 of the LLM tree's (SmolLM2-135M,
+``benchmarks/results/tree_both.md``). Sentence vectors pooled from the chunk's own pass, or from the embedder's
+static word-piece vectors, would be nearly free but found fewer planted sentences on dev haystacks.
+
 The pure functions (:func:`leave_one_out_similarity`, :func:`central_sentences`, :func:`surprising_sentences`)
 take arrays and return indices; :class:`ExtractiveSummariser` wraps them behind the LLM summariser's interface
 (``summarise`` / ``asummarise`` returning :class:`~.summariser.SummaryResult` and a
