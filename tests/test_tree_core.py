@@ -248,6 +248,40 @@ def test_small_cases_are_guarded():
     assert pack_by_tokens([], [], 5) == []
 
 
+def test_gmm_search_stops_after_bic_patience_with_the_same_clusters(monkeypatch):
+    import sklearn.mixture
+
+    import fragrel_integrations.core.tree.clustering as clustering
+
+    x = np.concatenate([np.random.default_rng(s).normal(c, 0.05, size=(30, 2)) for s, c in ((0, 0.0), (1, 5.0))])
+    fitted: list[int] = []
+
+    class Counting(sklearn.mixture.GaussianMixture):
+        def fit(self, *args, **kwargs):
+            fitted.append(self.n_components)
+            return super().fit(*args, **kwargs)
+
+    monkeypatch.setattr(sklearn.mixture, "GaussianMixture", Counting)
+    found = gmm_clusters(x, max_clusters=50)
+    assert found == [list(range(30)), list(range(30, 60))]
+    assert fitted == list(range(1, 2 + clustering.BIC_PATIENCE + 1))  # 59 counts without the patience
+    fitted.clear()
+    monkeypatch.setattr(clustering, "BIC_PATIENCE", 10**6)
+    assert gmm_clusters(x, max_clusters=50) == found and len(fitted) == 50
+
+
+def test_chunking_counts_each_sentence_once():
+    seen: list[str] = []
+
+    def counter(text: str) -> int:
+        seen.append(text)
+        return len(text.split())
+
+    chunks = chunk_text("One two three. Four five. Six seven eight nine.", max_tokens=6, counter=counter)
+    assert chunks == ["One two three. Four five.", "Six seven eight nine."]
+    assert seen == ["One two three.", "Four five.", "Six seven eight nine."]  # once each (was twice)
+
+
 def test_clustering_validation():
     with pytest.raises(ValueError, match="lengths"):
         cluster_embeddings(np.eye(3), [1, 2], max_cluster_tokens=5)

@@ -26,18 +26,21 @@ def split_sentences(text: str) -> list[str]:
     return [p for p in parts if p]
 
 
-def _split_long(sentence: str, max_tokens: int, count: Callable[[str], int]) -> list[str]:
-    """Cut one over-long sentence into word runs that each fit (a single huge word stays whole)."""
-    out: list[str] = []
+def _split_long(sentence: str, max_tokens: int, count: Callable[[str], int]) -> list[tuple[str, int]]:
+    """Cut one over-long sentence into word runs that each fit (a single huge word stays whole); each run comes
+    with its token count, so no text is counted twice (the counter may be a model's tokenizer)."""
+    out: list[tuple[str, int]] = []
     rest = sentence
-    while rest and count(rest) > max_tokens:
+    while rest:
+        n = count(rest)
+        if n <= max_tokens:
+            out.append((rest, n))
+            break
         head = truncate_to_tokens(rest, max_tokens, count)
         if not head:  # one word longer than the limit on its own
             head = rest.split(maxsplit=1)[0]
-        out.append(head)
+        out.append((head, count(head)))
         rest = rest[len(head) :].strip()
-    if rest:
-        out.append(rest)
     return out
 
 
@@ -57,8 +60,7 @@ def chunk_text(text: str, max_tokens: int = 600, counter: Callable[[str], int] |
     current: list[str] = []
     used = 0
     for sentence in split_sentences(text):
-        for piece in _split_long(sentence, max_tokens, count):
-            n = count(piece)
+        for piece, n in _split_long(sentence, max_tokens, count):
             if current and used + n > max_tokens:
                 chunks.append(" ".join(current))
                 current, used = [], 0

@@ -26,7 +26,7 @@ import numpy as np
 from ..._optional import require
 from ..._validation import check_positive_int
 
-__all__ = ["REDUCERS", "cluster_embeddings", "gmm_clusters", "pack_by_tokens", "reduce_dimensions"]
+__all__ = ["BIC_PATIENCE", "REDUCERS", "cluster_embeddings", "gmm_clusters", "pack_by_tokens", "reduce_dimensions"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +74,19 @@ def reduce_dimensions(
     return decomposition.PCA(n_components=target, svd_solver="full", random_state=seed).fit_transform(x)
 
 
+#: Components tried past the best BIC so far before the search stops (see :func:`gmm_clusters`).
+BIC_PATIENCE = 8
+
+
 def gmm_clusters(
     x: np.ndarray, *, max_clusters: int = 50, threshold: float = 0.1, seed: int = 0, reg_covar: float = 0.05
 ) -> list[list[int]]:
-    """Fit Gaussian mixtures with 1..max_clusters components, keep the lowest BIC, assign softly.
+    """Fit Gaussian mixtures with 1, 2, ... components, keep the lowest BIC, assign softly.
+
+    The search stops at ``max_clusters`` (and ``n - 1``) components, or once :data:`BIC_PATIENCE` counts in a row
+    past the best so far have not lowered the BIC: the best count of a tree layer is small (2-6 for 3-169
+    summaries on the needle benchmark, where BIC never improved again after more than 2 worse counts), and the
+    mixtures with many components, which cost the most to fit, were most of a model-free tree's clustering time.
 
     A point joins every component whose posterior is at least ``threshold``, and always its most likely one, so
     clusters may overlap and no point is lost. Clusters are returned sorted by their first member. The points are
@@ -102,8 +111,10 @@ def gmm_clusters(
     distinct = np.unique(x, axis=0).shape[0]
     if distinct == 1:
         return [list(range(n))]
-    best, best_bic = None, math.inf
+    best, best_bic, best_k = None, math.inf, 0
     for k in range(1, min(max_clusters, n - 1, distinct) + 1):
+        if k - best_k > BIC_PATIENCE:
+            break
         gm = mixture.GaussianMixture(
             n_components=k, covariance_type="spherical", random_state=seed, reg_covar=reg_covar
         )
@@ -112,7 +123,7 @@ def gmm_clusters(
             gm.fit(x)
         bic = gm.bic(x)
         if bic < best_bic - 1e-9:
-            best, best_bic = gm, bic
+            best, best_bic, best_k = gm, bic, k
     probs = best.predict_proba(x)  # type: ignore[union-attr]
     member = probs >= threshold
     member[np.arange(n), probs.argmax(axis=1)] = True

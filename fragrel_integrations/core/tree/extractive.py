@@ -26,6 +26,13 @@ reuses that vector, and a leaf chunk is always embedded as it is (the vector pla
 ``mean_vectors=True`` a summary or note of several units gets the normalised mean of their vectors instead of
 an embedding of the joined text (cheaper; measured to cost retrieval recall, see :class:`ExtractiveSummariser`).
 
+Cost: the sentences of a text hold as many tokens as its chunks, and short texts embed less efficiently, so
+embedding them once is most of a build: on the 8k-token needle benchmark the build took 2.3x the time of embedding
+its leaf chunks alone (the floor of any dense index) and 1/32 of the LLM tree's (SmolLM2-135M,
+``benchmarks/results/tree_both.md``). Sentence vectors pooled from the chunk's own pass, or from the embedder's
+static word-piece vectors, would be nearly free but made fewer needles surprise notes on the benchmark's 8k and
+32k haystacks (3 of 6 and 3 of 6, against 5 of 6).
+
 The pure functions (:func:`leave_one_out_similarity`, :func:`central_sentences`, :func:`surprising_sentences`)
 take arrays and return indices; :class:`ExtractiveSummariser` wraps them behind the LLM summariser's interface
 (``summarise`` / ``asummarise`` returning :class:`~.summariser.SummaryResult` and a
@@ -46,7 +53,7 @@ import asyncio
 import hashlib
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -103,6 +110,24 @@ def _check_lengths(lengths: object, n: int, budget: object) -> np.ndarray:
     return lens.astype(np.int64)
 
 
+def _take(
+    order: Iterable[int], lens: np.ndarray, budget: int, fits: Callable[[int, list[int], int], bool]
+) -> np.ndarray:
+    """Walk ``order`` and take each row for which ``fits(row, taken so far, budget left)``, until the budget
+    (tokens, ``lens`` per row) is used up; the taken rows in ascending (source) order."""
+    chosen: list[int] = []
+    left = int(budget)
+    for i in order:
+        i = int(i)
+        if not fits(i, chosen, left):
+            continue
+        chosen.append(i)
+        left -= int(lens[i])
+        if left <= 0:
+            break
+    return np.array(sorted(chosen), dtype=np.int64)
+
+
 def leave_one_out_similarity(x: np.ndarray) -> np.ndarray:
     """``c_i = cos(x_i, mean of the other rows)`` for each row of ``x`` (rows are normalised first; a zero
     row scores 0). With one row there is nothing to compare with and its score is 1 (fully expected).
@@ -147,19 +172,13 @@ def central_sentences(
     skip = {int(i) for i in exclude}
     unit = arr / np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
     order = np.argsort(-leave_one_out_similarity(arr), kind="stable")
-    chosen: list[int] = []
-    left = int(budget)
-    for i in order:
-        i = int(i)
+
+    def fits(i: int, chosen: list[int], left: int) -> bool:
         if i in skip or lens[i] > left:
-            continue
-        if chosen and float(np.max(unit[chosen] @ unit[i])) > redundancy:
-            continue
-        chosen.append(i)
-        left -= int(lens[i])
-        if left <= 0:
-            break
-    return np.array(sorted(chosen), dtype=np.int64)
+            return False
+        return not chosen or float(np.max(unit[chosen] @ unit[i])) <= redundancy
+
+    return _take(order, lens, budget, fits)
 
 
 def novelty_scores(x: np.ndarray, *, min_scale: float = 0.05) -> np.ndarray:
@@ -203,16 +222,7 @@ def surprising_sentences(
         return np.zeros(0, dtype=np.int64)
     scores = novelty_scores(arr, min_scale=min_scale)
     candidates = [int(i) for i in np.argsort(-scores, kind="stable") if scores[i] >= z and ok[i]]
-    chosen: list[int] = []
-    left = int(budget)
-    for i in candidates:
-        if chosen and lens[i] > left:
-            continue
-        chosen.append(i)
-        left -= int(lens[i])
-        if left <= 0:
-            break
-    return np.array(sorted(chosen), dtype=np.int64)
+    return _take(candidates, lens, budget, lambda i, chosen, left: not chosen or lens[i] <= left)
 
 
 class SentenceCache(CachedEmbedder):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -67,6 +68,10 @@ class BuildReport:
                 self.errors.extend(other.errors)
             else:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+#: What a summariser returns: one result per input, and what the call cost.
+_Results = tuple[list[SummaryResult], BuildReport]
 
 
 class _Guarded(ChatModelBase):
@@ -199,7 +204,7 @@ class Summariser:
 
     def _finish(
         self, inputs: list[str], requests: list, keys: list[str], todo: list[int], outputs: list, guard: _Guarded
-    ) -> tuple[list[SummaryResult], BuildReport]:
+    ) -> _Results:
         report = BuildReport(cache_hits=len(inputs) - len(todo), llm_calls=len(todo))
         fresh: dict[str, SummaryResult] = {}
         for i, out in zip(todo, outputs, strict=True):
@@ -224,32 +229,28 @@ class Summariser:
     def _bar(self, total: int) -> tqdm:
         return tqdm(total=total, desc="summarising", unit="call", disable=not self.show_progress or total == 0)
 
-    def summarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:
-        """One result per input (in order) and what it cost; calls run in a thread pool (safe in an event loop)."""
+    @contextmanager
+    def _calls(self, inputs: Sequence[str]) -> Iterator[tuple[_Guarded, list, Callable[[list], _Results]]]:
+        """The model calls ``inputs`` still need (guarded, with a progress bar open over them) and the function
+        that turns their replies, in order, into the results and report."""
         inputs = list(inputs)
         requests, keys, todo = self._pending(inputs)
         with self._bar(len(todo)) as bar:
             guard = _Guarded(self.chat_model, bar, self.reply_format)  # type: ignore[arg-type]
-            outputs = batch(
-                guard,
-                [requests[i] for i in todo],
-                max_concurrency=self.max_concurrency,
-                temperature=0.0,
-                max_tokens=self.summary_tokens + self.surprise_tokens,
-            )
-        return self._finish(inputs, requests, keys, todo, outputs, guard)
+            yield guard, [requests[i] for i in todo], lambda out: self._finish(inputs, requests, keys, todo, out, guard)
 
-    async def asummarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:
+    @property
+    def _call_options(self) -> dict[str, Any]:
+        """Greedy generation capped at both budgets, at most ``max_concurrency`` calls in flight."""
+        max_tokens = self.summary_tokens + self.surprise_tokens
+        return {"max_concurrency": self.max_concurrency, "temperature": 0.0, "max_tokens": max_tokens}
+
+    def summarise(self, inputs: Sequence[str]) -> _Results:
+        """One result per input (in order) and what it cost; calls run in a thread pool (safe in an event loop)."""
+        with self._calls(inputs) as (guard, requests, finish):
+            return finish(batch(guard, requests, **self._call_options))
+
+    async def asummarise(self, inputs: Sequence[str]) -> _Results:
         """Async :meth:`summarise`: ``ainvoke`` calls, at most ``max_concurrency`` in flight."""
-        inputs = list(inputs)
-        requests, keys, todo = self._pending(inputs)
-        with self._bar(len(todo)) as bar:
-            guard = _Guarded(self.chat_model, bar, self.reply_format)  # type: ignore[arg-type]
-            outputs = await abatch(
-                guard,
-                [requests[i] for i in todo],
-                max_concurrency=self.max_concurrency,
-                temperature=0.0,
-                max_tokens=self.summary_tokens + self.surprise_tokens,
-            )
-        return self._finish(inputs, requests, keys, todo, outputs, guard)
+        with self._calls(inputs) as (guard, requests, finish):
+            return finish(await abatch(guard, requests, **self._call_options))
