@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..._adapters import split_kwargs
 from ...models.convert import optional_embedder
 from .tree import SurpriseTree, TreeHit
 
-__all__ = ["SEARCH_OPTIONS", "abuild_tree", "build_tree", "hit_id", "hit_metadata", "search", "split_options"]
+__all__ = ["SEARCH_OPTIONS", "abuild_tree", "build_tree", "hit_id", "hit_metadata", "search"]
 
 #: The retrieval settings an adapter holds besides ``k`` (passed on to :meth:`SurpriseTree.retrieve`).
 SEARCH_OPTIONS = ("budget_tokens", "mode", "fields", "width", "relation", "alpha")
@@ -42,17 +43,11 @@ def hit_id(hit: TreeHit) -> str:
     return f"surprise-tree:{hit.node.id}:{hit.field}"
 
 
-def split_options(kwargs: Mapping[str, Any], names: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(the adapter's own options among names, the rest for SurpriseTree)``."""
-    own = {k: v for k, v in kwargs.items() if k in names}
-    return own, {k: v for k, v in kwargs.items() if k not in names}
-
-
 def _prepare(kwargs: Mapping[str, Any], names: Sequence[str]) -> tuple[SurpriseTree, dict[str, Any], dict[str, Any]]:
     options = dict(kwargs)
     chat_model, embedder = options.pop("chat_model", None), options.pop("embedder", None)
     where = {"doc_ids": options.pop("doc_ids", None), "metadatas": options.pop("metadatas", None)}
-    own, tree_kwargs = split_options(options, names)
+    own, tree_kwargs = split_kwargs(options, names)
     return SurpriseTree(chat_model, optional_embedder(embedder), **tree_kwargs), where, own
 
 
