@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import math
 import os
 import socket
 import subprocess
@@ -132,14 +133,18 @@ class FakeOpenAIServer:
     ``plan`` is consumed one request at a time (e.g. ``[503, 503, 200]``); after it ends every request gets 200.
     ``delay`` seconds are slept per request; ``in_flight``/``max_in_flight`` count concurrent requests.
     ``fault`` breaks the embeddings replies on purpose: ``"short"`` (one vector missing), ``"ragged"`` (vectors of
-    two lengths), ``"nan"`` or ``"base64"`` (a string instead of floats).
+    two lengths), ``"nan"`` or ``"base64"`` (a string instead of floats). ``reply`` fixes the chat reply (default:
+    ``"echo: "`` + the last message); ``logprobs`` says how a request asking for logprobs is answered:
+    ``"logprobs"`` (top logprobs Yes 0.2, No 0.6), ``"refuse"`` (a 500 naming logprobs) or ``"absent"``.
     """
 
-    def __init__(self, plan=(), delay=0.0, retry_after=None, fault=None, dim=32):
+    def __init__(self, plan=(), delay=0.0, retry_after=None, fault=None, dim=32, reply=None, logprobs="absent"):
         from fragrel_integrations.testing import HashingEmbedder
 
         self.embedder = HashingEmbedder(dim=dim)
         self.fault = fault
+        self.reply = reply
+        self.logprobs = logprobs
         self.plan = list(plan)
         self.delay = delay
         self.retry_after = retry_after
@@ -165,17 +170,10 @@ class FakeOpenAIServer:
                         time.sleep(outer.delay)
                     if status == 200 and self.path.endswith("/embeddings"):
                         payload = outer.embeddings(body)
+                    elif status == 200 and body.get("logprobs") and outer.logprobs == "refuse":
+                        status, payload = 500, {"error": {"message": "logprobs is not supported", "code": 500}}
                     elif status == 200:
-                        text = "echo: " + body["messages"][-1]["content"]
-                        payload = {
-                            "id": "x",
-                            "object": "chat.completion",
-                            "created": 0,
-                            "model": body["model"],
-                            "choices": [
-                                {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
-                            ],
-                        }
+                        payload = outer.chat(body)
                     else:
                         payload = {"error": {"message": f"planned {status}", "type": "test", "code": status}}
                     data = json.dumps(payload).encode()
@@ -193,6 +191,20 @@ class FakeOpenAIServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def chat(self, body: dict) -> dict:
+        """The ``/chat/completions`` reply for ``body`` (with top logprobs where asked and ``self.logprobs`` says)."""
+        text = self.reply if self.reply is not None else "echo: " + body["messages"][-1]["content"]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": text},
+        }
+        if body.get("logprobs") and self.logprobs == "logprobs":
+            yes, no = math.log(0.2), math.log(0.6)
+            top = [{"token": "Yes", "logprob": yes, "bytes": None}, {"token": "No", "logprob": no, "bytes": None}]
+            choice["logprobs"] = {"content": [{"token": "No", "logprob": no, "bytes": None, "top_logprobs": top}]}
+        return {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"], "choices": [choice]}
 
     def embeddings(self, body: dict) -> dict:
         """The ``/embeddings`` reply for ``body``, broken as ``self.fault`` says."""

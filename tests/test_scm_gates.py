@@ -4,13 +4,11 @@ model-free lexical / embedding activation gates."""
 from __future__ import annotations
 
 import asyncio
-import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
+from _llm_fixtures import FakeOpenAIServer
 from test_scm_core import kind as scm_kind
 
 from fragrel_integrations.core.scm import (
@@ -367,59 +365,6 @@ def test_memory_with_the_embedding_gate():
 
 
 # --------------------------------------------------------------------------------------- OpenAI logprobs parsing
-class LogprobServer:
-    """A stdlib OpenAI-compatible endpoint whose answers to logprob requests follow ``mode``."""
-
-    def __init__(self, mode):
-        self.mode = mode
-        self.requests: list[dict] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                status, payload = 200, {
-                    "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": "Yes"}}],
-                }  # fmt: skip
-                if body.get("logprobs"):
-                    if outer.mode == "logprobs":
-                        top = [{"token": "Yes", "logprob": float(np.log(0.2)), "bytes": None},
-                               {"token": "No", "logprob": float(np.log(0.6)), "bytes": None}]  # fmt: skip
-                        payload["choices"][0]["logprobs"] = {
-                            "content": [{"token": "No", "logprob": float(np.log(0.6)), "bytes": None,
-                                         "top_logprobs": top}],
-                        }  # fmt: skip
-                    elif outer.mode == "refuse":
-                        status, payload = 500, {"error": {"message": "logprobs is not supported", "code": 500}}
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    @property
-    def base_url(self):
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-
 def _openai(url):
     pytest.importorskip("openai")
     from fragrel_integrations.models.openai_chat import OpenAIChatModel
@@ -429,7 +374,7 @@ def _openai(url):
 
 
 def test_openai_yes_no_probability_from_top_logprobs():
-    with LogprobServer("logprobs") as server:
+    with FakeOpenAIServer(reply="Yes", logprobs="logprobs") as server:
         model = _openai(server.base_url)
         assert isinstance(model, YesNoScorer)
         assert model.yes_no_probability("Is it?") == pytest.approx(0.25)
@@ -442,7 +387,7 @@ def test_openai_yes_no_probability_from_top_logprobs():
 
 @pytest.mark.parametrize("mode", ["absent", "refuse"])
 def test_openai_without_logprobs_falls_back_to_text_once(mode):
-    with LogprobServer(mode) as server:
+    with FakeOpenAIServer(reply="Yes", logprobs=mode) as server:
         model = _openai(server.base_url)
         controller = SCMController(model)
         d = controller.needs_memory("What did I say?")
