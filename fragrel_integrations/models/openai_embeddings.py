@@ -5,7 +5,9 @@ llama.cpp's server (``llama-server -m model.gguf --embedding``), vLLM, Ollama (`
 Inference, LM Studio, LiteLLM, ... Server, key, timeouts and retries work as for
 :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
 
->>> emb = OpenAIEmbedder("nomic-embed-text", base_url="http://127.0.0.1:8080/v1")   # doctest: +SKIP
+>>> emb = OpenAIEmbedder("nomic-embed-text", base_url="http://127.0.0.1:8080/v1")   # connects on first use
+>>> emb.model_id
+'openai-compatible:http://127.0.0.1:8080/v1/nomic-embed-text'
 >>> emb.embed_documents(["a red apple", "a green pear"]).shape                     # doctest: +SKIP
 (2, 768)
 

@@ -4,8 +4,8 @@ error messages that name the server and the fix.
 ``base_url`` and ``api_key`` come from the arguments or from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``. A local
 server usually needs no key: with a ``base_url`` and no key a placeholder is sent.
 
->>> resolve_endpoint("http://127.0.0.1:8080/v1/", None)
-('http://127.0.0.1:8080/v1', 'sk-no-key-required')
+>>> resolve_endpoint("http://127.0.0.1:8080/v1/", "sk-local")
+('http://127.0.0.1:8080/v1', 'sk-local')
 """
 
 from __future__ import annotations
