@@ -220,7 +220,7 @@ def test_memory_activation_argument_is_validated():
 
 def test_auto_activation_asks_your_model_and_gates_the_embedded_one():
     """The default asks the controller, except with the embedded SmolLM2-135M (0.68 held-out by probability),
-    seen through every wrapper: then the embedding gate with the embedded MiniLM, else the lexical gate."""
+    seen through every wrapper: then the lexical gate decides, whatever the embedder."""
     from _llm_fixtures import get_embedded
 
     from fragrel_integrations.langchain import FragRelChatModel
@@ -239,11 +239,12 @@ def test_auto_activation_asks_your_model_and_gates_the_embedded_one():
         SCMController(embedded),
     ]
     for model in wrapped:
-        assert isinstance(SelfControlledMemory(model).activation, EmbeddingGate), model
+        assert isinstance(SelfControlledMemory(model).activation, LexicalGate), model
         assert isinstance(SelfControlledMemory(model, embedder=HashingEmbedder()).activation, LexicalGate), model
         assert SelfControlledMemory(model, activation="controller").activation is True
+        assert isinstance(SelfControlledMemory(model, activation="embedding").activation, EmbeddingGate)
     copy = LlamaCppChatModel(str(smollm2_gguf_path()), n_ctx=512)  # the shipped file, by its path
-    assert isinstance(SelfControlledMemory(copy).activation, EmbeddingGate)
+    assert isinstance(SelfControlledMemory(copy).activation, LexicalGate)
 
 
 # --------------------------------------------------------------------------------------- lexical gate

@@ -224,29 +224,20 @@ class EmbeddingGate:
 ACTIVATION_MODES = ("auto", "controller", "lexical", "embedding")
 
 
-def auto_activation(model: object, embedder: object | None) -> str:
-    """What ``activation="auto"`` means for a memory with this controller ``model`` and ``embedder`` (None: the
-    embedded all-MiniLM-L6-v2): ``"controller"`` for any model of yours (the paper's method); with the embedded
-    SmolLM2-135M, which answers "is memory needed?" little better than chance (held-out accuracy 0.68 by
-    probability, 0.47 as text; ``benchmarks/results/llm_steps_scm.md``), ``"embedding"`` when the embedder is the
-    MiniLM its threshold was chosen for (0.93), else ``"lexical"`` (0.97, flattered by names).
+def auto_activation(model: object) -> str:
+    """What ``activation="auto"`` means for a memory whose controller has this ``model``: ``"controller"`` for
+    any model of yours (the paper's method); ``"lexical"`` with the embedded SmolLM2-135M, which answers "is
+    memory needed?" little better than chance (held-out accuracy 0.68 by probability, 0.47 as text, lexical gate
+    0.97; ``benchmarks/results/llm_steps_scm.md``). The lexical gate reads the stored turns' own text, so that
+    number holds whatever the embedder and whether or not turns are summarised; the embedding gate (0.93) was
+    measured on turn-text vectors, while a summarising memory stores summary vectors.
 
-    >>> auto_activation(object(), None)
+    >>> auto_activation(object())
     'controller'
     """
-    from ...models.base import embedder_id
     from ...models.llama_cpp_chat import is_embedded_model
 
-    if not is_embedded_model(model):
-        return "controller"
-    if embedder is None:
-        return "embedding"
-    try:
-        from ...models.local import default_embedder_id
-
-        return "embedding" if embedder_id(embedder) == default_embedder_id() else "lexical"
-    except ImportError:
-        return "lexical"
+    return "lexical" if is_embedded_model(model) else "controller"
 
 
 def activation_gate(activation: object) -> bool | LexicalGate | EmbeddingGate:

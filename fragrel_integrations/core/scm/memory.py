@@ -128,8 +128,7 @@ class SelfControlledMemory:
             :class:`~fragrel_integrations.core.scm.gates.EmbeddingGate`) from the highest cosine of the message
             with a stored turn, both without a model call; False always recalls. ``"auto"`` (default): the
             controller, except with the embedded SmolLM2-135M, which cannot answer the question, where the
-            embedding gate (with the embedded MiniLM) or the lexical gate decides
-            (:func:`~fragrel_integrations.core.scm.gates.auto_activation`).
+            lexical gate decides (:func:`~fragrel_integrations.core.scm.gates.auto_activation`).
         summarize: let the controller summarise every turn on write-back (False: no summary, the turn's text is
             embedded and never replaced by a summary).
         item_tokens, total_tokens: the reorganisation thresholds (paper: 800 and 2000; see the module docstring).
@@ -197,7 +196,7 @@ class SelfControlledMemory:
         check_scorer(scorer, SCORERS, allow_callable=False)
         self.scorer = scorer
         if activation == "auto":
-            activation = auto_activation(self.controller.model, embedder)
+            activation = auto_activation(self.controller.model)
         self.activation = activation_gate(activation)
         if not isinstance(summarize, bool):
             raise TypeError(f"summarize must be True or False, got {summarize!r}")
