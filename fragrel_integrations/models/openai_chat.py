@@ -24,7 +24,7 @@ from typing import Any
 
 from .._optional import require
 from .chat import ChatModelBase, Messages, given_params, to_messages
-from .openai_endpoint import resolve_endpoint, translate_error
+from .openai_endpoint import client_kwargs, translate_error
 from .retry import RetryPolicy, acall_with_retries, call_with_retries
 from .structured import ReplyFormat
 from .tokens import estimate_tokens
@@ -68,24 +68,15 @@ class OpenAIChatModel(ChatModelBase):
         openai = require("openai", "openai")
         if not isinstance(model, str) or not model:
             raise ValueError("model must be the model name the server serves, e.g. 'gpt-4o-mini' or 'smollm2'")
-        if not timeout or timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
         if context_window is not None and (not isinstance(context_window, int) or context_window < 1):
             raise ValueError(f"context_window must be a positive int or None, got {context_window!r}")
-        self.base_url, api_key = resolve_endpoint(base_url, api_key)
+        self._client_kwargs = client_kwargs(base_url, api_key, timeout, default_headers)
+        self.base_url, self.timeout = self._client_kwargs["base_url"], self._client_kwargs["timeout"]
         self.model_name = model
-        self.timeout = float(timeout)
         self.retry = retry or RetryPolicy()
         self.seed = seed
         self.context_window = context_window
         self.extra_body = dict(extra_body or {})
-        self._client_kwargs: dict[str, Any] = {
-            "base_url": self.base_url,
-            "api_key": api_key,
-            "timeout": self.timeout,
-            "max_retries": 0,
-            "default_headers": default_headers,
-        }
         self._openai = openai
         self._client = openai.OpenAI(**self._client_kwargs)
         self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None

@@ -27,7 +27,7 @@ import numpy as np
 from .._optional import require
 from .._validation import check_positive_int
 from .base import check_embeddings
-from .openai_endpoint import resolve_endpoint, translate_error
+from .openai_endpoint import client_kwargs, translate_error
 from .retry import RetryPolicy, call_with_retries
 
 __all__ = ["OpenAIEmbedder"]
@@ -61,26 +61,18 @@ class OpenAIEmbedder:
         openai = require("openai", "openai")
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model must be the embedding model name the server serves, e.g. 'text-embedding-3-small'")
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
         self.batch_size = check_positive_int(batch_size, "batch_size")
         for name, value in (("max_input_tokens", max_input_tokens), ("dimensions", dimensions)):
             if value is not None:
                 check_positive_int(value, name, hint=" or None")
-        self.base_url, api_key = resolve_endpoint(base_url, api_key)
+        kwargs = client_kwargs(base_url, api_key, timeout, default_headers)
+        self.base_url, self.timeout = kwargs["base_url"], kwargs["timeout"]
         self.model_name = model
-        self.timeout = float(timeout)
         self.retry = retry or RetryPolicy()
         self.max_input_tokens = max_input_tokens
         self.dimensions = dimensions
         self._openai = openai
-        self._client = openai.OpenAI(
-            base_url=self.base_url,
-            api_key=api_key,
-            timeout=self.timeout,
-            max_retries=0,
-            default_headers=default_headers,
-        )
+        self._client = openai.OpenAI(**kwargs)
         self._dim: int | None = None
         #: True once the server sent one vector per token: they are averaged, and texts go one per request.
         self.per_token = False

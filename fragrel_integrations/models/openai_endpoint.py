@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["DEFAULT_URL", "PLACEHOLDER_KEY", "resolve_endpoint", "translate_error"]
+__all__ = ["DEFAULT_URL", "PLACEHOLDER_KEY", "client_kwargs", "resolve_endpoint", "translate_error"]
 
 DEFAULT_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "sk-no-key-required"
@@ -32,6 +32,27 @@ def resolve_endpoint(base_url: str | None, api_key: str | None) -> tuple[str, st
             )
         api_key = PLACEHOLDER_KEY
     return (base_url or DEFAULT_URL).rstrip("/"), api_key
+
+
+def client_kwargs(
+    base_url: str | None, api_key: str | None, timeout: float, default_headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The ``openai.OpenAI`` / ``AsyncOpenAI`` arguments: the server and key of :func:`resolve_endpoint`,
+    ``timeout`` (positive seconds per request) and the client's own retries off (``RetryPolicy`` retries).
+
+    >>> client_kwargs("http://127.0.0.1:8080/v1", "sk-local", 30)["timeout"]
+    30.0
+    """
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    url, key = resolve_endpoint(base_url, api_key)
+    return {
+        "base_url": url,
+        "api_key": key,
+        "timeout": float(timeout),
+        "max_retries": 0,
+        "default_headers": default_headers,
+    }
 
 
 def translate_error(openai: Any, exc: Exception, base_url: str, timeout: float, retries: int) -> Exception:
