@@ -194,6 +194,8 @@ def user_embedder(args: argparse.Namespace) -> Any:
         if given:
             raise ValueError(f"{given[0]} needs --embed-model (a model folder, or the name the server serves)")
         return None
+    if args.embed_window_tokens is not None and args.embed_window_tokens < 1:
+        raise ValueError(f"--embed-window-tokens must be >= 1 (tokens the model reads), got {args.embed_window_tokens}")
     if args.embed_base_url:
         from .models.openai_embeddings import OpenAIEmbedder
 

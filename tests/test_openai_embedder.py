@@ -164,6 +164,10 @@ def test_cli_retrieve_with_a_served_embedder_and_its_cache(book, tmp_path, capsy
         (["--embed-base-url", "http://127.0.0.1:9/v1"], "--embed-base-url needs --embed-model"),
         (["--embed-model", "/no/such/model/folder"], "no such folder"),
         (["--embed-model", "/no/such/model/folder", "--embed-window-tokens", "512"], "add --embed-base-url"),
+        (
+            ["--embed-model", "m", "--embed-base-url", "http://127.0.0.1:9/v1", "--embed-window-tokens", "0"],
+            "--embed-window-tokens must be >= 1",
+        ),
     ],
 )
 def test_cli_embedder_options_fail_clearly(book, extra, message, capsys):
