@@ -228,9 +228,10 @@ def auto_activation(model: object) -> str:
     """What ``activation="auto"`` means for a memory whose controller has this ``model``: ``"controller"`` for
     any model of yours (the paper's method); ``"lexical"`` with the embedded SmolLM2-135M, which answers "is
     memory needed?" little better than chance (held-out accuracy 0.68 by probability, 0.47 as text, lexical gate
-    0.97; ``benchmarks/results/llm_steps_scm.md``). The lexical gate reads the stored turns' own text, so that
-    number holds whatever the embedder and whether or not turns are summarised; the embedding gate (0.93) was
-    measured on turn-text vectors, while a summarising memory stores summary vectors.
+    0.97; ``benchmarks/results/llm_steps_scm.md``, measured on LoCoMo turn texts, not through a memory). The
+    lexical gate reads the stored turns' own text, so neither the embedder nor summaries change what it sees;
+    the embedding gate (0.93) was measured on turn-text vectors, while a summarising memory stores summary
+    vectors.
 
     >>> auto_activation(object())
     'controller'
