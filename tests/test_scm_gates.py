@@ -244,7 +244,10 @@ def test_auto_activation_asks_your_model_and_gates_the_embedded_one():
         assert SelfControlledMemory(model, activation="controller").activation is True
         assert isinstance(SelfControlledMemory(model, activation="embedding").activation, EmbeddingGate)
     copy = LlamaCppChatModel(str(smollm2_gguf_path()), n_ctx=512)  # the shipped file, by its path
-    assert isinstance(SelfControlledMemory(copy).activation, LexicalGate)
+    try:
+        assert isinstance(SelfControlledMemory(copy).activation, LexicalGate)
+    finally:
+        copy.close()
 
 
 # --------------------------------------------------------------------------------------- lexical gate

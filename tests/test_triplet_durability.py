@@ -155,22 +155,29 @@ for b in range(crash_batch + 1):
 """
 
 
-@pytest.mark.parametrize("kind", BACKENDS)
-def test_killed_writer_loses_nothing_committed(kind, tmp_path):
-    if kind == "postgres" and pg_skip_reason():
-        pytest.skip(pg_skip_reason())
+def start_writer(tmp_path: Path, kind: str, target: str, schema: str, crash_batch: int) -> subprocess.Popen:
+    """A child process running :data:`CHILD` on the store at ``target``: it prints ``COMMITTED b`` after each
+    batch, waits for a line on stdin after batch 1, and hangs inside batch ``crash_batch``'s transaction, after
+    printing ``IN_TX`` (the test kills it there)."""
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    schema = f"crash_{os.getpid()}"
-    target = str(tmp_path / "crash.db") if kind == "sqlite" else get_pg().url
-    crash_batch = 4
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, str(script), kind, target, schema, str(crash_batch)],
         cwd=REPO,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_killed_writer_loses_nothing_committed(kind, tmp_path):
+    if kind == "postgres" and pg_skip_reason():
+        pytest.skip(pg_skip_reason())
+    schema = f"crash_{os.getpid()}"
+    target = str(tmp_path / "crash.db") if kind == "sqlite" else get_pg().url
+    crash_batch = 4
+    proc = start_writer(tmp_path, kind, target, schema, crash_batch)
     lines = []
     reader = None  # another process's view (this one): its term index is built before the crash
     deadline = time.monotonic() + 120

@@ -7,21 +7,17 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 from _triplet_fixtures import BACKENDS, make_backend, pg_skip_reason
-from test_triplet_durability import CHILD
+from test_triplet_durability import start_writer
 
 from fragrel_integrations.core.triplets import PostgresBackend, SQLiteBackend, TripletStore, term_index
 from fragrel_integrations.core.triplets.index_persist import check_saved, read_saved, read_terms
 from fragrel_integrations.core.triplets.term_index import TermIndex
 from fragrel_integrations.testing import HashingEmbedder
 
-REPO = Path(__file__).resolve().parent.parent
 DIM = 64
 SMALL = {"train_at": 60, "min_probe": 2}  # partition small stores (the default waits for 20,000 terms)
 
@@ -220,16 +216,8 @@ def test_killed_writer_leaves_data_and_saved_partition_in_agreement(kind, tmp_pa
     b = store.backend
     target = b.path if kind == "sqlite" else b.conninfo
     schema = "" if kind == "sqlite" else b.schema
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
     crash_batch = 3
-    proc = subprocess.Popen(
-        [sys.executable, str(script), kind, target, schema, str(crash_batch)],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_writer(tmp_path, kind, target, schema, crash_batch)
     lines = []
     while True:
         line = proc.stdout.readline().strip()
