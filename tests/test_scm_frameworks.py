@@ -184,7 +184,8 @@ def test_langchain_validation():
         SCMMiddleware(core, model=controller())
     with pytest.raises(TypeError, match="keep_history"):
         SCMMiddleware(core, keep_history="yes")  # type: ignore[arg-type]
-    assert SCMMiddleware(core).resolve_session(None) == "default"  # outside a run, no context
+    with pytest.raises(ValueError, match="cannot tell whose conversation"):  # no shared fallback session
+        SCMMiddleware(core).resolve_session(None)
 
 
 # ------------------------------------------------------------------------------------------ LlamaIndex
@@ -273,7 +274,7 @@ def test_llama_index_sessions_set_reset_and_from_defaults(tmp_path):
     assert [m.content for m in fresh.get_all()] == ["Hello", "Hi!"]
 
 
-def test_llama_index_validation():
+def test_llama_index_validation(tmp_path):
     with pytest.raises(ValueError, match="llm is required"):
         SCMMemory()
     with pytest.raises(TypeError, match="session_id"):
@@ -282,7 +283,13 @@ def test_llama_index_validation():
     with pytest.raises(ValueError, match="not both"):
         SCMMemory(core, llm=controller())
     with pytest.raises(TypeError, match="ChatMessage"):
-        SCMMemory(core).put("hello")  # type: ignore[arg-type]
+        SCMMemory(core, session_id="s").put("hello")  # type: ignore[arg-type]
+    # a shared stream (a file, a core memory) never falls back to one session for every user
+    with pytest.raises(ValueError, match="session_id is required"):
+        SCMMemory(core)
+    with pytest.raises(ValueError, match="session_id is required"):
+        SCMMemory(llm=controller(), path=tmp_path / "scm.sqlite")
+    assert SCMMemory(llm=controller(), embedder=HashingEmbedder(dim=8)).session_id == "default"  # private stream
 
 
 # ------------------------------------------------------------------------------------------ real models

@@ -29,7 +29,10 @@ SCM needs an ordered, per-session stream: the flash memory is the last index, re
 index and the FragRel context relation reads index distances.
 
 Session id: ``session_id=`` if given, else ``runtime.context["session_id"]`` (or a ``session_id`` attribute of
-the context object), else the ``thread_id`` of the run's config, else ``"default"``.
+the context object), else the ``thread_id`` of the run's config (an int thread id is read as its decimal text, as
+LangGraph's checkpointers do). A session id must be a non-empty str: anything else (``42``, ``""``) is a
+TypeError/ValueError, and a run with no session at all is a ValueError naming the three ways to give one. There is
+no shared fallback session, so one user's turns can never reach another user's model call.
 
 >>> from langchain.agents import create_agent
 >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -59,7 +62,7 @@ from langchain.agents.middleware.types import ModelRequest, ModelResponse, Priva
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage  # noqa: E402
 from langgraph.store.base import BaseStore  # noqa: E402
 
-from ..core.scm import DEFAULT_SESSION, MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
+from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
@@ -73,6 +76,18 @@ class SCMState(AgentState):
     scm_memory: NotRequired[Annotated[str, PrivateStateAttr]]
     scm_observation: NotRequired[Annotated[str, PrivateStateAttr]]
     scm_session: NotRequired[Annotated[str, PrivateStateAttr]]
+
+
+def _check_run_session(value: object, where: str) -> str:
+    """A session id read from a run: a non-empty str, else an error naming where it came from and the fix."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{where} must be a non-empty str (one id per user or conversation), got {type(value).__name__} "
+            f"{value!r}: convert it yourself, e.g. str(user.id), so that two users can never share a session"
+        )
+    if not value.strip():
+        raise ValueError(f"{where} is empty or blank: pass a non-empty id per user or conversation")
+    return value
 
 
 def _last_human(messages: Sequence[AnyMessage]) -> int | None:
@@ -159,20 +174,32 @@ class SCMMiddleware(AgentMiddleware):
     # ------------------------------------------------------------------------------------------- conversion
 
     def resolve_session(self, runtime: Any) -> str:
-        """The session id of a run (see the module docstring for the order)."""
+        """The session id of a run (see the module docstring for the order and the rules).
+
+        A session id that is given but is not a non-empty str is an error, never replaced by a shared session:
+        two users must never meet in one session.
+        """
         if self.session_id is not None:
             return self.session_id
         context = getattr(runtime, "context", None)
         value = context.get("session_id") if isinstance(context, Mapping) else getattr(context, "session_id", None)
-        if isinstance(value, str) and value:
-            return value
+        if value is not None:
+            return _check_run_session(value, "the run's context['session_id']")
         try:
             from langgraph.config import get_config
 
             thread = get_config().get("configurable", {}).get("thread_id")
         except RuntimeError:  # not inside a runnable context
             thread = None
-        return str(thread) if thread else DEFAULT_SESSION
+        if thread is not None:
+            if isinstance(thread, int) and not isinstance(thread, bool):
+                thread = str(thread)  # LangGraph's own rule: checkpointers store thread ids as text
+            return _check_run_session(thread, "the run's config['configurable']['thread_id']")
+        raise ValueError(
+            "SCMMiddleware cannot tell whose conversation this is: invoke the agent with "
+            "context={'session_id': '<user or conversation id>'} (create_agent(..., context_schema=...)) or "
+            "config={'configurable': {'thread_id': '...'}}, or fix one session with SCMMiddleware(session_id='...')"
+        )
 
     def _start(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str] | None:
         messages = state.get("messages", [])

@@ -1,38 +1,40 @@
 """The SCM memory stream in a LangGraph store: :class:`LangGraphStoreStream` over any ``BaseStore``.
 
-Each interaction is one store item under the namespace ``namespace + (session_id,)``, keyed by its index
-zero-padded to ten digits (``"0000000000"``, ``"0000000001"``, ...) so that keys sort in time order. The value is
-a JSON-compatible dict: ``observation``, ``response``, ``summary``, ``embedding`` (a list of floats, or None),
-``created`` (a Unix timestamp) and ``index``. Items are written with ``index=False``: SCM scores the stored
-embeddings itself (cosine plus the optional FragRel relation), so a store configured with an ``index`` must not
-embed them again. Use the same store object you pass to ``create_agent(store=...)`` (an ``InMemoryStore``, a
-``PostgresStore``, ...). The sync store methods are used; with an async store (``AsyncPostgresStore``) call the
-stream from a worker thread, as the async methods of the SCM memory do.
+Each interaction is one store item under the namespace ``namespace + (session_id,)``. Its key is the *slot* it
+claimed, zero-padded to ten digits, and a random suffix that no other writer can repeat
+(``"0000000000-3f2a..."``), so keys sort in time order and **no write can ever replace another**. The value is a
+JSON-compatible dict: ``observation``, ``response``, ``summary``, ``embedding`` (a list of floats, or None),
+``created`` (a Unix timestamp), ``index`` (the slot) and ``seq`` (the slot as zero-padded text). A session's
+interactions are its items ordered by (slot, created, key); an interaction's index is its position in that order.
+Items are written with ``index=False``: SCM scores the stored embeddings itself (cosine plus the optional FragRel
+relation), so a store configured with an ``index`` must not embed them again. Use the same store object you pass to
+``create_agent(store=...)`` (an ``InMemoryStore``, a ``SqliteStore``, a ``PostgresStore``, ...). The sync store
+methods are used; with an async store (``AsyncPostgresStore``) call the stream from a worker thread, as the async
+methods of the SCM memory do. Items written by earlier versions (keys of ten digits alone) are read as before.
 
 Session ids are free text: ``%``, ``.`` and NUL (not allowed in a namespace label) are percent-encoded in the
 label and decoded by :meth:`LangGraphStoreStream.sessions`.
 
-Trade-offs against the SQLite :class:`~fragrel_integrations.core.scm.SCMStream`:
+Concurrent writers. A ``BaseStore`` has no put-if-absent, so the stream never relies on one:
 
-* a ``BaseStore`` has no transactions. The next index is the largest stored key plus one (checked against the
-  store before every append); within one process a lock serialises appends, but two *processes* appending to the
-  same session at the same moment could both take the same index and one write would replace the other. Use
-  ``SCMStream``'s SQLite file when several processes write one session concurrently.
-* :meth:`LangGraphStoreStream.items` keeps each session's items in memory, as ``SCMStream`` does. On every call
-  it asks the store, in one ``store.batch`` of ``get`` operations, for the first and last cached items (to check
-  that they are still the same writes: their ``created`` must match, so a clear by another stream object or
-  process is noticed) and for the keys that follow the last one (items appended since, by any writer; indices
-  are contiguous because every append takes the newest index plus one). Only those new items are decoded. When
-  the check fails, or nothing is cached, the whole session is read with ``store.search`` (in pages of
-  ``page_size``; it returns 10 items unless told otherwise). ``get`` by key works the same on every
-  ``BaseStore``; a ``search`` filter such as ``{"index": {"$gt": last}}`` does not: ``InMemoryStore`` compares
-  numbers but scans the whole namespace, and ``PostgresStore`` compares ``value->>'index'`` as text
-  (``"10" < "9"``). Unlike ``SCMStream``, which also counts the rows, a deletion in the *middle* of a session
-  that leaves its first and last items in place (the stream itself never deletes single items; a direct
-  ``store.delete`` or a TTL sweep could) is not noticed while the cache lasts; :meth:`LangGraphStoreStream.close`
-  drops the cache. A store with a default TTL (``PostgresStore(ttl={"default_ttl": ...})``) expires items on its
-  own, so no cache is kept there: every call reads the whole session, as before. :meth:`LangGraphStoreStream.count`
-  always reads the whole session.
+* within one process, every stream object on the same store shares one lock, so two agents (or an agent built per
+  request) appending to one session take consecutive slots;
+* across processes, two writers may claim the same slot at the same moment; both items are kept (their keys
+  differ) and every reader orders them the same way, so no turn is lost. The index :meth:`append` returns is the
+  position at the time of the write; in that rare race the later-ordered of the two turns moves up by one.
+
+Reads. :meth:`LangGraphStoreStream.items` keeps each session's items in memory, as ``SCMStream`` does. On every
+call it asks the store, in one ``store.batch``, for the first and last cached items by key (their ``created`` must
+match, so a clear by another stream object or process is noticed) and searches for items whose ``seq`` is at
+least the last cached slot less four (``seq`` is text, so the comparison is right in every store, ``PostgresStore``
+included, which compares ``value->>'seq'`` as text). Only new items are decoded; a new item that sorts before the
+last cached one (a cross-process race, or a late write) makes the call read the whole session with ``store.search``
+(in pages of ``page_size``).
+A deletion in the *middle* of a session that leaves its first and last items in place (the stream itself never
+deletes single items; a direct ``store.delete`` or a TTL sweep could) is not noticed while the cache lasts;
+:meth:`LangGraphStoreStream.close` drops the cache. A store with a default TTL
+(``PostgresStore(ttl={"default_ttl": ...})``) expires items on its own, so no cache is kept there: every call reads
+the whole session. :meth:`LangGraphStoreStream.count` always reads the whole session.
 
 >>> import numpy as np
 >>> from langgraph.store.memory import InMemoryStore
@@ -43,16 +45,18 @@ Trade-offs against the SQLite :class:`~fragrel_integrations.core.scm.SCMStream`:
 (0, 1, 0, ['ana'])
 >>> stream.last("ana").summary, stream.items("ana")[0].embedding.tolist()
 ('The user is Ana.', [1.0, 1.0])
->>> store.get(("fragrel", "scm", "ana"), "0000000000").value["response"]
-'Hello Ana!'
+>>> [(it.key[:10], it.value["response"]) for it in store.search(("fragrel", "scm", "ana"))]
+[('0000000000', 'Hello Ana!')]
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+import uuid
+import weakref
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 from urllib.parse import unquote
 
 import numpy as np
@@ -63,7 +67,7 @@ from .._validation import check_min_int
 
 require("langgraph.store.base", "langchain")
 
-from langgraph.store.base import BaseStore, GetOp, Item, PutOp  # noqa: E402
+from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp  # noqa: E402
 
 from ..core.scm.stream import check_session, check_turn  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
@@ -75,15 +79,43 @@ DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
 
 _KEY_DIGITS = 10
 _FIELDS = ("observation", "response", "summary")
+#: How far below the last cached slot a read looks for a write that another process made late.
+_RACE_SLOTS = 4
+
+_LOCKS_GUARD = threading.Lock()
+_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_BY_ID: dict[int, threading.RLock] = {}  # for a store that cannot be weakly referenced
 
 
-def _key(index: int) -> str:
-    return f"{index:0{_KEY_DIGITS}d}"
+def _store_lock(store: BaseStore) -> threading.RLock:
+    """The one lock of this process for ``store``: every stream object on the same store shares it."""
+    with _LOCKS_GUARD:
+        try:
+            lock = _LOCKS.get(store)
+            if lock is None:
+                lock = _LOCKS[store] = threading.RLock()
+        except TypeError:  # not weak-referenceable
+            lock = _LOCKS_BY_ID.setdefault(id(store), threading.RLock())
+        return lock
 
 
-def _index(key: str) -> int | None:
-    """The interaction index of a key, or None for a key the stream did not write."""
-    return int(key) if len(key) == _KEY_DIGITS and key.isascii() and key.isdigit() else None
+def _seq(slot: int) -> str:
+    return f"{slot:0{_KEY_DIGITS}d}"
+
+
+def _new_key(slot: int) -> str:
+    """A key no other writer can repeat: the slot, then a random suffix."""
+    return f"{_seq(slot)}-{uuid.uuid4().hex}"
+
+
+def _slot(key: str) -> int | None:
+    """The slot of a key the stream wrote (``0000000007`` or ``0000000007-<hex>``), or None for any other key."""
+    head, sep, tail = key.partition("-")
+    if len(head) != _KEY_DIGITS or not (head.isascii() and head.isdigit()):
+        return None
+    if sep and not (tail and tail.isascii() and tail.isalnum()):
+        return None
+    return int(head)
 
 
 def _label(session_id: str) -> str:
@@ -106,6 +138,25 @@ def _created(item: Item | None) -> float | None:
     value = None if item is None else item.value
     created = value.get("created") if isinstance(value, Mapping) else None
     return float(created) if isinstance(created, int | float) else None
+
+
+class _Entry(NamedTuple):
+    """One stored interaction: its order (slot, created, key) and the item read from the store."""
+
+    slot: int
+    created: float
+    key: str
+    item: Item
+
+
+def _entries(ns: tuple[str, ...], items: Iterable[Item]) -> list[_Entry]:
+    """The stream's items among ``items`` (those of exactly ``ns`` with a stream key), unsorted."""
+    out = []
+    for item in items:
+        slot = _slot(item.key)
+        if tuple(item.namespace) == ns and slot is not None:
+            out.append(_Entry(slot, _created(item) or 0.0, item.key, item))
+    return out
 
 
 def _decode(session_id: str, index: int, item: Item) -> MemoryItem:
@@ -132,6 +183,13 @@ def _decode(session_id: str, index: int, item: Item) -> MemoryItem:
     )
 
 
+class _Cached(NamedTuple):
+    """A session as last read: the order of each item and its decoded form (same length, same order)."""
+
+    order: list[tuple[int, float, str]]
+    items: list[MemoryItem]
+
+
 class LangGraphStoreStream(Closing):
     """An SCM memory stream in a LangGraph ``BaseStore`` (see the module docstring for the layout and caveats).
 
@@ -141,8 +199,7 @@ class LangGraphStoreStream(Closing):
     Args:
         store: the LangGraph store (the caller owns it: :meth:`close` leaves it open).
         namespace: prefix of the stream's namespaces; each session lives under ``namespace + (session_id,)``.
-        page_size: items per ``store.search`` / ``store.list_namespaces`` call when reading a whole session; also
-            the most keys asked in one ``store.batch`` when following the items appended since the last read.
+        page_size: items per ``store.search`` / ``store.list_namespaces`` call when reading a session.
     """
 
     def __init__(
@@ -157,11 +214,10 @@ class LangGraphStoreStream(Closing):
         self.store = store
         self.namespace = _check_namespace(namespace)
         self.page_size = page_size
-        self._lock = threading.RLock()
-        self._tail: dict[str, tuple[int, float]] = {}  # session -> (index, created) of the newest item seen
-        self._items: dict[str, list[MemoryItem]] = {}  # session -> its items as last read, in time order
+        self._lock = _store_lock(store)  # shared with every other stream object on this store in this process
+        self._cache: dict[str, _Cached] = {}  # session -> its items as last read, in order
         # With a default TTL the store expires items (the stream passes no ttl of its own), oldest or not: then
-        # items() keeps no cache and reads the whole session, which also refreshes every item's TTL on read.
+        # no cache is kept and every read is a whole-session read, which also refreshes every item's TTL.
         ttl = getattr(store, "ttl_config", None) or {}
         self._cache_items = not (getattr(store, "supports_ttl", False) and ttl.get("default_ttl") is not None)
 
@@ -170,82 +226,73 @@ class LangGraphStoreStream(Closing):
     def _ns(self, session_id: str) -> tuple[str, ...]:
         return (*self.namespace, _label(check_session(session_id)))
 
-    def _scan(self, ns: tuple[str, ...]) -> dict[int, Item]:
-        """Every item of one session namespace by index, paging through ``store.search``."""
-        found: dict[int, Item] = {}
+    def _search_all(self, ns: tuple[str, ...], **kwargs: Any) -> list[_Entry]:
+        """Every stream item of one session namespace (optionally filtered), paging through ``store.search``."""
+        found: list[_Entry] = []
         offset = 0
         while True:
-            page = self.store.search(ns, limit=self.page_size, offset=offset)
-            for item in page:
-                index = _index(item.key)
-                if tuple(item.namespace) == ns and index is not None:
-                    found[index] = item
+            page = self.store.search(ns, limit=self.page_size, offset=offset, **kwargs)
+            found.extend(_entries(ns, page))
             if len(page) < self.page_size:
                 return found
             offset += len(page)
 
-    def _get_many(self, ns: tuple[str, ...], indices: list[int]) -> list[Item | None]:
-        """The items under ``indices`` of one session, in one ``store.batch`` (``None`` where missing)."""
+    def _read_all(self, session_id: str, ns: tuple[str, ...]) -> _Cached:
+        entries = sorted(self._search_all(ns))
+        return _Cached([e[:3] for e in entries], [_decode(session_id, i, e.item) for i, e in enumerate(entries)])
+
+    def _read_new(self, session_id: str, ns: tuple[str, ...], cached: _Cached) -> _Cached | None:
+        """The cached items plus those written since, or None when the cache is stale: its first or last item is
+        gone or was rewritten (``created`` differs), or an item appeared before its last one."""
+        first, last = cached.order[0], cached.order[-1]
         config = getattr(self.store, "ttl_config", None) or {}
         refresh = bool(config.get("refresh_on_read", True))  # as BaseStore.get does by default
-        results = self.store.batch([GetOp(ns, _key(i), refresh) for i in indices])
-        return [item if isinstance(item, Item) else None for item in results]
-
-    def _read_all(self, session_id: str, ns: tuple[str, ...]) -> list[MemoryItem]:
-        found = self._scan(ns)
-        return [_decode(session_id, i, found[i]) for i in sorted(found)]
-
-    def _read_new(self, session_id: str, ns: tuple[str, ...], cached: list[MemoryItem]) -> list[MemoryItem] | None:
-        """The cached items plus those appended since (read by key), or None when the cache is stale: its first
-        or last item is gone or was rewritten (``created`` differs), e.g. after a clear by another writer."""
-        first, last = cached[0], cached[-1]
-        checks = [first.index] if first is last else [first.index, last.index]
-        block = min(8, self.page_size)
-        found = self._get_many(ns, [*checks, *range(last.index + 1, last.index + 1 + block)])
-        for item, result in zip((first, last), found[: len(checks)], strict=False):
-            if result is None or _created(result) != item.created:
+        floor = max(0, last[0] - _RACE_SLOTS)
+        since = {"seq": {"$gte": _seq(floor)}}
+        ops = [GetOp(ns, first[2], refresh), GetOp(ns, last[2], refresh)]
+        try:
+            results = self.store.batch([*ops, SearchOp(ns, since, self.page_size, 0)])
+        except (TypeError, ValueError):  # a store that cannot compare a foreign item's value: read everything
+            return None
+        for (_, created, _), found in zip((first, last), results[:2], strict=True):
+            if not isinstance(found, Item) or _created(found) != created:
                 return None
-        fresh: list[MemoryItem] = []
-        following, after = found[len(checks) :], last.index + 1
-        while True:
-            for result in following:
-                if result is None:
-                    return cached + fresh
-                fresh.append(_decode(session_id, after, result))
-                after += 1
-            block = min(2 * block, self.page_size)
-            following = self._get_many(ns, list(range(after, after + block)))
-
-    def _remember(self, session_id: str, index: int, created: float | None) -> None:
-        if created is not None:
-            with self._lock:
-                self._tail[session_id] = (index, created)
-
-    def _newest(self, session_id: str, ns: tuple[str, ...]) -> tuple[int, Item] | None:
-        """The newest stored item of the session: the cached tail if the store still has it, else a full scan;
-        then any items written after it (by another stream) are followed."""
-        newest: tuple[int, Item] | None = None
-        cached = self._tail.get(session_id)
-        if cached is not None:
-            item = self.store.get(ns, _key(cached[0]))
-            if item is not None and _created(item) == cached[1]:
-                newest = (cached[0], item)
-        if newest is None:
-            found = self._scan(ns)
-            if found:
-                top = max(found)
-                newest = (top, found[top])
-        while True:
-            following = 0 if newest is None else newest[0] + 1
-            item = self.store.get(ns, _key(following))
-            if item is None:
-                break
-            newest = (following, item)
-        if newest is None:
-            self._tail.pop(session_id, None)
+        page = results[2] if isinstance(results[2], list) else []
+        if len(page) >= self.page_size:
+            try:
+                new = self._search_all(ns, filter=since)
+            except (TypeError, ValueError):
+                return None
         else:
-            self._remember(session_id, newest[0], _created(newest[1]))
-        return newest
+            new = _entries(ns, page)
+        known = set()
+        for slot, _, key in reversed(cached.order):  # the cached items the search returns again
+            if slot < floor:
+                break
+            known.add(key)
+        fresh = sorted(e for e in new if e.slot >= floor and e.key not in known)
+        if not fresh:
+            return cached
+        if fresh[0][:3] < last:
+            return None  # another process wrote before our last item: read everything in order again
+        start = len(cached.items)
+        return _Cached(
+            [*cached.order, *(e[:3] for e in fresh)],
+            [*cached.items, *(_decode(session_id, start + i, e.item) for i, e in enumerate(fresh))],
+        )
+
+    def _read(self, session_id: str) -> _Cached:
+        """The session in order (from the cache plus what is new where possible); caller holds the lock."""
+        ns = self._ns(session_id)
+        cached = self._cache.get(session_id)
+        result = self._read_new(session_id, ns, cached) if cached else None
+        if result is None:
+            result = self._read_all(session_id, ns)
+        if result.items and self._cache_items:
+            self._cache[session_id] = result
+        else:
+            self._cache.pop(session_id, None)
+        return result
 
     # ------------------------------------------------------------------------------------------- stream
 
@@ -262,47 +309,39 @@ class LangGraphStoreStream(Closing):
         ns = self._ns(session_id)
         vector = check_turn(observation, response, summary, embedding)
         with self._lock:
-            newest = self._newest(session_id, ns)
-            index = 0 if newest is None else newest[0] + 1
-            created = time.time()
+            current = self._read(session_id)
+            slot = current.order[-1][0] + 1 if current.order else 0
+            key, created = _new_key(slot), time.time()
             value: dict[str, Any] = {
                 "observation": observation,
                 "response": response,
                 "summary": summary,
                 "embedding": None if vector is None else [float(x) for x in vector.tolist()],
                 "created": created,
-                "index": index,
+                "index": slot,
+                "seq": _seq(slot),
             }
-            self.store.put(ns, _key(index), value, index=False)
-            self._tail[session_id] = (index, created)
-        return MemoryItem(session_id, index, observation, response, summary, vector, created)
+            self.store.put(ns, key, value, index=False)
+            item = MemoryItem(session_id, len(current.items), observation, response, summary, vector, created)
+            if self._cache_items:
+                self._cache[session_id] = _Cached([*current.order, (slot, created, key)], [*current.items, item])
+        return item
 
     def items(self, session_id: str) -> list[MemoryItem]:
-        """Every interaction of the session, in time order (a new list; items appended since the last call are
-        read by key, the rest comes from memory unless the session was cleared or rewritten meanwhile)."""
-        ns = self._ns(session_id)
+        """Every interaction of the session, in time order (a new list; items written since the last call are
+        searched for, the rest comes from memory unless the session was cleared or rewritten meanwhile)."""
         with self._lock:
-            cached = self._items.get(session_id)
-            result = self._read_new(session_id, ns, cached) if cached else None
-            if result is None:
-                result = self._read_all(session_id, ns)
-            if result and self._cache_items:
-                self._items[session_id] = result
-                self._remember(session_id, result[-1].index, result[-1].created)
-            else:
-                self._items.pop(session_id, None)
-            return list(result)
+            return list(self._read(session_id).items)
 
     def last(self, session_id: str) -> MemoryItem | None:
         """The latest interaction (the flash memory of the next turn), or None for an empty session."""
-        ns = self._ns(session_id)
         with self._lock:
-            newest = self._newest(session_id, ns)
-        return None if newest is None else _decode(session_id, *newest)
+            items = self._read(session_id).items
+        return items[-1] if items else None
 
     def count(self, session_id: str) -> int:
-        """Number of interactions in the session."""
-        return len(self._scan(self._ns(session_id)))
+        """Number of interactions in the session (always read from the store)."""
+        return len(self._search_all(self._ns(session_id)))
 
     def sessions(self) -> list[str]:
         """The session ids with at least one interaction, sorted."""
@@ -325,7 +364,7 @@ class LangGraphStoreStream(Closing):
         offset = 0
         while True:
             page = self.store.search(ns, limit=self.page_size, offset=offset)
-            if any(tuple(it.namespace) == ns and _index(it.key) is not None for it in page):
+            if _entries(ns, page):
                 return True
             if len(page) < self.page_size:
                 return False
@@ -335,18 +374,16 @@ class LangGraphStoreStream(Closing):
         """Delete the session's interactions (one ``store.batch`` of deletes); returns how many were deleted."""
         ns = self._ns(session_id)
         with self._lock:
-            self._tail.pop(session_id, None)
-            self._items.pop(session_id, None)
-            keys = [item.key for item in self._scan(ns).values()]
+            self._cache.pop(session_id, None)
+            keys = [entry.key for entry in self._search_all(ns)]
             if keys:
                 self.store.batch([PutOp(ns, key, None) for key in keys])
             return len(keys)
 
     def close(self) -> None:
-        """Forget the cached items and tails; the store itself belongs to the caller and stays open."""
+        """Forget the cached items; the store itself belongs to the caller and stays open."""
         with self._lock:
-            self._tail.clear()
-            self._items.clear()
+            self._cache.clear()
 
     def __repr__(self) -> str:
         return f"LangGraphStoreStream({type(self.store).__name__}, namespace={self.namespace!r})"

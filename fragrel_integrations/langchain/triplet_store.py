@@ -51,6 +51,7 @@ from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, r
 from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.text_api import term_problem  # noqa: E402
+from ..core.triplets.types import namespace_tuple  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
@@ -271,7 +272,7 @@ class TripletKVStore(KVBaseStore[str, Triplet]):
         self, store: TripletStore | TripletMemoryStore, *, namespace: Sequence[str] = ("kv",), hard_delete: bool = False
     ) -> None:
         self.store = core_triplet_store(store)
-        self.namespace = tuple(namespace)
+        self.namespace = namespace_tuple(namespace)  # a str is one label, never split into characters
         self.hard_delete = hard_delete
 
     def mget(self, keys: Sequence[str]) -> list[Triplet | None]:
@@ -338,7 +339,7 @@ def make_memory_tools(
     """
     store = core_triplet_store(store)
     check_positive_int(max_term_chars, "max_term_chars")
-    ns = tuple(namespace)
+    ns = namespace_tuple(namespace)  # a str is one label, never split into characters
 
     def memory_write(subject: str, relation: str, object: str) -> str:
         terms = (subject, relation, object)

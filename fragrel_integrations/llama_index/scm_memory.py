@@ -64,6 +64,9 @@ class SCMMemory(BaseMemory):
             :class:`fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex` over any LlamaIndex vector
             store; the stream stays the record of every turn, and ``reset`` also deletes the session's entries.
         session_id: the conversation this memory reads and writes; other sessions in the same file are never seen.
+            A non-empty str. It may be left out only when the memory owns a private in-memory stream (no
+            ``path`` file, no shared ``memory=``): then ``"default"`` is used, which no one else can read. With a
+            file or a shared core memory it is required, so two users can never meet in one session.
     """
 
     session_id: str = Field(default=DEFAULT_SESSION, description="The SCM session (conversation) id.")
@@ -79,11 +82,12 @@ class SCMMemory(BaseMemory):
         llm: Any = None,
         path: str | Path = ":memory:",
         embedder: Embedder | Any | None = None,
-        session_id: str = DEFAULT_SESSION,
+        session_id: str | None = None,
         **memory_kwargs: Any,
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
+        if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        shared = memory is not None or str(path) != ":memory:"
         if memory is not None:
             if not isinstance(memory, SelfControlledMemory):
                 raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
@@ -95,6 +99,13 @@ class SCMMemory(BaseMemory):
                     "llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)"
                 )
             memory = SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
+        if session_id is None:
+            if shared:
+                raise ValueError(
+                    "session_id is required when the stream is shared (a path= file or a memory= object): pass "
+                    "SCMMemory(..., session_id='<user or conversation id>'), one per user or conversation"
+                )
+            session_id = DEFAULT_SESSION  # a private in-memory stream: no one else can read this session
         super().__init__(session_id=session_id)
         self._core = memory
 

@@ -45,6 +45,7 @@ from .._adapters import split_store_or_path  # noqa: E402
 from .._validation import check_positive_int  # noqa: E402
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore, normalize_term, parse_calls  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
+from ..core.triplets.types import namespace_tuple  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
@@ -87,7 +88,7 @@ class TripletGraphStore(PropertyGraphStore):
     ) -> None:
         store, path = split_store_or_path(store, path)
         self.core = build_store(store, path=path, embedder=optional_embedder(embedder), **store_kwargs)
-        self.namespace = tuple(namespace)
+        self.namespace = namespace_tuple(namespace)  # a str is one label, never split into characters
         self.hard_delete = bool(hard_delete)
 
     @property
@@ -289,7 +290,7 @@ class TripletMemoryRetriever(BaseRetriever):
         else:
             raise TypeError(f"store must be a TripletGraphStore or TripletStore, got {type(store).__name__}")
         self.similarity_top_k = check_positive_int(similarity_top_k, "similarity_top_k")
-        self.namespace = default_ns if namespace is None else tuple(namespace)
+        self.namespace = default_ns if namespace is None else namespace_tuple(namespace)
         super().__init__(**kwargs)
 
     def _lookup(self, query: str) -> list[TripletRecord]:
