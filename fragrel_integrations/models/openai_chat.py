@@ -112,6 +112,7 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         self.extra_body = dict(extra_body or {})
         self._openai = openai
         self._client = openai.OpenAI(**self._client_kwargs, http_client=sync_http_client(openai))
+        _ = self._client.chat.completions  # openai imports its resources on first use: here, not inside a deadline
         self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None
         #: None: not known yet; False: the server gave no logprobs, yes/no questions are answered as text.
         self.logprobs_supported: bool | None = None
@@ -152,7 +153,8 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> str:
         req = self._request(messages, temperature, max_tokens, stop)
-        return self._text(self._call(lambda: self._client.chat.completions.with_raw_response.create(**req)))
+        create = self._client.chat.completions.with_raw_response.create  # openai's lazy imports: before the deadline
+        return self._text(self._call(lambda: create(**req)))
 
     # -- constrained replies ---------------------------------------------------------------------------------------
     def supports_format(self, reply_format: ReplyFormat) -> bool:
@@ -234,8 +236,8 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> str:
         req = self._request(messages, temperature, max_tokens, stop)
-        client = self._async_client()
-        return self._text(await self._acall(lambda: client.chat.completions.with_raw_response.create(**req)))
+        create = self._async_client().chat.completions.with_raw_response.create
+        return self._text(await self._acall(lambda: create(**req)))
 
     def _delta(self, chunk: Any) -> tuple[str, bool]:
         """``(text, finished)`` of one streamed chunk; ValueError naming the server for a malformed one."""
@@ -278,8 +280,9 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
     ) -> Iterator[str]:
         """The server's server-sent events (``stream=True``), one text delta at a time."""
         req = {**self._request(messages, temperature, max_tokens, stop), "stream": True}
+        create = self._client.chat.completions.create
         with Deadline(self.timeout) as deadline:  # the whole stream, not only its first bytes
-            stream = self._call(lambda: self._client.chat.completions.create(**req), deadline=deadline)
+            stream = self._call(lambda: create(**req), deadline=deadline)
             finished = False
             with stream:
                 chunks = iter(stream)
@@ -301,9 +304,9 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> AsyncIterator[str]:
         req = {**self._request(messages, temperature, max_tokens, stop), "stream": True}
-        client = self._async_client()
+        create = self._async_client().chat.completions.create
         end = time.monotonic() + self.timeout  # the whole stream, not only its first bytes
-        stream = await self._acall(lambda: client.chat.completions.create(**req), end=end)
+        stream = await self._acall(lambda: create(**req), end=end)
         finished = False
         async with stream:
             chunks = stream.__aiter__()
@@ -376,10 +379,9 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         if self.logprobs_supported is False:
             return None
         req = self._yes_no_request(messages)
+        create = self._client.chat.completions.create
         try:
-            response = self._call(
-                lambda: self._client.chat.completions.create(**req), policy=self._retry_without_refusals()
-            )
+            response = self._call(lambda: create(**req), policy=self._retry_without_refusals())
         except self._openai.APIStatusError as exc:
             return self._yes_no_failed(exc)
         return self._yes_no_from_response(response)
@@ -389,11 +391,9 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         if self.logprobs_supported is False:
             return None
         req = self._yes_no_request(messages)
-        client = self._async_client()
+        create = self._async_client().chat.completions.create
         try:
-            response = await self._acall(
-                lambda: client.chat.completions.create(**req), policy=self._retry_without_refusals()
-            )
+            response = await self._acall(lambda: create(**req), policy=self._retry_without_refusals())
         except self._openai.APIStatusError as exc:
             return self._yes_no_failed(exc)
         return self._yes_no_from_response(response)

@@ -75,6 +75,7 @@ class OpenAIEmbedder(ServerCalls):
         self.dimensions = dimensions
         self._openai = openai
         self._client = openai.OpenAI(**kwargs, http_client=sync_http_client(openai))
+        _ = self._client.embeddings  # openai imports its resources on first use: here, not inside a deadline
         self._dim: int | None = None
         self._warned_zero = False
         #: True once the server sent one vector per token: they are averaged, and texts go one per request.
@@ -91,8 +92,9 @@ class OpenAIEmbedder(ServerCalls):
         req: dict[str, Any] = {"model": self.model_name, "input": texts, "encoding_format": "float"}
         if self.dimensions is not None:
             req["dimensions"] = self.dimensions
+        create = self._client.embeddings.with_raw_response.create  # openai's lazy imports: before the deadline
         try:
-            raw = self._call(lambda: self._client.embeddings.with_raw_response.create(**req))
+            raw = self._call(lambda: create(**req))
         except self._openai.NotFoundError as exc:
             raise ValueError(
                 f"the server at {self.base_url} has no embeddings for model {self.model_name!r} ({exc}); check the "
