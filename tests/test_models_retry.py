@@ -201,6 +201,21 @@ def test_call_with_retries_does_not_retry_permanent_errors():
     assert len(calls) == 1
 
 
+def test_call_with_retries_never_starts_a_retry_past_the_deadline():
+    calls = []
+
+    def down():
+        calls.append(time.monotonic())
+        raise ConnectionError("refused")
+
+    start = time.monotonic()
+    policy = RetryPolicy(max_retries=100, initial_delay=0.05, multiplier=1.0, jitter=0)
+    with pytest.raises(ConnectionError):
+        call_with_retries(down, policy, deadline=start + 0.22)
+    assert 3 <= len(calls) <= 5 and calls[-1] < start + 0.22
+    assert time.monotonic() - start < 0.3
+
+
 def test_retrying_wrapper_around_any_model(caplog):
     flaky = ScriptedChatModel([ConnectionError("reset"), Status(503), "ok"])
     model = RetryingChatModel(flaky, RetryPolicy(initial_delay=0.01, jitter=0))

@@ -142,7 +142,7 @@ class Deadline:
         self.expired = False
         self._lock = threading.Lock()
         self._sockets: list[Any] = []
-        self._timer = threading.Timer(self.seconds, self._expire)
+        self._timer = threading.Timer(min(self.seconds, threading.TIMEOUT_MAX), self._expire)
         self._timer.daemon = True
         self._timer.start()
 
