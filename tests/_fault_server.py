@@ -4,12 +4,14 @@
 raw body bytes) that it can also send one byte at a time (``drip``: seconds between bytes, headers included
 when ``drip_headers``), cut short (``cut``: the Content-Length promises more than is sent, then the socket closes)
 or never send at all (``silent``). Every wait is bounded (``max_seconds``) and ends when the server stops, so a
-test can never hang on it.
+test can never hang on it. ``held`` records, per slow or silent reply, the seconds from the request to the moment
+the client gave up (closed the connection) or the reply ended: how long the server could hold the client.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import socketserver
 import threading
@@ -60,11 +62,23 @@ class FaultServer:
         self.respond = respond
         self.max_seconds = max_seconds
         self.requests: list[tuple[str, dict[str, str], dict]] = []
+        self.held: list[float] = []
+        self.active = 0
+        self.lock = threading.Lock()
         self.stopped = threading.Event()
         outer = self
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
+                with outer.lock:
+                    outer.active += 1
+                try:
+                    self.serve()
+                finally:
+                    with outer.lock:
+                        outer.active -= 1
+
+            def serve(self) -> None:
                 while not outer.stopped.is_set():
                     line = self.rfile.readline()
                     if not line:
@@ -87,10 +101,25 @@ class FaultServer:
         self.server.server_activate()
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
 
+    @staticmethod
+    def _client_left(conn: socket.socket, wait: float) -> bool:
+        """Whether the client closed the connection (waits up to ``wait`` seconds to see)."""
+        readable, _, _ = select.select([conn], [], [], wait)
+        if not readable:
+            return False
+        try:
+            return conn.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
     def send(self, conn: socket.socket, reply: Reply) -> bool:
         """Send ``reply``; False when the connection is done (closed, cut or timed out by the client)."""
+        start = time.monotonic()
+        end = start + self.max_seconds
         if reply.silent:
-            self.stopped.wait(self.max_seconds)
+            while not self.stopped.is_set() and time.monotonic() < end and not self._client_left(conn, 0.02):
+                pass
+            self.held.append(time.monotonic() - start)
             return False
         length = len(reply.body) + (100 if reply.cut else 0)
         extra = "".join(f"{k}: {v}\r\n" for k, v in reply.headers.items())
@@ -105,13 +134,16 @@ class FaultServer:
                 if not reply.drip_headers:
                     conn.sendall(head)
                 data = (head if reply.drip_headers else b"") + reply.body
-                end = time.monotonic() + self.max_seconds
                 for i in range(len(data)):
                     if self.stopped.is_set() or time.monotonic() > end:
-                        return False
+                        break
                     conn.sendall(data[i : i + 1])
-                    time.sleep(reply.drip)
+                    if self._client_left(conn, reply.drip):
+                        break
+                self.held.append(time.monotonic() - start)
+                return False
         except OSError:
+            self.held.append(time.monotonic() - start)
             return False
         return not reply.cut
 
@@ -125,5 +157,8 @@ class FaultServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stopped.set()
+        end = time.monotonic() + 5
+        while self.active and time.monotonic() < end:  # let the handlers record what they saw
+            time.sleep(0.01)
         self.server.shutdown()
         self.server.server_close()
