@@ -432,8 +432,7 @@ def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=120.0,
-        help="seconds per server request, retries included: the answer, and each --embed-base-url request "
-        "(default 120)",
+        help="seconds for the answer, and for each --embed-base-url request; retries included (default 120)",
     )
     parser.add_argument("--max-retries", type=int, default=3, help="server retries on transient errors (default 3)")
     parser.add_argument(
