@@ -40,6 +40,9 @@ DEFAULT_SCORER = "hybrid"
 #: BERT-family embedders (e5, bge, gte) read; raise it with ``--embed-window-tokens`` for longer-context models.
 SERVED_WINDOW_TOKENS = 512
 
+#: Seconds ``fragrel retrieve`` gives each request to ``--embed-base-url`` (retries included) without --timeout.
+SERVED_TIMEOUT = 60.0
+
 
 def _relation(name: str, w_rel: float) -> Relation:
     if name == "context":
@@ -122,7 +125,11 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
         help="OpenAI-compatible /embeddings server, e.g. http://127.0.0.1:8081/v1 (llama.cpp --embedding, vLLM, "
         "Ollama, OpenAI; needs the [openai] extra)",
     )
-    own.add_argument("--embed-api-key", default=None, help="its API key (default: $OPENAI_API_KEY; local: none)")
+    own.add_argument(
+        "--embed-api-key",
+        default=None,
+        help="its API key (default: none; $OPENAI_API_KEY is sent only to api.openai.com or $OPENAI_BASE_URL)",
+    )
     own.add_argument(
         "--embed-window-tokens",
         type=int,
@@ -200,8 +207,13 @@ def user_embedder(args: argparse.Namespace) -> Any:
         from .models.openai_embeddings import OpenAIEmbedder
 
         window = SERVED_WINDOW_TOKENS if args.embed_window_tokens is None else args.embed_window_tokens
+        timeout = SERVED_TIMEOUT if getattr(args, "timeout", None) is None else args.timeout
         return OpenAIEmbedder(
-            args.embed_model, base_url=args.embed_base_url, api_key=args.embed_api_key, max_input_tokens=window
+            args.embed_model,
+            base_url=args.embed_base_url,
+            api_key=args.embed_api_key,
+            max_input_tokens=window,
+            timeout=timeout,
         )
     if args.embed_api_key is not None or args.embed_window_tokens is not None:
         raise ValueError("--embed-api-key and --embed-window-tokens are for a served model: add --embed-base-url URL")
@@ -271,7 +283,19 @@ def format_hits(hits: Sequence[ScoredFragment], width: int = 240) -> str:
     return format_ranked(hits, lambda h: f"{h.fragment.doc_id}[{h.fragment.position}]", "text", width)
 
 
+def check_timeout(args: argparse.Namespace, needs: str | None = None) -> None:
+    """``--timeout`` is positive seconds; with ``needs`` (an option) it must come with that option."""
+    timeout = getattr(args, "timeout", None)
+    if timeout is None:
+        return
+    if not 0 < timeout < float("inf"):
+        raise ValueError(f"--timeout must be positive seconds, got {timeout:g}")
+    if needs is not None and not getattr(args, needs.lstrip("-").replace("-", "_"), None):
+        raise ValueError(f"--timeout bounds requests to a server: add {needs} URL (with --embed-model NAME)")
+
+
 def _cmd_retrieve(args: argparse.Namespace) -> int:
+    check_timeout(args, needs="--embed-base-url")
     index = build_index(args)
     hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words, order=_settings(args)[3])
     if args.json:
@@ -324,6 +348,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
 
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
+    check_timeout(args)
     model = _chat_model(args)
     index = build_index(args)
     hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words)
@@ -381,6 +406,12 @@ def _cmd_retrieve_code(args: argparse.Namespace) -> int:
 
 def _add_retrieve_arguments(parser: argparse.ArgumentParser) -> None:
     add_index_arguments(parser)
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help=f"seconds each request to --embed-base-url may take, retries included (default {SERVED_TIMEOUT:g})",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -388,11 +419,21 @@ def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     add_index_arguments(parser)
     parser.add_argument("--base-url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
     parser.add_argument("--model", default=None, help="model name on that server (needs the [openai] extra)")
-    parser.add_argument("--api-key", default=None, help="API key (default: $OPENAI_API_KEY; local servers need none)")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="API key (default: $OPENAI_API_KEY, sent only to api.openai.com or $OPENAI_BASE_URL; local servers "
+        "need none)",
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="longest answer in tokens (default 128)")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)")
     parser.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per answer (default 120)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds for the answer, and for each --embed-base-url request; retries included (default 120)",
+    )
     parser.add_argument("--max-retries", type=int, default=3, help="server retries on transient errors (default 3)")
     parser.add_argument(
         "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
@@ -446,6 +487,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except (ValueError, TypeError, ImportError, ConnectionError, TimeoutError) as exc:
+        print(f"fragrel: error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # an HTTP error status from a server (a refused key, a 500 after retries)
+        from .models.retry import status_code
+
+        if status_code(exc) is None:
+            raise
         print(f"fragrel: error: {exc}", file=sys.stderr)
         return 2
 

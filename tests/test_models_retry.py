@@ -94,13 +94,27 @@ def test_request_carries_parameters():
     assert body["model"] == "test-model"
 
 
-def test_timeout_raises_timeout_error_after_retries():
+def test_timeout_is_one_deadline_for_the_call_retries_included():
     with FakeOpenAIServer(delay=1.0) as server:
         model = model_for(server, timeout=0.2, retry=RetryPolicy(max_retries=1, initial_delay=0.01))
-        with pytest.raises(TimeoutError, match=r"did not answer within 0\.2s"):
+        start = time.perf_counter()
+        with pytest.raises(TimeoutError, match=r"did not answer within 0\.2s \(1 attempt, retries included\)"):
             model.invoke("hi")
+        assert time.perf_counter() - start < 0.6  # was 0.2 s per attempt, two attempts
         time.sleep(0.05)
-        assert len(server.requests) == 2
+        assert len(server.requests) == 1  # no retry starts once the budget is spent
+
+
+def test_retries_stop_when_the_budget_is_spent():
+    import openai
+
+    with FakeOpenAIServer(plan=[503] * 50) as server:
+        policy = RetryPolicy(max_retries=40, initial_delay=0.2, multiplier=1.0, jitter=0)
+        start = time.perf_counter()
+        with pytest.raises(openai.InternalServerError, match=f"server at {server.base_url} answered HTTP 503 after"):
+            model_for(server, timeout=1.0, retry=policy).invoke("hi")
+        assert time.perf_counter() - start < 1.5
+        assert 2 <= len(server.requests) <= 6
 
 
 async def test_abatch_really_runs_in_parallel_and_is_bounded():
@@ -185,6 +199,21 @@ def test_call_with_retries_does_not_retry_permanent_errors():
     with pytest.raises(ValueError):
         call_with_retries(bad, FAST, sleep=lambda s: None)
     assert len(calls) == 1
+
+
+def test_call_with_retries_never_starts_a_retry_past_the_deadline():
+    calls = []
+
+    def down():
+        calls.append(time.monotonic())
+        raise ConnectionError("refused")
+
+    start = time.monotonic()
+    policy = RetryPolicy(max_retries=100, initial_delay=0.05, multiplier=1.0, jitter=0)
+    with pytest.raises(ConnectionError):
+        call_with_retries(down, policy, deadline=start + 0.22)
+    assert 3 <= len(calls) <= 5 and calls[-1] < start + 0.22
+    assert time.monotonic() - start < 0.3
 
 
 def test_retrying_wrapper_around_any_model(caplog):

@@ -9,23 +9,28 @@ server usually needs no key: with a ``base_url`` and no key a placeholder is sen
 'Hi!'
 
 The client's own retries are switched off (``max_retries=0``): retries follow :class:`RetryPolicy` (transient
-errors only, exponential backoff), so they behave the same for every backend. After the last retry a server
-that cannot be reached raises ``ConnectionError`` and one that does not answer in ``timeout`` seconds raises
-``TimeoutError``, both naming the URL.
+errors only, exponential backoff), so they behave the same for every backend. ``timeout`` is a deadline for the
+whole request, retries included (a server that sends one byte at a time cannot hold it): then ``TimeoutError``;
+a server that cannot be reached raises ``ConnectionError``; an HTTP error status keeps openai's exception type
+with a message naming the URL and the fix. Every reply is checked before use: one that is not JSON, has no
+choices, a null message, content that is not text, or a tool call instead of text is a ``ValueError`` naming
+the server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
-from typing import Any
+from typing import Any, NoReturn
 
 from .._optional import require
 from .chat import ChatModelBase, Messages, given_params, to_messages
-from .openai_endpoint import client_kwargs, translate_error
-from .retry import RetryPolicy, acall_with_retries, call_with_retries
+from .openai_endpoint import Deadline, ServerCalls, _short, client_kwargs, read_json, sync_http_client
+from .retry import RetryPolicy
 from .structured import ReplyFormat
 from .tokens import estimate_tokens
 from .yes_no import yes_no_from_logprobs
@@ -38,18 +43,46 @@ logger = logging.getLogger(__name__)
 YES_NO_TOP_LOGPROBS = 20
 
 
+_TOOL_FIX = (
+    "OpenAIChatModel sends no tools and reads text only: check the server's chat template or tool settings "
+    "(a template that forces tool calls)"
+)
+
+
+def _content_text(message: dict[str, Any], source: str) -> str:
+    """The text of a chat ``message``: a string, or text parts joined; ValueError naming ``source`` for a tool
+    call, a refusal or content of another type."""
+    content = message.get("content")
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
+    ):
+        content = "".join(p["text"] for p in content)  # content parts: [{"type": "text", "text": ...}, ...]
+    if content is not None and not isinstance(content, str):
+        raise ValueError(f"{source} sent content of type {type(content).__name__}, not text: {_short(content)}")
+    if content:
+        return content
+    calls = message.get("tool_calls") or ([message["function_call"]] if message.get("function_call") else [])
+    if calls:
+        names = [str((c.get("function") or c).get("name")) if isinstance(c, dict) else "?" for c in calls]
+        raise ValueError(f"{source} answered with a tool call ({', '.join(names)}) instead of text; {_TOOL_FIX}")
+    refusal = message.get("refusal")
+    if isinstance(refusal, str) and refusal:
+        raise ValueError(f"{source} refused to answer: {_short(refusal)}")
+    return ""
+
+
 class _FormatRefused(Exception):
     """The server refused ``response_format`` (raised inside the retry loop so that it is not retried)."""
 
 
-class OpenAIChatModel(ChatModelBase):
+class OpenAIChatModel(ServerCalls, ChatModelBase):
     """A model served behind an OpenAI-compatible ``/chat/completions`` endpoint.
 
-    ``model`` is the name the server knows (required). ``timeout`` is seconds per HTTP request; ``retry`` the
-    backoff policy; ``seed`` is sent with every request (servers that support it sample reproducibly);
-    ``context_window`` tells callers such as ``fragrel ask`` how many tokens the model takes (unknown = None);
-    ``extra_body`` is merged into every request for server-specific options. :meth:`yes_no_probability` reads
-    yes/no answers from ``logprobs`` where the server returns them.
+    ``model`` is the name the server knows (required). ``timeout`` is seconds per call, retries included (one
+    total deadline: connect and every read); ``retry`` the backoff policy; ``seed`` is sent with every request
+    (servers that support it sample reproducibly); ``context_window`` tells callers such as ``fragrel ask`` how
+    many tokens the model takes (unknown = None); ``extra_body`` is merged into every request for server-specific
+    options. :meth:`yes_no_probability` reads yes/no answers from ``logprobs`` where the server returns them.
     """
 
     def __init__(
@@ -78,7 +111,8 @@ class OpenAIChatModel(ChatModelBase):
         self.context_window = context_window
         self.extra_body = dict(extra_body or {})
         self._openai = openai
-        self._client = openai.OpenAI(**self._client_kwargs)
+        self._client = openai.OpenAI(**self._client_kwargs, http_client=sync_http_client(openai))
+        _ = self._client.chat.completions  # openai imports its resources on first use: here, not inside a deadline
         self._async: tuple[asyncio.AbstractEventLoop, Any] | None = None
         #: None: not known yet; False: the server gave no logprobs, yes/no questions are answered as text.
         self.logprobs_supported: bool | None = None
@@ -98,25 +132,29 @@ class OpenAIChatModel(ChatModelBase):
             req["extra_body"] = self.extra_body
         return req
 
-    @staticmethod
-    def _text(response: Any) -> str:
-        choices = getattr(response, "choices", None)
-        if not choices:
-            raise RuntimeError(f"the server returned no choices: {response!r}")
-        return choices[0].message.content or ""
+    @property
+    def _source(self) -> str:
+        return f"the chat server at {self.base_url} (model {self.model_name!r})"
 
-    def _translate(self, exc: Exception) -> Exception:
-        return translate_error(self._openai, exc, self.base_url, self.timeout, self.retry.max_retries)
+    def _text(self, raw: Any) -> str:
+        """The reply text of a raw ``/chat/completions`` response, checked: a ValueError naming the server for a
+        reply that is not JSON, has no choices or a null message, content that is not text, or a tool call."""
+        source = self._source
+        data = read_json(raw, source)
+        choices = data.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            raise ValueError(f"{source} sent a reply without choices: {_short(data)}")
+        message = choices[0].get("message")
+        if not isinstance(message, dict):
+            raise ValueError(f"{source} sent a choice without a message ({_short(message)}); check the server")
+        return _content_text(message, source)
 
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> str:
         req = self._request(messages, temperature, max_tokens, stop)
-        try:
-            response = call_with_retries(lambda: self._client.chat.completions.create(**req), self.retry)
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
-        return self._text(response)
+        create = self._client.chat.completions.with_raw_response.create  # openai's lazy imports: before the deadline
+        return self._text(self._call(lambda: create(**req)))
 
     # -- constrained replies ---------------------------------------------------------------------------------------
     def supports_format(self, reply_format: ReplyFormat) -> bool:
@@ -169,11 +207,9 @@ class OpenAIChatModel(ChatModelBase):
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
-        create = self._client.chat.completions.create
+        create = self._client.chat.completions.with_raw_response.create
         try:
-            response = call_with_retries(lambda: self._create_format(create, req), self.retry)
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
+            response = self._call(lambda: self._create_format(create, req))
         except _FormatRefused as exc:
             self._refused(exc)
             return self._generate(messages, temperature, max_tokens, stop)
@@ -181,11 +217,9 @@ class OpenAIChatModel(ChatModelBase):
 
     async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         req = self._format_request(self._request(messages, temperature, max_tokens, stop), reply_format)
-        create = self._async_client().chat.completions.create
+        create = self._async_client().chat.completions.with_raw_response.create
         try:
-            response = await acall_with_retries(lambda: self._acreate_format(create, req), self.retry)
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
+            response = await self._acall(lambda: self._acreate_format(create, req))
         except _FormatRefused as exc:
             self._refused(exc)
             return await self._agenerate(messages, temperature, max_tokens, stop)
@@ -202,50 +236,94 @@ class OpenAIChatModel(ChatModelBase):
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> str:
         req = self._request(messages, temperature, max_tokens, stop)
-        client = self._async_client()
-        try:
-            response = await acall_with_retries(lambda: client.chat.completions.create(**req), self.retry)
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
-        return self._text(response)
+        create = self._async_client().chat.completions.with_raw_response.create
+        return self._text(await self._acall(lambda: create(**req)))
 
-    @staticmethod
-    def _delta(chunk: Any) -> str:
+    def _delta(self, chunk: Any) -> tuple[str, bool]:
+        """``(text, finished)`` of one streamed chunk; ValueError naming the server for a malformed one."""
         choices = getattr(chunk, "choices", None)
+        if choices is None or not isinstance(choices, list):
+            raise ValueError(f"{self._source} sent a stream chunk without choices: {_short(chunk)}")
         if not choices:  # e.g. a final usage-only chunk
-            return ""
-        delta = getattr(choices[0], "delta", None)
-        return getattr(delta, "content", None) or ""
+            return "", False
+        choice = choices[0]
+        delta = getattr(choice, "delta", None)
+        content = getattr(delta, "content", None)
+        if content is not None and not isinstance(content, str):
+            raise ValueError(f"{self._source} streamed content of type {type(content).__name__}, not text")
+        if not content and getattr(delta, "tool_calls", None):
+            raise ValueError(f"{self._source} streamed a tool call instead of text; {_TOOL_FIX}")
+        return content or "", getattr(choice, "finish_reason", None) is not None
+
+    def _unfinished(self) -> ValueError:
+        return ValueError(
+            f"{self._source} ended its stream before the reply was finished (no finish_reason): the connection "
+            "was cut or the server failed; check the server"
+        )
+
+    def _stream_failure(self, exc: Exception, expired: bool) -> NoReturn:
+        """Raise an error met while reading a stream as the caller should see it."""
+        if expired:
+            err = self._failure(exc, True)
+        elif isinstance(exc, json.JSONDecodeError):
+            err = ValueError(f"{self._source} streamed an event that is not JSON: {exc}")
+        elif type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "httpcore2"):
+            err = ConnectionError(f"{self._source} broke off its streamed reply: {exc}; check the server")
+        else:
+            err = self._failure(exc, False)
+        if err is exc:
+            raise exc
+        raise err from exc
 
     def _stream(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> Iterator[str]:
         """The server's server-sent events (``stream=True``), one text delta at a time."""
         req = {**self._request(messages, temperature, max_tokens, stop), "stream": True}
-        try:
-            stream = call_with_retries(lambda: self._client.chat.completions.create(**req), self.retry)
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
-        with stream:
-            for chunk in stream:
-                piece = self._delta(chunk)
-                if piece:
-                    yield piece
+        create = self._client.chat.completions.create
+        with Deadline(self.timeout) as deadline:  # the whole stream, not only its first bytes
+            stream = self._call(lambda: create(**req), deadline=deadline)
+            finished = False
+            with stream:
+                chunks = iter(stream)
+                while True:
+                    try:
+                        chunk = next(chunks)
+                    except StopIteration:
+                        break
+                    except Exception as exc:
+                        self._stream_failure(exc, deadline.passed())
+                    piece, done = self._delta(chunk)
+                    finished = finished or done
+                    if piece:
+                        yield piece
+            if not finished:
+                raise self._failure(self._unfinished(), deadline.passed())
 
     async def _astream(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> AsyncIterator[str]:
         req = {**self._request(messages, temperature, max_tokens, stop), "stream": True}
-        client = self._async_client()
-        try:
-            stream = await acall_with_retries(lambda: client.chat.completions.create(**req), self.retry)
-        except self._openai.APIConnectionError as exc:
-            raise self._translate(exc) from exc
+        create = self._async_client().chat.completions.create
+        end = time.monotonic() + self.timeout  # the whole stream, not only its first bytes
+        stream = await self._acall(lambda: create(**req), end=end)
+        finished = False
         async with stream:
-            async for chunk in stream:
-                piece = self._delta(chunk)
+            chunks = stream.__aiter__()
+            while True:
+                try:
+                    async with asyncio.timeout(max(0.0, end - time.monotonic())):
+                        chunk = await chunks.__anext__()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:
+                    self._stream_failure(exc, time.monotonic() >= end)
+                piece, done = self._delta(chunk)
+                finished = finished or done
                 if piece:
                     yield piece
+        if not finished:
+            raise self._failure(self._unfinished(), time.monotonic() >= end)
 
     # -- yes/no by probability -----------------------------------------------------------------------------------
     def _yes_no_request(self, messages: Messages) -> dict[str, Any]:
@@ -268,10 +346,14 @@ class OpenAIChatModel(ChatModelBase):
         if not content:
             self._note_no_logprobs("the server returned no logprobs")
             return None
-        first = content[0]
-        pairs = {t.token: t.logprob for t in (getattr(first, "top_logprobs", None) or [])}
-        pairs.setdefault(first.token, first.logprob)  # the sampled token, when the top list lacks it
-        return yes_no_from_logprobs(pairs.items())
+        try:
+            first = content[0]
+            pairs = {t.token: t.logprob for t in (getattr(first, "top_logprobs", None) or [])}
+            pairs.setdefault(first.token, first.logprob)  # the sampled token, when the top list lacks it
+            return yes_no_from_logprobs(pairs.items())
+        except (AttributeError, TypeError, ValueError, IndexError, KeyError) as exc:
+            self._note_no_logprobs(f"the server returned malformed logprobs ({exc})")
+            return None
 
     def _note_no_logprobs(self, why: str) -> None:
         if self.logprobs_supported is not False:
@@ -281,8 +363,6 @@ class OpenAIChatModel(ChatModelBase):
 
     def _yes_no_failed(self, exc: Exception) -> None:
         """None for a server that refuses logprobs (noted, not asked again); any other error is raised."""
-        if isinstance(exc, self._openai.APIConnectionError):
-            raise self._translate(exc) from exc
         if not self._refuses_logprobs(exc):
             raise exc
         self._note_no_logprobs(f"the server refused logprobs: {exc}")
@@ -299,11 +379,10 @@ class OpenAIChatModel(ChatModelBase):
         if self.logprobs_supported is False:
             return None
         req = self._yes_no_request(messages)
+        create = self._client.chat.completions.create
         try:
-            response = call_with_retries(
-                lambda: self._client.chat.completions.create(**req), self._retry_without_refusals()
-            )
-        except (self._openai.APIConnectionError, self._openai.APIStatusError) as exc:
+            response = self._call(lambda: create(**req), policy=self._retry_without_refusals())
+        except self._openai.APIStatusError as exc:
             return self._yes_no_failed(exc)
         return self._yes_no_from_response(response)
 
@@ -312,12 +391,10 @@ class OpenAIChatModel(ChatModelBase):
         if self.logprobs_supported is False:
             return None
         req = self._yes_no_request(messages)
-        client = self._async_client()
+        create = self._async_client().chat.completions.create
         try:
-            response = await acall_with_retries(
-                lambda: client.chat.completions.create(**req), self._retry_without_refusals()
-            )
-        except (self._openai.APIConnectionError, self._openai.APIStatusError) as exc:
+            response = await self._acall(lambda: create(**req), policy=self._retry_without_refusals())
+        except self._openai.APIStatusError as exc:
             return self._yes_no_failed(exc)
         return self._yes_no_from_response(response)
 

@@ -2,8 +2,8 @@
 
 Your own embedding model behind the index, the wrappers and ``fragrel retrieve --embed-model``: OpenAI itself,
 llama.cpp's server (``llama-server -m model.gguf --embedding``), vLLM, Ollama (``/v1``), Text Embeddings
-Inference, LM Studio, LiteLLM, ... Server, key, timeouts and retries work as for
-:class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
+Inference, LM Studio, LiteLLM, ... Server, key, timeouts (one total deadline per request, retries included) and
+retries work as for :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
 
 >>> emb = OpenAIEmbedder("nomic-embed-text", base_url="http://127.0.0.1:8080/v1")   # connects on first use
 >>> emb.model_id
@@ -27,22 +27,24 @@ import numpy as np
 from .._optional import require
 from .._validation import check_positive_int
 from .base import check_embeddings
-from .openai_endpoint import client_kwargs, translate_error
-from .retry import RetryPolicy, call_with_retries
+from .openai_endpoint import ServerCalls, _short, client_kwargs, read_json, sync_http_client
+from .retry import RetryPolicy
 
 __all__ = ["OpenAIEmbedder"]
 
 logger = logging.getLogger(__name__)
 
 
-class OpenAIEmbedder:
+class OpenAIEmbedder(ServerCalls):
     """Texts to float32 vectors from a model served behind an OpenAI-compatible ``/embeddings`` endpoint.
 
     ``model`` is the name the server knows (required); ``batch_size`` texts go in one request; ``dimensions`` is
-    sent for models that can shorten their vectors (OpenAI's text-embedding-3). A reply with the wrong number
-    of vectors, vectors of different lengths or non-finite values is a ValueError naming the server. A server
-    that sends one vector per token (a model served without pooling) gets one text per request from then on, and
-    the token vectors are averaged, with a warning.
+    sent for models that can shorten their vectors (OpenAI's text-embedding-3); ``timeout`` is seconds per
+    request, retries included. A reply that is not JSON, items without an integer ``index``, the wrong number
+    of vectors, vectors of different lengths, values that are not numbers (booleans, strings) or not finite is
+    a ValueError naming the server; all-zero vectors (they match nothing) are logged once. A server that sends
+    one vector per token (a model served without pooling) gets one text per request from then on, and the token
+    vectors are averaged, with a warning.
     """
 
     def __init__(
@@ -72,8 +74,10 @@ class OpenAIEmbedder:
         self.max_input_tokens = max_input_tokens
         self.dimensions = dimensions
         self._openai = openai
-        self._client = openai.OpenAI(**kwargs)
+        self._client = openai.OpenAI(**kwargs, http_client=sync_http_client(openai))
+        _ = self._client.embeddings  # openai imports its resources on first use: here, not inside a deadline
         self._dim: int | None = None
+        self._warned_zero = False
         #: True once the server sent one vector per token: they are averaged, and texts go one per request.
         self.per_token = False
 
@@ -88,29 +92,34 @@ class OpenAIEmbedder:
         req: dict[str, Any] = {"model": self.model_name, "input": texts, "encoding_format": "float"}
         if self.dimensions is not None:
             req["dimensions"] = self.dimensions
+        create = self._client.embeddings.with_raw_response.create  # openai's lazy imports: before the deadline
         try:
-            response = call_with_retries(lambda: self._client.embeddings.create(**req), self.retry)
-        except (self._openai.APIConnectionError, self._openai.APITimeoutError) as exc:
-            raise translate_error(self._openai, exc, self.base_url, self.timeout, self.retry.max_retries) from exc
+            raw = self._call(lambda: create(**req))
         except self._openai.NotFoundError as exc:
             raise ValueError(
                 f"the server at {self.base_url} has no embeddings for model {self.model_name!r} ({exc}); check the "
                 "model name, and start a llama.cpp server with --embedding"
             ) from exc
         source = f"the embeddings server at {self.base_url} (model {self.model_name!r})"
-        data = sorted(getattr(response, "data", None) or [], key=lambda d: d.index)
-        if [d.index for d in data] != list(range(len(texts))):
-            raise ValueError(f"{source} returned {len(data)} vectors for {len(texts)} texts")
-        rows = [d.embedding for d in data]
-        bad = next((r for r in rows if isinstance(r, str | bytes) or not isinstance(r, Sequence)), None)
-        if bad is not None:  # base64 text or None from a server that ignores encoding_format="float"
-            raise ValueError(f"{source} did not return float vectors (got {type(bad).__name__})")
-        per_token = bool(rows) and all(r and isinstance(r[0], Sequence) for r in rows)
+        rows = _rows(read_json(raw, source), len(texts), source)
+        per_token = bool(rows) and all(r and isinstance(r[0], list) for r in rows)
         if per_token:
             rows = self._pooled(rows, source)
         if len({len(r) for r in rows}) > 1:
             raise ValueError(f"{source} returned vectors of different lengths: {sorted({len(r) for r in rows})}")
-        return check_embeddings(rows, len(texts), source=source), per_token
+        vectors = check_embeddings(rows, len(texts), source=source)
+        zero = ~vectors.any(axis=1)
+        if zero.any() and not self._warned_zero:
+            self._warned_zero = True
+            logger.warning(
+                "%s returned all-zero vectors for %d of %d texts (first: %s); they match nothing. Check the model "
+                "and the texts (further zero vectors are not reported)",
+                source,
+                int(zero.sum()),
+                len(texts),
+                _short(texts[int(zero.argmax())], 80),
+            )
+        return vectors, per_token
 
     def _pooled(self, rows: list[Any], source: str) -> list[Any]:
         """Per-token vectors (a model served without pooling, e.g. a chat model on llama-cpp-python's server)
@@ -159,3 +168,31 @@ class OpenAIEmbedder:
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.model_name!r}, base_url={self.base_url!r})"
+
+
+def _is_number(x: object) -> bool:
+    return type(x) is float or type(x) is int  # not bool, not str: JSON numbers only
+
+
+def _rows(data: dict[str, Any], n: int, source: str) -> list[list[Any]]:
+    """The ``embedding`` lists of an ``/embeddings`` reply in ``index`` order, checked for shape and type."""
+    items = data.get("data")
+    if not isinstance(items, list) or not all(isinstance(d, dict) for d in items):
+        raise ValueError(f"{source} sent a reply without a list of embeddings ('data'): {_short(data)}")
+    index = [d.get("index") for d in items]
+    if not all(type(i) is int for i in index):
+        bad = next(i for i in index if type(i) is not int)
+        raise ValueError(f"{source} sent an embedding without an integer 'index' (got {_short(bad)})")
+    if sorted(index) != list(range(n)):
+        raise ValueError(f"{source} returned {len(items)} vectors for {n} texts (indexes {_short(sorted(index))})")
+    rows = [d.get("embedding") for d in sorted(items, key=lambda d: d["index"])]
+    for row in rows:
+        if not isinstance(row, list):  # base64 text or None from a server that ignores encoding_format="float"
+            raise ValueError(f"{source} did not return float vectors (got {type(row).__name__})")
+        flat = row if not (row and isinstance(row[0], list)) else [x for r in row if isinstance(r, list) for x in r]
+        if not all(_is_number(x) for x in flat) or (flat is not row and not all(isinstance(r, list) for r in row)):
+            bad = next((x for x in flat if not _is_number(x)), row)
+            raise ValueError(
+                f"{source} did not return float vectors: a value is {type(bad).__name__} ({_short(bad, 60)})"
+            )
+    return rows

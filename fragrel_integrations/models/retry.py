@@ -125,14 +125,22 @@ class RetryPolicy:
         return min(base, self.max_delay)
 
 
-def _give_up(policy: RetryPolicy, attempt: int, exc: BaseException) -> bool:
+def _give_up(policy: RetryPolicy, attempt: int, exc: BaseException, wait: float, deadline: float | None) -> bool:
+    if deadline is not None and time.monotonic() + wait >= deadline:
+        return True  # no time left for another attempt
     return attempt >= policy.max_retries or not policy.retry_on(exc)
 
 
 def call_with_retries(
-    fn: Callable[[], T], policy: RetryPolicy | None = None, *, sleep: Callable[[float], None] = time.sleep
+    fn: Callable[[], T],
+    policy: RetryPolicy | None = None,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    deadline: float | None = None,
 ) -> T:
-    """Call ``fn()``; on a transient error wait and try again, up to ``policy.max_retries`` more times.
+    """Call ``fn()``; on a transient error wait and try again, up to ``policy.max_retries`` more times, and
+    never past ``deadline`` (a ``time.monotonic()`` value: no retry starts that could not begin before it; the
+    last error is raised).
 
     >>> calls = []
     >>> def flaky():
@@ -150,9 +158,9 @@ def call_with_retries(
         try:
             return fn()
         except Exception as exc:
-            if _give_up(policy, attempt, exc):
-                raise
             wait = policy.delay(attempt, exc, rng)
+            if _give_up(policy, attempt, exc, wait, deadline):
+                raise
             logger.warning("transient error (%s); retry %d/%d in %.2fs", exc, attempt + 1, policy.max_retries, wait)
             sleep(wait)
             attempt += 1
@@ -163,6 +171,7 @@ async def acall_with_retries(
     policy: RetryPolicy | None = None,
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    deadline: float | None = None,
 ) -> T:
     """Async :func:`call_with_retries`: ``fn`` returns a fresh awaitable on every call."""
     policy = policy or RetryPolicy()
@@ -172,9 +181,9 @@ async def acall_with_retries(
         try:
             return await fn()
         except Exception as exc:
-            if _give_up(policy, attempt, exc):
-                raise
             wait = policy.delay(attempt, exc, rng)
+            if _give_up(policy, attempt, exc, wait, deadline):
+                raise
             logger.warning("transient error (%s); retry %d/%d in %.2fs", exc, attempt + 1, policy.max_retries, wait)
             await sleep(wait)
             attempt += 1
