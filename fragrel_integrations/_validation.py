@@ -14,7 +14,7 @@ ValueError: radius must be an int >= 0 (neighbours on each side), got -1
 
 from __future__ import annotations
 
-__all__ = ["check_cosine", "check_min_int", "check_positive_int"]
+__all__ = ["check_cosine", "check_min_int", "check_positive_int", "check_query"]
 
 
 def check_min_int(value: object, name: str, minimum: int, *, hint: str = "") -> int:
@@ -43,3 +43,21 @@ def check_cosine(value: object, name: str, *, what: str = "a cosine") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not -1.0 <= float(value) <= 1.0:
         raise ValueError(f"{name} must be {what} in [-1, 1], got {value!r}")
     return float(value)
+
+
+def check_query(query: object, *, what: str = "query") -> str:
+    """``query`` if it is a str holding something besides whitespace; TypeError or ValueError naming the fix.
+
+    >>> check_query("  ")
+    Traceback (most recent call last):
+    ...
+    ValueError: the query is blank: give the text to retrieve for (a question, or the code before the cursor)
+    """
+    if not isinstance(query, str):
+        raise TypeError(f"{what} must be str, got {type(query).__name__}")
+    if not query.strip():
+        raise ValueError(
+            f"the {what} is {'empty' if not query else 'blank'}: give the text to retrieve for (a question, or the "
+            "code before the cursor)"
+        )
+    return query

@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cli_code import add_retrieve_code_arguments, format_ranked
+from .cli_code import add_retrieve_code_arguments, format_ranked, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
+from .core.code.loader import wide_codec
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
 from .models.base import embedder_id
 
-__all__ = ["ANSWER_SYSTEM_PROMPT", "answer_messages", "build_parser", "main"]
+__all__ = ["ANSWER_SYSTEM_PROMPT", "answer_messages", "book_text", "build_parser", "main"]
 
 #: The instruction ``fragrel ask`` gives the model (kept short: the embedded model is small).
 ANSWER_SYSTEM_PROMPT = "Answer the question using only the context. Reply in one short sentence."
@@ -64,6 +66,38 @@ def _read_bytes(path: str) -> bytes:
     except OSError as exc:
         raise SystemExit(f"fragrel: {path}: cannot read it: {exc.strerror or exc}") from None
 
+
+def book_text(data: bytes, path: str) -> str:
+    """The text of a book file: UTF-8 (bad bytes replaced), or UTF-16/32 when it starts with their byte-order
+    mark. An empty, blank or binary file (a NUL byte, or over 30% of the first 8 KiB undecodable bytes or control
+    characters: binary data, or text in a legacy encoding) is a ValueError naming the file.
+
+    >>> book_text(b"Call me Ishmael.", "moby.txt")
+    'Call me Ishmael.'
+    >>> book_text(b"\\x89PNG\\r\\n\\x1a\\n\\x00\\x00", "cover.png")
+    Traceback (most recent call last):
+    ...
+    ValueError: cover.png looks binary (a NUL byte at offset 8): give a UTF-8 text file
+    """
+    codec = wide_codec(data)
+    if codec is None and b"\x00" in data[:_PROBE_BYTES]:
+        offset = data.index(b"\x00")
+        raise ValueError(f"{path} looks binary (a NUL byte at offset {offset}): give a UTF-8 text file")
+    text = data.decode(codec or "utf-8", errors="replace")
+    if not text.strip():
+        raise ValueError(f"{path} is {'empty' if not data else 'blank'}: give a text file with something to search")
+    sample = text[:_PROBE_BYTES]
+    junk = sum(1 for c in sample if c == "\ufffd" or (c < " " and c not in "\t\n\r\f\v\x1b"))
+    if junk > 0.3 * len(sample):
+        raise ValueError(
+            f"{path} is not UTF-8 text ({junk} of its first {len(sample)} characters are undecodable bytes or "
+            "control characters): give a UTF-8 text file (convert one in another encoding with iconv -t UTF-8)"
+        )
+    return text
+
+
+#: How much of a book is probed for binary content.
+_PROBE_BYTES = 8192
 
 #: The options that override one setting of ``--preset`` (None: the preset's; see :func:`_settings`).
 _PRESET_OPTIONS: dict[str, tuple[type, str]] = {
@@ -155,7 +189,7 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
     alpha, w_rel, fragment_words, _, top_m = _settings(args)
     relation = _relation(args.relation, w_rel)
     data = _read_bytes(args.file)
-    text = data.decode("utf-8", errors="replace")
+    text = book_text(data, args.file)
     window_words = "auto" if args.window_words is None else args.window_words
     kwargs: dict[str, Any] = {"relation": relation, "alpha": alpha, "scorer": args.scorer, "top_m": top_m}
     embedder = user_embedder(args)
@@ -301,7 +335,7 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([hit_dict(h) for h in hits], indent=2))
     else:
-        print(format_hits(hits))
+        print(terminal_safe(format_hits(hits)))
     return 0
 
 
@@ -388,7 +422,8 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
     else:
         note = " (the last one cut to fit the context window)" if truncated else ""
-        print(f"{answer}\n\nFragments used ({len(used)} of {len(hits)} retrieved){note}:\n{format_hits(used)}")
+        shown = f"{answer}\n\nFragments used ({len(used)} of {len(hits)} retrieved){note}:\n{format_hits(used)}"
+        print(terminal_safe(shown))
     return 0
 
 
@@ -396,7 +431,7 @@ def _cmd_retrieve_code(args: argparse.Namespace) -> int:
     from .cli_code import retrieve_code
 
     try:
-        print(retrieve_code(args))
+        print(terminal_safe(retrieve_code(args)))
     except OSError as exc:  # a cache folder that cannot be written, a repository that vanished meanwhile, ...
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"fragrel: error: {exc.strerror or exc}{where}", file=sys.stderr)
@@ -480,22 +515,48 @@ def _quiet_model_loading() -> None:
         hf_logging.disable_progress_bar()
 
 
+def _check_inputs(args: argparse.Namespace) -> None:
+    """Refuse an empty or blank question and an empty, blank or binary book before any model is loaded."""
+    question = getattr(args, "question", None)
+    if question is not None and not question.strip():
+        raise ValueError(
+            f"the question is {'empty' if not question else 'blank'}: give the question to answer, e.g. "
+            f'fragrel {args.command} BOOK.txt "Who was shipwrecked?"'
+        )
+    if getattr(args, "file", None) is not None:
+        book_text(_read_bytes(args.file), args.file)
+
+
+class _WarningFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal_safe(f"fragrel: warning: {record.getMessage()}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "quiet", False):
         _quiet_model_loading()
+    # the library's warnings (files left out of a repository, a cache rebuilt) reach stderr, sanitised
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_WarningFormatter())
+    library_logger = logging.getLogger("fragrel_integrations")
+    library_logger.addHandler(handler)
     try:
+        _check_inputs(args)
         return int(args.func(args))
     except (ValueError, TypeError, ImportError, ConnectionError, TimeoutError) as exc:
-        print(f"fragrel: error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
         return 2
     except Exception as exc:  # an HTTP error status from a server (a refused key, a 500 after retries)
         from .models.retry import status_code
 
         if status_code(exc) is None:
             raise
-        print(f"fragrel: error: {exc}", file=sys.stderr)
+        print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
         return 2
+    finally:
+        library_logger.removeHandler(handler)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -11,7 +12,27 @@ from pathlib import Path
 from .core.code.loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
 from .core.types import ScoredFragment
 
-__all__ = ["add_retrieve_code_arguments", "code_hit_dict", "format_code_hits", "read_context", "retrieve_code"]
+__all__ = [
+    "add_retrieve_code_arguments",
+    "code_hit_dict",
+    "format_code_hits",
+    "read_context",
+    "retrieve_code",
+    "terminal_safe",
+]
+
+#: Control characters (C0, DEL, C1) other than newline and tab: ESC, BEL, CR, CSI ... drive or overwrite a terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character but newline and tab replaced by U+FFFD, for printing: an ESC or BEL
+    sequence in a book, a repository or a model's reply cannot move the cursor, recolour or retitle the terminal.
+
+    >>> terminal_safe("ok\\x1b[2Jgone\\x07\\tkept\\n") == "ok\\ufffd[2Jgone\\ufffd\\tkept\\n"
+    True
+    """
+    return _CONTROL.sub("\ufffd", text)
 
 
 def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
@@ -121,6 +142,11 @@ def retrieve_code(args: argparse.Namespace) -> str:
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")
     context = read_context(args.context)
+    if not context.strip():
+        raise ValueError(
+            f"the code context is {'empty' if not context else 'blank'}: give the code before the cursor (the text, "
+            "'-' to read it from stdin or '@FILE' to read it from a file)"
+        )
     embedder = None
     if args.scorer in ("dense", "hybrid"):
         from .models.local import default_embedder

@@ -85,3 +85,69 @@ def test_quiet_prints_no_progress_bar_not_even_the_model_loading_one(book, tmp_p
     assert "%|" not in quiet.stderr and "Loading" not in quiet.stderr, quiet.stderr
     loud = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert loud.returncode == 0 and "%|" in loud.stderr  # the bar --quiet removes is there without it
+
+
+# ------------------------------------------------------------------------------ hostile input (issue 25)
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("fragrel: error: "), err  # one line, no traceback
+    return err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 8, "looks binary (a NUL byte at offset 8)"),
+        (bytes(range(128, 256)) * 40, "is not UTF-8 text (5120 of its first 5120 characters are undecodable"),
+        (b"", "is empty"),
+        (b" \n\t\n  ", "is blank"),
+    ],
+    ids=["png", "undecodable", "empty", "blank"],
+)
+@pytest.mark.parametrize("command", ["retrieve", "ask"])
+def test_binary_or_empty_book_is_refused(tmp_path, capsys, content, message, command):
+    book = tmp_path / "cover.png"
+    book.write_bytes(content)
+    assert main([command, str(book), "who?", "--scorer", "bm25", "--quiet", "--no-cache"]) == 2
+    err = _error_line(capsys)
+    assert f"{book} {message}" in err and "give a" in err
+
+
+@pytest.mark.parametrize("question", ["", "   ", "\n\t"])
+@pytest.mark.parametrize("command", ["retrieve", "ask"])
+def test_empty_or_blank_question_is_refused(book, capsys, question, command):
+    assert main([command, str(book), question, "--scorer", "bm25", "--quiet"]) == 2
+    err = _error_line(capsys)
+    assert "the question is" in err and "give the question to answer" in err
+
+
+def test_utf16_book_is_decoded(tmp_path, capsys):
+    book = tmp_path / "wide.txt"
+    book.write_bytes(TEXT.encode("utf-16"))
+    args = ["retrieve", str(book), "who killed the captain", "--scorer", "bm25", "-k", "1", "--json"]
+    assert main([*args, "--fragment-words", "50", "--quiet"]) == 0
+    assert "captain" in json.loads(capsys.readouterr().out)[0]["text"]
+
+
+def test_control_characters_in_a_book_never_reach_the_terminal(tmp_path, capsys):
+    book = tmp_path / "evil.txt"
+    book.write_text(TEXT.replace("the captain", "the \x1b]0;owned\x07\x1b[2J\x9b31m\rcaptain"), encoding="utf-8")
+    args = ["retrieve", str(book), "who killed the captain", "--scorer", "bm25", "-k", "1", "--quiet"]
+    assert main([*args, "--fragment-words", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "owned" in out and "captain" in out
+    assert not any(c in out for c in "\x1b\x07\x9b\r") and "\ufffd]0;owned\ufffd" in out
+    assert main([*args, "--fragment-words", "50", "--json"]) == 0
+    assert "\x1b]0;owned\x07" in json.loads(capsys.readouterr().out)[0]["text"]  # JSON keeps it, escaped
+
+
+def test_the_library_refuses_an_empty_query(book):
+    from fragrel_integrations.core import FragRelIndex
+
+    index = FragRelIndex.from_texts([TEXT], fragment_words=50, scorer="bm25")
+    for query in ("", "  \n"):
+        with pytest.raises(ValueError, match=r"the query is (empty|blank): give the text to retrieve for"):
+            index.retrieve(query)
+    assert index.retrieve("captain", k=1)

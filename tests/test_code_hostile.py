@@ -5,6 +5,7 @@ a hang or a raw sqlite3/bm25s/PermissionError traceback."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import shutil
@@ -256,7 +257,7 @@ def test_fragments_without_word_tokens_score_zero_with_bm25(tmp_path, capsys):
     root = tmp_path / "r"
     root.mkdir()
     (root / "p.py").write_text("!!!\n???\n+-*/\n")
-    for query in ("x", "!!!", ""):
+    for query in ("x", "!!!"):
         hits = from_repository(root, scorer="bm25", show_progress=False).retrieve(query, k=2)
         assert len(hits) == 1 and hits[0].score == 0.0
     assert main(["retrieve-code", str(root), "???", "--scorer", "bm25", "--quiet"]) == 0
@@ -278,3 +279,76 @@ def test_repository_of_nul_bytes_is_a_clear_error(tmp_path, capsys):
     root.mkdir()
     with pytest.raises(ValueError, match="no source code to index: give the root folder"):
         from_repository(root, show_progress=False)
+
+
+# ------------------------------------------------------------------------------------------ issue 25
+
+
+def test_deeply_nested_folders_are_walked_without_recursion(tmp_path, capsys):
+    """``os.walk`` recursed once per level: 2,000 nested folders died with a RecursionError (1,500 here, so the
+    deepest path stays under the 4,096-byte limit of the system calls)."""
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "top.py").write_text("def top():\n    return deep()\n")
+    deepest = root
+    for _ in range(1_500):
+        deepest = deepest / "d"
+        deepest.mkdir()
+    try:
+        (deepest / "deep.py").write_text("def deep():\n    return 42\n")
+        loaded = _finishes(lambda: load_repository(root))
+        assert [f.path for f in loaded.files] == ["d/" * 1_500 + "deep.py", "top.py"] and not loaded.skipped
+        assert main(["retrieve-code", str(root), "return deep(", "--quiet", "--json"]) == 0
+        assert any(h["path"].endswith("deep.py") for h in json.loads(capsys.readouterr().out))
+    finally:  # shutil.rmtree recurses too: remove the chain bottom-up
+        (deepest / "deep.py").unlink(missing_ok=True)
+        while deepest != root:
+            deepest.rmdir()
+            deepest = deepest.parent
+
+
+def test_utf16_source_is_decoded_and_binary_source_is_warned_about(tmp_path, caplog, capsys):
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "wide.py").write_bytes("def wide():\n    return 'caf\u00e9'\n".encode("utf-16"))
+    (root / "wide32.py").write_bytes("def wide32():\n    return 3\n".encode("utf-32"))
+    (root / "blob.py").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
+    (root / "plain.py").write_text("def plain():\n    return wide()\n")
+    with caplog.at_level(logging.WARNING):
+        loaded = load_repository(root)
+    texts = {f.path: f.text for f in loaded.files}
+    assert texts["wide.py"] == "def wide():\n    return 'caf\u00e9'\n" and "def wide32" in texts["wide32.py"]
+    assert sorted(loaded.fallback_decoded) == ["wide.py", "wide32.py"]
+    assert {s.path: s.reason for s in loaded.skipped} == {"blob.py": "binary"}
+    assert "blob.py (binary)" in caplog.text
+    assert main(["retrieve-code", str(root), "return wide(", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert "wide.py" in captured.out
+    assert "fragrel: warning: left out 1 source file(s) or folder(s): blob.py (binary)" in captured.err
+    (root / "bad16.py").write_bytes(b"\xff\xfe" + b"\x00\xd8")  # a BOM, then a lone surrogate
+    assert read_source_file(root, "bad16.py").reason.startswith("not valid UTF-16/32 after its byte-order mark")
+
+
+@pytest.mark.parametrize("context", ["", "   \n\t"])
+def test_an_empty_code_context_is_refused(repo, context, capsys):
+    assert main(["retrieve-code", str(repo), context, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fragrel: error: the code context is") and "code before the cursor" in err
+    assert err.count("\n") == 1
+    index = from_repository(repo, scorer="bm25", show_progress=False)
+    with pytest.raises(ValueError, match=r"the query is (empty|blank): give the text to retrieve for"):
+        index.retrieve(context)
+
+
+def test_code_printed_to_the_terminal_has_no_control_characters(tmp_path, capsys):
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "evil.py").write_text("x = '\x1b]0;owned\x07\x1b[2J\r'  # evil\ndef f():\n    return x\n")
+    assert main(["retrieve-code", str(root), "x = '", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "owned" in out and not any(c in out for c in "\x1b\x07\r")
+    assert main(["retrieve-code", str(root), "x = '", "--quiet", "--prompt"]) == 0
+    out = capsys.readouterr().out
+    assert "owned" in out and not any(c in out for c in "\x1b\x07\r")
+    assert main(["retrieve-code", str(root), "x = '", "--quiet", "--json"]) == 0
+    assert "\x1b]0;owned" in json.loads(capsys.readouterr().out)[0]["text"]  # JSON keeps the text, escaped

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fragrel_integrations.core.scm import SCMController, SCMStream, SelfControlledMemory, parse_yes_no
-from fragrel_integrations.core.tree import SurpriseTree, load_tree, parse_summary, save_tree
-from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN
+from fragrel_integrations.core.tree import SurpriseTree, chunk_text, load_tree, parse_summary, save_tree
+from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN, estimate_tokens
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 FUZZ = settings(
@@ -266,3 +266,48 @@ def test_scm_turns_are_never_lost_and_errors_are_documented(answers, turns, use_
         assert [(it.observation, it.response) for it in reopened.items("fuzz")] == stored
         assert all(len(it.summary) <= OUTPUT_CHARS_PER_TOKEN * 96 for it in reopened.items("fuzz"))
         reopened.close()
+
+
+# ------------------------------------------------------------------------------ sizes (issue 25)
+
+#: Runs of one kind of character with no space: CJK, emoji, letters, symbols, digits; plus the odd space.
+unspaced_text = st.lists(
+    st.sampled_from(["\u6211\u4eec", "\U0001f600", "a" * 37, "#", "7" * 11, "\u3002", " ", "x" * 500]),
+    min_size=1,
+    max_size=400,
+).map("".join)
+
+
+@FUZZ
+@given(text=unspaced_text, max_tokens=st.integers(1, 64))
+def test_every_chunk_fits_whatever_the_text(text, max_tokens):
+    start = time.perf_counter()
+    chunks = chunk_text(text, max_tokens=max_tokens)
+    assert all(estimate_tokens(c) <= max_tokens for c in chunks)
+    assert "".join("".join(c.split()) for c in chunks) == "".join(text.split())  # nothing lost, order kept
+    assert time.perf_counter() - start < SECONDS
+
+
+@FUZZ
+@given(
+    turns=st.lists(st.tuples(unspaced_text, unspaced_text), min_size=1, max_size=5),
+    total_tokens=st.integers(0, 300),
+)
+def test_the_scm_memory_block_fits_the_budget(turns, total_tokens):
+    memory = SelfControlledMemory(
+        ScriptedChatModel(lambda messages: "no"),
+        embedder=HashingEmbedder(dim=DIM),
+        k=3,
+        activation=False,
+        summarize=False,
+        total_tokens=total_tokens,
+    )
+    for observation, response in turns:
+        memory.record(observation, response, session_id="s")
+    context = memory.prepare("what did I say?", session_id="s")
+    texts = [t for m in context.memories for t in (m.item.observation, m.item.response)]
+    texts += [context.flash.observation, context.flash.response]
+    shown = sum(estimate_tokens(t) for t in texts)
+    labels = 30 + 10 * len(context.memories)  # headers, "[turn n]", "User:", "Assistant:"
+    cut = 5 * len(texts)  # a share below the marker's 5 tokens shows the marker alone
+    assert estimate_tokens(context.block) <= min(shown, total_tokens + cut) + labels

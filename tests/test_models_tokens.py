@@ -91,6 +91,15 @@ def test_truncate_to_tokens_is_the_longest_fitting_prefix():
         truncate_to_tokens(text, -1)
 
 
+def test_truncate_to_tokens_cuts_a_word_longer_than_the_budget_by_characters():
+    """Issue 25: text without spaces (Chinese, emoji, one long token) was cut to nothing, so callers kept it whole."""
+    for text, n in (("x" * 2_000_000, 8), ("\u6211" * 100_000 + " tail", 8), ("\U0001f600" * 10_000, 8)):
+        cut = truncate_to_tokens(text, n)
+        assert cut and text.startswith(cut) and estimate_tokens(cut) <= n < estimate_tokens(text[: len(cut) + 1])
+    assert truncate_to_tokens("short " + "y" * 1000, 3) == "short"  # a whole word fits: words as before
+    assert truncate_to_tokens("y" * 1000, 0) == ""
+
+
 def test_fit_texts_keeps_order_and_cuts_the_last():
     texts = ["a b c", "d e f g", "h i"]
     assert fit_texts(texts, 100, separator_tokens=0) == texts

@@ -285,10 +285,13 @@ def test_summary_substitution_under_the_budget():
     assert by_index[0].shown == by_index[0].item.summary and LONG not in context.block
     assert "[turn 0, summary] Story about my garden: detail detail\n" in context.block
 
-    # the controller says the summary is not enough -> full text stays
+    # the controller says the summary is not enough -> the full texts stay, cut to fair shares of the budget
     memory = build(FakeController(sufficiency="no"), turns=turns, k=3, item_tokens=100, total_tokens=200)
     context = memory.prepare("What grows in my garden?", session_id="ana")
-    assert not any(m.use_summary for m in context.memories) and LONG in context.block
+    assert not any(m.use_summary for m in context.memories) and LONG not in context.block
+    assert "[turn 0] User: Story about my garden: detail detail" in context.block and "[...]" in context.block
+    assert "[turn 1] User: Short note about my garden.\nAssistant: Noted." in context.block  # short: whole
+    assert context.memories[0].item.observation == turns[0][0]  # the context keeps the stored turn
     # unparseable -> documented fallback: the summary (we are over budget)
     memory = build(FakeController(sufficiency="perhaps"), turns=turns, k=3, item_tokens=100, total_tokens=200)
     context = memory.prepare("What grows in my garden?", session_id="ana")
@@ -299,6 +302,54 @@ def test_summary_substitution_under_the_budget():
     memory = build(controller, turns=turns, k=3, item_tokens=100, total_tokens=10_000)
     context = memory.prepare("What grows in my garden?", session_id="ana")
     assert "sufficiency" not in controller.kinds() and not any(m.use_summary for m in context.memories)
+
+
+#: Labels the block adds around the texts it shows (headers, "[turn n]", "User:", "Assistant:"), in tokens.
+BLOCK_LABEL_TOKENS = 60
+
+
+@pytest.mark.parametrize(
+    "huge",
+    [
+        "word " * 400_000,  # a 2 MB turn
+        "x" * 2_000_000,  # one 2 MB token
+        "\u6211\u4eec\u5728\u516c\u56ed\u91cc\u6563\u6b65" * 100_000,  # Chinese without a space
+    ],
+    ids=["words", "one-token", "chinese"],
+)
+def test_a_huge_previous_turn_is_cut_to_the_memory_budget(huge):
+    """Issue 25: the flash turn sat outside total_tokens (after a 2 MB turn the next memory prompt was 2,000,167
+    characters); now the whole block, and the flash turn in the activation question, fit the budget."""
+    controller = FakeController()
+    memory = build(controller, k=3)
+    memory.record(huge, "Noted, a long message.", session_id="ana")
+    context = memory.prepare("What is my cat called?", session_id="ana")
+    assert context.flash.observation == huge  # the stored turn is untouched
+    budget = memory.total_tokens
+    assert memory.count_tokens(context.block) <= budget + BLOCK_LABEL_TOKENS
+    assert len(memory.memory_prompt(context)) < OUTPUT_CHARS_PER_TOKEN * budget
+    assert "Previous turn:\nUser: " + huge[:50] in context.block and "[...]\nAssistant: Noted, a long" in context.block
+    assert "Miso" in context.block  # the short recalled turns are kept whole
+    activation = [c["messages"] for c in controller.calls if kind(c["messages"]) == "activation"][-1]
+    assert sum(len(m["content"]) for m in activation) < OUTPUT_CHARS_PER_TOKEN * budget
+    standalone = memory.fusion_messages(context)
+    assert sum(len(m["content"]) for m in standalone) < OUTPUT_CHARS_PER_TOKEN * budget + 1000
+
+
+def test_the_flash_turn_counts_towards_reorganisation_and_recalled_full_texts_fit_the_budget():
+    long_turn = (f"Garden diary: {LONG}", "ok")  # ~300 tokens
+    turns = [long_turn, ("Short note.", "ok"), (f"Flash turn: {LONG} {LONG}", "ok")]  # flash ~600 tokens
+    controller = FakeController(sufficiency="no")
+    memory = build(controller, turns=turns, k=2, item_tokens=100, total_tokens=800)
+    context = memory.prepare("What is in my garden diary?", session_id="ana")
+    assert sum(m.tokens for m in context.memories) < 800  # the recalled turns alone are under the budget ...
+    assert controller.kinds().count("sufficiency") == 1  # ... with the flash turn they are over: reorganised
+    assert memory.count_tokens(context.block) <= 800 + BLOCK_LABEL_TOKENS
+    # stored without summaries, a recalled 2 MB turn is cut too
+    huge = [("words " * 300_000, "ok"), ("Short note.", "ok"), ("flash", "ok")]
+    memory = build(FakeController(), turns=huge, k=2, summarize=False)
+    context = memory.prepare("words?", session_id="ana")
+    assert len(context.memories) == 2 and memory.count_tokens(context.block) <= 2000 + BLOCK_LABEL_TOKENS
 
 
 def test_paper_thresholds_are_the_defaults():

@@ -429,3 +429,58 @@ def test_llama_index_extractor_is_model_free_on_request_or_without_a_model():
         SurpriseExtractor(summariser="llm")
     with pytest.raises(ValueError, match="summariser must be one of"):
         SurpriseExtractor(model, summariser="textrank")
+
+
+# ------------------------------------------------------------------------ text without spaces (issue 25)
+
+#: Texts the sentence splitter and the word cutter could not cut: one leaf of 13k-50k estimated tokens and a
+#: summary of 20k-200k characters came out of each, with chunk_tokens=600 and a 4,800-character summary cap.
+UNSPACED = {
+    "chinese": "\u6211\u4eec\u5728\u5317\u4eac\u7684\u516c\u56ed\u91cc\u6563\u6b65\uff0c" * 4_000,  # commas only
+    "emoji": "\U0001f600\U0001f680\U0001f431" * 7_000,
+    "one-token": "a" * 200_000,
+    "long-words": " ".join(["b" * 30_000, "c" * 30_000]),
+}
+SIZES = {"chunk_tokens": 600, "summary_tokens": 300, "surprise_tokens": 150}
+
+
+@pytest.mark.parametrize("name", sorted(UNSPACED))
+def test_text_without_spaces_or_sentence_ends_makes_bounded_leaves_and_summaries(name):
+    text = UNSPACED[name]
+    tree = extractive_tree(**SIZES)
+    tree.build([text], doc_ids=[name])
+    leaves = sorted(tree.leaves(), key=lambda n: n.position)
+    assert len(leaves) > 1
+    assert all(estimate_tokens(leaf.text) <= SIZES["chunk_tokens"] for leaf in leaves)
+    assert "".join("".join(leaf.text.split()) for leaf in leaves) == "".join(text.split())  # nothing lost
+    for node in tree.nodes.values():
+        assert node.summary and estimate_tokens(node.summary) <= SIZES["summary_tokens"]
+        assert len(node.summary) <= 16 * SIZES["summary_tokens"] and len(node.surprise) <= 16 * SIZES["surprise_tokens"]
+        assert estimate_tokens(node.surprise) <= SIZES["surprise_tokens"]
+
+
+def test_chinese_sentences_are_split_at_full_width_ends():
+    text = "\u4eca\u5929\u4e0b\u96e8\u3002\u201c\u597d\u7684\u3002\u201d"
+    text += "\u6211\u4eec\u8d70\u5427\uff01\u771f\u7684\u5417\uff1f"
+    assert split_sentences(text) == [
+        "\u4eca\u5929\u4e0b\u96e8\u3002",
+        "\u201c\u597d\u7684\u3002\u201d",
+        "\u6211\u4eec\u8d70\u5427\uff01",
+        "\u771f\u7684\u5417\uff1f",
+    ]
+    assert split_sentences("One.Two") == ["One.Two"]  # a Latin end still needs a space after it
+
+
+def test_summariser_caps_a_summary_whatever_the_counter_says():
+    summariser = ExtractiveSummariser(HashingEmbedder(dim=32), summary_tokens=10, counter=lambda text: 1)
+    [result], _ = summariser.summarise(["z" * 50_000])
+    assert 0 < len(result.summary) <= 16 * 10
+
+
+@pytest.mark.parametrize("query", ["", "  \n\t"])
+def test_an_empty_tree_query_is_refused(query):
+    tree = extractive_tree()
+    tree.build([planted_chunk()], doc_ids=["cats"])
+    with pytest.raises(ValueError, match=r"the query is (empty|blank): give the text to retrieve for"):
+        tree.retrieve(query, k=2)
+    assert tree.retrieve("cat", k=2)

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .._validation import check_query
 from ..models.base import (
     Embedder,
     check_embeddings,
@@ -237,7 +238,9 @@ class FragRelIndex:
         order: Literal["score", "position"] = "score",
     ) -> list[ScoredFragment]:
         """Top fragments by relation-aware score: ``k`` of them (default 5 without a budget) and/or as many as
-        fit in ``budget_words``. ``order="position"`` returns them in document order (e.g. turns by time)."""
+        fit in ``budget_words``. ``order="position"`` returns them in document order (e.g. turns by time). An
+        empty or blank ``query`` is a ValueError (it would rank by nothing but the order of the fragments)."""
+        check_query(query)
         k, budget_words = check_k(k), check_k(budget_words, "budget_words")
         if order not in ("score", "position"):
             raise ValueError(f"order must be 'score' or 'position', got {order!r}")

@@ -101,10 +101,17 @@ def _counter(counter: object | None) -> Callable[[str], int]:
 def truncate_to_tokens(text: str, max_tokens: int, counter: object | None = None) -> str:
     """The longest word-prefix of ``text`` that fits in ``max_tokens`` (binary search over words).
 
+    When not even the first word fits (text without spaces: Chinese, a run of emoji, one long token) the
+    longest character prefix of that word that fits is returned instead, so the result is empty only for
+    ``max_tokens=0`` or a first character that alone costs more than ``max_tokens``. The character search looks
+    at most :data:`OUTPUT_CHARS_PER_TOKEN` characters per token, so a 2 MB word costs no more than a short one.
+
     ``counter`` is a model/object with ``count_tokens``, a function ``text -> int``, or None for the estimate.
 
     >>> truncate_to_tokens("one two three four", 2)
     'one two'
+    >>> truncate_to_tokens("x" * 100, 2)  # one word longer than the budget: cut by characters
+    'xxxxxxxx'
     """
     check_min_int(max_tokens, "max_tokens", 0)
     count = _counter(counter)
@@ -118,7 +125,22 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: object | None = None
             lo = mid
         else:
             hi = mid
+    if lo == 0 and words and max_tokens > 0:
+        return _char_prefix(words[0], max_tokens, count)
     return " ".join(words[:lo])
+
+
+def _char_prefix(word: str, max_tokens: int, count: Callable[[str], int]) -> str:
+    """The longest prefix of ``word`` (at most ``OUTPUT_CHARS_PER_TOKEN * max_tokens`` characters) that fits."""
+    head = word[: OUTPUT_CHARS_PER_TOKEN * max_tokens]
+    lo, hi = 0, len(head) + 1  # head[:lo] fits; head[:hi] does not (or is past the end)
+    while lo < hi - 1:
+        mid = (lo + hi) // 2
+        if count(head[:mid]) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return head[:lo]
 
 
 def cap_output(text: str, max_tokens: int) -> tuple[str, bool]:

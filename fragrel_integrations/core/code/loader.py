@@ -10,21 +10,25 @@ Rules (all configurable through :func:`load_repository`):
 - only regular files are read (FIFOs, sockets and devices are skipped and reported, never opened for a blocking
   read); an unreadable file or folder is skipped and reported;
 - files over ``max_file_bytes`` (1 MB) or ``max_file_lines`` (20,000 lines: indexing work grows with the lines
-  of a file), binary files (a NUL byte in the first 8 KiB) and generated files (minified JavaScript, protobuf
-  output, Go's ``Code generated ... DO NOT EDIT.`` header) are skipped; every skip is reported (a warning for the
-  ones a user would not expect: unreadable, special, over a cap, undecodable);
-- text is decoded as UTF-8 (a BOM is dropped); a file that is not valid UTF-8 is decoded with
-  ``fallback_encoding`` (latin-1 by default, which never fails) and reported in ``Repository.fallback_decoded``;
-  with ``fallback_encoding=None`` such a file is skipped and reported.
+  of a file), binary files (a NUL byte in the first 8 KiB, without a UTF-16/32 byte-order mark) and generated
+  files (minified JavaScript, protobuf output, Go's ``Code generated ... DO NOT EDIT.`` header) are skipped; every
+  skip is reported (a warning for the ones a user would not expect: unreadable, special, over a cap, binary,
+  undecodable);
+- folders are walked without recursion, so any depth of nesting is read;
+- text with a UTF-32 or UTF-16 byte-order mark is decoded as such; other text as UTF-8 (a BOM is dropped); a file
+  that is not valid UTF-8 is decoded with ``fallback_encoding`` (latin-1 by default, which never fails); both are
+  reported in ``Repository.fallback_decoded``; with ``fallback_encoding=None`` such a file is skipped and
+  reported.
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import logging
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -42,6 +46,7 @@ __all__ = [
     "language_for_path",
     "load_repository",
     "read_source_file",
+    "wide_codec",
 ]
 
 logger = logging.getLogger(__name__)
@@ -89,9 +94,16 @@ _BINARY_PROBE = 8192
 #: Default caps (see :func:`load_repository`): indexing work grows with the lines of a file and of a folder.
 DEFAULT_MAX_FILE_BYTES = 1_000_000
 DEFAULT_MAX_FILE_LINES = 20_000
-#: Skip reasons worth a warning (a user would expect the file indexed); symlinks, binary and generated files are
-#: left out by design and only logged at debug level.
-_NOTABLE = ("unreadable", "not a regular file", "larger than", "more than", "not UTF-8")
+#: Skip reasons worth a warning (a user would expect the file indexed, or a file named like source is not text);
+#: symlinks and generated files are left out by design and only logged at debug level.
+_NOTABLE = ("unreadable", "not a regular file", "larger than", "more than", "not UTF-8", "not valid UTF", "binary")
+#: Byte-order marks of the encodings whose text holds NUL bytes, UTF-32 first (FF FE 00 00 starts with FF FE).
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
@@ -133,7 +145,7 @@ class Repository:
 
     @property
     def fallback_decoded(self) -> list[str]:
-        """Paths of files that were not valid UTF-8 and were decoded with the fallback encoding."""
+        """Paths of files not decoded as UTF-8: UTF-16/32 (by their byte-order mark) or the fallback encoding."""
         return [f.path for f in self.files if f.encoding != "utf-8"]
 
     @property
@@ -154,11 +166,20 @@ def language_for_path(path: str | os.PathLike[str]) -> str | None:
 
 
 def decode_source(data: bytes, fallback_encoding: str | None = "latin-1") -> tuple[str, str] | None:
-    """``(text, encoding)``: UTF-8 (BOM dropped) first, then ``fallback_encoding``; None if neither decodes.
+    """``(text, encoding)``: UTF-32 or UTF-16 when the data starts with their byte-order mark (BOM dropped; None
+    if it does not decode), else UTF-8 (BOM dropped) first, then ``fallback_encoding``; None if neither decodes.
 
     >>> decode_source("café".encode("utf-8")), decode_source("café".encode("latin-1"))
     (('café', 'utf-8'), ('café', 'latin-1'))
+    >>> decode_source("x = 1".encode("utf-16"))
+    ('x = 1', 'utf-16')
     """
+    codec = wide_codec(data)
+    if codec is not None:
+        try:
+            return data.decode(codec), codec
+        except UnicodeDecodeError:
+            return None
     try:
         return data.decode("utf-8-sig"), "utf-8"
     except UnicodeDecodeError:
@@ -169,6 +190,16 @@ def decode_source(data: bytes, fallback_encoding: str | None = "latin-1") -> tup
         return data.decode(fallback_encoding), fallback_encoding
     except (UnicodeDecodeError, LookupError):
         return None
+
+
+def wide_codec(data: bytes) -> str | None:
+    """``"utf-32"`` or ``"utf-16"`` when ``data`` starts with that encoding's byte-order mark, else None: such text
+    holds NUL bytes and must not be taken for binary.
+
+    >>> wide_codec("x".encode("utf-16")), wide_codec(b"x")
+    ('utf-16', None)
+    """
+    return next((codec for bom, codec in _WIDE_BOMS if data.startswith(bom)), None)
 
 
 def _is_generated(rel: str, head: bytes) -> bool:
@@ -282,20 +313,51 @@ def read_source_file(
     data = _read_regular(full, max_file_bytes)
     if isinstance(data, str):
         return SkippedFile(rel, data)
-    if b"\x00" in data[:_BINARY_PROBE]:
+    wide = wide_codec(data) is not None  # UTF-16/32 text holds NUL bytes: decoded, not taken for binary
+    if not wide and b"\x00" in data[:_BINARY_PROBE]:
         return SkippedFile(rel, "binary")
-    if _is_generated(rel, data):
+    if not wide and _is_generated(rel, data):
         return SkippedFile(rel, "generated")
     decoded = decode_source(data, fallback_encoding)
     if decoded is None:
-        return SkippedFile(rel, "not UTF-8 and no fallback encoding decodes it")
+        reason = "not valid UTF-16/32 after its byte-order mark" if wide else "not UTF-8"
+        return SkippedFile(rel, f"{reason} and no fallback encoding decodes it")
     text, encoding = decoded
+    if wide and _is_generated(rel, text[:2048].encode("utf-8", "replace")):
+        return SkippedFile(rel, "generated")
     n_lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)  # as SourceFile.n_lines
     if n_lines > max_file_lines:
         return SkippedFile(rel, f"more than max_file_lines={max_file_lines} lines")
     if encoding != "utf-8":
         logger.info("%s is not valid UTF-8; decoded as %s", rel, encoding)
     return SourceFile(rel, language, text, encoding)
+
+
+def _walk(root: Path, onerror: Callable[[OSError], None]) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root, onerror=onerror, followlinks=False)`` (top-down; the caller may prune ``dirnames`` in
+    place) without recursion: Python 3.11's ``os.walk`` recurses once per folder level, so 1,000 nested
+    folders raised RecursionError. Symlinked folders are listed in ``dirnames`` but never entered."""
+    stack = [str(root)]
+    while stack:
+        top = stack.pop()
+        dirnames: list[str] = []
+        filenames: list[str] = []
+        try:
+            with os.scandir(top) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    (dirnames if is_dir else filenames).append(entry.name)
+        except OSError as exc:
+            onerror(exc)
+            continue
+        yield top, dirnames, filenames
+        for name in reversed(dirnames):  # pre-order, as os.walk
+            path = os.path.join(top, name)
+            if not os.path.islink(path):
+                stack.append(path)
 
 
 def load_repository(
@@ -340,7 +402,7 @@ def load_repository(
             rel = str(where)
         repo.skipped.append(SkippedFile(rel, f"unreadable folder: {exc.strerror or exc}"))
 
-    for dirpath, dirnames, filenames in os.walk(root_path, onerror=unreadable_folder, followlinks=False):
+    for dirpath, dirnames, filenames in _walk(root_path, unreadable_folder):
         base = Path(dirpath)
         rel_dir = base.relative_to(root_path).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"

@@ -11,10 +11,14 @@
    dialogue setting, ``alpha=0.5``) turns near other relevant turns score higher: ``s + alpha * s_env``. With an
    external ``index`` (a vector store, see :mod:`~fragrel_integrations.core.scm.index`) only the pool of turns the
    index returns is scored, so the relation's environment is taken over that pool.
-4. **Reorganisation** - when the recalled turns together exceed ``total_tokens`` (paper: 2000), the controller
-   is asked for every turn longer than ``item_tokens`` (paper: 800) whether its summary can answer the
-   observation; if so the summary replaces the full text. The public SCM4LLMs code uses other thresholds (300,
-   500 and 2500 in its configuration); we default to the paper's numbers, and both are parameters.
+4. **Reorganisation** - when the recalled turns and the flash turn together exceed ``total_tokens`` (paper:
+   2000), the controller is asked for every turn longer than ``item_tokens`` (paper: 800) whether its summary can
+   answer the observation; if so the summary replaces the full text. The public SCM4LLMs code uses other
+   thresholds (300, 500 and 2500 in its configuration); we default to the paper's numbers, and both are
+   parameters. ``total_tokens`` also bounds what is shown: texts still over it afterwards (full texts the
+   controller kept, turns stored without a summary, a 2 MB previous turn) are cut to fair shares of it, ending in
+   ``[...]`` (:func:`~fragrel_integrations.core.scm.prompts.fit_memories`); the flash turn in the activation
+   question is cut the same way.
 5. **Input fusion and response** - :meth:`SelfControlledMemory.fusion_messages` (standalone use) or
    :meth:`SelfControlledMemory.memory_prompt` (a system message for a framework's own prompt).
 6. **Write back** - the controller summarises the interaction; the summary is embedded (it covers both the
@@ -131,7 +135,8 @@ class SelfControlledMemory:
             lexical gate decides (:func:`~fragrel_integrations.core.scm.gates.auto_activation`).
         summarize: let the controller summarise every turn on write-back (False: no summary, the turn's text is
             embedded and never replaced by a summary).
-        item_tokens, total_tokens: the reorganisation thresholds (paper: 800 and 2000; see the module docstring).
+        item_tokens, total_tokens: the reorganisation thresholds (paper: 800 and 2000; see the module docstring);
+            ``total_tokens`` is also the most the memory block (recalled turns and the flash turn) may hold.
         token_counter: counts tokens (an object with ``count_tokens`` or a function); None uses the controller
             model's tokenizer when it has one, else the estimate of :mod:`fragrel_integrations.models.tokens`.
         system_prompt, fusion_template: the standalone prompt (:meth:`fusion_messages`); the template needs

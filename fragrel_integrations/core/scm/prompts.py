@@ -1,22 +1,28 @@
 """SCM's prompts for step 5 (input fusion): the memory block and the two ways to hand it to a model.
 
 :func:`render_memory_block` lists the activated turns (oldest first) and the previous (flash) turn;
+:func:`fit_memories` cuts them to the memory budget first;
 :func:`fusion_messages` builds the standalone prompt (system prompt + the observation fused with the block) and
 :func:`memory_prompt` the system message a framework adapter adds to its own prompt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
+from ...models.tokens import truncate_to_tokens
 from .types import MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [
+    "CUT_MARKER",
     "FUSION_SYSTEM_PROMPT",
     "FUSION_TEMPLATE",
     "MEMORY_SYSTEM_TEMPLATE",
     "NO_MEMORY",
     "check_template",
+    "fit_memories",
+    "fit_texts_fairly",
     "fusion_messages",
     "memory_prompt",
     "render_memory_block",
@@ -41,6 +47,69 @@ them):
 
 #: the memory block of the standalone prompt when nothing is recalled and there is no previous turn
 NO_MEMORY = "(no earlier turns)"
+
+#: ends a text cut to fit the memory budget (:func:`fit_texts_fairly`)
+CUT_MARKER = "[...]"
+
+
+def fit_texts_fairly(texts: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[str]:
+    """``texts`` cut to fit ``max_tokens`` together: when they are over it, every text longer than an equal share
+    of what the shorter ones leave is cut to that share (whitespace normalised) and ends in :data:`CUT_MARKER`,
+    which counts; shorter texts are kept whole. A share too small for the marker leaves the marker alone.
+
+    >>> fit_texts_fairly(["a short one", "x " * 500], 20, lambda t: len(t.split()))
+    ['a short one', 'x x x x x x x x x x x x x x x x [...]']
+    >>> fit_texts_fairly(["fits", "too"], 20, lambda t: len(t.split()))
+    ['fits', 'too']
+    """
+    counts = [count(t) for t in texts]
+    if sum(counts) <= max_tokens:
+        return list(texts)
+    left, share = max_tokens, 0
+    for i, n in enumerate(sorted(counts)):  # the largest share with sum(min(n, share)) <= max_tokens
+        share = left // (len(counts) - i)
+        if n > share:
+            break
+        left -= n
+    room = share - count(CUT_MARKER)
+    out = []
+    for text, n in zip(texts, counts, strict=True):
+        if n <= share:
+            out.append(text)
+            continue
+        head = truncate_to_tokens(text, room, count) if room > 0 else ""
+        out.append(f"{head} {CUT_MARKER}" if head else CUT_MARKER)
+    return out
+
+
+def fit_memories(
+    flash: MemoryItem | None, memories: Sequence[RecalledMemory], max_tokens: int, count: Callable[[str], int]
+) -> tuple[MemoryItem | None, list[RecalledMemory]]:
+    """The flash turn and the recalled memories as they are shown, cut to ``max_tokens`` together
+    (:func:`fit_texts_fairly` over each shown summary, and each observation and response shown in full); copies,
+    the stored items are unchanged.
+
+    >>> big = MemoryItem("s", 1, "word " * 5000, "ok")
+    >>> flash, _ = fit_memories(big, [], 100, lambda t: len(t.split()))
+    >>> len(flash.observation.split()), flash.observation.endswith(CUT_MARKER), flash.response
+    (99, True, 'ok')
+    """
+    parts: list[str] = []
+    for m in memories:
+        parts.extend([m.item.summary] if m.use_summary and m.item.summary else [m.item.observation, m.item.response])
+    if flash is not None:
+        parts.extend([flash.observation, flash.response])
+    fitted = iter(fit_texts_fairly(parts, max_tokens, count))
+    shown = []
+    for m in memories:
+        if m.use_summary and m.item.summary:
+            item = replace(m.item, summary=next(fitted))
+        else:
+            item = replace(m.item, observation=next(fitted), response=next(fitted))
+        shown.append(replace(m, item=item))
+    if flash is not None:
+        flash = replace(flash, observation=next(fitted), response=next(fitted))
+    return flash, shown
 
 
 def render_memory_block(flash: MemoryItem | None, memories: Sequence[RecalledMemory]) -> str:

@@ -28,7 +28,7 @@ from ..steps import CallStep, ChatStep, Steps
 from .controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
 from .gates import EmbeddingGate, LexicalGate, NameVocabulary
 from .index import add_turn, pool_items
-from .prompts import render_memory_block
+from .prompts import fit_memories, render_memory_block
 from .stream import check_session
 from .types import Decision, MemoryItem, RecalledMemory, SCMContext, SCMTurn
 
@@ -96,7 +96,12 @@ def check_observation(observation: object) -> str:
 
 
 def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: str) -> Steps[SCMContext]:
-    """Steps 1-4: the activation decision, the flash turn, the activated turns (time order), reorganisation."""
+    """Steps 1-4: the activation decision, the flash turn, the activated turns (time order), reorganisation.
+
+    Reorganisation starts when the recalled turns and the flash turn together exceed ``memory.total_tokens``;
+    whatever still exceeds it afterwards (full texts the controller kept, turns without a summary, a huge previous
+    turn) is cut in the block (:func:`~.prompts.fit_memories`), so the block, and the flash turn in the activation
+    question, never exceed the budget. ``SCMContext.flash`` and ``memories`` keep the stored items."""
     observation = check_observation(observation)
     session_id = check_session_id(session_id)
     items: list[MemoryItem] = yield CallStep(memory.stream.items, (session_id,))
@@ -105,8 +110,9 @@ def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: st
     activation: Decision | None = None
     gate = memory.activation
     if gate is True and candidates:
+        shown_flash, _ = fit_memories(flash, (), memory.total_tokens, memory.count_tokens)  # within the budget
         activation = yield from decision_steps(
-            memory.controller, memory.controller.activation_messages(observation, flash), "activation"
+            memory.controller, memory.controller.activation_messages(observation, shown_flash), "activation"
         )
     elif isinstance(gate, LexicalGate) and candidates:
         vocabulary = memory._sessions.vocabulary(session_id, candidates) if gate.names else NameVocabulary()
@@ -132,14 +138,15 @@ def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: st
             for i in sorted(int(t) for t in top):  # time order
                 item = candidates[i]
                 recalled.append(RecalledMemory(item, float(scores[i]), memory.count_tokens(item.text)))
-        if sum(m.tokens for m in recalled) > memory.total_tokens:
+        flash_tokens = memory.count_tokens(flash.text) if flash is not None and recalled else 0
+        if sum(m.tokens for m in recalled) + flash_tokens > memory.total_tokens:
             for n, m in enumerate(recalled):
                 if m.tokens > memory.item_tokens and m.item.summary:
                     decision = yield from decision_steps(
                         memory.controller, memory.controller.sufficiency_messages(observation, m.item), "sufficiency"
                     )
                     recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
-    block = render_memory_block(flash, recalled)
+    block = render_memory_block(*fit_memories(flash, recalled, memory.total_tokens, memory.count_tokens))
     return SCMContext(session_id, observation, activation, flash, tuple(recalled), block)
 
 

@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from ...models.base import CachedEmbedder, Embedder, embed_documents, embedder_id, normalise_rows
-from ...models.tokens import estimate_tokens, truncate_to_tokens
+from ...models.tokens import cap_output, estimate_tokens, truncate_to_tokens
 from .chunking import split_sentences
 from .summariser import BuildReport, SummaryResult
 
@@ -74,7 +74,7 @@ __all__ = [
 ]
 
 #: Bump when the selection rules change: it is part of the extractive summary cache key.
-EXTRACTIVE_VERSION = "extractive-v1"
+EXTRACTIVE_VERSION = "extractive-v2"
 
 _CLAUSE = re.compile(r"(?<=[;:])\s+")
 
@@ -381,13 +381,16 @@ class ExtractiveSummariser:
             keep = central_sentences(vectors, lengths, self.summary_tokens, redundancy=self.redundancy)
         if keep.size == 0:
             best = int(np.argmax(leave_one_out_similarity(vectors)))
-            summary = truncate_to_tokens(sentences[best], self.summary_tokens, self.count)
-            summary = summary or sentences[best].split(maxsplit=1)[0]
+            summary = truncate_to_tokens(sentences[best], self.summary_tokens, self.count)  # by characters too
+            summary = summary or sentences[best][:1]  # a first character that alone is over the budget
         else:
             summary = " ".join(sentences[i] for i in keep)
         surprise = " ".join(sentences[i] for i in odd)
         if surprise and self.count(surprise) > self.surprise_tokens:
             surprise = truncate_to_tokens(surprise, self.surprise_tokens, self.count)
+        # the LLM summariser's caps, whatever the counter says (a counter that undercounts cannot pass 200k chars)
+        summary, _ = cap_output(summary, self.summary_tokens)
+        surprise, _ = cap_output(surprise, self.surprise_tokens) if surprise else (surprise, False)
         return SummaryResult(summary, surprise, True)
 
     def summarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_query
 from ...models.base import embed_query
 from ..scoring import check_alpha, relation_aware_scores
 from ..selection import check_k, select
@@ -63,8 +63,7 @@ class TreeRetrieval:
         ``cosine + alpha * s_env``, the environment taken over the candidate texts (those ``fields`` and ``mode``
         allow); :attr:`TreeHit.score` is then that relation-aware score.
         """
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        check_query(query)  # str, and not empty or blank (ValueError)
         k = check_k(k)
         budget_tokens = check_k(budget_tokens, "budget_tokens")
         if k is None and budget_tokens is None:
