@@ -252,7 +252,7 @@ def test_a_namespace_given_as_a_str_is_one_label_never_split_into_users():
     core = TripletStore(":memory:", embedder=HashingEmbedder(dim=32))
     assert TripletKVStore(core, namespace="ab").namespace == ("ab",)
     joint, _ = make_memory_tools(core, namespace="ab")  # user "ab"
-    apart, read_apart = make_memory_tools(core, namespace=("a", "b"))  # another user's ("a", "b")
+    _, read_apart = make_memory_tools(core, namespace=("a", "b"))  # another user's ("a", "b")
     joint.invoke({"subject": "Ana", "relation": "likes", "object": "mango"})
     assert "mango" not in read_apart.invoke({"subject": "Ana", "relation": "", "object": ""})
     with pytest.raises(ValueError, match="non-empty"):
