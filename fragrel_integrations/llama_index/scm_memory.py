@@ -53,27 +53,6 @@ def _is_final_reply(message: ChatMessage) -> bool:
     return not kwargs.get("tool_calls") and not any(type(b).__name__ == "ToolCallBlock" for b in blocks)
 
 
-def build_core(
-    memory: SelfControlledMemory | None = None,
-    *,
-    llm: Any = None,
-    path: str | Path = ":memory:",
-    embedder: Embedder | Any | None = None,
-    **memory_kwargs: Any,
-) -> SelfControlledMemory:
-    """The core memory of a LlamaIndex SCM adapter: ``memory`` itself, or one built from ``llm`` (the controller),
-    ``path`` (the SQLite stream), ``embedder`` and other :class:`SelfControlledMemory` keywords."""
-    if memory is not None:
-        if not isinstance(memory, SelfControlledMemory):
-            raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
-        if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
-            raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
-        return memory
-    if llm is None:
-        raise ValueError("llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)")
-    return SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
-
-
 class SCMMemory(BaseMemory):
     """Self-controlled long-term chat memory (SCM) for LlamaIndex chat engines and agents.
 
@@ -105,9 +84,19 @@ class SCMMemory(BaseMemory):
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
-        core = build_core(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
+        if memory is not None:
+            if not isinstance(memory, SelfControlledMemory):
+                raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
+            if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
+                raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
+        else:
+            if llm is None:
+                raise ValueError(
+                    "llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)"
+                )
+            memory = SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
         super().__init__(session_id=session_id)
-        self._core = core
+        self._core = memory
 
     @classmethod
     def class_name(cls) -> str:
