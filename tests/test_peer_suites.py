@@ -133,3 +133,43 @@ def test_postprocessor_emits_rerank_start_and_end_events():
     assert [n.node.node_id for n in ends[0].nodes] == [n.node.node_id for n in out] and len(out) == 3
     assert handler.events.index(starts[0]) < handler.events.index(ends[0])
     assert starts[0].span_id == ends[0].span_id  # inside the postprocessor's span
+
+
+def test_openinference_traces_show_a_reranker_span_and_retriever_spans_named_for_our_classes():
+    pytest.importorskip("openinference.instrumentation.llama_index")
+    pytest.importorskip("opentelemetry.sdk")
+    from llama_index.core.graph_stores.types import Relation
+    from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from fragrel_integrations.llama_index import TripletGraphStore, TripletMemoryRetriever
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = LlamaIndexInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        nodes = [
+            NodeWithScore(node=TextNode(text=f"part {i}", metadata={"doc_id": "d", "position": i}), score=1.0 - i / 10)
+            for i in range(6)
+        ]
+        out = FragRelPostprocessor(top_n=3, embedder=HashingEmbedder(dim=32)).postprocess_nodes(
+            nodes, query_bundle=QueryBundle("part")
+        )
+        graph = TripletGraphStore(embedder=HashingEmbedder(dim=32))
+        graph.upsert_relations([Relation(label="knows", source_id="Ann", target_id="Bo")])
+        TripletMemoryRetriever(graph).retrieve("Ann>>knows>>")
+    finally:
+        instrumentor.uninstrument()
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    rerank = next(s for name, s in spans.items() if name.startswith("FragRelPostprocessor."))
+    attrs = rerank.attributes
+    assert attrs["openinference.span.kind"] == "RERANKER"
+    assert attrs["reranker.model_name"] == "fragrel:general" and attrs["reranker.top_k"] == 3
+    assert attrs["reranker.query"] == "part"
+    assert [attrs[f"reranker.output_documents.{i}.document.id"] for i in range(3)] == [n.node.node_id for n in out]
+    assert "reranker.output_documents.3.document.id" not in attrs
+    assert spans["TripletMemoryRetriever.retrieve"].attributes["openinference.span.kind"] == "RETRIEVER"
