@@ -156,3 +156,22 @@ def test_langmem_tools_on_the_triplet_store_inside_an_agent(store):
     write, read = store.as_tools(namespace=NS)
     write.invoke({"subject": "user", "relation": "likes", "object": "dark mode"})
     assert "dark mode" in read.invoke({"subject": "user", "relation": "likes", "object": ""})
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_documents_on_both_backends(kind, tmp_path):
+    from _triplet_fixtures import make_backend
+
+    from fragrel_integrations.core.triplets import TripletStore
+
+    store = TripletMemoryStore(TripletStore(make_backend(kind, tmp_path), embedder=HashingEmbedder(dim=64)))
+    store.put(NS, "a", {"content": "The user prefers dark mode."})
+    store.put(("memories", "user-2"), "b", {"content": "Someone else."})
+    store.put(NS, "t", {"subject": "user", "relation": "likes", "object": "tea"})
+    assert store.get(NS, "a").value == {"content": "The user prefers dark mode."}
+    assert store.search(NS, query="dark mode")[0].key == "a"
+    assert sorted(h.key for h in store.search(("memories",))) == ["a", "b", "t"]
+    assert store.list_namespaces() == [NS, ("memories", "user-2")]
+    store.delete(NS, "a")
+    assert store.get(NS, "a") is None and [h.key for h in store.search(NS)] == ["t"]
+    store.close()

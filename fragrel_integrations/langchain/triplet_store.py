@@ -185,7 +185,9 @@ class TripletMemoryStore(BaseStore):
     A value that is not a triplet (no ``subject``/``relation``/``object``) is a document, stored as is (JSON)
     in the store's node table beside the triplets, with its text embedded for search unless put with
     ``index=False``; a put replaces it (no history) and a delete erases it. So LangMem's memory tools and
-    memory managers can use the same store as the triplet tools (see the module docstring).
+    memory managers can use the same store as the triplet tools (see the module docstring). A search reads the
+    documents under the namespace prefix and scores them all (no LSH index for documents): fine for per-user
+    memories, not meant for millions of documents under one prefix.
     """
 
     supports_ttl = False
