@@ -181,3 +181,14 @@ def test_same_stream_file_serves_the_block_and_scm_memory(tmp_path):
     scm.core.stream.close()
     legacy = SCMMemory(llm=controller(), path=path, embedder=HashingEmbedder(dim=64), session_id="f")
     assert [m.content for m in legacy.get_all()] == [FACT, "Noted."]
+
+
+@pytest.mark.slow
+def test_real_embedder_recalls_the_planted_fact_by_meaning(real_embedder):
+    """The embedded MiniLM, and the question worded differently from the fact (age / pet, not old / cat)."""
+    scm = SCMMemoryBlock(llm=controller(), embedder=real_embedder, k=2)
+    memory = Memory.from_defaults(session_id="m", memory_blocks=[scm], token_limit=120, chat_history_token_ratio=0.5)
+    for i, text in enumerate(_turns()):
+        memory.put_messages([ChatMessage(role="user", content=text), ChatMessage(role="assistant", content=f"Ok {i}.")])
+    system = memory.get(input="What age is my pet Miso?")[0].content
+    assert len(scm.core.history("m")) > 3 and f"[turn 0] User: {FACT}" in system
