@@ -175,3 +175,41 @@ def test_documents_on_both_backends(kind, tmp_path):
     store.delete(NS, "a")
     assert store.get(NS, "a") is None and [h.key for h in store.search(NS)] == ["t"]
     store.close()
+
+
+def test_two_processes_share_one_store_file(tmp_path):
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    import fragrel_integrations
+
+    root = Path(fragrel_integrations.__file__).resolve().parent.parent
+    path = tmp_path / "shared.db"
+    child = textwrap.dedent(
+        """
+        import sys
+        from fragrel_integrations.langchain import TripletMemoryStore
+        from fragrel_integrations.testing import HashingEmbedder
+        store = TripletMemoryStore(sys.argv[1], embedder=HashingEmbedder(dim=64))
+        store.put(("memories", "user-1"), "from-child", {"content": "Written by the other process."})
+        store.put(("memories", "user-1"), "fact", {"subject": "user", "relation": "likes", "object": "tea"})
+        print(sorted(i.key for i in store.search(("memories", "user-1"))))
+        store.close()
+        """
+    )
+    parent = TripletMemoryStore(path, embedder=HashingEmbedder(dim=64))
+    parent.put(NS, "from-parent", {"content": "Written by this process."})
+    run = subprocess.run(
+        [sys.executable, "-c", child, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "['fact', 'from-child', 'from-parent']"  # the child saw the parent's write
+    assert parent.get(NS, "from-child").value == {"content": "Written by the other process."}
+    assert parent.search(NS, query="other process")[0].key == "from-child"
+    parent.close()
