@@ -162,6 +162,7 @@ def test_public_names():
         "MiniLMEmbedding",
         "PositionTagger",
         "SCMMemory",
+        "SCMMemoryBlock",
         "SurpriseExtractor",
         "SurpriseTreeRetriever",
         "TripletGraphStore",

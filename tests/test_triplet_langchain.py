@@ -105,9 +105,12 @@ def test_put_get_roundtrip_with_extra_fields(memory):
     ]
 
 
-def test_non_triplet_values_are_rejected_with_a_fix(memory):
-    with pytest.raises(ValueError, match="subject"):
-        memory.put(("x",), "k", {"text": "hello"})
+def test_partial_triplets_are_rejected_with_a_fix_and_other_values_are_documents(memory):
+    with pytest.raises(ValueError, match=r"missing \['object'\]"):
+        memory.put(("x",), "k", {"subject": "Ann", "relation": "likes"})
+    assert memory.get(("x",), "k") is None
+    memory.put(("x",), "k", {"text": "hello"})  # no triplet field: kept as is (LangMem's memories are such values)
+    assert memory.get(("x",), "k").value == {"text": "hello"}
 
 
 def test_search_by_pattern_free_text_and_filter(memory):

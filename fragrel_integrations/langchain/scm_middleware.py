@@ -70,12 +70,18 @@ from .scm_store import LangGraphStoreStream  # noqa: E402
 __all__ = ["SCMMiddleware", "SCMState"]
 
 
-class SCMState(AgentState):
-    """The agent state with the middleware's private per-run fields (kept out of the agent's input/output)."""
+def _merge(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
+    """State reducer: each SCM middleware of an agent updates only its own entry (keyed by its name)."""
+    return {**(old if isinstance(old, dict) else {}), **(new if isinstance(new, dict) else {})}
 
-    scm_memory: NotRequired[Annotated[str, PrivateStateAttr]]
-    scm_observation: NotRequired[Annotated[str, PrivateStateAttr]]
-    scm_session: NotRequired[Annotated[str, PrivateStateAttr]]
+
+class SCMState(AgentState):
+    """The agent state with the middlewares' private per-run fields (kept out of the agent's input/output), one
+    entry per :class:`SCMMiddleware` keyed by its ``name``, so several SCM memories can share one agent."""
+
+    scm_memory: NotRequired[Annotated[dict[str, str], PrivateStateAttr, _merge]]
+    scm_observation: NotRequired[Annotated[dict[str, str], PrivateStateAttr, _merge]]
+    scm_session: NotRequired[Annotated[dict[str, str], PrivateStateAttr, _merge]]
 
 
 def _check_run_session(value: object, where: str) -> str:
@@ -125,6 +131,10 @@ class SCMMiddleware(AgentMiddleware):
         session_id: a fixed session; None reads it from the runtime (see the module docstring).
         keep_history: show the model the whole message history of the thread (True) or only the current turn
             plus the SCM memory (False, the SCM setting).
+        name: the middleware's name in the agent (its graph nodes are ``<name>.before_agent``, ...), which
+            ``create_agent`` requires to be unique. Default ``"SCMMiddleware"``: one SCM memory per agent keeps the
+            same name however often it is re-created. Give each of several SCM middlewares of one agent its own
+            name (e.g. ``"work_memory"`` and ``"home_memory"``); each then recalls and records on its own.
     """
 
     state_schema = SCMState
@@ -140,9 +150,13 @@ class SCMMiddleware(AgentMiddleware):
         embedder: Embedder | Any | None = None,
         session_id: str | None = None,
         keep_history: bool = False,
+        name: str | None = None,
         **memory_kwargs: Any,
     ) -> None:
         super().__init__()
+        if name is not None and (not isinstance(name, str) or not name.strip() or any(c in name for c in ":|")):
+            raise TypeError(f"name must be a non-empty str without ':' or '|' (LangGraph node names), got {name!r}")
+        self._name = type(self).__name__ if name is None else name
         backends = [name for name, value in (("path", path), ("store", store), ("stream", stream)) if value is not None]
         if memory is not None:
             if not isinstance(memory, SelfControlledMemory):
@@ -170,6 +184,11 @@ class SCMMiddleware(AgentMiddleware):
         self.session_id = session_id
         self.keep_history = keep_history
         self.tools = []
+
+    @property
+    def name(self) -> str:
+        """The middleware's name within its agent (``name=``, default the class name)."""
+        return self._name
 
     # ------------------------------------------------------------------------------------------- conversion
 
@@ -210,10 +229,14 @@ class SCMMiddleware(AgentMiddleware):
 
     def _update(self, context: SCMContext) -> dict[str, Any]:
         return {
-            "scm_memory": self.memory.memory_prompt(context),
-            "scm_observation": context.observation,
-            "scm_session": context.session_id,
+            "scm_memory": {self.name: self.memory.memory_prompt(context)},
+            "scm_observation": {self.name: context.observation},
+            "scm_session": {self.name: context.session_id},
         }
+
+    def _own(self, state: Mapping[str, Any] | None, key: str) -> str:
+        """This middleware's entry of a private state field."""
+        return ((state or {}).get(key) or {}).get(self.name) or ""
 
     def _finish(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str, str] | None:
         messages = state.get("messages", [])
@@ -223,12 +246,12 @@ class SCMMiddleware(AgentMiddleware):
         reply = _final_reply(messages, i + 1)
         if reply is None:
             return None
-        observation = state.get("scm_observation") or str(messages[i].text)
-        session = state.get("scm_session") or self.resolve_session(runtime)
+        observation = self._own(state, "scm_observation") or str(messages[i].text)
+        session = self._own(state, "scm_session") or self.resolve_session(runtime)
         return observation, reply, session
 
     def _request(self, request: ModelRequest) -> ModelRequest:
-        memory = (request.state or {}).get("scm_memory") or ""
+        memory = self._own(request.state, "scm_memory")
         changes: dict[str, Any] = {}
         if memory:
             base = request.system_prompt
@@ -244,13 +267,13 @@ class SCMMiddleware(AgentMiddleware):
     def before_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
         start = self._start(state, runtime)
         if start is None:  # nothing to remember for; drop a block left by an earlier run of the thread
-            return {"scm_memory": ""}
+            return {"scm_memory": {self.name: ""}}
         return self._update(self.memory.prepare(start[0], session_id=start[1]))
 
     async def abefore_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
         start = self._start(state, runtime)
         if start is None:  # nothing to remember for; drop a block left by an earlier run of the thread
-            return {"scm_memory": ""}
+            return {"scm_memory": {self.name: ""}}
         return self._update(await self.memory.aprepare(start[0], session_id=start[1]))
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:

@@ -3,12 +3,18 @@
 :class:`~fragrel_integrations.core.triplets.TripletStore`.
 
 Items are triplets: ``value = {"subject": ..., "relation": ..., "object": ...}``; any other keys of the value
-are kept as the triplet's payload and returned with it. ``search`` reads the memory the RET-LLM way:
+are kept as the triplet's payload and returned with it. Any other JSON value (such as LangMem's
+``{"content": "..."}`` memories, written by ``langmem.create_manage_memory_tool`` under ``("memories", user_id)``)
+is kept as is beside the triplets, as a plain document: one LangGraph store serves both. ``search`` reads the
+memory the RET-LLM way:
 
 * ``query="Dan Jaffe>>works at>>"`` (or a whole ``[MEM_READ{...}]``) — one or two fields given, exact match
-  first, LSH fuzzy fallback;
-* any other ``query`` — free text matched against every stored term (exact, else fuzzy);
-* no query — the items under the namespace prefix; ``filter`` applies to the item value in every case.
+  first, LSH fuzzy fallback (triplets only);
+* any other ``query`` — free text matched against every stored term (exact, else fuzzy), and, for documents,
+  cosine similarity between the query and the document's text (its ``content``, else the whole value as JSON;
+  documents put with ``index=False`` are not searched this way), best score first;
+* no query — the items under the namespace prefix (newest first); ``filter`` applies to the item value in every
+  case.
 
 >>> from fragrel_integrations.testing import HashingEmbedder
 >>> memory = TripletMemoryStore(embedder=HashingEmbedder(dim=64))
@@ -20,10 +26,14 @@ are kept as the triplet's payload and returned with it. ``search`` reads the mem
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from .._optional import require
 
@@ -47,12 +57,20 @@ from pydantic import BaseModel, Field  # noqa: E402
 
 from .._adapters import split_store_or_path  # noqa: E402
 from .._validation import check_positive_int  # noqa: E402
-from ..core.triplets import Triplet, TripletRecord, TripletStore, parse_calls, render_read, render_write  # noqa: E402
+from ..core.triplets import (  # noqa: E402
+    NodeRecord,
+    Triplet,
+    TripletRecord,
+    TripletStore,
+    parse_calls,
+    render_read,
+    render_write,
+)
 from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.text_api import term_problem  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
-from ..models.base import Embedder  # noqa: E402
+from ..models.base import Embedder, embed_documents, embed_query  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
 __all__ = ["TripletKVStore", "TripletMemoryStore", "core_triplet_store", "make_memory_tools"]
@@ -68,17 +86,38 @@ def _value(record: TripletRecord) -> dict[str, Any]:
     return {**dict(record.payload), **record.triplet.as_dict()}
 
 
-def _split_value(value: Any) -> tuple[Triplet, dict[str, Any]]:
-    if not isinstance(value, dict):
-        raise TypeError(f"a TripletMemoryStore value must be a dict, got {type(value).__name__}")
-    missing = [k for k in _TRIPLET_KEYS if k not in value]
-    if missing:
+_DOC_KIND = "langgraph_document"  # the node-table kind of non-triplet values (LangMem memories, ...)
+
+
+def _is_triplet_value(value: dict[str, Any]) -> bool:
+    """A triplet has all of subject/relation/object, a document none of them; a part of a triplet is a mistake."""
+    present = [k for k in _TRIPLET_KEYS if k in value]
+    if present and len(present) < len(_TRIPLET_KEYS):
+        missing = [k for k in _TRIPLET_KEYS if k not in value]
         raise ValueError(
-            "TripletMemoryStore stores triplets: the value needs 'subject', 'relation' and 'object' "
-            f"(missing {missing}); keep other data in a different LangGraph store"
+            f"a triplet value needs 'subject', 'relation' and 'object' (missing {missing}); a value with none of "
+            "them is stored as a document"
         )
+    return bool(present)
+
+
+def _split_value(value: Any) -> tuple[Triplet, dict[str, Any]]:
     triplet = Triplet(value["subject"], value["relation"], value["object"])
     return triplet, {k: v for k, v in value.items() if k not in _TRIPLET_KEYS}
+
+
+def _document_text(value: dict[str, Any]) -> str:
+    """What a document's search compares with the query: its ``content`` text, else the value as JSON."""
+    content = value.get("content")
+    if isinstance(content, str) and content.strip():
+        return content
+    return json.dumps(content if isinstance(content, dict | list) else value, sort_keys=True, ensure_ascii=False)
+
+
+def _unit(vector: Any) -> np.ndarray:
+    arr = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(arr))
+    return arr / norm if norm > 0 else arr
 
 
 _OPS = {
@@ -142,7 +181,14 @@ class TripletMemoryStore(BaseStore):
     other :class:`TripletStore` keyword).
     A put on an existing key keeps the previous version (readable ``as_of`` through :attr:`core`); a delete
     ends the item's validity (``hard_delete=True`` erases instead). TTLs are not supported, and a put's
-    ``index`` argument is ignored: every term of every triplet is always embedded and LSH-indexed.
+    ``index`` argument is ignored for triplets: every term of every triplet is always embedded and LSH-indexed.
+
+    A value that is not a triplet (no ``subject``/``relation``/``object``) is a document, stored as is (JSON)
+    in the store's node table beside the triplets, with its text embedded for search unless put with
+    ``index=False``; a put replaces it (no history) and a delete erases it. So LangMem's memory tools and
+    memory managers can use the same store as the triplet tools (see the module docstring). A search reads the
+    documents under the namespace prefix and scores them all (no LSH index for documents): fine for per-user
+    memories, not meant for millions of documents under one prefix.
     """
 
     supports_ttl = False
@@ -174,7 +220,7 @@ class TripletMemoryStore(BaseStore):
             pending = []
             if isinstance(op, GetOp):
                 rec = self.core.get(op.key, namespace=op.namespace)
-                results[i] = None if rec is None else self._item(rec)
+                results[i] = self._item(rec) if rec is not None else self._document_item(op.namespace, op.key)
             elif isinstance(op, SearchOp):
                 results[i] = self._search(op)
             elif isinstance(op, ListNamespacesOp):
@@ -195,14 +241,71 @@ class TripletMemoryStore(BaseStore):
         for _, op in puts:  # within one batch the last put of a key wins (as in LangGraph's stores)
             last[(tuple(op.namespace), op.key)] = op
         writes = []
+        for op in last.values():  # check every value before writing any
+            if op.value is not None and not isinstance(op.value, dict):
+                raise TypeError(f"a TripletMemoryStore value must be a dict, got {type(op.value).__name__}")
+            if op.value is not None:
+                _is_triplet_value(op.value)
         for (ns, key), op in last.items():
             if op.value is None:
                 self.core.delete(key, namespace=ns, hard=self.hard_delete)
-                continue
-            triplet, payload = _split_value(dict(op.value))
-            writes.append(TripletWrite(triplet, key=key, namespace=ns, payload=payload, single_valued=False))
+                self.core.delete_nodes([key], namespace=ns)
+            elif _is_triplet_value(op.value):
+                triplet, payload = _split_value(dict(op.value))
+                writes.append(TripletWrite(triplet, key=key, namespace=ns, payload=payload, single_valued=False))
+                self.core.delete_nodes([key], namespace=ns)  # a key holds one item: the triplet replaces a document
+            else:
+                self._put_document(ns, key, dict(op.value), op.index is not False)
         if writes:
             self.core.write_many(writes)
+
+    # -- documents (non-triplet values) ------------------------------------------------------------------------
+    def _put_document(self, ns: tuple[str, ...], key: str, value: dict[str, Any], index: bool) -> None:
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"a TripletMemoryStore document value must be JSON-serialisable: {exc}") from exc
+        now = time.time()
+        old = self.core.get_nodes([key], namespace=ns)
+        created = old[0].properties.get("created_at", now) if old and old[0].kind == _DOC_KIND else now
+        text = _document_text(value)
+        vector = embed_documents(self.core.embedder, [text])[0].tolist() if index else None
+        props = {"value": value, "created_at": created, "updated_at": now, "embedding": vector}
+        if self.core.get(key, namespace=ns) is not None:  # a key holds one item: the document replaces a triplet
+            self.core.delete(key, namespace=ns, hard=self.hard_delete)
+        self.core.put_nodes([NodeRecord(key, "document", _DOC_KIND, text, props)], namespace=ns)
+
+    @staticmethod
+    def _doc_item(rec: NodeRecord, score: float | None = None, search: bool = False) -> Item:
+        props = rec.properties
+        kwargs = {
+            "namespace": rec.namespace,
+            "key": rec.id,
+            "value": dict(props["value"]),
+            "created_at": _when(props["created_at"]),
+            "updated_at": _when(props["updated_at"]),
+        }
+        return SearchItem(**kwargs, score=score) if search else Item(**kwargs)
+
+    def _document_item(self, namespace: Sequence[str], key: str) -> Item | None:
+        recs = [r for r in self.core.get_nodes([key], namespace=tuple(namespace)) if r.kind == _DOC_KIND]
+        return self._doc_item(recs[0]) if recs else None
+
+    def _documents(self, prefix: tuple[str, ...]) -> list[NodeRecord]:
+        spaces = [ns for ns in self.core.node_namespaces(kind=_DOC_KIND) if ns[: len(prefix)] == prefix]
+        return [r for ns in spaces for r in self.core.get_nodes(namespace=ns) if r.kind == _DOC_KIND]
+
+    def _search_documents(self, op: SearchOp) -> list[tuple[NodeRecord, float | None]]:
+        docs = [d for d in self._documents(tuple(op.namespace_prefix)) if _matches(d.properties["value"], op.filter)]
+        if not op.query:
+            return [(d, None) for d in docs]
+        if op.query and _pattern(op.query) is not None:
+            return []  # a RET-LLM read pattern reads triplets
+        docs = [d for d in docs if d.properties.get("embedding") is not None]
+        if not docs:
+            return []
+        q = _unit(embed_query(self.core.embedder, op.query))
+        return [(d, float(_unit(d.properties["embedding"]) @ q)) for d in docs]
 
     @staticmethod
     def _item(rec: TripletRecord, score: float | None = None, search: bool = False) -> Item:
@@ -238,10 +341,17 @@ class TripletMemoryStore(BaseStore):
                 records = self.core.records(namespace=prefix, prefix=True)
             records.sort(key=lambda r: r.id, reverse=True)  # newest first
             scored = [(r, None) for r in records if _matches(_value(r), op.filter)]
-        return [self._item(r, s, search=True) for r, s in scored[op.offset : need]]
+        items = [self._item(r, s, search=True) for r, s in scored]
+        docs = [self._doc_item(d, s, search=True) for d, s in self._search_documents(op)]
+        if docs:
+            if op.query:  # best score first across triplets and documents
+                items = sorted(items + docs, key=lambda i: -(i.score if i.score is not None else float("-inf")))
+            else:
+                items = sorted(items + docs, key=lambda i: i.updated_at, reverse=True)  # newest first
+        return items[op.offset : need]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        spaces = self.core.namespaces()
+        spaces = sorted(set(self.core.namespaces()) | set(self.core.node_namespaces(kind=_DOC_KIND)))
         if op.match_conditions:
             spaces = [ns for ns in spaces if all(_ns_matches(ns, c) for c in op.match_conditions)]
         if op.max_depth is not None:

@@ -8,6 +8,7 @@
   :class:`TripletMemoryRetriever` reads it.
 - :class:`InnerLoopQueryEngine` answers with ILM-TR's inner loop (short-term memory) over any retriever.
 - :class:`SCMMemory` is SCM's self-controlled long-term chat memory for chat engines and agents;
+  :class:`SCMMemoryBlock` is the same memory as one block of LlamaIndex's ``Memory``;
   :class:`VectorStoreStreamIndex` lets it search a vector store you already run.
 - :class:`SurpriseTreeRetriever` retrieves from ILM-TR's surprise tree; :class:`SurpriseExtractor` adds summary
   and surprising facts to each node during ingestion.
@@ -31,6 +32,7 @@ from .postprocessor import FragRelPostprocessor  # noqa: E402
 from .retriever import FragRelIndexRetriever, FragRelRetriever  # noqa: E402
 from .scm_index import VectorStoreStreamIndex  # noqa: E402
 from .scm_memory import SCMMemory  # noqa: E402
+from .scm_memory_block import SCMMemoryBlock  # noqa: E402
 from .settings import use_embedded_models  # noqa: E402
 from .surprise_tree import SurpriseExtractor, SurpriseTreeRetriever  # noqa: E402
 from .triplet_graph_store import TripletGraphStore, TripletMemoryRetriever  # noqa: E402
@@ -44,6 +46,7 @@ __all__ = [
     "MiniLMEmbedding",
     "PositionTagger",
     "SCMMemory",
+    "SCMMemoryBlock",
     "SurpriseExtractor",
     "SurpriseTreeRetriever",
     "TripletGraphStore",

@@ -6,6 +6,8 @@ import warnings
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.instrumentation import get_dispatcher
+from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -16,6 +18,8 @@ from ._convert import NodeReranker
 
 __all__ = ["FragRelPostprocessor"]
 
+dispatcher = get_dispatcher(__name__)
+
 
 class FragRelPostprocessor(BaseNodePostprocessor):
     """Re-score the nodes it is given with FragRel and keep the ``top_n`` best.
@@ -25,7 +29,8 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     ``doc_id``/``position`` metadata give the context relation, and the returned copies carry ``relevance_score``,
     ``fragrel_independent_score`` and ``fragrel_environment_score`` in metadata. A postprocessor cannot ask the
     retriever for more: give the query engine ``similarity_top_k=50`` (its default is 2); it warns once when it
-    gets no more nodes than it keeps.
+    gets no more nodes than it keeps. Like LlamaIndex's rerankers it emits ``ReRankStartEvent`` and
+    ``ReRankEndEvent`` through the instrumentation dispatcher (``model_name`` is ``"fragrel:<preset>"``).
 
     >>> engine = index.as_query_engine(                                                   # doctest: +SKIP
     ...     similarity_top_k=50, node_postprocessors=[FragRelPostprocessor(top_n=5)], llm=llm)
@@ -109,4 +114,14 @@ class FragRelPostprocessor(BaseNodePostprocessor):
                 UserWarning,
                 stacklevel=3,
             )
-        return self._reranker()(nodes, query_bundle.query_str)
+        dispatcher.event(
+            ReRankStartEvent(
+                query=query_bundle,
+                nodes=nodes,
+                top_n=len(nodes) if self.top_n is None else self.top_n,
+                model_name=f"fragrel:{self.preset}",
+            )
+        )
+        ranked = self._reranker()(nodes, query_bundle.query_str)
+        dispatcher.event(ReRankEndEvent(nodes=ranked))
+        return ranked

@@ -11,6 +11,11 @@ triplet payload; entity and chunk nodes keep their labels and properties in the 
 used in a triplet without a stored node comes back as a plain ``EntityNode``. Deletes end the triplets'
 validity (history stays readable through :attr:`TripletGraphStore.core`) unless ``hard_delete=True``.
 
+Round trips return what was put: a relation comes back with exactly the properties it was upserted with (the
+triplet's key and validity are read through :class:`TripletMemoryRetriever`'s node metadata or
+:attr:`TripletGraphStore.core`, not added to the properties), and ``properties=`` filters match the relation's
+or either node's properties, as in LlamaIndex's ``SimplePropertyGraphStore``.
+
 >>> from fragrel_integrations.testing import HashingEmbedder
 >>> graph = TripletGraphStore(embedder=HashingEmbedder(dim=64))
 >>> from llama_index.core.graph_stores.types import Relation
@@ -57,6 +62,9 @@ def _relation_key(source: str, label: str, target: str) -> str:
     return "rel-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
 
 
+_NODE_KINDS = ("entity", "chunk")  # the node table's kinds this view owns (others belong to other views)
+
+
 def _node_from_record(rec: NodeRecord) -> LabelledNode:
     if rec.kind == "chunk":
         return ChunkNode(text=rec.text, id_=rec.id, label=rec.label, properties=dict(rec.properties))
@@ -96,8 +104,11 @@ class TripletGraphStore(PropertyGraphStore):
         return self.core
 
     # -- conversions -----------------------------------------------------------------------------------------
+    def _node_records(self, ids: list[str] | None = None) -> list[NodeRecord]:
+        return [r for r in self.core.get_nodes(ids, namespace=self.namespace) if r.kind in _NODE_KINDS]
+
     def _nodes_by_id(self, ids: list[str]) -> dict[str, LabelledNode]:
-        return {r.id: _node_from_record(r) for r in self.core.get_nodes(ids, namespace=self.namespace)}
+        return {r.id: _node_from_record(r) for r in self._node_records(ids)}
 
     def _triplets(self, records: list[TripletRecord]) -> list[LITriplet]:
         ids = sorted({r.t1 for r in records} | {r.t3 for r in records})
@@ -106,8 +117,8 @@ class TripletGraphStore(PropertyGraphStore):
         for r in records:
             subj = known.get(r.t1) or EntityNode(name=r.t1)
             obj = known.get(r.t3) or EntityNode(name=r.t3)
-            props = {**dict(r.payload), "triplet_key": r.key, "valid_from": r.valid_from}
-            out.append((subj, Relation(label=r.t2, source_id=r.t1, target_id=r.t3, properties=props), obj))
+            rel = Relation(label=r.t2, source_id=r.t1, target_id=r.t3, properties=dict(r.payload))
+            out.append((subj, rel, obj))
         return out
 
     def _records(self, entity_names=None, relation_names=None, properties=None, ids=None) -> list[TripletRecord]:
@@ -129,14 +140,22 @@ class TripletGraphStore(PropertyGraphStore):
         if relation_names:
             wanted = {normalize_term(x) for x in relation_names}
             candidates = [r for r in candidates if normalize_term(r.t2) in wanted]
-        if properties:
-            candidates = [r for r in candidates if any(r.payload.get(k) == v for k, v in properties.items())]
+        if properties:  # the relation's or either node's properties (as SimplePropertyGraphStore)
+            terms = sorted({x for r in candidates for x in (r.t1, r.t3)})
+            nodes = {n.id: n.properties for n in self._node_records(terms)}
+
+            def hit(props: Any) -> bool:
+                return any(k in props and props[k] == v for k, v in properties.items())
+
+            candidates = [
+                r for r in candidates if hit(r.payload) or hit(nodes.get(r.t1, {})) or hit(nodes.get(r.t3, {}))
+            ]
         return sorted(candidates, key=lambda r: r.id)
 
     # -- PropertyGraphStore API ------------------------------------------------------------------------------
     def get(self, properties: dict | None = None, ids: list[str] | None = None) -> list[LabelledNode]:
         """Stored nodes, and entity nodes for every term used in a triplet (filtered by ids / properties)."""
-        stored = {r.id: _node_from_record(r) for r in self.core.get_nodes(ids, namespace=self.namespace)}
+        stored = {r.id: _node_from_record(r) for r in self._node_records(ids)}
         if ids:
             for name in ids:
                 if name not in stored and self._records(entity_names=[name]):
@@ -198,7 +217,7 @@ class TripletGraphStore(PropertyGraphStore):
     def upsert_relations(self, relations: list[Relation]) -> None:
         writes = []
         for rel in relations:
-            props = {k: v for k, v in rel.properties.items() if k not in ("triplet_key", "valid_from")}
+            props = dict(rel.properties)
             writes.append(
                 TripletWrite(
                     (rel.source_id, rel.label, rel.target_id),
@@ -227,7 +246,7 @@ class TripletGraphStore(PropertyGraphStore):
 
     def core_nodes(self, properties: dict | None = None, ids: list[str] | None = None) -> list[NodeRecord]:
         """Stored node attribute records (not the implicit term entities)."""
-        recs = self.core.get_nodes(ids, namespace=self.namespace)
+        recs = self._node_records(ids)
         if properties:
             recs = [r for r in recs if any(r.properties.get(k) == v for k, v in properties.items())]
         return recs
@@ -260,7 +279,7 @@ class TripletGraphStore(PropertyGraphStore):
     def get_schema(self, refresh: bool = False) -> dict[str, Any]:
         """The relation labels in use and the node labels stored."""
         relations = sorted({r.t2 for r in self.core.records(namespace=self.namespace)})
-        labels = sorted({r.label for r in self.core.get_nodes(namespace=self.namespace)})
+        labels = sorted({r.label for r in self._node_records()})
         return {"relations": relations, "node_labels": labels}
 
     def persist(self, persist_path: str, fs: Any = None) -> None:

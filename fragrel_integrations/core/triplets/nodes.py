@@ -14,7 +14,7 @@ from typing import Any
 
 from .backend import StorageBackend
 from .rows import dump_payload
-from .types import Namespace, encode_namespace, namespace_tuple
+from .types import Namespace, decode_namespace, encode_namespace, namespace_tuple
 
 __all__ = ["NodeRecord", "NodeTable"]
 
@@ -74,6 +74,15 @@ class NodeTable:
                         (enc, *chunk),
                     ).fetchall()
         return [NodeRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), ns) for r in rows]
+
+    def namespaces(self, kind: str | None = None) -> list[Namespace]:
+        """Distinct namespaces holding nodes (of ``kind``, or any), sorted."""
+        with self.backend.read() as cur:
+            if kind is None:
+                rows = cur.execute("SELECT DISTINCT namespace FROM nodes").fetchall()
+            else:
+                rows = cur.execute("SELECT DISTINCT namespace FROM nodes WHERE kind = ?", (kind,)).fetchall()
+        return sorted(decode_namespace(r[0]) for r in rows)
 
     def delete(self, ids: Sequence[str], namespace: str | Sequence[str] | None) -> int:
         """Delete the nodes with ``ids``; the number deleted."""

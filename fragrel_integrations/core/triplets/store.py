@@ -391,6 +391,10 @@ class TripletStore:
         """Stored node attributes (all of the namespace, or those with ``ids``)."""
         return self._nodes.get(ids, namespace)
 
+    def node_namespaces(self, *, kind: str | None = None) -> list[Namespace]:
+        """Distinct namespaces holding node attributes (of ``kind``, or any), sorted."""
+        return self._nodes.namespaces(kind)
+
     def delete_nodes(self, ids: Sequence[str], *, namespace: str | Sequence[str] | None = None) -> int:
         """Delete the nodes with ``ids``; the number deleted."""
         return self._nodes.delete(ids, namespace)

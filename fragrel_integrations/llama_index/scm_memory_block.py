@@ -1,0 +1,166 @@
+"""SCM as one block of LlamaIndex's ``Memory`` (``llama_index.core.memory.Memory``), beside a user's other blocks.
+
+``Memory`` keeps the recent messages itself (its short-term FIFO queue) and hands the messages it flushes out of
+that queue to its blocks; :class:`SCMMemoryBlock` delegates both directions to the core
+:class:`~fragrel_integrations.core.scm.SelfControlledMemory`, keyed by the ``Memory``'s ``session_id``:
+
+* ``aput`` (messages flushed from short-term memory) - each user message and the assistant's final reply after it
+  (text, no tool calls) become one interaction of the SCM stream (SCM step 6); tool calls and tool results in
+  between are not stored, and a user message whose reply has not been flushed yet waits for it;
+* ``aget`` (every ``memory.get(input=...)``) - SCM steps 1-4 for the last user message (``input``): the block's
+  text lists the activated turns and SCM's flash memory (here the newest turn flushed out of the queue, labelled
+  as such: the previous turn itself is still in ``Memory``'s queue), and ``Memory`` puts it into the system
+  message.
+
+Sync and async: ``Memory.get``/``put`` run the block's async methods for you.
+
+>>> from llama_index.core.memory import Memory
+>>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+>>> controller = ScriptedChatModel(lambda m: "yes" if "yes or no" in m[-1]["content"] else "A summary.")
+>>> block = SCMMemoryBlock(llm=controller, embedder=HashingEmbedder(dim=64))
+>>> memory = Memory.from_defaults(session_id="ana", memory_blocks=[block], token_limit=24)
+>>> memory.put_messages([ChatMessage(role="user", content="My cat is called Miso."),
+...                      ChatMessage(role="assistant", content="Nice name!"),
+...                      ChatMessage(role="user", content="I live in Lisbon by the sea."),
+...                      ChatMessage(role="assistant", content="Lovely city, lots of light.")])
+>>> [item.observation for item in block.core.history("ana")]  # the first turn was flushed into SCM
+['My cat is called Miso.']
+>>> "My cat is called Miso." in memory.get(input="What is my cat called?")[0].content
+True
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.memory import BaseMemoryBlock
+
+from ..core.scm import SCMContext, SelfControlledMemory
+from ..core.scm.prompts import render_memory_block
+from ..models.base import Embedder
+from ..models.convert import optional_embedder
+from .scm_memory import _is_final_reply, _text
+
+__all__ = ["SCMMemoryBlock"]
+
+
+def build_core(
+    memory: SelfControlledMemory | None = None,
+    *,
+    llm: Any = None,
+    path: str | Path = ":memory:",
+    embedder: Embedder | Any | None = None,
+    **memory_kwargs: Any,
+) -> SelfControlledMemory:
+    """The core memory of a block: ``memory`` itself, or one built from ``llm`` (the controller), ``path`` (the
+    SQLite stream), ``embedder`` and other :class:`SelfControlledMemory` keywords (as ``SCMMemory`` takes them)."""
+    if memory is not None:
+        if not isinstance(memory, SelfControlledMemory):
+            raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
+        if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
+            raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
+        return memory
+    if llm is None:
+        raise ValueError("llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)")
+    return SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
+
+
+def _session(block_kwargs: dict[str, Any], messages: list[ChatMessage] | None) -> str:
+    session = block_kwargs.get("session_id")
+    if session is None:
+        session = next((m.additional_kwargs.get("session_id") for m in messages or [] if m.additional_kwargs), None)
+    if not isinstance(session, str) or not session:
+        raise ValueError(
+            "SCMMemoryBlock is keyed by the Memory's session_id: use it inside "
+            "llama_index.core.memory.Memory(memory_blocks=[...]), or pass session_id=... to aget/aput"
+        )
+    return session
+
+
+class SCMMemoryBlock(BaseMemoryBlock[str]):
+    """Self-controlled long-term memory (SCM) as a ``BaseMemoryBlock`` (see the module docstring).
+
+    Args:
+        memory: a built core :class:`SelfControlledMemory`; or leave it out and pass ``llm`` (the controller: a
+            LlamaIndex LLM or any ChatModel), optionally ``path`` (SQLite file of the stream, default in memory),
+            ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``, ``relation``, ``index``, ...),
+            as for :class:`~fragrel_integrations.llama_index.SCMMemory`.
+        name: the block's name in the ``Memory`` (its tag in the memory template); unique within one ``Memory``.
+        priority: ``Memory``'s truncation priority (0, the default: never truncated; higher is truncated first,
+            and then the whole block is dropped).
+        accept_short_term_memory: take the messages ``Memory`` flushes from its queue (True: SCM's stream grows
+            with the conversation; False: a read-only view of a stream written elsewhere).
+    """
+
+    name: str = Field(default="scm_memory", description="The block's name within its Memory.")
+    description: str | None = Field(
+        default="Self-controlled long-term memory: earlier turns of this conversation recalled for the input.",
+        description="A description of the memory block.",
+    )
+
+    _core: SelfControlledMemory = PrivateAttr()
+    _pending: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+
+    def __init__(
+        self,
+        memory: SelfControlledMemory | None = None,
+        *,
+        llm: Any = None,
+        path: str | Path = ":memory:",
+        embedder: Embedder | Any | None = None,
+        name: str = "scm_memory",
+        priority: int = 0,
+        accept_short_term_memory: bool = True,
+        **memory_kwargs: Any,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
+            raise TypeError(f"priority must be an int >= 0 (0: never truncated), got {priority!r}")
+        core = build_core(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
+        super().__init__(name=name, priority=priority, accept_short_term_memory=accept_short_term_memory)
+        self._core = core
+
+    @property
+    def core(self) -> SelfControlledMemory:
+        """The core SCM memory every call delegates to."""
+        return self._core
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        """The memory block for the last user message of ``messages`` ('' when there is none or nothing to recall)."""
+        users = [_text(m) for m in messages or [] if m.role == MessageRole.USER and _text(m).strip()]
+        if not users:
+            return ""
+        context = await self._core.aprepare(users[-1], session_id=_session(block_kwargs, messages))
+        return self._render(context)
+
+    def _render(self, context: SCMContext) -> str:
+        """The memory text: the activated turns, then SCM's flash memory. In a ``Memory`` the flash memory is the
+        newest turn flushed out of the short-term queue, not the previous turn (that one is still in the queue),
+        and it is labelled so."""
+        recalled = {m.item.index for m in context.memories}
+        parts = [render_memory_block(None, context.memories)] if context.memories else []
+        if context.flash is not None and context.flash.index not in recalled:
+            parts.append(f"Newest turn before the recent messages:\n{context.flash.text}")
+        return self._core.memory_template.format(memory="\n\n".join(parts)) if parts else ""
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        """Store each completed turn of ``messages`` (user message(s), then the final reply) in the session."""
+        if not messages:
+            return
+        for message in messages:
+            if not isinstance(message, ChatMessage):
+                raise TypeError(f"messages must be llama_index ChatMessages, got {type(message).__name__}")
+        session = _session({}, messages)
+        users = self._pending.pop(session, [])
+        for message in messages:
+            if message.role == MessageRole.USER:
+                users.append(_text(message))  # several user messages before a reply form one observation
+            elif users and _is_final_reply(message):
+                await self._core.arecord("\n".join(users), _text(message).strip(), session_id=session)
+                users = []
+        if users:
+            self._pending[session] = users  # its reply comes with a later flush
