@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -25,9 +26,15 @@ from .cli_code import add_retrieve_code_arguments, format_ranked
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
-from .models.base import embedder_id
+from .models.base import embedder_id, embedder_window_tokens
 
 __all__ = ["ANSWER_SYSTEM_PROMPT", "answer_messages", "build_parser", "main"]
+
+logger = logging.getLogger(__name__)
+
+#: Bumped when what the cache key covers changes, so that older cache files are never reused (2: the key holds
+#: the embedder's input window and the file records the embedder's whole identity).
+CACHE_LAYOUT = 2
 
 #: The instruction ``fragrel ask`` gives the model (kept short: the embedded model is small).
 ANSWER_SYSTEM_PROMPT = "Answer the question using only the context. Reply in one short sentence."
@@ -172,7 +179,11 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
         build,
         data,
         name=Path(args.file).name,
-        settings={"fragment_words": fragment_words, "window_words": window_words},
+        settings={
+            "fragment_words": fragment_words,
+            "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
+            "embed_window_tokens": None if embedder is None else embedder_window_tokens(embedder),
+        },
         cache_dir=args.cache_dir,
         load_kwargs=kwargs,
         model=None if embedder is None else embedder_id(embedder),
@@ -229,15 +240,17 @@ def cached_index(
     """Load the cached index of ``data`` (file bytes) split with ``settings``, or ``build()`` it and cache it.
 
     The cache file is named by a SHA-256 of the file's bytes, the embedding ``model`` (its id; None: the
-    embedded default) and ``settings``, so a changed file, model or splitting is embedded afresh; an unreadable
-    cache file is reported and left alone.
+    embedded default) and ``settings`` (splitting, the embedder's input window), so a changed file, model or
+    splitting is embedded afresh; loading checks the embedder's whole recorded identity too. A cache file that
+    is a damaged or stale FragRel index is rebuilt with a logged warning; any other file there is reported and
+    left alone.
     """
-    from .core.persist import VERSION, default_cache_dir, file_sha256
+    from .core.persist import VERSION, default_cache_dir, file_sha256, is_index_file
     from .models.local import default_embedder_id
 
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     model = model or default_embedder_id()
-    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, **settings}
+    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, "layout": CACHE_LAYOUT, **settings}
     key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
     stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
     path = folder / f"{stem}-{key[:32]}.fragrel"
@@ -245,8 +258,10 @@ def cached_index(
         try:
             return FragRelIndex.load(path, expect={"cache_key": key}, **load_kwargs)
         except ValueError as exc:
-            print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
-            return build()
+            if not is_index_file(path):
+                print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
+                return build()
+            logger.warning("rebuilding the cache file %s: %s", path, exc)
     index = build()
     try:
         index.save(path, metadata={"cache_key": key, **key_fields, "source": name})

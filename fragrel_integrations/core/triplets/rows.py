@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..._validation import check_text
 from .types import Namespace, TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace
 
 __all__ = ["ROW_COLUMNS", "ROW_COLUMNS_WITH_TERM_IDS", "Time", "TripletLike", "dump_payload", "record", "scope"]
@@ -64,12 +65,13 @@ def scope(namespace: Namespace, prefix: bool, as_of: float | None, *, history: b
 
 def dump_payload(payload: Mapping[str, Any] | None) -> str:
     """``payload`` as the JSON text stored beside a triplet or node (``"{}"`` for None); TypeError if it is not a
-    JSON object."""
+    JSON object, ValueError if it holds a lone surrogate (text no database can store)."""
     if payload is None:
         return "{}"
     if not isinstance(payload, Mapping):
         raise TypeError(f"payload must be a mapping (JSON object), got {type(payload).__name__}")
     try:
-        return json.dumps(dict(payload), sort_keys=True, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(dict(payload), sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"payload must be JSON-serialisable (str keys, finite numbers): {exc}") from exc
+    return check_text(text, "payload")

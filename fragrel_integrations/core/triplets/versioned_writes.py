@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import check_text
 from .backend import Cursor, StorageBackend
 from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, Time, TripletLike, dump_payload, record
 from .term_dictionary import TermDictionary
@@ -50,7 +51,11 @@ def _prepare(
     trip = Triplet.coerce(w.triplet)
     if w.key is not None and (not isinstance(w.key, str) or not w.key):
         raise ValueError(f"key must be a non-empty string or None, got {w.key!r}")
+    if w.key is not None:
+        check_text(w.key, "key")
     ns = namespace_tuple(w.namespace if w.namespace is not None else namespace)
+    for label in ns:
+        check_text(label, "a namespace label")
     start = to_timestamp(w.valid_from, name="valid_from")
     end = to_timestamp(w.valid_to, name="valid_to")
     start = now if start is None else start
