@@ -182,12 +182,19 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
         settings={
             "fragment_words": fragment_words,
             "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
-            "embed_window_tokens": None if embedder is None else embedder_window_tokens(embedder),
+            "embed_window_tokens": embedder_window_tokens(embedder or _default_embedder()),
         },
         cache_dir=args.cache_dir,
         load_kwargs=kwargs,
         model=None if embedder is None else embedder_id(embedder),
     )
+
+
+def _default_embedder() -> Any:
+    """The embedded default (loaded here: embedding the question needs it anyway)."""
+    from .models.local import default_embedder
+
+    return default_embedder()
 
 
 def user_embedder(args: argparse.Namespace) -> Any:
@@ -250,7 +257,8 @@ def cached_index(
 
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     model = model or default_embedder_id()
-    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, "layout": CACHE_LAYOUT, **settings}
+    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, "layout": CACHE_LAYOUT}
+    key_fields.update(settings)
     key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
     stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
     path = folder / f"{stem}-{key[:32]}.fragrel"

@@ -112,7 +112,7 @@ def test_preset_sets_alpha_w_rel_and_options_override_it(model, book, tmp_path, 
 
 
 @pytest.mark.parametrize(
-    "damage", ["[" * 100_000 + "]" * 100_000, "{\"a\": " * 300 + "1" + "}" * 300], ids=["deep", "nested"]
+    "damage", ["[" * 100_000 + "]" * 100_000, '{"a": ' * 300 + "1" + "}" * 300], ids=["deep", "nested"]
 )
 def test_a_damaged_cache_file_is_rebuilt_with_a_warning(model, book, tmp_path, capsys, caplog, damage):
     cache = tmp_path / "cache"

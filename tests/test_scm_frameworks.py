@@ -353,3 +353,16 @@ def test_llama_index_set_checks_every_message_before_it_deletes_anything(bad, er
                 ChatMessage(role="user", content="Still open.")])  # fmt: skip
     assert [(i.observation, i.response) for i in core.history("ana")] == [("I am Bo.", "Hi Bo.")]
     assert [m.content for m in memory.get_all()] == ["I am Bo.", "Hi Bo.", "Still open."]
+
+
+@pytest.mark.parametrize("field", ["observation", "response", "summary"])
+def test_a_lone_surrogate_in_a_langgraph_store_stream_is_refused_before_it_is_stored(field):
+    from langgraph.store.memory import InMemoryStore
+
+    from fragrel_integrations.langchain.scm_store import LangGraphStoreStream
+
+    stream = LangGraphStoreStream(InMemoryStore())
+    turn = {"observation": "ok", "response": "ok", "summary": "", field: "cut \ud83d text"}
+    with pytest.raises(ValueError, match=f"{field} contains .* lone surrogate"):
+        stream.append("ana", turn["observation"], turn["response"], summary=turn["summary"])
+    assert stream.count("ana") == 0

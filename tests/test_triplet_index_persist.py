@@ -272,7 +272,7 @@ def test_a_wrongly_typed_value_in_the_saved_term_index_is_a_logged_rebuild(table
     assert want and saved_state(store)[0] == 1
     where = " WHERE term_id = (SELECT MIN(term_id) FROM term_part)" if table == "term_part" else ""
     with store.backend.write() as cur:
-        cur.execute(f"UPDATE {table} SET {column} = {value}{where}")  # noqa: S608 - fixed test values
+        cur.execute(f"UPDATE {table} SET {column} = {value}{where}")
     writer = reopen(store)  # writes go on: their terms are stored, the damaged partition is left to the loader
     writer.write_many([(f"late {i}", "relation 1", f"late object {i}") for i in range(5)])
     assert writer.read(t1="late 3", fuzzy=False)
@@ -281,7 +281,7 @@ def test_a_wrongly_typed_value_in_the_saved_term_index_is_a_logged_rebuild(table
         assert [r.triplet for r in again.read(t1="subject 42x")] == want
         assert again.read(t3="late object 3 !")  # fuzzy: the later terms are in the rebuilt index
     assert "not trusted" in caplog.text and str(store.backend.path) in caplog.text  # names the database
-    gen, assigned, rows, terms = saved_state(again)
+    _, assigned, rows, terms = saved_state(again)
     assert assigned == rows == terms  # re-partitioned and saved again, sound
     assert sound(again)
     for s in (writer, again, store):

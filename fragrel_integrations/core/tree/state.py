@@ -64,9 +64,7 @@ def _check_node(raw: object, config: TreeConfig, n: int) -> TreeNode:
 
 def check_state(
     state: object,
-) -> tuple[
-    TreeConfig, list[TreeNode], dict[tuple[int, str], np.ndarray], dict[str, SummaryResult], int, dict | None
-]:
+) -> tuple[TreeConfig, list[TreeNode], dict[tuple[int, str], np.ndarray], dict[str, SummaryResult], int, dict | None]:
     """Validate :meth:`SurpriseTree.to_state` data and return its parts (config, nodes, vectors, cache, next id,
     the recorded embedder identity or None for a state saved before it was recorded).
 

@@ -92,8 +92,7 @@ def read_saved(cur: Cursor, dim: int) -> tuple[SavedPartition | None, str | None
         return None, None
     try:
         fmt, gen, sdim, k, trained_n, assigned, checksum = (
-            stored_int(v, f"term_index_state.{name}")
-            for v, name in zip(row[:7], _INT_COLUMNS, strict=True)
+            stored_int(v, f"term_index_state.{name}") for v, name in zip(row[:7], _INT_COLUMNS, strict=True)
         )
     except ValueError as exc:
         return None, f"saved term index: {exc}"

@@ -340,7 +340,9 @@ class TermDictionary:
             self._missing = (saved.generation, ids[unassigned], parts[unassigned]) if unassigned.any() else None
             return index
         if why is not None:
-            logger.warning("%s: %s: not trusted; re-partitioning the term index from the stored vectors", self.where, why)
+            logger.warning(
+                "%s: %s: not trusted; re-partitioning the term index from the stored vectors", self.where, why
+            )
         self._force_save = why is not None
         self._saved = self._synced_cent = None
         index.add(ids, vecs, rebalance=False)
@@ -459,6 +461,8 @@ class TermDictionary:
             if not rows:
                 continue
             sims = vectors_of(rows, qv.shape[0], self.where) @ qv
-            scored += [(int(r[0]), str(r[2]), float(sim)) for r, sim in zip(rows, sims, strict=True) if sim >= threshold]
+            scored += [
+                (int(r[0]), str(r[2]), float(sim)) for r, sim in zip(rows, sims, strict=True) if sim >= threshold
+            ]
         scored.sort(key=lambda x: (-x[2], x[0]))
         return scored[:k]

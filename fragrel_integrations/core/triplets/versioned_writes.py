@@ -159,7 +159,7 @@ class VersionedWriter:
             ).fetchone()
             if old is not None:
                 if tuple(old[10:13]) == (t1_id, t2_id, t3_id) and old[6] == payload and end is None:
-                    return record(old)
+                    return record(old, where=repr(self.backend))
                 cur.execute("UPDATE triplets SET valid_to = ? WHERE id = ?", (max(start, float(old[7])), old[0]))
         elif new_pair or n3 in fresh:
             key = uuid.uuid4().hex
@@ -171,7 +171,7 @@ class VersionedWriter:
                 (enc, t1_id, t2_id, t3_id, start, start),
             ).fetchone()
             if same is not None:
-                return record(same)
+                return record(same, where=repr(self.backend))
             key = uuid.uuid4().hex
         if single_valued is None:
             single_valued = normalize_term(trip.t2) in self.single_valued
