@@ -7,8 +7,8 @@ fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
 Defaults: the ``general`` preset (500-word fragments, w_rel 0.2, alpha 1.0, the 10 best lend support), the hybrid
 score (0.5 min-max BM25 + 0.5 min-max dense), fragments embedded in 152-word sub-windows (all of every fragment is
 read). The embedded book is cached in ``$XDG_CACHE_HOME/fragrel`` (``--cache-dir``, ``--no-cache``), keyed by the
-file's bytes, the model and the splitting: a second question on the same book (``retrieve`` or ``ask``) does not
-embed it again.
+file's bytes, the model, its input window and the splitting: a second question on the same book (``retrieve`` or
+``ask``) does not embed it again; a damaged cache file is rebuilt with a logged warning.
 """
 
 from __future__ import annotations
