@@ -447,7 +447,8 @@ class TermDictionary:
                 (*chunk, *(scope_params * len(fields))),
             ).fetchall()
             for tid, hits in rows:
-                out[int(tid)] = out.get(int(tid), 0) + int(hits)
+                if isinstance(tid, int) and not isinstance(tid, bool):  # a damaged band row names no term: skipped
+                    out[tid] = out.get(tid, 0) + int(hits)
         ranked = sorted(out, key=lambda t: (-out[t], t))
         return ranked[: self.max_candidates]
 
