@@ -7,8 +7,8 @@ fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
 Defaults: the ``general`` preset (500-word fragments, w_rel 0.2, alpha 1.0, the 10 best lend support), the hybrid
 score (0.5 min-max BM25 + 0.5 min-max dense), fragments embedded in 152-word sub-windows (all of every fragment is
 read). The embedded book is cached in ``$XDG_CACHE_HOME/fragrel`` (``--cache-dir``, ``--no-cache``), keyed by the
-file's bytes, the model and the splitting: a second question on the same book (``retrieve`` or ``ask``) does not
-embed it again.
+file's bytes, the model, its input window and the splitting: a second question on the same book (``retrieve`` or
+``ask``) does not embed it again; a damaged cache file is rebuilt with a logged warning.
 """
 
 from __future__ import annotations
@@ -27,9 +27,15 @@ from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragme
 from .core.code.loader import wide_codec
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
-from .models.base import embedder_id
+from .models.base import embedder_id, embedder_window_tokens
 
 __all__ = ["ANSWER_SYSTEM_PROMPT", "answer_messages", "book_text", "build_parser", "main"]
+
+logger = logging.getLogger(__name__)
+
+#: Bumped when what the cache key covers changes, so that older cache files are never reused (2: the key holds
+#: the embedder's input window and the file records the embedder's whole identity).
+CACHE_LAYOUT = 2
 
 #: The instruction ``fragrel ask`` gives the model (kept short: the embedded model is small).
 ANSWER_SYSTEM_PROMPT = "Answer the question using only the context. Reply in one short sentence."
@@ -213,11 +219,22 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
         build,
         data,
         name=Path(args.file).name,
-        settings={"fragment_words": fragment_words, "window_words": window_words},
+        settings={
+            "fragment_words": fragment_words,
+            "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
+            "embed_window_tokens": embedder_window_tokens(embedder or _default_embedder()),
+        },
         cache_dir=args.cache_dir,
         load_kwargs=kwargs,
         model=None if embedder is None else embedder_id(embedder),
     )
+
+
+def _default_embedder() -> Any:
+    """The embedded default (loaded here: embedding the question needs it anyway)."""
+    from .models.local import default_embedder
+
+    return default_embedder()
 
 
 def user_embedder(args: argparse.Namespace) -> Any:
@@ -275,15 +292,18 @@ def cached_index(
     """Load the cached index of ``data`` (file bytes) split with ``settings``, or ``build()`` it and cache it.
 
     The cache file is named by a SHA-256 of the file's bytes, the embedding ``model`` (its id; None: the
-    embedded default) and ``settings``, so a changed file, model or splitting is embedded afresh; an unreadable
-    cache file is reported and left alone.
+    embedded default) and ``settings`` (splitting, the embedder's input window), so a changed file, model or
+    splitting is embedded afresh; loading checks the embedder's whole recorded identity too. A cache file that
+    is a damaged or stale FragRel index is rebuilt with a logged warning; any other file there is reported and
+    left alone.
     """
-    from .core.persist import VERSION, default_cache_dir, file_sha256
+    from .core.persist import VERSION, default_cache_dir, file_sha256, is_index_file
     from .models.local import default_embedder_id
 
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     model = model or default_embedder_id()
-    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, **settings}
+    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, "layout": CACHE_LAYOUT}
+    key_fields.update(settings)
     key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
     stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
     path = folder / f"{stem}-{key[:32]}.fragrel"
@@ -291,8 +311,10 @@ def cached_index(
         try:
             return FragRelIndex.load(path, expect={"cache_key": key}, **load_kwargs)
         except ValueError as exc:
-            print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
-            return build()
+            if not is_index_file(path):
+                print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
+                return build()
+            logger.warning("rebuilding the cache file %s: %s", path, exc)
     index = build()
     try:
         index.save(path, metadata={"cache_key": key, **key_fields, "source": name})

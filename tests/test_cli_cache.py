@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 
 import pytest
 from conftest import BagOfWordsEmbedder
 
 from fragrel_integrations.cli import main
 from fragrel_integrations.models import local
+from fragrel_integrations.models.base import IDENTITY_PROBE
 
 BOOK = " ".join(f"filler{i % 37} words here" for i in range(400)) + " the captain was killed by the cook " + "x " * 90
 
@@ -22,7 +25,7 @@ class CountingEmbedder(BagOfWordsEmbedder):
         self.n_texts = 0
 
     def embed_documents(self, texts):
-        self.n_texts += len(texts)
+        self.n_texts += sum(t != IDENTITY_PROBE for t in texts)  # the saved index's identity check is not counted
         return super().embed_documents(texts)
 
 
@@ -106,3 +109,42 @@ def test_preset_sets_alpha_w_rel_and_options_override_it(model, book, tmp_path, 
     with pytest.raises(SystemExit):
         main(["retrieve", str(book), "q", "--preset", "nonsense"])
     assert "invalid choice: 'nonsense'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "damage", ["[" * 100_000 + "]" * 100_000, '{"a": ' * 300 + "1" + "}" * 300], ids=["deep", "nested"]
+)
+def test_a_damaged_cache_file_is_rebuilt_with_a_warning(model, book, tmp_path, capsys, caplog, damage):
+    cache = tmp_path / "cache"
+    first, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    [entry] = cache.iterdir()
+    conn = sqlite3.connect(entry)
+    with conn:
+        conn.execute("UPDATE fragrel_index SET value = ? WHERE key = 'settings'", (damage,))
+    conn.close()
+    embedded = model.n_texts
+    with caplog.at_level(logging.WARNING, logger="fragrel_integrations.cli"):
+        again, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    assert again == first and model.n_texts > embedded  # embedded again
+    assert "rebuilding the cache file" in caplog.text and entry.name in caplog.text and "nested" in caplog.text
+    embedded = model.n_texts
+    third, _ = retrieve(capsys, book, "--cache-dir", str(cache))  # the rebuilt file is read: no crash, no embedding
+    assert third == first and model.n_texts == embedded and list(cache.iterdir()) == [entry]
+
+
+def test_the_cache_key_holds_the_served_embedders_window(book, tmp_path, capsys):
+    pytest.importorskip("openai")
+    from _llm_fixtures import FakeOpenAIServer
+
+    cache = tmp_path / "cache"
+    with FakeOpenAIServer() as server:
+        argv = ["--cache-dir", str(cache), "--embed-model", "m", "--embed-base-url", server.base_url]
+        texts = lambda: sum(len(r["input"]) for r in server.requests)  # noqa: E731
+        retrieve(capsys, book, *argv, "--embed-window-tokens", "128")
+        wide = texts()
+        retrieve(capsys, book, *argv, "--embed-window-tokens", "32")  # smaller windows: embedded again
+        narrow = texts() - wide
+        retrieve(capsys, book, *argv, "--embed-window-tokens", "32")
+        again = texts() - wide - narrow
+    assert narrow > wide and again == 2  # the question and the identity probe; the book comes from the cache
+    assert len(list(cache.iterdir())) == 2

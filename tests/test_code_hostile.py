@@ -111,12 +111,20 @@ def test_truncated_index_is_a_clear_error_not_a_raw_sqlite_error(repo, tmp_path)
         load_relation(text)
 
 
-def test_damaged_index_of_ours_is_rebuilt(repo, tmp_path, caplog):
+@pytest.mark.parametrize(
+    "damage",
+    [
+        ("UPDATE relation SET value = x'00ff'", ()),
+        ("UPDATE meta SET value = ? WHERE key = 'threshold'", ("[" * 100_000 + "]" * 100_000,)),  # RecursionError
+    ],
+    ids=["blob", "nested-json"],
+)
+def test_damaged_index_of_ours_is_rebuilt(repo, tmp_path, caplog, damage):
     idx = tmp_path / "idx.sqlite"
     rel = CodeRelation.from_repository(repo, cache=idx, show_progress=False)
     conn = sqlite3.connect(idx)
     with conn:
-        conn.execute("UPDATE relation SET value = x'00ff'")
+        conn.execute(*damage)
     conn.close()
     with pytest.raises(ValueError, match="damaged FragRel code index: delete it"):
         load_relation(idx)

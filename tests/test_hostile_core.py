@@ -81,3 +81,31 @@ def test_cli_refuses_a_fifo_and_an_unreadable_file(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "read_bytes", denied)
     with pytest.raises(SystemExit, match="cannot read it: Permission denied"):
         main(["retrieve", str(plain), "who?", "--quiet"])
+
+
+# ------------------------------------------------------------------------------------------ saved trees (issue 25)
+@pytest.mark.parametrize("name", ["tree.sqlite", "tree.json"])
+def test_a_saved_tree_refuses_another_embedder_of_the_same_class_and_dimension(name, tmp_path, caplog):
+    import json
+    import logging
+
+    from fragrel_integrations.core.tree import SurpriseTree, load_tree, save_tree
+    from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+
+    llm = ScriptedChatModel(lambda m: "(Summary): s\n(Surprise): t")
+    tree = SurpriseTree(llm, HashingEmbedder(dim=32), show_progress=False)
+    tree.build(["Cats purr. Dogs bark.", "Stocks fell. Bonds rose."])
+    path = tmp_path / name
+    save_tree(tree, path)
+    assert load_tree(path, embedder=HashingEmbedder(dim=32)).to_state() == tree.to_state()
+    with pytest.raises(ValueError, match=rf"{name}' was .*fingerprint.*pass the embedder it was built with"):
+        load_tree(path, embedder=HashingEmbedder(dim=32, seed=3))
+    with pytest.raises(ValueError, match="fingerprint"):
+        SurpriseTree.from_state(tree.to_state(), embedder=HashingEmbedder(dim=32, seed=3))
+    if name.endswith(".json"):  # a save made before the identity was recorded loads, with a warning
+        state = json.loads(path.read_text(encoding="utf-8"))
+        del state["embedder"]
+        path.write_text(json.dumps(state), encoding="utf-8")
+        with caplog.at_level(logging.WARNING, logger="fragrel_integrations.core.tree.tree"):
+            assert len(load_tree(path, embedder=HashingEmbedder(dim=32)).leaves()) == 2
+        assert "does not record the embedder" in caplog.text

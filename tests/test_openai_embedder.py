@@ -153,7 +153,7 @@ def test_cli_retrieve_with_a_served_embedder_and_its_cache(book, tmp_path, capsy
         second = json.loads(capsys.readouterr().out)
         again = sum(len(r["input"]) for r in server.requests) - embedded
     assert "lighthouse keeper" in first[0]["text"] and first == second
-    assert embedded > 7 and again == 1  # the second run embeds only the question
+    assert embedded > 7 and again == 2  # the second run embeds only the question and the identity probe
     cached = list((tmp_path / "cache").iterdir())
     assert len(cached) == 1
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import sqlite3
 
 import numpy as np
@@ -16,6 +18,7 @@ from fragrel_integrations import (
     FragRelIndex,
     SemanticRelation,
 )
+from fragrel_integrations.testing import HashingEmbedder
 
 TEXTS = [
     "the lighthouse keeper polished the lamp every evening " * 8 + "and the parrot named Poll spoke",
@@ -42,7 +45,7 @@ def test_round_trip_keeps_fragments_embeddings_settings_and_scores(index, bow_em
     path = index.save(tmp_path / "sub" / "book.fragrel", metadata={"source": "book.txt"})
     calls = bow_embedder.calls
     loaded = FragRelIndex.load(path, embedder=bow_embedder)
-    assert bow_embedder.calls == calls  # nothing re-embedded
+    assert bow_embedder.calls == calls + 1  # nothing re-embedded: one call for the identity probe
     assert loaded.fragments == index.fragments and loaded.fragments[1].metadata == {"page": 1, "tags": ["a", "b"]}
     np.testing.assert_array_equal(loaded.window_embeddings, index.window_embeddings)
     np.testing.assert_array_equal(loaded.window_offsets, index.window_offsets)
@@ -155,3 +158,48 @@ def test_top_m_is_saved_and_can_be_overridden(tmp_path):
     path = index.save(tmp_path / "i.fragrel")
     assert FragRelIndex.load(path).top_m == 2
     assert FragRelIndex.load(path, top_m=None).top_m is None
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # a RecursionError in json.loads
+NESTED = json.dumps({"page": 1, "x": json.loads("[" * 200 + "]" * 200)})  # parses, nested deeper than any save
+
+
+@pytest.mark.parametrize("text", [DEEP, NESTED], ids=["deep", "nested"])
+@pytest.mark.parametrize("where", ["settings", "metadata", "fragment"])
+def test_deeply_nested_json_is_a_value_error_naming_the_file(index, bow_embedder, tmp_path, where, text):
+    path = index.save(tmp_path / "book.fragrel")
+    if where == "fragment":
+        _corrupt(path, "UPDATE fragments SET metadata = ? WHERE idx = 1", text)
+    else:
+        _corrupt(path, "UPDATE fragrel_index SET value = ? WHERE key = ?", text, where)
+    with pytest.raises(ValueError, match="nested") as err:
+        FragRelIndex.load(path, embedder=bow_embedder)
+    assert "book.fragrel" in str(err.value)
+    index.save(path)  # a damaged index of ours may be replaced
+    assert len(FragRelIndex.load(path, embedder=bow_embedder)) == 3
+    with pytest.raises(TypeError, match="nest at most 64"):
+        index.save(tmp_path / "deep.fragrel", metadata={"x": json.loads("[" * 100 + "]" * 100)})
+
+
+def test_an_index_refuses_another_embedder_of_the_same_class_and_dimension(tmp_path, caplog):
+    index = FragRelIndex.from_fragments(TEXTS, embedder=HashingEmbedder(dim=64), show_progress=False)
+    path = index.save(tmp_path / "book.fragrel")
+    want = [h.fragment.position for h in index.retrieve("harbour herring", k=3)]
+    loaded = FragRelIndex.load(path, embedder=HashingEmbedder(dim=64))
+    assert [h.fragment.position for h in loaded.retrieve("harbour herring", k=3)] == want
+    with pytest.raises(ValueError, match=r"book\.fragrel was .*fingerprint .*pass the embedder it was built with"):
+        FragRelIndex.load(path, embedder=HashingEmbedder(dim=64, seed=1))  # another model behind the same name
+    windowed = HashingEmbedder(dim=64)
+    windowed.max_input_tokens = 128  # same vectors, another input window: fragments would be split otherwise
+    with pytest.raises(ValueError, match=r"book\.fragrel was .*reading None tokens per text, this one reads 128"):
+        FragRelIndex.load(path, embedder=windowed)
+    # an index saved before the identity was recorded: its name is checked, with a warning
+    conn = sqlite3.connect(path)
+    with conn:
+        settings = json.loads(conn.execute("SELECT value FROM fragrel_index WHERE key = 'settings'").fetchone()[0])
+        del settings["embedder_identity"]
+        conn.execute("UPDATE fragrel_index SET value = ? WHERE key = 'settings'", (json.dumps(settings),))
+    conn.close()
+    with caplog.at_level(logging.WARNING, logger="fragrel_integrations.core.persist"):
+        assert len(FragRelIndex.load(path, embedder=HashingEmbedder(dim=64))) == 3
+    assert "records only the embedder's name" in caplog.text and "Save the index again" in caplog.text

@@ -330,3 +330,46 @@ def test_real_embedded_llm_and_embedder(real_embedder, tmp_path):
     assert recalled == sorted(recalled) and 2 not in recalled and len(recalled) <= 2
     if turn.context.activation.value:
         assert recalled == [0, 1]  # k=3 > two candidates: both, in time order
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "match"),
+    [
+        ("hello", TypeError, "list of llama_index ChatMessage"),
+        ([ChatMessage(role="user", content="New."), "not a message"], TypeError, r"messages\[1\] must be"),
+        (
+            [ChatMessage(role="user", content="ok"), ChatMessage(role="assistant", content="bad \ud800 reply")],
+            ValueError,
+            r"messages\[1\]'s text contains .* lone surrogate",
+        ),
+    ],
+)
+def test_llama_index_set_checks_every_message_before_it_deletes_anything(bad, error, match, tmp_path):
+    core = SelfControlledMemory(controller(), stream=tmp_path / "s.sqlite", embedder=HashingEmbedder(dim=64))
+    memory = SCMMemory(core, session_id="ana")
+    memory.put_messages([ChatMessage(role="user", content="I am Ana."), ChatMessage(role="assistant", content="Hi.")])
+    memory.put(ChatMessage(role="user", content="An open turn."))
+    with pytest.raises(error, match=match):
+        memory.set(bad)
+    with pytest.raises(error, match=match):
+        asyncio.run(memory.aset(bad))
+    assert [(i.observation, i.response) for i in core.history("ana")] == [("I am Ana.", "Hi.")]  # nothing lost
+    assert [m.content for m in memory.get_all()] == ["I am Ana.", "Hi.", "An open turn."]
+    # a good replacement still replaces, and keeps the turn it leaves open
+    memory.set([ChatMessage(role="user", content="I am Bo."), ChatMessage(role="assistant", content="Hi Bo."),
+                ChatMessage(role="user", content="Still open.")])  # fmt: skip
+    assert [(i.observation, i.response) for i in core.history("ana")] == [("I am Bo.", "Hi Bo.")]
+    assert [m.content for m in memory.get_all()] == ["I am Bo.", "Hi Bo.", "Still open."]
+
+
+@pytest.mark.parametrize("field", ["observation", "response", "summary"])
+def test_a_lone_surrogate_in_a_langgraph_store_stream_is_refused_before_it_is_stored(field):
+    from langgraph.store.memory import InMemoryStore
+
+    from fragrel_integrations.langchain.scm_store import LangGraphStoreStream
+
+    stream = LangGraphStoreStream(InMemoryStore())
+    turn = {"observation": "ok", "response": "ok", "summary": "", field: "cut \ud83d text"}
+    with pytest.raises(ValueError, match=f"{field} contains .* lone surrogate"):
+        stream.append("ana", turn["observation"], turn["response"], summary=turn["summary"])
+    assert stream.count("ana") == 0

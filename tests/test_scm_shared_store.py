@@ -275,3 +275,13 @@ def test_users_in_contexts_and_integer_thread_ids_stay_apart():
     assert "mango" not in str(model.seen[-1]) and "kiwi" not in str(model.seen[-1])
     assert middleware.memory.stream.sessions() == ["7", "user-42", "user-43"]
     assert np.all([i.session_id == "user-42" for i in middleware.memory.history("user-42")])
+
+
+def test_a_lone_surrogate_in_a_session_id_is_refused_before_anything_is_written():
+    stream = LangGraphStoreStream(InMemoryStore())
+    with pytest.raises(ValueError, match=r"session_id contains .* lone surrogate"):
+        stream.append("ana\ud800", "hi", "hello")
+    middleware = SCMMiddleware(model=controller(), embedder=HashingEmbedder(dim=16))
+    with pytest.raises(ValueError, match="lone surrogate"):
+        middleware.memory.record("hi", "hello", session_id="bo\udfff")
+    assert stream.sessions() == [] and middleware.memory.stream.sessions() == []

@@ -14,6 +14,7 @@ import pytest
 from fragrel_integrations.core.scm import SCMStream
 from fragrel_integrations.core.triplets import SQLiteBackend, Triplet, TripletMemoryController, TripletStore
 from fragrel_integrations.core.triplets.controller import lenient_triplets
+from fragrel_integrations.core.triplets.store import TripletWrite
 from fragrel_integrations.core.triplets.text_api import (
     MAX_TERM_CHARS,
     escape_term,
@@ -199,6 +200,39 @@ def test_long_terms_are_refused_before_storage(store):
 def test_a_lone_surrogate_is_a_malformed_call():
     calls, skipped = scan_calls("[MEM_WRITE{a\ud800>>b>>c}] [MEM_WRITE{a>>b>>c}]")
     assert [c.triplet for c in calls] == [Triplet("a", "b", "c")] and "surrogate" in skipped[0].reason
+
+
+@pytest.mark.parametrize(
+    ("field", "write"),
+    [
+        ("Triplet.t1", {"triplet": ("Ana\ud800", "likes", "tea")}),
+        ("Triplet.t2", {"triplet": ("Ana", "\udc00likes", "tea")}),
+        ("Triplet.t3", {"triplet": {"t1": "Ana", "t2": "likes", "t3": "tea\udfff"}}),
+        ("key", {"triplet": ("Ana", "likes", "tea"), "key": "k\ud83d"}),
+        ("a namespace label", {"triplet": ("Ana", "likes", "tea"), "namespace": ("users", "ana\ud800")}),
+        ("payload", {"triplet": ("Ana", "likes", "tea"), "payload": {"note": "half an emoji \ud83d"}}),
+    ],
+)
+def test_a_lone_surrogate_in_a_write_is_a_value_error_before_anything_is_stored(field, write, tmp_path):
+    store = TripletStore(tmp_path / "t.db", embedder=HashingEmbedder(dim=64))
+    store.write(("Bo", "likes", "coffee"))
+    write = dict(write)
+    with pytest.raises(ValueError, match=f"{field} contains .* lone surrogate .*errors='replace'"):
+        store.write(write.pop("triplet"), **write)
+    with pytest.raises(ValueError, match="lone surrogate"):  # one bad item: the whole batch is refused
+        store.write_many([("Cy", "likes", "milk"), TripletWrite(("Cy", "likes", "juice\ud800"))])
+    assert store.count() == 1 and store.term_count() == 3
+    assert [r.triplet for r in store.records()] == [Triplet("Bo", "likes", "coffee")]
+
+
+@pytest.mark.parametrize("field", ["observation", "response", "summary"])
+def test_a_lone_surrogate_in_an_scm_append_is_a_value_error_naming_the_field(field, tmp_path):
+    stream = SCMStream(tmp_path / "s.db")
+    stream.append("ana", "Hi", "Hello")
+    turn = {"observation": "ok", "response": "ok", "summary": "", field: "cut \udc80 text"}
+    with pytest.raises(ValueError, match=f"{field} contains .* lone surrogate .*errors='replace'"):
+        stream.append("ana", turn["observation"], turn["response"], summary=turn["summary"])
+    assert stream.count("ana") == 1 and stream.items("ana")[0].response == "Hello"
 
 
 # ---------------------------------------------------------------------------------------- 4. bad database files

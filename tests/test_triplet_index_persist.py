@@ -248,3 +248,82 @@ def test_killed_writer_leaves_data_and_saved_partition_in_agreement(kind, tmp_pa
         again.backend.drop_schema()
     again.close()
     store.close()
+
+
+# ------------------------------------------------------------------------------------------ damaged values (issue 25)
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("term_index_state", "format", "'f'"),
+        ("term_index_state", "generation", "'g'"),
+        ("term_index_state", "dim", "'d'"),
+        ("term_index_state", "k", "'k'"),
+        ("term_index_state", "trained_n", "'n'"),
+        ("term_index_state", "assigned", "'a'"),
+        ("term_index_state", "checksum", "'c'"),
+        ("term_index_state", "mean", "'not a blob'"),
+        ("term_index_state", "centroids", "12"),
+        ("term_part", "part", "'p'"),
+    ],
+)
+def test_a_wrongly_typed_value_in_the_saved_term_index_is_a_logged_rebuild(table, column, value, tmp_path, caplog):
+    store = filled("sqlite", tmp_path)
+    want = [r.triplet for r in store.read(t1="subject 42x")]
+    assert want and saved_state(store)[0] == 1
+    where = " WHERE term_id = (SELECT MIN(term_id) FROM term_part)" if table == "term_part" else ""
+    with store.backend.write() as cur:
+        cur.execute(f"UPDATE {table} SET {column} = {value}{where}")
+    writer = reopen(store)  # writes go on: their terms are stored, the damaged partition is left to the loader
+    writer.write_many([(f"late {i}", "relation 1", f"late object {i}") for i in range(5)])
+    assert writer.read(t1="late 3", fuzzy=False)
+    again = reopen(store)
+    with caplog.at_level(logging.WARNING):
+        assert [r.triplet for r in again.read(t1="subject 42x")] == want
+        assert again.read(t3="late object 3 !")  # fuzzy: the later terms are in the rebuilt index
+    assert "not trusted" in caplog.text and str(store.backend.path) in caplog.text  # names the database
+    _, assigned, rows, terms = saved_state(again)
+    assert assigned == rows == terms  # re-partitioned and saved again, sound
+    assert sound(again)
+    for s in (writer, again, store):
+        s.close()
+
+
+@pytest.mark.parametrize("fuzzy_index", ["memory", "database"])
+def test_a_damaged_term_vector_is_a_value_error_naming_the_database(fuzzy_index, tmp_path):
+    store = filled("sqlite", tmp_path, n=20)
+    with store.backend.write() as cur:
+        cur.execute("UPDATE terms SET vector = ?", (b"\x00" * 10,))  # 10 bytes: not 64 float32 values
+    again = reopen(store)
+    again.fuzzy_index = fuzzy_index
+    with pytest.raises(ValueError, match=r"terms\.vector of row id \d+ is damaged \(10 bytes, expected 64") as err:
+        again.read(t1="subject 1x")
+    assert str(store.backend.path) in str(err.value)
+    assert again.read(t1="subject 1", fuzzy=False)  # exact reads do not need the vectors
+    again.close()
+    store.close()
+
+
+# ------------------------------------------------------------------------------------------ embedder identity
+def test_a_store_refuses_another_embedder_of_the_same_class_and_dimension(tmp_path):
+    path = tmp_path / "facts.db"
+    store = TripletStore(path, embedder=emb())
+    store.write(("Ana", "likes", "green tea"))
+    store.close()
+    with pytest.raises(ValueError, match=r"facts\.db.*fingerprint.*open it with the embedder it was built with"):
+        TripletStore(path, embedder=HashingEmbedder(dim=DIM, seed=2))  # same class, name and dimension
+    windowed = emb()
+    windowed.max_input_tokens = 32
+    with pytest.raises(ValueError, match="reading None tokens per text, this one reads 32"):
+        TripletStore(path, embedder=windowed)
+    same = TripletStore(path, embedder=emb())
+    assert [r.t3 for r in same.read("Ana", "likes")] == ["green tea"]
+    assert [r.t3 for r in same.read("ana", "likes a lot")] == ["green tea"]  # fuzzy: the vectors are comparable
+    # a store made before the identity was recorded adopts the embedder of its next write, then keeps it
+    with same.backend.write() as cur:
+        cur.execute("DELETE FROM meta WHERE name = 'embedder'")
+    same.close()
+    older = TripletStore(path, embedder=emb())
+    older.write(("Bo", "likes", "coffee"))
+    older.close()
+    with pytest.raises(ValueError, match="fingerprint"):
+        TripletStore(path, embedder=HashingEmbedder(dim=DIM, seed=2))

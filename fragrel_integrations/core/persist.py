@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
 import sqlite3
@@ -30,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from .._sqlite import connect
-from ..models.base import Embedder, embedder_id
+from .._validation import MAX_JSON_DEPTH, json_depth_ok, stored_json
+from ..models.base import Embedder, check_identity, embedder_id, embedder_identity
 from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
 from .scorers import SCORER_NAMES, Scorer, ScorerName
 from .types import Fragment
@@ -40,11 +42,14 @@ if TYPE_CHECKING:
 
 IndexT = TypeVar("IndexT")  # FragRelIndex or a subclass (not imported here: index.py imports this module)
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "FORMAT",
     "VERSION",
     "default_cache_dir",
     "file_sha256",
+    "is_index_file",
     "load_index",
     "relation_from_spec",
     "relation_spec",
@@ -122,15 +127,37 @@ def relation_from_spec(spec: object) -> Relation:
 # --------------------------------------------------------------------------------------------- save
 
 
+def is_index_file(path: str | Path) -> bool:
+    """Whether ``path`` is a FragRel index file, sound or damaged (its header names the format): a file that
+    :func:`save_index` may replace.
+
+    >>> is_index_file(Path(tempfile.mkdtemp()) / "absent.fragrel")
+    False
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        return False
+    try:
+        conn = connect(path, read_only=True)
+        try:
+            row = conn.execute("SELECT value FROM fragrel_index WHERE key = 'format'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False
+    return row is not None and row[0] == FORMAT
+
+
 def _check_target(path: Path) -> None:
-    """A file already at ``path`` may be replaced only when it is a FragRel index itself."""
+    """A file already at ``path`` may be replaced only when it is a FragRel index itself (a damaged one too)."""
     if path.is_dir():
         raise ValueError(f"{path} is a directory: give a file path for the index")
-    if path.exists():
+    if path.exists() and not is_index_file(path):
         try:
             _read_header(path)
         except ValueError as exc:
             raise ValueError(f"refusing to overwrite {path}: {exc}") from None
+        raise ValueError(f"refusing to overwrite {path}: it is not a FragRel index file")
 
 
 def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
@@ -146,8 +173,10 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
     _check_target(path)
     try:
         meta_json = json.dumps(dict(metadata or {}), sort_keys=True)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"index metadata must be JSON-serialisable: {exc}") from exc
+    if not json_depth_ok(dict(metadata or {})):
+        raise TypeError(f"index metadata must nest at most {MAX_JSON_DEPTH} levels deep")
     vectors, offsets = index.window_embeddings, index.window_offsets
     if vectors is None and index.embeddings is not None:
         vectors, offsets = index.embeddings, np.arange(len(index), dtype=np.int64)
@@ -157,7 +186,9 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
     for i, f in enumerate(index.fragments):
         try:
             fmeta = json.dumps(dict(f.metadata), sort_keys=True)
-        except (TypeError, ValueError) as exc:
+            if not json_depth_ok(f.metadata):
+                raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
+        except (TypeError, ValueError, RecursionError) as exc:
             raise TypeError(
                 f"fragment {i} ({f.doc_id}[{f.position}]) metadata must be JSON-serialisable: {exc}"
             ) from exc
@@ -171,6 +202,7 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
         "n_windows": 0 if vectors is None else int(vectors.shape[0]),
         "dim": 0 if vectors is None else int(vectors.shape[1]),
         "embedder": None if vectors is None else embedder_id(index.embedder),
+        "embedder_identity": None if vectors is None else embedder_identity(index.embedder),
         "window_words": index.window_words,
         "alpha": index.alpha,
         "top_m": index.top_m,
@@ -228,10 +260,10 @@ def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             f"{path} is a FragRel index of version {header.get('version')!r}; this fragrel-integrations reads "
             f"version {VERSION}: rebuild the index"
         )
-    try:
-        settings, metadata = json.loads(header["settings"]), json.loads(header["metadata"])
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"{path}: damaged FragRel index header ({exc})") from None
+    if "settings" not in header or "metadata" not in header:
+        raise ValueError(f"{path}: damaged FragRel index header (no settings or metadata)")
+    settings = stored_json(header["settings"], f"{path}: the FragRel index header's settings")
+    metadata = stored_json(header["metadata"], f"{path}: the FragRel index header's metadata")
     if not isinstance(settings, dict) or not isinstance(metadata, dict):
         raise ValueError(f"{path}: damaged FragRel index header (settings/metadata are not JSON objects)")
     return settings, metadata
@@ -263,7 +295,7 @@ def _read_fragments(
     total = 0
     for i, (_, doc_id, position, text, meta, n_win, blob) in enumerate(rows):
         try:
-            fragments.append(Fragment(text, doc_id, position, json.loads(meta)))
+            fragments.append(Fragment(text, doc_id, position, stored_json(meta, "its metadata")))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{path}: damaged fragment {i} ({exc})") from None
         if dim == 0:
@@ -279,6 +311,39 @@ def _read_fragments(
     if vectors.shape[0] != n_windows or not np.all(np.isfinite(vectors)):
         raise ValueError(f"{path}: damaged embeddings ({vectors.shape[0]} windows for {n_windows}, or NaN/inf)")
     return fragments, vectors, offsets
+
+
+def _check_embedder(path: Path, settings: dict[str, Any], embedder: Embedder | None) -> None:
+    """ValueError naming ``path`` unless ``embedder`` (None: the embedded default) is the model the index was
+    embedded with: its whole recorded identity (see :func:`~fragrel_integrations.models.base.embedder_identity`),
+    or for an index saved before identities were recorded its model name, with a warning."""
+    stored_model = settings.get("embedder")
+    if not isinstance(stored_model, str):
+        raise ValueError(f"{path}: damaged FragRel index header (embedder={stored_model!r:.80})")
+    if embedder is None:
+        from ..models.local import default_embedder_id
+
+        current = default_embedder_id()
+    else:
+        current = embedder_id(embedder)
+    if current != stored_model:
+        raise ValueError(
+            f"{path} was embedded with {stored_model!r}, not {current!r}: pass embedder= the model it was "
+            "built with, or rebuild the index"
+        )
+    identity = settings.get("embedder_identity")
+    if identity is None:
+        logger.warning(
+            "%s records only the embedder's name, not its settings and fingerprint (saved by an earlier "
+            "fragrel-integrations); its name matches. Save the index again to record them",
+            path,
+        )
+        return
+    if embedder is None:
+        from ..models.local import default_embedder
+
+        embedder = default_embedder()
+    check_identity(identity, embedder, str(path))
 
 
 def load_index(
@@ -307,21 +372,8 @@ def load_index(
             raise ValueError(f"{path}: saved {key}={metadata.get(key)!r}, expected {value!r} (a stale index)")
     n, dim = _count(settings, "n_fragments", path), _count(settings, "dim", path)
     n_windows = _count(settings, "n_windows", path)
-    stored_model = settings.get("embedder")
-    if dim and not isinstance(stored_model, str):
-        raise ValueError(f"{path}: damaged FragRel index header (embedder={stored_model!r})")
     if dim:
-        if embedder is None:
-            from ..models.local import default_embedder_id
-
-            current = default_embedder_id()
-        else:
-            current = embedder_id(embedder)
-        if current != stored_model:
-            raise ValueError(
-                f"{path} was embedded with {stored_model!r}, not {current!r}: pass embedder= the model it was "
-                "built with, or rebuild the index"
-            )
+        _check_embedder(path, settings, embedder)
     if relation is None:
         if settings.get("relation") is None:
             raise ValueError(f"{path} was saved with a custom relation: pass relation= to load it")

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._sqlite import connect
-from .._validation import check_min_int
+from .._validation import MAX_JSON_DEPTH, check_min_int, json_depth_ok, stored_json
 from .types import Fragment
 
 __all__ = ["FragmentStore"]
@@ -50,8 +50,10 @@ class FragmentStore:
                 raise TypeError(f"FragmentStore.add takes Fragment objects, got {type(f).__name__}")
             try:
                 meta = json.dumps(dict(f.metadata))
-            except TypeError as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 raise TypeError(f"fragment metadata must be JSON-serialisable: {exc}") from exc
+            if not json_depth_ok(f.metadata):
+                raise TypeError(f"fragment metadata must nest at most {MAX_JSON_DEPTH} levels deep")
             rows.append((f.doc_id, f.position, f.text, meta))
         with self._lock, self._conn:
             self._conn.executemany("INSERT OR REPLACE INTO fragments VALUES (?, ?, ?, ?)", rows)
@@ -62,7 +64,10 @@ class FragmentStore:
                 "SELECT doc_id, position, text, metadata FROM fragments WHERE doc_id = ? AND position = ?",
                 (str(doc_id), int(position)),
             ).fetchone()
-        return None if row is None else Fragment(row[2], row[0], row[1], json.loads(row[3]))
+        if row is None:
+            return None
+        metadata = stored_json(row[3], f"{self.path}: the metadata of fragment ({doc_id!r}, {position})")
+        return Fragment(row[2], row[0], row[1], metadata)
 
     def neighbours(self, keys: Sequence[tuple[str, int]], radius: int = 1) -> list[Fragment]:
         """Stored fragments within ``radius`` positions of any key, excluding the keys themselves."""

@@ -27,6 +27,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 
+from .._validation import check_text
 from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
 from ..models.base import Embedder
 from ..models.convert import optional_embedder
@@ -213,14 +215,40 @@ class SCMMemory(BaseMemory):
         for message in messages:
             await self.aput(message)
 
+    def _replacement(self, messages: Iterable[ChatMessage]) -> tuple[list[tuple[str, str]], list[ChatMessage]]:
+        """The interactions ``messages`` form and the turn left open after them, worked out and checked before
+        anything is deleted: a message that is not a ChatMessage (TypeError) or text a stream cannot store
+        (ValueError) names its position, and the stored turns stay as they were."""
+        if isinstance(messages, str | bytes | ChatMessage) or not isinstance(messages, Iterable):
+            raise TypeError(f"messages must be a list of llama_index ChatMessage, got {type(messages).__name__}")
+        messages = list(messages)
+        for i, message in enumerate(messages):
+            if not isinstance(message, ChatMessage):
+                raise TypeError(f"messages[{i}] must be a llama_index ChatMessage, got {type(message).__name__}")
+            check_text(_text(message), f"messages[{i}]'s text")
+        kept_open, self._open = self._open, []
+        try:
+            turns = [done for m in messages if (done := self._close(m)) is not None]
+            left_open = self._open
+        finally:
+            self._open = kept_open
+        return turns, left_open
+
     def set(self, messages: list[ChatMessage]) -> None:
-        """Replace the session's stream with ``messages`` (each user/assistant pair becomes an interaction)."""
+        """Replace the session's stream with ``messages`` (each user/assistant pair becomes an interaction).
+        Every message is checked first: a bad one raises and leaves the stored turns as they were."""
+        turns, left_open = self._replacement(messages)
         self.reset()
-        self.put_messages(messages)
+        for observation, reply in turns:
+            self._core.record(observation, reply, session_id=self.session_id)
+        self._open = left_open
 
     async def aset(self, messages: list[ChatMessage]) -> None:
+        turns, left_open = self._replacement(messages)
         await self.areset()
-        await self.aput_messages(messages)
+        for observation, reply in turns:
+            await self._core.arecord(observation, reply, session_id=self.session_id)
+        self._open = left_open
 
     def reset(self) -> None:
         """Forget the session: its stored interactions and the open turn."""

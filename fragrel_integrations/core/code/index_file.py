@@ -123,7 +123,7 @@ def is_code_index(path: str | os.PathLike[str]) -> bool:
         finally:
             conn.close()
         fmt = json.loads(row[0]) if row else None
-    except (sqlite3.Error, ValueError, TypeError) as exc:
+    except (sqlite3.Error, ValueError, TypeError, RecursionError) as exc:
         raise ValueError(f"{foreign} ({exc})") from exc
     if not (isinstance(fmt, str) and fmt.startswith(_FORMAT_FAMILY)):
         raise ValueError(foreign)
@@ -198,6 +198,20 @@ def write_index(index: StoredIndex, path: str | os.PathLike[str]) -> None:
     os.replace(tmp, target)
 
 
+#: What reading a damaged index file raises (RecursionError: JSON nested deeper than the decoder goes).
+_DAMAGE = (
+    ValueError,
+    sqlite3.Error,
+    KeyError,
+    TypeError,
+    IndexError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    RecursionError,
+)
+
+
 def read_index(path: str | os.PathLike[str], build: Callable[[StoredIndex], T]) -> T:
     """Read an index written by :func:`write_index` and return ``build(stored)``.
 
@@ -252,7 +266,7 @@ def read_index(path: str | os.PathLike[str], build: Callable[[StoredIndex], T]) 
         )
     except _StaleIndex as exc:
         raise ValueError(str(exc)) from None
-    except (ValueError, sqlite3.Error, KeyError, TypeError, IndexError, OSError, EOFError, zipfile.BadZipFile) as exc:
+    except _DAMAGE as exc:
         raise ValueError(f"{corrupt} ({type(exc).__name__}: {exc})") from exc
     if meta.get("versions") != grammar_versions():
         logger.warning(

@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..._closing import Closing
+from ..._validation import check_text, stored_int, stored_vectors
 from ..triplets.sqlite_backend import SQLiteBackend
 from .types import MemoryItem
 
@@ -98,14 +99,14 @@ _COLUMNS = "session_id, idx, observation, response, summary, dim, embedding, cre
 
 
 def check_turn(observation: object, response: object, summary: object, embedding: object) -> np.ndarray | None:
-    """Validate one interaction before a stream stores it; returns the embedding as a read-only float32 copy.
+    """Validate one interaction before a stream stores it (every text a str a database can store: TypeError /
+    ValueError naming the field otherwise); returns the embedding as a read-only float32 copy.
 
     >>> check_turn("Hi", "Hello", "", [1, 2]).tolist()
     [1.0, 2.0]
     """
     for name, value in (("observation", observation), ("response", response), ("summary", summary)):
-        if not isinstance(value, str):
-            raise TypeError(f"{name} must be str, got {type(value).__name__}")
+        check_text(value, name)
     if embedding is None:
         return None
     vector = np.array(embedding, dtype=np.float32).ravel()
@@ -116,23 +117,28 @@ def check_turn(observation: object, response: object, summary: object, embedding
 
 
 def check_session(session_id: object) -> str:
-    """A session id: a non-empty str (TypeError otherwise)."""
+    """A session id: a non-empty str that can be stored (TypeError / ValueError otherwise)."""
     if not isinstance(session_id, str) or not session_id:
         raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
-    return session_id
+    return check_text(session_id, "session_id")
 
 
-def _row(row: tuple) -> MemoryItem:
-    """A stored row as a :class:`MemoryItem`; a row a damaged file returns is a ValueError naming the table."""
+def _row(row: tuple, path: str) -> MemoryItem:
+    """A stored row as a :class:`MemoryItem`; a row a damaged file returns is a ValueError naming the file."""
     session_id, idx, observation, response, summary, dim, blob, created = row
     try:
-        embedding = None if blob is None else np.frombuffer(blob, dtype="<f4", count=dim).astype(np.float32)
-        if embedding is not None:
+        for name, value in (("observation", observation), ("response", response), ("summary", summary)):
+            if not isinstance(value, str):
+                raise ValueError(f"{name} is {type(value).__name__}, not text")
+        embedding = None
+        if blob is not None:
+            embedding = stored_vectors([blob], stored_int(dim, "dim", minimum=1), "embedding")[0]
             embedding.flags.writeable = False  # shared by every reader of the cached stream
-        return MemoryItem(session_id, int(idx), observation, response, summary, embedding, float(created))
+        return MemoryItem(session_id, stored_int(idx, "idx"), observation, response, summary, embedding, float(created))
     except (TypeError, ValueError) as exc:
         raise ValueError(
-            f"a damaged row in the SQLite table scm_items ({exc}); restore the file from a backup"
+            f"{path!r}: a damaged row in the SQLite table scm_items (session {session_id!r:.40}, index {idx!r:.20}: "
+            f"{exc}); restore the file from a backup"
         ) from exc
 
 
@@ -207,7 +213,7 @@ class SCMStream(Closing):
             rows = cur.execute(
                 f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? AND idx > ? ORDER BY idx", (session_id, after)
             ).fetchall()
-            cached = cached + [_row(r) for r in rows]
+            cached = cached + [_row(r, self.path) for r in rows]
             self._cache[session_id] = cached
             return list(cached)
 
@@ -218,7 +224,7 @@ class SCMStream(Closing):
             row = cur.execute(
                 f"SELECT {_COLUMNS} FROM scm_items WHERE session_id = ? ORDER BY idx DESC LIMIT 1", (session_id,)
             ).fetchone()
-        return None if row is None else _row(row)
+        return None if row is None else _row(row, self.path)
 
     def count(self, session_id: str) -> int:
         """Number of interactions in the session."""

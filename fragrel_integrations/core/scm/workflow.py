@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..._validation import check_text
 from ...models.chat import ChatModel
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, storable_text
@@ -73,14 +74,7 @@ def _chat_step(
 
 def _check_storable(name: str, text: str) -> str:
     """``text`` if a stream can store it (UTF-8 encodable), else a ValueError raised before any model call."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(
-            f"{name} contains {text[exc.start]!r} at position {exc.start}, a lone surrogate that cannot be stored "
-            "(not valid Unicode text): decode the input with errors='replace'"
-        ) from None
-    return text
+    return check_text(text, name)
 
 
 def check_session_id(session_id: object) -> str:

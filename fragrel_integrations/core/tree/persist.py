@@ -99,7 +99,7 @@ def save_tree(tree: SurpriseTree, path: str | Path, *, format: str | None = None
             conn.execute("CREATE TABLE IF NOT EXISTS cache (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             for table in _TABLES:
                 conn.execute(f"DELETE FROM {table}")  # fixed table names
-            meta = {k: state[k] for k in ("format", "version", "config", "next_id")}
+            meta = {k: state[k] for k in ("format", "version", "embedder", "config", "next_id")}
             conn.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
             conn.executemany(
                 f"INSERT INTO nodes VALUES ({', '.join('?' * len(_NODE_COLUMNS))})",
@@ -157,7 +157,9 @@ def load_tree(
     **kwargs: Any,
 ) -> SurpriseTree:
     """Read a tree written by :func:`save_tree`. ``chat_model`` is needed only to insert more documents;
-    ``embedder`` must be the one the tree was built with. ``kwargs`` go to the SurpriseTree constructor.
+    ``embedder`` must be the one the tree was built with (its recorded identity is checked: another model,
+    other settings or another fingerprint is a ValueError naming the file). ``kwargs`` go to the SurpriseTree
+    constructor.
 
     A file that is not a saved tree, or one that is corrupt or was edited into an inconsistent tree (duplicate
     ids, ``next_id`` not above every id, missing children, cycles, layers out of range, bad vectors), raises a
@@ -171,7 +173,7 @@ def load_tree(
     except (ValueError, TypeError, KeyError, RecursionError, OverflowError, sqlite3.DatabaseError) as exc:
         # json/numpy/sqlite errors and check_state's findings, all named with the file
         raise ValueError(f"{str(path)!r} is not a saved surprise tree or is damaged: {exc}") from exc
-    return SurpriseTree._from_checked(parts, chat_model, embedder, **kwargs)
+    return SurpriseTree._from_checked(parts, chat_model, embedder, where=repr(str(path)), **kwargs)
 
 
 def _read_json(path: Path) -> Any:

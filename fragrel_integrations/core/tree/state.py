@@ -8,6 +8,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from ..._validation import MAX_JSON_DEPTH, json_depth_ok
 from .nodes import FIELDS, TreeConfig, TreeNode
 from .summariser import SummaryResult
 
@@ -16,7 +17,7 @@ __all__ = ["MAX_METADATA_DEPTH", "check_state"]
 
 #: Deepest nesting of a node's metadata accepted from a saved tree (deeper data would fail later with a
 #: RecursionError when the tree is copied or saved).
-MAX_METADATA_DEPTH = 64
+MAX_METADATA_DEPTH = MAX_JSON_DEPTH
 
 _STATE_NODE_FIELDS = {f.name for f in fields(TreeNode)}
 _RESULT_FIELDS = {"summary": str, "surprise": str, "parsed": bool, "failed": bool}
@@ -24,18 +25,6 @@ _RESULT_FIELDS = {"summary": str, "surprise": str, "parsed": bool, "failed": boo
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _depth_ok(value: object, limit: int) -> bool:
-    """Whether ``value`` (JSON data) nests at most ``limit`` levels (iterative: no recursion on hostile data)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping | list | tuple):
-            if depth > limit:
-                return False
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, Mapping) else item))
-    return True
 
 
 def _check_node(raw: object, config: TreeConfig, n: int) -> TreeNode:
@@ -68,15 +57,16 @@ def _check_node(raw: object, config: TreeConfig, n: int) -> TreeNode:
     if (layer == 0) != (not children):
         raise ValueError(f"{where}: a leaf (layer 0) has no children and every upper-layer node has some")
     metadata = raw.get("metadata", {})
-    if not isinstance(metadata, Mapping) or not _depth_ok(metadata, MAX_METADATA_DEPTH):
+    if not isinstance(metadata, Mapping) or not json_depth_ok(metadata, MAX_METADATA_DEPTH):
         raise ValueError(f"{where}: metadata must be an object nested at most {MAX_METADATA_DEPTH} levels deep")
     return TreeNode(**{**raw, "children": tuple(children), "metadata": dict(metadata)})
 
 
 def check_state(
     state: object,
-) -> tuple[TreeConfig, list[TreeNode], dict[tuple[int, str], np.ndarray], dict[str, SummaryResult], int]:
-    """Validate :meth:`SurpriseTree.to_state` data and return its parts (config, nodes, vectors, cache, next id).
+) -> tuple[TreeConfig, list[TreeNode], dict[tuple[int, str], np.ndarray], dict[str, SummaryResult], int, dict | None]:
+    """Validate :meth:`SurpriseTree.to_state` data and return its parts (config, nodes, vectors, cache, next id,
+    the recorded embedder identity or None for a state saved before it was recorded).
 
     Checks: the format and version; the config; every node's fields and types; unique ids and ``next_id`` above
     all of them (else the next insert would overwrite a node); children that exist, one layer at least below
@@ -140,7 +130,10 @@ def check_state(
         ):
             raise ValueError(f"cache entry {key!r:.80} must be an object with {sorted(_RESULT_FIELDS)} of their types")
         cache[key] = SummaryResult(**value)
-    return config, nodes, vectors, cache, next_id
+    identity = state.get("embedder")
+    if identity is not None and not isinstance(identity, Mapping):
+        raise ValueError(f"embedder must be an object (the recorded embedder identity), got {type(identity).__name__}")
+    return config, nodes, vectors, cache, next_id, None if identity is None else dict(identity)
 
 
 def _check_vectors(raw: object, by_id: Mapping[int, TreeNode]) -> dict[tuple[int, str], np.ndarray]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...models.base import Embedder, embed_documents
+from ...models.base import Embedder, check_identity, embed_documents, embedder_identity
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.tokens import count_tokens
@@ -235,11 +235,22 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
 
     # ------------------------------------------------------------------------------------------------ persistence
 
+    def embedder_identity(self) -> dict[str, Any]:
+        """The identity of :attr:`embedder` that a save records (see
+        :func:`~fragrel_integrations.models.base.embedder_identity`; computed once per embedder)."""
+        cached = getattr(self, "_identity", None)
+        if cached is None or cached[0] is not self.embedder:
+            cached = (self.embedder, embedder_identity(self.embedder))
+            self._identity = cached
+        return cached[1]
+
     def to_state(self) -> dict[str, Any]:
-        """Everything but the models, as JSON-compatible data (vectors as lists of floats)."""
+        """Everything but the models, as JSON-compatible data (vectors as lists of floats), with the identity of
+        the embedder that made the vectors (a load with another model is refused)."""
         return {
             "format": "fragrel-surprise-tree",
             "version": 1,
+            "embedder": self.embedder_identity(),
             "config": asdict(self.config),
             "next_id": self._next_id,
             "nodes": [{**asdict(n), "children": list(n.children)} for n in self.nodes.values()],
@@ -255,16 +266,26 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
 
         The data is validated first (see :func:`check_state`): a tampered or corrupt state raises a ValueError
         naming the problem, never a numpy/json error, and never loads a tree that a later insert would damage.
+        A state recorded with another embedder (model, settings or fingerprint) than ``embedder`` is refused.
         """
-        return cls._from_checked(check_state(state), chat_model, embedder, **kwargs)
+        return cls._from_checked(check_state(state), chat_model, embedder, where="the tree state", **kwargs)
 
     @classmethod
     def _from_checked(
-        cls, parts: tuple, chat_model: Any = None, embedder: Embedder | None = None, **kwargs: Any
+        cls, parts: tuple, chat_model: Any = None, embedder: Embedder | None = None, *, where: str, **kwargs: Any
     ) -> SurpriseTree:
-        """A tree from :func:`check_state`'s parts."""
-        config, nodes, vectors, cache, next_id = parts
+        """A tree from :func:`check_state`'s parts; ``where`` (the file) names the save in errors."""
+        config, nodes, vectors, cache, next_id, identity = parts
         tree = cls(chat_model, embedder, config=config, **kwargs)
+        if identity is None:
+            logger.warning(
+                "%s does not record the embedder it was built with (saved by an earlier fragrel-integrations): "
+                "make sure embedder= is that model, and save the tree again to record it",
+                where,
+            )
+        else:
+            check_identity(identity, tree.embedder, where)
+            tree._identity = (tree.embedder, identity)
         tree.nodes = {n.id: n for n in nodes}
         tree.vectors = vectors
         tree.summary_cache = cache

@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import stored_int, stored_vectors
 from .backend import Cursor
 from .term_index import TermIndex, nearest_partition
 
 __all__ = ["FORMAT", "SavedPartition", "assign_new_terms", "check_saved", "read_saved", "read_terms", "save_missing",
-           "save_partition"]  # fmt: skip
+           "save_partition", "vectors_of"]  # fmt: skip
 
 #: format number of the saved partition (a loader refuses any other)
 FORMAT = 1
@@ -46,6 +47,8 @@ _PAGE = 50_000
 _SPOT = 512
 #: rows per INSERT batch when saving
 _BATCH = 10_000
+#: the integer columns of ``term_index_state``, in :func:`_saved_row`'s order
+_INT_COLUMNS = ("format", "generation", "dim", "k", "trained_n", "assigned", "checksum")
 
 
 @dataclass(frozen=True)
@@ -63,32 +66,68 @@ def _checksum(mean: bytes, centroids: bytes) -> int:
     return zlib.crc32(centroids, zlib.crc32(mean))
 
 
-def read_saved(cur: Cursor, dim: int) -> tuple[SavedPartition | None, str | None]:
-    """The saved partition if one is stored and well-formed, else ``(None, why)`` (``why`` is None when there is
-    simply none)."""
-    row = cur.execute(
+def _saved_row(cur: Cursor) -> tuple[Any, ...] | None:
+    return cur.execute(
         "SELECT format, generation, dim, k, trained_n, assigned, checksum, mean, centroids "
         "FROM term_index_state WHERE id = 1"
     ).fetchone()
+
+
+def _stored_generation(cur: Cursor) -> tuple[bool, int | None]:
+    """``(a state row exists, its generation)``; the generation is None when the row holds no integer there."""
+    row = cur.execute("SELECT generation FROM term_index_state WHERE id = 1").fetchone()
+    if row is None:
+        return False, None
+    try:
+        return True, stored_int(row[0], "term_index_state.generation")
+    except ValueError:
+        return True, None
+
+
+def read_saved(cur: Cursor, dim: int) -> tuple[SavedPartition | None, str | None]:
+    """The saved partition if one is stored and well-formed, else ``(None, why)`` (``why`` is None when there is
+    simply none). A value of the wrong type in any column is a reason, never an exception: the state is a cache."""
+    row = _saved_row(cur)
     if row is None:
         return None, None
-    fmt, gen, sdim, k, trained_n, assigned, checksum, mean_b, cent_b = row
+    try:
+        fmt, gen, sdim, k, trained_n, assigned, checksum = (
+            stored_int(v, f"term_index_state.{name}") for v, name in zip(row[:7], _INT_COLUMNS, strict=True)
+        )
+    except ValueError as exc:
+        return None, f"saved term index: {exc}"
+    mean_b, cent_b = row[7], row[8]
+    if not isinstance(mean_b, bytes | bytearray | memoryview) or not isinstance(cent_b, bytes | bytearray | memoryview):
+        return None, "saved term index holds centroids that are not float32 BLOBs"
     mean_b, cent_b = bytes(mean_b), bytes(cent_b)
-    if int(fmt) != FORMAT:
+    if fmt != FORMAT:
         return None, f"saved term index has format {fmt}, this library reads {FORMAT}"
-    if int(sdim) != dim or int(k) < 1 or len(mean_b) != 4 * dim or len(cent_b) != 4 * dim * int(k):
+    if sdim != dim or k < 1 or len(mean_b) != 4 * dim or len(cent_b) != 4 * dim * k:
         return None, f"saved term index has the wrong shape (dim {sdim}, k {k}, {len(cent_b)} centroid bytes)"
-    if _checksum(mean_b, cent_b) != int(checksum):
+    if _checksum(mean_b, cent_b) != checksum:
         return None, "saved term index fails its checksum"
     mean = np.frombuffer(mean_b, dtype="<f4").astype(np.float32)
-    cent = np.frombuffer(cent_b, dtype="<f4").astype(np.float32).reshape(int(k), dim)
+    cent = np.frombuffer(cent_b, dtype="<f4").astype(np.float32).reshape(k, dim)
     if not (np.isfinite(mean).all() and np.isfinite(cent).all()):
         return None, "saved term index holds non-finite centroids"
-    return SavedPartition(int(gen), int(trained_n), int(assigned), mean, cent), None
+    return SavedPartition(gen, trained_n, assigned, mean, cent), None
 
 
-def read_terms(cur: Cursor, dim: int, after: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Ids (ascending), unit vectors and saved partition numbers (``-1``: none) of the terms with id > ``after``."""
+def _part(value: object) -> int:
+    """A ``term_part.part`` value: its partition, ``-1`` for none, ``-2`` for a value that is not an integer."""
+    if value is None:
+        return -1
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return -2
+    return value
+
+
+def read_terms(
+    cur: Cursor, dim: int, after: int = 0, *, where: str = "the triplet store"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Ids (ascending), unit vectors and saved partition numbers (``-1``: none; ``-2``: a damaged value, which
+    :func:`check_saved` refuses) of the terms with id > ``after``. A damaged term vector is a ValueError naming
+    ``where`` (the database) and the term: the vectors are the data, not a cache."""
     ids: list[np.ndarray] = []
     vecs: list[np.ndarray] = []
     parts: list[np.ndarray] = []
@@ -102,14 +141,20 @@ def read_terms(cur: Cursor, dim: int, after: int = 0) -> tuple[np.ndarray, np.nd
         if not rows:
             break
         ids.append(np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows)))
-        vecs.append(np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4").reshape(len(rows), dim))
-        parts.append(np.fromiter((-1 if r[2] is None else int(r[2]) for r in rows), dtype=np.int64, count=len(rows)))
+        vecs.append(vectors_of(rows, dim, where))
+        parts.append(np.fromiter((_part(r[2]) for r in rows), dtype=np.int64, count=len(rows)))
         last = int(ids[-1][-1])
         if len(rows) < _PAGE:
             break
     if not ids:
         return np.zeros(0, np.int64), np.zeros((0, dim), np.float32), np.zeros(0, np.int64)
     return np.concatenate(ids), np.concatenate(vecs).astype(np.float32, copy=False), np.concatenate(parts)
+
+
+def vectors_of(rows: list[Any], dim: int, where: str) -> np.ndarray:
+    """The term vectors of ``(id, vector, ...)`` rows of the ``terms`` table; ValueError naming ``where`` and the
+    term for a damaged one."""
+    return stored_vectors([r[1] for r in rows], dim, f"{where}: terms.vector", names=[f"id {r[0]}" for r in rows])
 
 
 def check_saved(cur: Cursor, saved: SavedPartition, vectors: np.ndarray, parts: np.ndarray) -> str | None:
@@ -119,6 +164,8 @@ def check_saved(cur: Cursor, saved: SavedPartition, vectors: np.ndarray, parts: 
     rows = int(cur.execute("SELECT COUNT(*) FROM term_part").fetchone()[0])
     if rows != saved.assigned:
         return f"saved term index is stale: its change counter says {saved.assigned} rows, term_part holds {rows}"
+    if (parts < -1).any():
+        return f"term_part holds {int((parts < -1).sum())} values that are not partition numbers"
     have = parts >= 0
     if int(have.sum()) != rows:
         return f"term_part holds {rows - int(have.sum())} rows for terms that are not stored"
@@ -151,17 +198,17 @@ def save_partition(cur: Cursor, index: TermIndex, *, force: bool = False) -> Sav
     if state is None:
         return None
     mean, cent = state
-    row = cur.execute("SELECT generation, trained_n FROM term_index_state WHERE id = 1").fetchone()
-    if row is not None and int(row[1]) >= index.trained_n and not force:
+    exists, stored_gen = _stored_generation(cur)
+    if exists and not force:
         saved, _ = read_saved(cur, index.dim)
-        if saved is not None:  # a sound partition at least as recent: keep it
+        if saved is not None and saved.trained_n >= index.trained_n:  # a sound partition at least as recent: keep it
             return None
     ids, parts = index.assignments()
     extra_ids, extra_vecs, _ = read_terms(cur, index.dim, after=index.max_id)
     if extra_ids.size:
         ids = np.concatenate([ids, extra_ids])
         parts = np.concatenate([parts, nearest_partition(extra_vecs, cent, mean)])
-    generation = 1 if row is None else int(row[0]) + 1
+    generation = 1 if stored_gen is None else stored_gen + 1  # a damaged generation restarts at 1
     mean_b, cent_b = np.asarray(mean, "<f4").tobytes(), np.asarray(cent, "<f4").tobytes()
     cur.execute("DELETE FROM term_part")
     _insert_parts(cur, ids, parts)
@@ -183,8 +230,7 @@ def save_partition(cur: Cursor, index: TermIndex, *, force: bool = False) -> Sav
 def save_missing(cur: Cursor, generation: int, ids: np.ndarray, parts: np.ndarray) -> bool:
     """In a write transaction: save partitions of terms that had none, if the saved partition is still
     ``generation``. Returns whether they were saved."""
-    row = cur.execute("SELECT generation FROM term_index_state WHERE id = 1").fetchone()
-    if row is None or int(row[0]) != generation or not ids.size:
+    if _stored_generation(cur)[1] != generation or not ids.size:
         return False
     have = set()
     for chunk in range(0, ids.size, 500):
@@ -207,10 +253,12 @@ def assign_new_terms(
     """In the write transaction that inserts terms ``ids``: save their partitions under the saved partition (if
     one is stored and sound) and bump the change counter. ``cached``: the partition this process read last (its
     centroids are reused while the generation is unchanged). Returns the partition used (or None)."""
-    row = cur.execute("SELECT generation FROM term_index_state WHERE id = 1").fetchone()
-    if row is None or not ids.size:
+    exists, generation = _stored_generation(cur)
+    if not exists or not ids.size:
         return cached
-    if cached is None or cached.generation != int(row[0]):
+    if generation is None:  # damaged: the next loader re-partitions; leave the counter and the rows alone
+        return None
+    if cached is None or cached.generation != generation:
         cached, _ = read_saved(cur, vectors.shape[1])
         if cached is None:  # unsound: the next loader re-partitions; leave the counter and the rows alone
             return None

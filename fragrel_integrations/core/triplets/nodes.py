@@ -6,12 +6,12 @@ nodes: RET-LLM's memory itself is triplets only. :class:`NodeTable` shares the s
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..._validation import stored_json
 from .backend import StorageBackend
 from .rows import dump_payload
 from .types import Namespace, decode_namespace, encode_namespace, namespace_tuple
@@ -73,7 +73,8 @@ class NodeTable:
                         f"SELECT id, label, kind, text, properties FROM nodes WHERE namespace = ? AND id IN ({marks})",
                         (enc, *chunk),
                     ).fetchall()
-        return [NodeRecord(r[0], r[1], r[2], r[3], json.loads(r[4]), ns) for r in rows]
+        where = f"{self.backend!r}: the properties of node"
+        return [NodeRecord(r[0], r[1], r[2], r[3], stored_json(r[4], f"{where} {r[0]!r:.60}"), ns) for r in rows]
 
     def namespaces(self, kind: str | None = None) -> list[Namespace]:
         """Distinct namespaces holding nodes (of ``kind``, or any), sorted."""

@@ -79,7 +79,7 @@ class TripletReader:
             term_ids = dict(zip(FIELDS, row[10:13], strict=True))
             matches = tuple(ids[f][int(term_ids[f])] for f in asked)
             score = min(m.similarity for m in matches)
-            out.append(record(row, score, matches))
+            out.append(record(row, score, matches, where=repr(self.backend)))
         return out
 
     def _resolve(
@@ -152,7 +152,7 @@ class TripletReader:
                 for f, tid in zip(FIELDS, row[10:13], strict=True)
                 if int(tid) in sims
             )
-            out.append(record(row, max(m.similarity for m in matches), matches))
+            out.append(record(row, max(m.similarity for m in matches), matches, where=repr(self.backend)))
         out.sort(key=lambda r: (-r.score, r.id))
         return out[:k]
 
@@ -166,7 +166,7 @@ class TripletReader:
                 "ORDER BY r.valid_from DESC, r.id DESC",
                 (key, *params),
             ).fetchone()
-        return None if row is None else record(row)
+        return None if row is None else record(row, where=repr(self.backend))
 
     def get_many(self, keys: Sequence[str], namespace: str | Sequence[str] | None) -> list[TripletRecord | None]:
         """Current records for ``keys`` (``None`` where absent), in order; one query per chunk."""
@@ -181,7 +181,7 @@ class TripletReader:
                     (*chunk, *params),
                 ).fetchall()
                 for row in rows:
-                    found[str(row[1])] = record(row)
+                    found[str(row[1])] = record(row, where=repr(self.backend))
         return [found.get(k) for k in keys]
 
     def records(
@@ -202,7 +202,7 @@ class TripletReader:
         if offset:
             sql += f" OFFSET {check_min_int(offset, 'offset', 0)}"
         with self.backend.read() as cur:
-            return [record(r) for r in cur.execute(sql, params).fetchall()]
+            return [record(r, where=repr(self.backend)) for r in cur.execute(sql, params).fetchall()]
 
     def history(self, t1: str, t2: str, namespace: str | Sequence[str] | None) -> list[TripletRecord]:
         """Every version of the facts with subject ``t1`` and relation ``t2`` (exact terms), oldest first."""
@@ -216,7 +216,7 @@ class TripletReader:
                 "ORDER BY r.valid_from, r.id",
                 (enc, ids[normalize_term(t1)], ids[normalize_term(t2)]),
             ).fetchall()
-        return [record(r) for r in rows]
+        return [record(r, where=repr(self.backend)) for r in rows]
 
     def namespaces(self, prefix: str | Sequence[str] | None, history: bool) -> list[Namespace]:
         """Distinct namespaces holding current triplets (or any, with ``history``), sorted."""

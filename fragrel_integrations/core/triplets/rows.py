@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from ..._validation import MAX_JSON_DEPTH, check_text, json_depth_ok, stored_int, stored_json
 from .types import Namespace, TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace
 
 __all__ = ["ROW_COLUMNS", "ROW_COLUMNS_WITH_TERM_IDS", "Time", "TripletLike", "dump_payload", "record", "scope"]
@@ -30,20 +31,31 @@ ROW_COLUMNS = "r.id, r.key, r.namespace, r.t1, r.t2, r.t3, r.payload, r.valid_fr
 ROW_COLUMNS_WITH_TERM_IDS = f"{ROW_COLUMNS}, r.t1_id, r.t2_id, r.t3_id"
 
 
-def record(row: Sequence[Any], score: float = 1.0, matches: tuple[TermMatch, ...] = ()) -> TripletRecord:
-    """The :class:`TripletRecord` of a row selected with :data:`ROW_COLUMNS`."""
-    return TripletRecord(
-        id=int(row[0]),
-        key=str(row[1]),
-        namespace=decode_namespace(row[2]),
-        triplet=Triplet(row[3], row[4], row[5]),
-        payload=json.loads(row[6]),
-        valid_from=float(row[7]),
-        valid_to=None if row[8] is None else float(row[8]),
-        created_at=float(row[9]),
-        score=score,
-        matches=matches,
-    )
+def record(
+    row: Sequence[Any], score: float = 1.0, matches: tuple[TermMatch, ...] = (), *, where: str = "the triplet store"
+) -> TripletRecord:
+    """The :class:`TripletRecord` of a row selected with :data:`ROW_COLUMNS`; a row a damaged file returns is a
+    ValueError naming ``where`` (the database)."""
+    try:
+        payload = stored_json(row[6], "its payload")
+        if not isinstance(payload, dict):
+            raise ValueError("its payload is not a JSON object")
+        return TripletRecord(
+            id=stored_int(row[0], "its id"),
+            key=str(row[1]),
+            namespace=decode_namespace(row[2]),
+            triplet=Triplet(row[3], row[4], row[5]),
+            payload=payload,
+            valid_from=float(row[7]),
+            valid_to=None if row[8] is None else float(row[8]),
+            created_at=float(row[9]),
+            score=score,
+            matches=matches,
+        )
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(
+            f"{where}: a damaged row in the triplets table (id {row[0]!r:.20}: {exc}); restore the file from a backup"
+        ) from exc
 
 
 def scope(namespace: Namespace, prefix: bool, as_of: float | None, *, history: bool = False) -> tuple[str, list[Any]]:
@@ -64,12 +76,15 @@ def scope(namespace: Namespace, prefix: bool, as_of: float | None, *, history: b
 
 def dump_payload(payload: Mapping[str, Any] | None) -> str:
     """``payload`` as the JSON text stored beside a triplet or node (``"{}"`` for None); TypeError if it is not a
-    JSON object."""
+    JSON object, ValueError if it holds a lone surrogate (text no database can store)."""
     if payload is None:
         return "{}"
     if not isinstance(payload, Mapping):
         raise TypeError(f"payload must be a mapping (JSON object), got {type(payload).__name__}")
     try:
-        return json.dumps(dict(payload), sort_keys=True, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(dict(payload), sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"payload must be JSON-serialisable (str keys, finite numbers): {exc}") from exc
+    if not json_depth_ok(dict(payload)):
+        raise TypeError(f"payload must nest at most {MAX_JSON_DEPTH} levels deep")
+    return check_text(text, "payload")

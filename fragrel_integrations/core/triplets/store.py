@@ -35,13 +35,12 @@ listings), :mod:`.nodes` (the LlamaIndex node table) and :mod:`.rows` (row layou
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ..._validation import check_cosine, check_min_int
+from ..._validation import check_cosine, check_min_int, stored_json
 from ...models.base import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
 from .lsh import RandomHyperplaneLSH
@@ -149,8 +148,8 @@ class TripletStore:
         self.backend.create_schema()
         with self.backend.read() as cur:
             meta = {name: value for name, value in cur.execute("SELECT name, value FROM meta").fetchall()}
-        version = int(meta.get("schema_version", SCHEMA_VERSION))
-        if version != SCHEMA_VERSION:
+        version = meta.get("schema_version", str(SCHEMA_VERSION))
+        if version != str(SCHEMA_VERSION):
             raise ValueError(f"this database has triplet schema version {version}; this library reads {SCHEMA_VERSION}")
         self._terms = TermDictionary(
             self.backend,
@@ -165,9 +164,10 @@ class TripletStore:
             max_candidates=max_candidates,
             show_progress=bool(show_progress),
         )
-        self._writer = VersionedWriter(
-            self.backend, self._lock, self._terms, json.loads(meta.get("single_valued", "[]"))
-        )
+        single = stored_json(meta.get("single_valued", "[]"), f"{self._terms.where}: meta 'single_valued'")
+        if not isinstance(single, list) or not all(isinstance(r, str) for r in single):
+            raise ValueError(f"{self._terms.where}: meta 'single_valued' is damaged (a list of relations expected)")
+        self._writer = VersionedWriter(self.backend, self._lock, self._terms, single)
         self._reader = TripletReader(self.backend, self._terms)
         self._nodes = NodeTable(self.backend, self._lock)
         extra = {normalize_term(r) for r in single_valued}

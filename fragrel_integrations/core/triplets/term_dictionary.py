@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from ...models.base import Embedder, embed_documents
+from ..._validation import stored_int, stored_json
+from ...models.base import Embedder, embed_documents, embedder_identity, identity_mismatch
 from .backend import Cursor, StorageBackend
 from .index_persist import (
     SavedPartition,
@@ -30,6 +31,7 @@ from .index_persist import (
     read_terms,
     save_missing,
     save_partition,
+    vectors_of,
 )
 from .lsh import RandomHyperplaneLSH
 from .term_index import TermIndex
@@ -58,8 +60,14 @@ def _vec_bytes(v: np.ndarray) -> bytes:
     return np.asarray(v, dtype="<f4").tobytes()
 
 
-def _bytes_vec(b: bytes | memoryview) -> np.ndarray:
-    return np.frombuffer(bytes(b), dtype="<f4")
+def _lsh_config(text: object, where: str) -> dict[str, Any]:
+    """The LSH settings stored in ``meta`` (ValueError naming ``where`` when they are damaged)."""
+    config = stored_json(text, f"{where}: meta 'lsh'")
+    if not isinstance(config, dict) or not all(
+        isinstance(config.get(k), int) and not isinstance(config.get(k), bool) for k in ("bits", "tables", "seed")
+    ):
+        raise ValueError(f"{where}: meta 'lsh' is damaged (bits, tables and seed must be integers)")
+    return config
 
 
 class TermDictionary:
@@ -107,7 +115,8 @@ class TermDictionary:
         self._missing: tuple[int, np.ndarray, np.ndarray] | None = None
         #: TermIndex keyword arguments (tests use a small ``train_at`` to partition small stores)
         self.index_options: dict[str, Any] = {}
-        stored = json.loads(meta["lsh"]) if "lsh" in meta else None
+        self.where = repr(backend)
+        stored = _lsh_config(meta["lsh"], self.where) if "lsh" in meta else None
         wanted = {"bits": bits, "tables": tables, "seed": seed}
         if stored is not None:
             clash = {k: (v, stored[k]) for k, v in wanted.items() if v is not None and int(v) != int(stored[k])}
@@ -118,7 +127,7 @@ class TermDictionary:
                     + "; open it without them or with the stored values"
                 )
             self.lsh_settings = {k: int(stored[k]) for k in ("bits", "tables", "seed")}
-            self.lsh: RandomHyperplaneLSH | None = RandomHyperplaneLSH.from_config(stored, probe_radius=probe_radius)
+            self.lsh: RandomHyperplaneLSH | None = self._from_config(stored)
         else:
             self.lsh_settings = {
                 "bits": DEFAULT_BITS if bits is None else bits,
@@ -128,7 +137,22 @@ class TermDictionary:
             # validate now rather than at the first write
             RandomHyperplaneLSH(1, probe_radius=min(probe_radius, self.lsh_settings["bits"]), **self.lsh_settings)
             self.lsh = None
-        self.dim: int | None = int(meta["dim"]) if "dim" in meta else None
+        self.dim: int | None = self._stored_dim(meta["dim"]) if "dim" in meta else None
+        # the embedder's identity once checked against the one the store records (and whether it is recorded)
+        self._identity: dict[str, Any] | None = None
+        self._identity_saved = False
+        if embedder is not None and "embedder" in meta:  # refuse another model at open, not at the first write
+            self.check_embedder()
+
+    def _stored_dim(self, text: object) -> int:
+        value = int(text) if isinstance(text, str) and text.isascii() and text.isdigit() else text
+        return stored_int(value, f"{self.where}: meta 'dim'", minimum=1)
+
+    def _from_config(self, config: dict[str, Any]) -> RandomHyperplaneLSH:
+        try:
+            return RandomHyperplaneLSH.from_config(config, probe_radius=self.probe_radius)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{self.where}: meta 'lsh' is damaged ({exc})") from None
 
     # ------------------------------------------------------------------------------------------ embedding
     @property
@@ -140,8 +164,51 @@ class TermDictionary:
             self._embedder = default_embedder()
         return self._embedder
 
+    def _identity_problem(self, stored: object, current: dict[str, Any]) -> None:
+        """ValueError naming the database when ``stored`` (meta 'embedder') is not ``current``'s identity."""
+        saved = stored_json(stored, f"{self.where}: meta 'embedder'")
+        try:
+            why = identity_mismatch(saved, current)
+        except ValueError as exc:
+            raise ValueError(f"{self.where}: meta 'embedder' is damaged ({exc})") from None
+        if why is not None:
+            raise ValueError(
+                f"this triplet store ({self.where}) was {why}: open it with the embedder it was built with (same "
+                "model and settings)"
+            )
+
+    def check_embedder(self) -> dict[str, Any]:
+        """The embedder's identity (see :func:`~fragrel_integrations.models.base.embedder_identity`), checked once
+        against the one the store records: ValueError naming the database when they differ."""
+        if self._identity is None:
+            current = embedder_identity(self.embedder)
+            with self.backend.read() as cur:
+                row = cur.execute("SELECT value FROM meta WHERE name = 'embedder'").fetchone()
+            if row is not None:
+                self._identity_problem(row[0], current)
+                self._identity_saved = True
+            self._identity = current
+        return self._identity
+
+    def _save_identity(self, cur: Cursor) -> None:
+        """In the write transaction storing terms: record the embedder's identity if the store has none (a new
+        store, or one made before identities were recorded), and check it against what another writer recorded."""
+        if self._identity_saved:
+            return
+        identity = self.check_embedder()
+        cur.execute(
+            "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+            ("embedder", json.dumps(identity, sort_keys=True)),
+        )
+        self._identity_problem(
+            cur.execute("SELECT value FROM meta WHERE name = 'embedder'").fetchone()[0], identity
+        )  # another process may have recorded its embedder first
+        self._identity_saved = True
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-length float32 embeddings of ``texts``; ValueError if the embedder's dimension is not the store's."""
+        """Unit-length float32 embeddings of ``texts``; ValueError if the embedder is not the one the store
+        records (model, settings, fingerprint) or its dimension is not the store's."""
+        self.check_embedder()
         vectors = embed_documents(self.embedder, list(texts), show_progress=self.show_progress)
         if self.dim is not None and vectors.shape[1] != self.dim:
             raise ValueError(
@@ -161,9 +228,9 @@ class TermDictionary:
             )
             cur.execute("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", ("dim", str(dim)))
             stored = {n: v for n, v in cur.execute("SELECT name, value FROM meta").fetchall()}
-            config = json.loads(stored["lsh"])  # another process may have won the race: use its settings
-            self.lsh = RandomHyperplaneLSH.from_config(config, probe_radius=self.probe_radius)
-            self.dim = int(stored["dim"])
+            config = _lsh_config(stored["lsh"], self.where)  # another process may have won the race: use its settings
+            self.lsh = self._from_config(config)
+            self.dim = self._stored_dim(stored["dim"])
             if self.dim != dim:
                 raise ValueError(f"this store holds {self.dim}-dimensional term vectors, the embedder gives {dim}")
         return self.lsh
@@ -174,8 +241,8 @@ class TermDictionary:
             return
         meta = {n: v for n, v in cur.execute("SELECT name, value FROM meta WHERE name IN ('lsh', 'dim')").fetchall()}
         if "lsh" in meta and "dim" in meta:
-            self.lsh = RandomHyperplaneLSH.from_config(json.loads(meta["lsh"]), probe_radius=self.probe_radius)
-            self.dim = int(meta["dim"])
+            self.lsh = self._from_config(_lsh_config(meta["lsh"], self.where))
+            self.dim = self._stored_dim(meta["dim"])
 
     # ------------------------------------------------------------------------------------------ terms
     def ids(self, norms: Sequence[str], cur: Cursor | None = None) -> dict[str, int]:
@@ -199,6 +266,7 @@ class TermDictionary:
         """Insert terms and their band rows; return the norms inserted with their ids. Runs under the write lock,
         so the set of new terms is exact."""
         lsh = self._ensure_lsh(cur, vectors.shape[1])
+        self._save_identity(cur)
         present = self.ids(list(norms), cur)  # another writer may have stored some since we looked
         keep = [i for i, n in enumerate(norms) if n not in present]
         if not keep:
@@ -251,7 +319,7 @@ class TermDictionary:
                 if not rows:
                     break
                 ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-                vecs = np.frombuffer(b"".join(bytes(r[1]) for r in rows), dtype="<f4").reshape(len(rows), -1)
+                vecs = vectors_of(rows, index.dim, self.where)
                 index.add(ids, vecs, rebalance=False)  # partition once, after the last page
             index.rebalance()
         return index
@@ -260,7 +328,7 @@ class TermDictionary:
         """A new index holding every term of ``cur``'s snapshot: restored from the saved partition if it passes
         :func:`~.index_persist.check_saved`, else partitioned afresh (and marked for saving)."""
         index = TermIndex(dim, **self.index_options)
-        ids, vecs, parts = read_terms(cur, dim)
+        ids, vecs, parts = read_terms(cur, dim, where=self.where)
         saved, why = read_saved(cur, dim)
         if saved is not None:
             why = check_saved(cur, saved, vecs, parts)
@@ -272,7 +340,9 @@ class TermDictionary:
             self._missing = (saved.generation, ids[unassigned], parts[unassigned]) if unassigned.any() else None
             return index
         if why is not None:
-            logger.warning("%s: not trusted; re-partitioning the term index from the stored vectors", why)
+            logger.warning(
+                "%s: %s: not trusted; re-partitioning the term index from the stored vectors", self.where, why
+            )
         self._force_save = why is not None
         self._saved = self._synced_cent = None
         index.add(ids, vecs, rebalance=False)
@@ -377,7 +447,8 @@ class TermDictionary:
                 (*chunk, *(scope_params * len(fields))),
             ).fetchall()
             for tid, hits in rows:
-                out[int(tid)] = out.get(int(tid), 0) + int(hits)
+                if isinstance(tid, int) and not isinstance(tid, bool):  # a damaged band row names no term: skipped
+                    out[tid] = out.get(tid, 0) + int(hits)
         ranked = sorted(out, key=lambda t: (-out[t], t))
         return ranked[: self.max_candidates]
 
@@ -387,11 +458,12 @@ class TermDictionary:
         scored: list[tuple[int, str, float]] = []
         for chunk in self.backend.iter_chunks(term_ids):
             marks = ",".join("?" * len(chunk))
-            for tid, text, blob in cur.execute(
-                f"SELECT id, text, vector FROM terms WHERE id IN ({marks})", tuple(chunk)
-            ):
-                sim = float(_bytes_vec(blob) @ qv)
-                if sim >= threshold:
-                    scored.append((int(tid), str(text), sim))
+            rows = cur.execute(f"SELECT id, vector, text FROM terms WHERE id IN ({marks})", tuple(chunk)).fetchall()
+            if not rows:
+                continue
+            sims = vectors_of(rows, qv.shape[0], self.where) @ qv
+            scored += [
+                (int(r[0]), str(r[2]), float(sim)) for r, sim in zip(rows, sims, strict=True) if sim >= threshold
+            ]
         scored.sort(key=lambda x: (-x[2], x[0]))
         return scored[:k]

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from ..._validation import check_text
+
 __all__ = [
     "FIELDS",
     "Namespace",
@@ -67,6 +69,7 @@ class Triplet:
                 raise ValueError(f"Triplet.{name} is empty: every term of a stored triplet needs text")
             if "\x00" in value:
                 raise ValueError(f"Triplet.{name} contains a NUL character; remove it")
+            check_text(value, f"Triplet.{name}")
 
     def __iter__(self) -> Iterator[str]:
         return iter((self.t1, self.t2, self.t3))

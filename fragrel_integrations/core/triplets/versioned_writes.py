@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import check_text
 from .backend import Cursor, StorageBackend
 from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, Time, TripletLike, dump_payload, record
 from .term_dictionary import TermDictionary
@@ -50,7 +51,11 @@ def _prepare(
     trip = Triplet.coerce(w.triplet)
     if w.key is not None and (not isinstance(w.key, str) or not w.key):
         raise ValueError(f"key must be a non-empty string or None, got {w.key!r}")
+    if w.key is not None:
+        check_text(w.key, "key")
     ns = namespace_tuple(w.namespace if w.namespace is not None else namespace)
+    for label in ns:
+        check_text(label, "a namespace label")
     start = to_timestamp(w.valid_from, name="valid_from")
     end = to_timestamp(w.valid_to, name="valid_to")
     start = now if start is None else start
@@ -154,7 +159,7 @@ class VersionedWriter:
             ).fetchone()
             if old is not None:
                 if tuple(old[10:13]) == (t1_id, t2_id, t3_id) and old[6] == payload and end is None:
-                    return record(old)
+                    return record(old, where=repr(self.backend))
                 cur.execute("UPDATE triplets SET valid_to = ? WHERE id = ?", (max(start, float(old[7])), old[0]))
         elif new_pair or n3 in fresh:
             key = uuid.uuid4().hex
@@ -166,7 +171,7 @@ class VersionedWriter:
                 (enc, t1_id, t2_id, t3_id, start, start),
             ).fetchone()
             if same is not None:
-                return record(same)
+                return record(same, where=repr(self.backend))
             key = uuid.uuid4().hex
         if single_valued is None:
             single_valued = normalize_term(trip.t2) in self.single_valued
