@@ -92,4 +92,5 @@ def test_language_table_and_decoding():
     assert language_for_path("x/Y.JAVA") == "java"
     assert set(LANGUAGES) == {"python", "javascript", "typescript", "tsx", "java", "go"}
     assert decode_source(b"\xef\xbb\xbfx = 1") == ("x = 1", "utf-8")  # BOM dropped
-    assert decode_source(b"\xff\xfe", None) is None
+    assert decode_source(b"\xff\xfd", None) is None  # not UTF-8, no fallback
+    assert decode_source(b"\xff\xfe", None) == ("", "utf-16")  # a UTF-16 byte-order mark: an empty file

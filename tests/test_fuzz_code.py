@@ -118,6 +118,10 @@ def test_random_repositories_index_and_retrieve_or_raise_value_error(tree, query
             assert "no source code to index" in str(exc)
             assert not any(f.text for f in repo.files)  # only empty files (or none) were left to index
             return
+        if not query.strip():  # an empty or blank context is refused (issue 25)
+            with pytest.raises(ValueError, match="the query is"):
+                index.retrieve(query, k=k)
+            return
         hits = _timed(lambda: index.retrieve(query, k=k))
         assert 1 <= len(hits) <= k
         assert all(np.isfinite([h.score, h.independent_score, h.environment_score]).all() for h in hits)

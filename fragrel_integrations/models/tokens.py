@@ -119,6 +119,8 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: object | None = None
         return text
     words = text.split()
     lo, hi = 0, len(words)  # the answer lies in [lo, hi); words[:lo] fits
+    if hi > max_tokens + 1 and count(" ".join(words[: max_tokens + 1])) > max_tokens:
+        hi = max_tokens + 1  # words cost a token or more: a 2 MB text is searched in its first words only
     while lo < hi - 1:
         mid = (lo + hi) // 2
         if count(" ".join(words[:mid])) <= max_tokens:

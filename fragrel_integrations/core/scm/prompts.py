@@ -55,7 +55,8 @@ CUT_MARKER = "[...]"
 def fit_texts_fairly(texts: Sequence[str], max_tokens: int, count: Callable[[str], int]) -> list[str]:
     """``texts`` cut to fit ``max_tokens`` together: when they are over it, every text longer than an equal share
     of what the shorter ones leave is cut to that share (whitespace normalised) and ends in :data:`CUT_MARKER`,
-    which counts; shorter texts are kept whole. A share too small for the marker leaves the marker alone.
+    which counts; shorter texts are kept whole. A share too small for the marker leaves the marker alone (or the
+    text, when it is no longer than the marker).
 
     >>> fit_texts_fairly(["a short one", "x " * 500], 20, lambda t: len(t.split()))
     ['a short one', 'x x x x x x x x x x x x x x x x [...]']
@@ -71,10 +72,11 @@ def fit_texts_fairly(texts: Sequence[str], max_tokens: int, count: Callable[[str
         if n > share:
             break
         left -= n
-    room = share - count(CUT_MARKER)
+    marker = count(CUT_MARKER)
+    room = share - marker
     out = []
     for text, n in zip(texts, counts, strict=True):
-        if n <= share:
+        if n <= share or (room <= 0 and n <= marker):  # fits, or is no longer than the marker that would replace it
             out.append(text)
             continue
         head = truncate_to_tokens(text, room, count) if room > 0 else ""

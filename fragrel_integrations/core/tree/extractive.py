@@ -6,7 +6,9 @@ tree's embedder (unit vectors), and every sentence gets its **leave-one-out simi
 ``c_i = cos(x_i, mean_{j != i} x_j)``: how well the rest of the input predicts it.
 
 * **Summary** = the most central sentences (highest ``c_i``; a sentence nearly identical to one already taken,
-  cosine above ``redundancy``, is skipped) that fit in ``summary_tokens`` together, in source order.
+  cosine above ``redundancy``, is skipped) that fit in ``summary_tokens`` together, in source order; when none
+  fits, the most central one cut to the budget (by characters for text without spaces). Summaries and surprise
+  notes are also capped at 16 characters per token of their budgets, as the LLM summariser's are.
 * **Surprise** = the sentences that are outliers by novelty ``n_i = 1 - c_i`` among at least ``min_sentences``
   sentences: robust score ``z_i = (n_i - median(n)) / max(1.4826 * MAD(n), min_scale) >= z`` (the modified
   z-score of Iglewicz and Hoaglin), most novel first until ``surprise_tokens`` are used (a single surprising
