@@ -38,9 +38,10 @@ class Block:
     line: int  # 1-based line of the opening fence
     code: str
     skip: str | None
+    source: str = "README.md"  # the file, relative to the repository root
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, source: str = "README.md") -> list[Block]:
     """The fenced blocks of ``text`` in order, with the skip reason of a ``readme-test`` comment just above."""
     lines = text.splitlines()
     blocks: list[Block] = []
@@ -52,18 +53,26 @@ def readme_blocks(text: str) -> list[Block]:
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
         if end is None:
-            raise ValueError(f"README.md line {i + 1}: the code block is never closed")
+            raise ValueError(f"{source} line {i + 1}: the code block is never closed")
         above = i - 1
         while above >= 0 and not lines[above].strip():
             above -= 1
         skip = _SKIP.match(lines[above]) if above >= 0 else None
-        blocks.append(Block(opening.group(1), i + 1, "\n".join(lines[i + 1 : end]) + "\n", skip and skip.group(1)))
+        code = "\n".join(lines[i + 1 : end]) + "\n"
+        blocks.append(Block(opening.group(1), i + 1, code, skip and skip.group(1), source))
         i = end + 1
     return blocks
 
 
+#: The README and the pages it sends readers to: their python blocks run too.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
-PYTHON = [b for b in BLOCKS if b.lang == "python"]
+PYTHON = [
+    b
+    for page in PAGES
+    for b in readme_blocks(page.read_text(encoding="utf-8"), str(page.relative_to(ROOT)))
+    if b.lang == "python"
+]
 SHELL = [b for b in BLOCKS if b.lang in ("bash", "sh", "shell", "console")]
 
 
@@ -83,17 +92,17 @@ def test_block_parser_reads_fences_and_skip_comments():
         readme_blocks("```python\nx = 1\n")
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[f"line{b.line}" for b in PYTHON])
+@pytest.mark.parametrize("block", PYTHON, ids=[f"{b.source}:{b.line}" for b in PYTHON])
 def test_python_block_is_complete_and_formatted(block: Block):
     """Fast check (the slow test below runs them): no undefined name or missing import, ruff-formatted."""
     beside = Path(sys.executable).with_name("ruff")  # the venv's, when it is not activated
     ruff = str(beside) if beside.is_file() else shutil.which("ruff") or pytest.skip("ruff is not installed")
     lint = [ruff, "check", "--no-cache", "--isolated", "--select", "E,F,W,I", "--line-length", "120", "-"]
     out = subprocess.run(lint, input=block.code, capture_output=True, text=True)
-    assert out.returncode == 0, f"README.md line {block.line}:\n{out.stdout}"
+    assert out.returncode == 0, f"{block.source} line {block.line}:\n{out.stdout}"
     form = [ruff, "format", "--no-cache", "--isolated", "--line-length", "120", "--diff", "-"]
     out = subprocess.run(form, input=block.code, capture_output=True, text=True)
-    assert out.returncode == 0, f"README.md line {block.line}:\n{out.stdout}"
+    assert out.returncode == 0, f"{block.source} line {block.line}:\n{out.stdout}"
 
 
 # ------------------------------------------------------------------------------------------------ shell blocks
@@ -170,19 +179,22 @@ def test_the_clone_holds_what_the_readme_reads(clone: Path):
     code = "import fragrel_integrations; print(fragrel_integrations.__file__)"
     where = subprocess.run([sys.executable, "-c", code], cwd=clone, env=env, capture_output=True, text=True)
     assert Path(where.stdout.strip()).is_relative_to(clone), "the blocks would not run the clone's own package"
-    committed = readme_blocks((clone / "README.md").read_text(encoding="utf-8"))
-    for block in [b for b in committed if b.lang == "python"]:
-        assert "../" not in block.code, f"README.md line {block.line} reads outside the repository"
+    for page in PAGES:
+        committed = readme_blocks((clone / page.relative_to(ROOT)).read_text(encoding="utf-8"))
+        for block in [b for b in committed if b.lang == "python"]:
+            assert "../" not in block.code, f"{page.name} line {block.line} reads outside the repository"
+        assert "../shared" not in (clone / page.relative_to(ROOT)).read_text(encoding="utf-8"), page.name
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", PYTHON, ids=[f"line{b.line}" for b in PYTHON])
+@pytest.mark.parametrize("block", PYTHON, ids=[f"{b.source}:{b.line}" for b in PYTHON])
 def test_python_block_runs_as_written(block: Block, clone: Path):
     if block.skip:
         pytest.skip(block.skip)
-    committed = {b.code for b in readme_blocks((clone / "README.md").read_text(encoding="utf-8"))}
+    page = clone / block.source
+    committed = {b.code for b in readme_blocks(page.read_text(encoding="utf-8"))} if page.is_file() else set()
     if block.code not in committed:
-        pytest.fail(f"README.md line {block.line} is not in the committed README: commit it, this test runs a clone")
+        pytest.fail(f"{block.source} line {block.line} is not committed: commit it, this test runs a clone of HEAD")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTHONPATH"):  # no hosted model; the clone's own package
         env.pop(key, None)
@@ -194,4 +206,4 @@ def test_python_block_runs_as_written(block: Block, clone: Path):
         text=True,
         timeout=900,
     )
-    assert run.returncode == 0, f"README.md line {block.line}:\n{block.code}\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, f"{block.source} line {block.line}:\n{block.code}\n{run.stderr[-4000:]}"
