@@ -204,6 +204,6 @@ def test_python_block_runs_as_written(block: Block, clone: Path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=3600,  # a hang guard: a whole-book block takes about a minute alone, far more on a loaded machine
     )
     assert run.returncode == 0, f"{block.source} line {block.line}:\n{block.code}\n{run.stderr[-4000:]}"
