@@ -18,7 +18,8 @@ One tree is built per haystack with ``TreeConfig(chunk_tokens=200,
 summary_tokens=48, surprise_tokens=24)``: ILM-TR uses 600-token chunks, but all-MiniLM-L6-v2 reads only its first
 256 word pieces, so most of a 600-token chunk is never embedded (``--chunk-tokens 600`` gives the paper setting;
 the report counts the needles that start inside the embedder's window). Short summaries keep the embedded model
-affordable.
+affordable. ``--chunk-tokens 600,default`` builds one tree per setting on the same haystacks (``default``: what
+``TreeConfig`` does when ``chunk_tokens`` is left out, which fits the embedder: 200 for MiniLM), side by side.
 
 ``--summariser``: who writes the summaries and surprise notes: ``llm`` (the model above, ILM-TR's prompt),
 ``extractive`` (no model: the most central sentences as the summary, novelty outliers as the surprise, see
