@@ -1,7 +1,7 @@
 """No component warns about its own default configuration (issue 24): each one is built with its defaults, on
 the embedded defaults (all-MiniLM-L6-v2, SmolLM2-135M), with every Python warning turned into an error (except the
-import-time and deprecation notices of dependencies) and the library's logged warnings captured. A default that triggers its own warning (``SurpriseTree()`` with 600-token
-chunks for an embedder that reads 256) fails here."""
+import-time and deprecation notices of dependencies) and the library's logged warnings captured. A default that
+triggers its own warning (``SurpriseTree()`` with 600-token chunks for an embedder that reads 256) fails here."""
 
 from __future__ import annotations
 
