@@ -18,7 +18,8 @@ One tree is built per haystack with ``TreeConfig(chunk_tokens=200,
 summary_tokens=48, surprise_tokens=24)``: ILM-TR uses 600-token chunks, but all-MiniLM-L6-v2 reads only its first
 256 word pieces, so most of a 600-token chunk is never embedded (``--chunk-tokens 600`` gives the paper setting;
 the report counts the needles that start inside the embedder's window). Short summaries keep the embedded model
-affordable.
+affordable. ``--chunk-tokens 600,default`` builds one tree per setting on the same haystacks (``default``: what
+``TreeConfig`` does when ``chunk_tokens`` is left out, which fits the embedder: 200 for MiniLM), side by side.
 
 ``--summariser``: who writes the summaries and surprise notes: ``llm`` (the model above, ILM-TR's prompt),
 ``extractive`` (no model: the most central sentences as the summary, novelty outliers as the surprise, see
@@ -271,10 +272,35 @@ SUMMARISER_LABEL = {
 VARIANTS = {"llm": ("llm", None), "extractive": ("extractive", None), "extractive-mean": ("extractive", True)}
 
 
+def label(who: str) -> str:
+    """The long name of a tree variant: ``"extractive @600"`` = the extractive summariser with 600-token chunks."""
+    base, _, chunks = who.partition(" @")
+    if not chunks:
+        return SUMMARISER_LABEL[base]
+    return f"{SUMMARISER_LABEL[base]}, chunk_tokens " + ("left at the default" if chunks == "default" else chunks)
+
+
+def parse_chunk_tokens(text: str) -> list[int | None]:
+    """``"600,default"`` -> ``[600, None]`` (None: TreeConfig's default, which fits the embedder)."""
+    out: list[int | None] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        if part == "default":
+            out.append(None)
+        elif part.isdigit() and int(part) > 0:
+            out.append(int(part))
+        else:
+            raise SystemExit(f"--chunk-tokens takes positive ints or 'default', comma-separated; got {part!r}")
+    if not out:
+        raise SystemExit("--chunk-tokens needs at least one value")
+    return out
+
+
 def auto_summary(res: dict, who: str) -> list[str]:
     agg, k = res["aggregate"][who], str(res["k_main"])
     lines = []
     r = {m: agg["recall"][m][k] for m in METHODS}
+    if agg.get("chunk_tokens"):
+        lines.append(f"- Leaf chunks of at most {', '.join(map(str, agg['chunk_tokens']))} tokens.")
     lines.append(
         f"- needle recall@{k} over {agg['pairs']} (haystack, needle) pairs: "
         f"tree+surprise {100 * r['tree+surprise']:.0f} %, "
@@ -369,7 +395,7 @@ def report(res: dict) -> str:
         f"Machine: {m['cpus']} CPUs ({m['processor']}), Python {m['python']}, "
         f"load average at start {m['loadavg_start']}, "
         f"at end {m['loadavg_end']} (other jobs shared the machine: timings are noisy).  ",
-        f"Summariser: {', '.join(SUMMARISER_LABEL[w] for w in whos)}. Model: {res['model']} "
+        f"Trees: {'; '.join(label(w) for w in whos)}. Model: {res['model']} "
         + ("(writes the LLM summaries" if "llm" in whos else "(not called")
         + "; its tokenizer counts the tokens); embedder: all-MiniLM-L6-v2 (embedded). "
         f"Wall time {res['wall_seconds']:.0f} s, of which {res['warmup_seconds']:.0f} s one-off warm-up before the "
@@ -390,7 +416,7 @@ def report(res: dict) -> str:
     if len(whos) > 1:
         out += ["## Side by side (same haystacks, same run)", "", *side_by_side(res), ""]
     for who in whos:
-        out += [f"## Summary: {SUMMARISER_LABEL[who]}", "", *auto_summary(res, who), ""]
+        out += [f"## Summary: {label(who)}", "", *auto_summary(res, who), ""]
     out += [
         "## needle recall@k (%)",
         "",
@@ -474,6 +500,7 @@ def aggregate(haystacks: list[dict], ks: list[int]) -> dict:
     calls = sum(b["llm_calls"] for b in builds)
     with_surprise = sum(b["leaves_with_surprise"] for b in builds)
     return {
+        "chunk_tokens": sorted({b["chunk_tokens"] for b in builds if "chunk_tokens" in b}),
         "pairs": len(rows["chunks"]),
         "recall": {
             mm: {str(k): float(np.mean([r["first_rank"] is not None and r["first_rank"] <= k for r in rs])) for k in ks}
@@ -511,7 +538,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--ks", default="1,3,5,10", help="k values for recall@k")
     ap.add_argument("--k-main", type=int, default=5, help="the k the summary lines quote")
-    ap.add_argument("--chunk-tokens", type=int, default=200, help="200 fits MiniLM's 256 word pieces; ILM-TR: 600")
+    ap.add_argument(
+        "--chunk-tokens",
+        default="200",
+        help="tokens per leaf chunk, comma-separated for one tree per value on the same haystacks; 'default': "
+        "TreeConfig's default (fits the embedder: 200 for MiniLM's 256 word pieces); ILM-TR: 600",
+    )
     ap.add_argument("--summary-tokens", type=int, default=48)
     ap.add_argument("--surprise-tokens", type=int, default=24)
     ap.add_argument("--seed", type=int, default=0)
@@ -543,6 +575,9 @@ def main(argv: list[str] | None = None) -> int:
     summarisers = ["llm", "extractive"] if args.summariser == "both" else [args.summariser]
     if args.also_mean_vectors:
         summarisers.append("extractive-mean")
+    chunk_settings = parse_chunk_tokens(args.chunk_tokens)
+    if len(chunk_settings) > 1:  # one tree per (summariser, chunk setting), labelled "extractive @600"
+        summarisers = [f"{w} @{'default' if c is None else c}" for w in summarisers for c in chunk_settings]
     ks = sorted({int(x) for x in args.ks.split(",") if x.strip()})
     if args.trials < 1 or not ks or ks[0] < 1 or args.k_main not in ks:
         raise SystemExit("--trials and every k must be positive, and --k-main one of --ks")
@@ -557,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
 
     embedder = default_embedder()
     config = TreeConfig(
-        chunk_tokens=args.chunk_tokens,
+        chunk_tokens=chunk_settings[0],
         summary_tokens=args.summary_tokens,
         surprise_tokens=args.surprise_tokens,
         seed=args.seed,
@@ -580,9 +615,15 @@ def main(argv: list[str] | None = None) -> int:
             hay = make_haystack(essays, tokens, trial, args.seed, model.count_tokens, depths)
             name = f"{tokens // 1000}k-{trial}"
             for who in summarisers:
-                kind, mean_vectors = VARIANTS[who]
+                variant, _, chunks = who.partition(" @")
+                kind, mean_vectors = VARIANTS[variant]
+                chunk_tokens = (None if chunks == "default" else int(chunks)) if chunks else config.chunk_tokens
                 tree = SurpriseTree(
-                    model, embedder, config=replace(config, summariser=kind), max_concurrency=1, show_progress=False
+                    model,
+                    embedder,
+                    config=replace(config, summariser=kind, chunk_tokens=chunk_tokens),
+                    max_concurrency=1,
+                    show_progress=False,
                 )
                 if mean_vectors is not None:
                     tree.summariser.cached_embedder.compose = mean_vectors
@@ -590,6 +631,7 @@ def main(argv: list[str] | None = None) -> int:
                 rep = tree.build([hay["text"]], doc_ids=[name])
                 seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
                 build = {
+                    "chunk_tokens": tree.config.chunk_tokens,
                     "leaves": len(tree.leaves()),
                     "nodes": len(tree),
                     "layers": tree.n_layers,
@@ -629,7 +671,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(loadavg_start),
         "model": model_name,
         "config": {
-            **{k: getattr(config, k) for k in ("chunk_tokens", "summary_tokens", "surprise_tokens", "seed")},
+            "chunk_tokens": ["default" if c is None else c for c in chunk_settings],
+            **{k: getattr(config, k) for k in ("summary_tokens", "surprise_tokens", "seed")},
             "reducer": reducer_in_effect(config),
         },
         "seed": args.seed,

@@ -1,10 +1,10 @@
-"""The README cannot drift: every ```python block runs as written, offline, in its own process, and every ```bash
-block parses and names commands, files, extras and CLI options that exist.
+"""The README cannot drift: every ```python block runs as written, offline, in its own process, from the root of
+a fresh ``git clone`` of the repository with nothing beside it, and every ```bash block parses and names commands,
+files, extras and CLI options that exist (the book ``fragrel ask`` reads is in the clone).
 
-The python blocks run in a scratch folder laid out like the repository's neighbourhood: ``../shared/data/...``
-holds a short story at the path of the book the README reads (small data, so the embedded models finish in
-seconds), ``path/to/repo`` a small Python repository. Only the embedded models are used; the network is not.
-A block preceded by ``<!-- readme-test: skip REASON -->`` is skipped with that reason (blocks that need a server).
+The clone is of the committed ``HEAD``: commit a README change before running the slow test (a block that is not in
+the committed README fails and says so). Only the embedded models are used; the network is not. A block preceded
+by ``<!-- readme-test: skip REASON -->`` is skipped with that reason (blocks that need a server).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ import fragrel_integrations
 
 ROOT = Path(fragrel_integrations.__file__).resolve().parent.parent
 README = ROOT / "README.md"
-BOOK = "../shared/data/babilong/noise_books/Robinson_Crusoe_pg521.txt"
+BOOK = "samples/robinson_crusoe.txt"  # the book the README's commands and blocks read, inside the repository
 MAX_SKIPS = 0  # blocks allowed to opt out; raise only with a reason in the README comment
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
@@ -39,9 +38,10 @@ class Block:
     line: int  # 1-based line of the opening fence
     code: str
     skip: str | None
+    source: str = "README.md"  # the file, relative to the repository root
 
 
-def readme_blocks(text: str) -> list[Block]:
+def readme_blocks(text: str, source: str = "README.md") -> list[Block]:
     """The fenced blocks of ``text`` in order, with the skip reason of a ``readme-test`` comment just above."""
     lines = text.splitlines()
     blocks: list[Block] = []
@@ -53,18 +53,26 @@ def readme_blocks(text: str) -> list[Block]:
             continue
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), None)
         if end is None:
-            raise ValueError(f"README.md line {i + 1}: the code block is never closed")
+            raise ValueError(f"{source} line {i + 1}: the code block is never closed")
         above = i - 1
         while above >= 0 and not lines[above].strip():
             above -= 1
         skip = _SKIP.match(lines[above]) if above >= 0 else None
-        blocks.append(Block(opening.group(1), i + 1, "\n".join(lines[i + 1 : end]) + "\n", skip and skip.group(1)))
+        code = "\n".join(lines[i + 1 : end]) + "\n"
+        blocks.append(Block(opening.group(1), i + 1, code, skip and skip.group(1), source))
         i = end + 1
     return blocks
 
 
+#: The README and the pages it sends readers to: their python blocks run too.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 BLOCKS = readme_blocks(README.read_text(encoding="utf-8"))
-PYTHON = [b for b in BLOCKS if b.lang == "python"]
+PYTHON = [
+    b
+    for page in PAGES
+    for b in readme_blocks(page.read_text(encoding="utf-8"), str(page.relative_to(ROOT)))
+    if b.lang == "python"
+]
 SHELL = [b for b in BLOCKS if b.lang in ("bash", "sh", "shell", "console")]
 
 
@@ -84,17 +92,17 @@ def test_block_parser_reads_fences_and_skip_comments():
         readme_blocks("```python\nx = 1\n")
 
 
-@pytest.mark.parametrize("block", PYTHON, ids=[f"line{b.line}" for b in PYTHON])
+@pytest.mark.parametrize("block", PYTHON, ids=[f"{b.source}:{b.line}" for b in PYTHON])
 def test_python_block_is_complete_and_formatted(block: Block):
     """Fast check (the slow test below runs them): no undefined name or missing import, ruff-formatted."""
     beside = Path(sys.executable).with_name("ruff")  # the venv's, when it is not activated
     ruff = str(beside) if beside.is_file() else shutil.which("ruff") or pytest.skip("ruff is not installed")
     lint = [ruff, "check", "--no-cache", "--isolated", "--select", "E,F,W,I", "--line-length", "120", "-"]
     out = subprocess.run(lint, input=block.code, capture_output=True, text=True)
-    assert out.returncode == 0, f"README.md line {block.line}:\n{out.stdout}"
+    assert out.returncode == 0, f"{block.source} line {block.line}:\n{out.stdout}"
     form = [ruff, "format", "--no-cache", "--isolated", "--line-length", "120", "--diff", "-"]
     out = subprocess.run(form, input=block.code, capture_output=True, text=True)
-    assert out.returncode == 0, f"README.md line {block.line}:\n{out.stdout}"
+    assert out.returncode == 0, f"{block.source} line {block.line}:\n{out.stdout}"
 
 
 # ------------------------------------------------------------------------------------------------ shell blocks
@@ -139,77 +147,63 @@ def test_shell_block_parses_and_names_what_exists(block: Block):
 
 
 # ------------------------------------------------------------------------------------------------ python blocks
-STORY = """Chapter one. I was born in the year 1632, in the city of York, of a good family. My father, a wise man,
-gave me serious counsel against the sea, but I would be satisfied with nothing but going to sea. The ship was
-wrecked in a storm and every man was lost but me; the waves threw me upon the shore of an island.
-Chapter two. I built a hut near the hill and fenced it with stakes. I kept a calendar on a great post and cut a
-notch for every day. I planted barley and rice and tamed goats for milk and meat. My parrot Poll learned to
-speak my name.
-Chapter three. One day I saw the print of a man's naked foot on the sand, and I was terribly frightened. Years
-later cannibals landed on the island with prisoners. One prisoner escaped and ran towards my hill; I shot one
-pursuer and struck down the other. The savage I rescued knelt before me. I called him Friday, for it was on a
-Friday that I saved his life, and I taught him to say Master.
-Chapter four. An English ship came to the island, whose crew had mutinied. The mutineers had bound the captain.
-Friday and I set the captain free, and the captain killed the leader of the mutineers with his own hand. The
-captain took me and Friday home to England after twenty-eight years on the island.
-"""
-
-REPO_FILES = {
-    "pkg/__init__.py": "",
-    "pkg/config.py": textwrap.dedent(
-        '''
-        import json
-
-
-        def load_config(path):
-            """Read a JSON configuration file."""
-            with open(path) as f:
-                return json.load(f)
-        '''
-    ),
-    "pkg/app.py": textwrap.dedent(
-        """
-        from .config import load_config
-
-
-        def main(path):
-            config = load_config(path)
-            return config["name"]
-        """
-    ),
-}
+def _git(*args: str, cwd: Path) -> str:
+    run = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"git {' '.join(args)}: {run.stderr}"
+    return run.stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
-    """A scratch working directory whose ``../shared/data`` holds the small book and ``path/to/repo`` a repo."""
-    top = tmp_path_factory.mktemp("readme")
-    work = top / "work"
-    work.mkdir()
-    book = top / BOOK.removeprefix("../")
-    book.parent.mkdir(parents=True)
-    book.write_text(STORY, encoding="utf-8")  # about 330 words
-    for name, text in REPO_FILES.items():
-        path = work / "path" / "to" / "repo" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return work
+def clone(tmp_path_factory) -> Path:
+    """A fresh ``git clone`` of the repository's committed HEAD, alone in a new temporary folder."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout: the README test clones the repository")
+    head = _git("rev-parse", "HEAD", cwd=ROOT)
+    dest = tmp_path_factory.mktemp("fresh") / "fragrel-integrations"
+    _git("clone", "--quiet", str(ROOT), str(dest), cwd=dest.parent)
+    if _git("rev-parse", "HEAD", cwd=dest) != head:  # e.g. a detached HEAD in CI that no branch points to
+        _git("fetch", "--quiet", str(ROOT), head, cwd=dest)
+        _git("checkout", "--quiet", head, cwd=dest)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["fragrel-integrations"]  # nothing beside it
+    return dest
+
+
+def test_the_clone_holds_what_the_readme_reads(clone: Path):
+    """The path the first command gives ``fragrel ask`` (and every ``fragrel`` file argument) exists in a clone."""
+    first = next(words for block in SHELL for words in _commands(block.code) if words[0] == "fragrel")
+    assert first[1] == "ask", f"the README's first fragrel command is {shlex.join(first)}"
+    for words in (w for block in SHELL for w in _commands(block.code) if w[0] == "fragrel"):
+        if words[1] in ("ask", "retrieve"):
+            assert (clone / words[2]).is_file(), f"{words[2]} is not in a fresh clone of the repository"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = "import fragrel_integrations; print(fragrel_integrations.__file__)"
+    where = subprocess.run([sys.executable, "-c", code], cwd=clone, env=env, capture_output=True, text=True)
+    assert Path(where.stdout.strip()).is_relative_to(clone), "the blocks would not run the clone's own package"
+    for page in PAGES:
+        committed = readme_blocks((clone / page.relative_to(ROOT)).read_text(encoding="utf-8"))
+        for block in [b for b in committed if b.lang == "python"]:
+            assert "../" not in block.code, f"{page.name} line {block.line} reads outside the repository"
+        assert "../shared" not in (clone / page.relative_to(ROOT)).read_text(encoding="utf-8"), page.name
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", PYTHON, ids=[f"line{b.line}" for b in PYTHON])
-def test_python_block_runs_as_written(block: Block, workspace: Path):
+@pytest.mark.parametrize("block", PYTHON, ids=[f"{b.source}:{b.line}" for b in PYTHON])
+def test_python_block_runs_as_written(block: Block, clone: Path):
     if block.skip:
         pytest.skip(block.skip)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL"):  # nothing may reach a hosted model
+    page = clone / block.source
+    committed = {b.code for b in readme_blocks(page.read_text(encoding="utf-8"))} if page.is_file() else set()
+    if block.code not in committed:
+        pytest.fail(f"{block.source} line {block.line} is not committed: commit it, this test runs a clone of HEAD")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    for key in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "PYTHONPATH"):  # no hosted model; the clone's own package
         env.pop(key, None)
     run = subprocess.run(
-        [sys.executable, "-c", block.code],
-        cwd=workspace,
+        [sys.executable, "-c", block.code],  # -c puts the working directory (the clone) first on sys.path
+        cwd=clone,
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=3600,  # a hang guard: a whole-book block takes about a minute alone, far more on a loaded machine
     )
-    assert run.returncode == 0, f"README.md line {block.line}:\n{block.code}\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, f"{block.source} line {block.line}:\n{block.code}\n{run.stderr[-4000:]}"

@@ -10,13 +10,44 @@ from typing import Any
 from ..._validation import check_positive_int
 from .clustering import REDUCERS
 
-__all__ = ["FIELDS", "SUMMARISERS", "TreeConfig", "TreeHit", "TreeNode", "check_search"]
+__all__ = [
+    "CHUNK_TOKENS",
+    "FIELDS",
+    "SUMMARISERS",
+    "TreeConfig",
+    "TreeHit",
+    "TreeNode",
+    "check_search",
+    "fitted_chunk_tokens",
+]
 
 #: Names of the summarisers a tree can use (:attr:`TreeConfig.summariser`).
 SUMMARISERS = ("llm", "extractive")
 
 #: The texts a node can contribute to retrieval: the leaf chunk, the summary and the surprise facts.
 FIELDS = ("text", "summary", "surprise")
+
+
+#: ILM-TR's leaf chunk length in tokens: the default when the embedder reads at least that much of a text.
+CHUNK_TOKENS = 600
+
+#: Share of the embedder's input window a default chunk fills: chunks are counted with the chat model's tokenizer
+#: (or the estimate), the window in the embedder's word pieces, which run up to ~1.2 per chat-model token on
+#: English prose; 0.8 keeps a chunk inside the window.
+WINDOW_SHARE = 0.8
+
+
+def fitted_chunk_tokens(window: int | None) -> int:
+    """The default ``chunk_tokens`` for an embedder that reads ``window`` tokens of a text (None: not known):
+    ILM-TR's 600, or less when the embedder would cut a 600-token chunk off.
+
+    >>> fitted_chunk_tokens(256), fitted_chunk_tokens(8192), fitted_chunk_tokens(None)
+    (200, 600, 600)
+    """
+    if window is None:
+        return CHUNK_TOKENS
+    fitted = int(WINDOW_SHARE * max(window - 2, 1))  # 2 pieces go to [CLS] and [SEP]
+    return max(1, min(CHUNK_TOKENS, fitted - fitted % 10 if fitted >= 10 else fitted))
 
 
 def check_search(mode: object, fields: Sequence[str]) -> tuple[str, ...]:
@@ -44,7 +75,8 @@ _POSITIVE_FIELDS = (
 @dataclass(frozen=True, slots=True)
 class TreeConfig:
     """Settings that shape a tree (persisted with it). Defaults follow ILM-TR (600-token chunks, 300-token
-    summaries) and RAPTOR (10 reduced dimensions, soft threshold 0.1).
+    summaries) and RAPTOR (10 reduced dimensions, soft threshold 0.1); chunks shrink to fit an embedder that reads
+    fewer tokens (``chunk_tokens=None``: 200 with the embedded all-MiniLM-L6-v2, which reads 256).
 
     ``summariser``: who writes the summaries and surprise notes, one of :data:`SUMMARISERS`: ``"llm"`` (the
     chat model, ILM-TR's prompt), ``"extractive"`` (no model: central and novel sentences, see
@@ -52,8 +84,9 @@ class TreeConfig:
     (:class:`SurpriseTree` resolves it, so a saved tree records what built it).
     """
 
-    #: Most tokens per leaf chunk (whole sentences are packed).
-    chunk_tokens: int = 600
+    #: Most tokens per leaf chunk (whole sentences are packed). None: :func:`fitted_chunk_tokens` of the
+    #: embedder's window (600, or what fits a shorter window); :class:`SurpriseTree` resolves it to an int.
+    chunk_tokens: int | None = None
     #: Token budget of every summary.
     summary_tokens: int = 300
     #: Token budget of every surprise note.
@@ -76,7 +109,8 @@ class TreeConfig:
 
     def __post_init__(self) -> None:
         for name in _POSITIVE_FIELDS:
-            check_positive_int(getattr(self, name), name)
+            if name != "chunk_tokens" or self.chunk_tokens is not None:
+                check_positive_int(getattr(self, name), name)
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must be in (0, 1], got {self.threshold!r}")
         if self.reducer not in REDUCERS:

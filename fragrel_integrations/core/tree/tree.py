@@ -22,13 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from ...models.base import Embedder, check_identity, embed_documents, embedder_identity
+from ...models.base import Embedder, check_identity, embed_documents, embedder_identity, embedder_window_tokens
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.tokens import count_tokens
 from .building import TreeBuilding
 from .extractive import ExtractiveSummariser
-from .nodes import FIELDS, SUMMARISERS, TreeConfig, TreeHit, TreeNode, check_search
+from .nodes import FIELDS, SUMMARISERS, TreeConfig, TreeHit, TreeNode, check_search, fitted_chunk_tokens
 from .relation import TreeRelation
 from .retrieval import TreeRetrieval
 from .state import MAX_METADATA_DEPTH, check_state
@@ -92,15 +92,17 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
                 f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
             )
         self.embedder = embedder
-        window = getattr(embedder, "max_input_tokens", None)
-        if isinstance(window, int) and self.config.chunk_tokens > window:
+        window = embedder_window_tokens(embedder)
+        if self.config.chunk_tokens is None:  # fit the embedder (saved trees record the number)
+            self.config = replace(self.config, chunk_tokens=fitted_chunk_tokens(window))
+        elif window is not None and self.config.chunk_tokens > window:
             logger.warning(
                 "chunk_tokens=%d but the embedder reads only %d tokens of a text: the end of every chunk is never "
-                "embedded (needles there cannot be retrieved); use chunk_tokens <= %d or an embedder with a longer "
-                "window",
+                "embedded (needles there cannot be retrieved); use chunk_tokens <= %d (or leave it out: it then "
+                "fits the embedder) or an embedder with a longer window",
                 self.config.chunk_tokens,
                 window,
-                window,
+                fitted_chunk_tokens(window),
             )
         self._counter = counter if counter is not None else self.chat_model
         if self.config.summariser is None:
