@@ -72,7 +72,10 @@ def test_supported_by_needs_new_words_found_in_the_evidence():
     assert supported_by("Saber", ev, QUESTION) is None  # made up
     assert supported_by("The savage's name", ev, QUESTION) is None  # only the question's own words
     assert supported_by("", ev, QUESTION) is None
-    assert supported_by("Friday, a good servant", ev, QUESTION) == 0  # two adjacent sentences together
+    assert supported_by("Friday, a good servant", ev, QUESTION) == 1  # across sentences: the one holding most
+    assert supported_by("Friday, a cruel cannibal king", ev, QUESTION) is None  # most of it made up
+    assert supported_by("He went to Friday town", ev, QUESTION) is None  # a name the evidence lacks
+    assert supported_by("The answer: Friday 1719", ev, QUESTION) is None  # a number the evidence lacks
 
 
 def test_grounded_answer_returns_a_supported_answer_with_its_evidence_first():
@@ -109,7 +112,9 @@ def test_a_grammar_model_gets_a_quote_grammar_and_others_do_not():
 
 def test_span_grammar_allows_only_runs_of_evidence_words():
     text = span_grammar(["Call him Friday."], max_words=2)
-    assert text.splitlines()[0] == "root ::= s0w0 | s0w1 | s0w2"
+    assert text.splitlines()[0] == "root ::= s0w0 | s0w2"  # no quote starts at a function word
+    assert span_grammar(["Call him Friday."], question="Whom did I call?").splitlines()[0] == "root ::= s0w2"
+    assert span_grammar(["He was."]).splitlines()[0] == "root ::= s0w0 | s0w1"  # no content word: any word
     assert 's0w1x1 ::= "him"' in text  # a second word ends the quote at max_words
     assert ReplyFormat.grammar(text).kind == "grammar"
     quoted = span_grammar(['He said "no" \\ twice'])

@@ -64,6 +64,10 @@ LONG_SENTENCE_WORDS = 40
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"'”’)\]_]*\s+")
 _CLAUSE_END = re.compile(r"(?<=[;:])\s+")
 _WORD = re.compile(r"\S+")
+_WORD_TOKEN = re.compile(r"\w+", re.UNICODE)
+_ANSWER_LEAD = re.compile(
+    r"^(?:the\s+)?answer\b(?:\s+to\s+(?:this|the)\s+question)?(?:\s+is)?\s*[:,-]?\s*", re.IGNORECASE
+)
 _TITLE_TEXT = "mr. mrs. ms. dr. st. messrs. mme. mlle. capt. col. gen. rev. sr. jr. mt."
 _TITLES = frozenset(_TITLE_TEXT.split())
 _INITIALS = re.compile(r"(?:[a-z]\.)+")
@@ -265,34 +269,42 @@ def _gbnf_literal(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def span_grammar(sentences: Sequence[str], *, max_words: int = 12) -> str:
+def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str = "") -> str:
     """A llama.cpp GBNF grammar whose strings are runs of 1 to ``max_words`` consecutive words of one of
-    ``sentences`` (a word's surrounding punctuation optional), so a constrained reply is a quote.
+    ``sentences`` (a word's surrounding punctuation optional), so a constrained reply is a quote. A quote starts
+    at a content word that is not in ``question`` (a function word or the question's own words start none),
+    unless no word qualifies.
 
-    >>> print(span_grammar(["Call him Friday."], max_words=2))
-    root ::= s0w0 | s0w1 | s0w2
-    s0w0 ::= "Call" (" " s0w1x1)?
-    s0w1 ::= "him" (" " s0w2x1)?
+    >>> print(span_grammar(["Call him Friday."], max_words=2, question="What did I call him?"))
+    root ::= s0w2
     s0w2 ::= "Friday" "."?
     s0w1x1 ::= "him"
     s0w2x1 ::= "Friday" "."?
     """
     check_positive_int(max_words, "max_words")
+    asked = {_norm(t) for t in tokenize(question)}
+    parsed = [[w for w in (_split_word(t) for t in _WORD.findall(s)) if w[1]] for s in sentences]
+    if not any(parsed):
+        raise ValueError("the evidence has no words to quote")
+
+    def opens(core: str) -> bool:
+        low = core.lower()
+        return low not in _FUNCTION_WORDS and _norm(low) not in asked
+
+    if not any(opens(w[1]) for words in parsed for w in words):
+        opens = bool  # noqa: E731 - no content word to start at: any word may
     starts: list[str] = []
     rules: list[str] = []
     tails: list[str] = []
-    for j, sentence in enumerate(sentences):
-        words = [_split_word(w) for w in _WORD.findall(sentence)]
-        words = [w for w in words if w[1]]
+    for j, words in enumerate(parsed):
         for i in range(len(words)):
-            starts.append(f"s{j}w{i}")
-            rules.append(f"s{j}w{i} ::= " + _word_rule(words, j, i, 1, max_words))
-        for i in range(1, len(words)):  # continuation rules: word i reached after `depth` words
+            if opens(words[i][1]):
+                starts.append(f"s{j}w{i}")
+                rules.append(f"s{j}w{i} ::= " + _word_rule(words, j, i, 1, max_words))
+        for i in range(1, len(words)):  # continuation rules: word i as the (depth + 1)-th word of a quote
             for depth in range(1, min(i, max_words - 1) + 1):
                 tails.append(f"s{j}w{i}x{depth} ::= " + _word_rule(words, j, i, depth + 1, max_words))
-    if not starts:
-        raise ValueError("the evidence has no words to quote")
-    return "\n".join([f"root ::= {' | '.join(starts)}", *rules, *tails]) + "\n"
+    return "\n".join([f"root ::= {' | '.join(starts)}", *rules, *tails])
 
 
 def _split_word(token: str) -> tuple[str, str, str]:
@@ -338,30 +350,29 @@ def _norm(token: str) -> str:
 
 
 def supported_by(reply: str, evidence: Sequence[str], question: str = "") -> int | None:
-    """The index of the evidence sentence that supports ``reply``, or None.
+    """The index of the evidence sentence that best supports ``reply``, or None when the evidence does not.
 
-    Supported: the reply's content words (function words and the question's words left out) are not empty, and every
-    one of them occurs in one evidence sentence (compared lower-cased, plural endings ignored); the first such
-    sentence is returned. Failing that, two adjacent evidence sentences together may hold them.
+    The reply's content words are its words less function words and the question's own words (lower-cased,
+    plural endings ignored). Supported: at least half of them occur in the evidence, and every name or number
+    among them (a capitalised word not starting the reply, a word with a digit) does; a reply with no content
+    word is not supported. The sentence holding most of them is returned.
 
     >>> supported_by("His name was Friday.", ["I called him Friday, the day I saved him."], "What was his name?")
     0
     >>> supported_by("Saber", ["I called him Friday."], "What was his name?") is None
     True
     """
-    stop = _FUNCTION_WORDS
     asked = {_norm(t) for t in tokenize(question)}
-    words = {_norm(t) for t in tokenize(reply) if t not in stop} - asked
+    tokens = _WORD_TOKEN.findall(reply)
+    words = {_norm(t.lower()) for t in tokens if t.lower() not in _FUNCTION_WORDS} - asked
     if not words:
         return None
+    names = {_norm(t.lower()) for i, t in enumerate(tokens) if (i and t[0].isupper()) or any(c.isdigit() for c in t)}
     sets = [{_norm(t) for t in tokenize(s)} for s in evidence]
-    for i, s in enumerate(sets):
-        if words <= s:
-            return i
-    for i in range(len(sets) - 1):
-        if words <= sets[i] | sets[i + 1]:
-            return i
-    return None
+    found = words & set().union(*sets) if sets else set()
+    if 2 * len(found) < len(words) or not (names & words) <= found:
+        return None
+    return max(range(len(sets)), key=lambda i: (len(words & sets[i]), -i))
 
 
 def _fit(question: str, quotes: list[str], model: Any, max_tokens: int) -> list[str]:
@@ -380,7 +391,9 @@ def _fit(question: str, quotes: list[str], model: Any, max_tokens: int) -> list[
 
 
 def _clean(reply: str) -> str:
+    """The first line of the reply without a leading "The answer (to this question) is:" and outer quotes."""
     text = reply.strip().splitlines()[0] if reply.strip() else ""
+    text = _ANSWER_LEAD.sub("", text.strip())
     return text.strip().strip("\"'“”‘’ ").strip()
 
 
@@ -407,7 +420,7 @@ def grounded_answer_steps(
     evidence = evidence[: len(quotes)]
     kwargs: dict[str, Any] = {}
     if constrain:
-        kwargs = format_kwargs(model, ReplyFormat.grammar(span_grammar(quotes), name="quote"))
+        kwargs = format_kwargs(model, ReplyFormat.grammar(span_grammar(quotes, question=question), name="quote"))
     params = {"temperature": 0.0, "max_tokens": max_tokens, **(options or {}), **kwargs}
     reply = yield ChatStep(model, answer_messages(question, quotes), params)
     if not isinstance(reply, str):

@@ -10,14 +10,15 @@ query does not depend on what is cached: only on the query's own candidates. Wit
 number of fragments it equals the full hybrid score.
 
 >>> import numpy as np
->>> class Letters:  # a toy embedder: one dimension per letter a-e
+>>> class Words:  # a toy embedder: one dimension per word
+...     vocabulary = ["cat", "dog", "sun", "moon"]
 ...     def embed_documents(self, texts):
-...         return np.array([[t.count(c) + 0.01 for c in "abcde"] for t in texts], dtype=np.float32)
+...         return np.array([[t.split().count(w) + 0.01 for w in self.vocabulary] for t in texts], dtype=np.float32)
 ...     def embed_query(self, text):
 ...         return self.embed_documents([text])[0]
->>> scorer = StagedHybridScorer(["a b", "c d", "a e", "b"], Letters(), candidates=2, window_words=None)
->>> scorer("a").round(2).tolist(), sorted(scorer.vectors)
-([1.0, 0.0, 1.0, 0.0], [0, 2])
+>>> scorer = StagedHybridScorer(["cat dog", "sun moon", "cat", "dog"], Words(), candidates=2, window_words=None)
+>>> scorer("cat").round(2).tolist(), sorted(scorer.vectors)
+([0.37, 0.0, 1.0, 0.0], [0, 2])
 """
 
 from __future__ import annotations
