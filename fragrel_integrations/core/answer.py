@@ -292,7 +292,7 @@ def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str 
         return low not in _FUNCTION_WORDS and _norm(low) not in asked
 
     if not any(opens(w[1]) for words in parsed for w in words):
-        opens = bool  # noqa: E731 - no content word to start at: any word may
+        opens = bool  # no content word to start at: any word may
     starts: list[str] = []
     rules: list[str] = []
     tails: list[str] = []
