@@ -226,7 +226,7 @@ def main() -> None:
     ap.add_argument("--part", choices=("dev", "heldout"), default="dev")
     ap.add_argument("--data", type=Path, default=None)
     ap.add_argument("--candidates", type=lambda s: [int(x) for x in s.split(",")], default=[16, 32, 48, 64, 96])
-    ap.add_argument("--answer-candidates", type=int, default=48, help="the staged setting the answers use")
+    ap.add_argument("--answer-candidates", type=int, default=32, help="the staged setting the answers use")
     ap.add_argument("--sentences", type=int, default=3, help="evidence sentences given to the model")
     ap.add_argument("--no-answers", dest="answers", action="store_false")
     ap.add_argument("--no-timing", dest="timing", action="store_false")

@@ -5,7 +5,7 @@ fragrel ask BOOK.txt "Who was shipwrecked?" --base-url http://127.0.0.1:8080/v1 
 fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
 
 Defaults: the ``general`` preset (500-word fragments, w_rel 0.2, alpha 1.0, the 10 best lend support), the hybrid
-score (0.5 min-max BM25 + 0.5 min-max dense) with its dense half read only for the 48 fragments BM25 ranks best
+score (0.5 min-max BM25 + 0.5 min-max dense) with its dense half read only for the 32 fragments BM25 ranks best
 for the question (``--dense-candidates``; 0 embeds the whole file first), fragments embedded in 152-word
 sub-windows (all of every fragment is read). Embedded fragments are cached in ``$XDG_CACHE_HOME/fragrel``
 (``--cache-dir``, ``--no-cache``), keyed by the file's bytes, the model and the splitting, and added to as

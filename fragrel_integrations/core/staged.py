@@ -48,7 +48,7 @@ __all__ = ["DEFAULT_CANDIDATES", "StagedHybridScorer", "WindowVectorFile"]
 
 #: Fragments the dense half reads per query by default: on the dev book questions (Jane Eyre, 500-word fragments)
 #: the staged score keeps the full hybrid's hit@5 (benchmarks/results/book_answers.md).
-DEFAULT_CANDIDATES = 48
+DEFAULT_CANDIDATES = 32
 
 
 class StagedHybridScorer:
