@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> dict:
     emb = CachedEmbedder(f"books_{args.part}")
     window = window_words_for(emb.model)
     result: dict = {"part": args.part, "book": book.name, "questions": len(questions), "window_words": window}
+    result["modes"] = args.modes if args.answers else []
     load0 = loadavg()
 
     # 1. retrieval: today's default (whole book embedded) and the staged score
@@ -155,7 +156,8 @@ def run(args: argparse.Namespace) -> dict:
             row["today"] = plain_answer(model, q["question"], old_hits)
             row["today_seconds"] = time.perf_counter() - t0
             row["today_right"] = right(row["today"], accepted)
-            for mode, constrain in (("quote", True), ("free", False)):
+            for mode in args.modes:
+                constrain = mode == "quote"
                 t0 = time.perf_counter()
                 g = grounded_answer(
                     q["question"], hits, model, embedder=emb, max_sentences=args.sentences, constrain=constrain
@@ -166,9 +168,9 @@ def run(args: argparse.Namespace) -> dict:
                     "not stated" if g.text is None else ("right" if right(g.text, accepted) else "wrong")
                 )
             answers.append(row)
-            print(f"{q['question']}\n  today: {row['today'][:100]!r} {row['today_right']}\n"
-                  f"  quote: {row['quote']['answer']!r} {row['quote_outcome']} | free: {row['free']['answer']!r} "
-                  f"{row['free_outcome']} (reply {row['free']['reply'][:80]!r})", flush=True)  # fmt: skip
+            print(f"{q['question']}\n  today: {row['today'][:100]!r} {row['today_right']}", flush=True)
+            for mode in args.modes:
+                print(f"  {mode}: {row[mode]['answer']!r} {row[mode + '_outcome']} (reply {row[mode]['reply'][:80]!r})")
         result["answers"] = answers
         model.close()
 
@@ -203,7 +205,7 @@ def report(result: dict) -> str:
             f"| today: 5 fragments, free reply | {count('today_right', True)}/{n} | "
             f"{count('today_right', False)}/{n} | - | {seconds:.1f} |"
         )
-        for mode in ("quote", "free"):
+        for mode in result["modes"]:
             outcomes = " | ".join(f"{count(f'{mode}_outcome', o)}/{n}" for o in ("right", "wrong", "not stated"))
             seconds = np.mean([r[f"{mode}_seconds"] for r in a])
             lines.append(f"| grounded, {mode} | {outcomes} | {seconds:.1f} |")
@@ -228,6 +230,12 @@ def main() -> None:
     ap.add_argument("--candidates", type=lambda s: [int(x) for x in s.split(",")], default=[16, 32, 48, 64, 96])
     ap.add_argument("--answer-candidates", type=int, default=32, help="the staged setting the answers use")
     ap.add_argument("--sentences", type=int, default=3, help="evidence sentences given to the model")
+    ap.add_argument(
+        "--modes",
+        type=lambda s: s.split(","),
+        default=["free", "quote"],
+        help="grounded answer modes: free (the model answers freely), quote (llama.cpp grammar: a quote)",
+    )
     ap.add_argument("--no-answers", dest="answers", action="store_false")
     ap.add_argument("--no-timing", dest="timing", action="store_false")
     ap.add_argument("--out", default=None, help="results file stem (default book_answers_<part>)")
