@@ -162,3 +162,27 @@ def test_embedded_model_answers_from_a_book_passage(real_embedder):
     if result.text is not None:  # whatever it says must be a supported quote
         assert supported_by(result.text, [e.quote for e in result.evidence], QUESTION) is not None
     assert "Friday" in " ".join(e.quote for e in result.evidence)
+
+
+def test_langchain_runnable_cites_document_metadata_and_runs_async():
+    pytest.importorskip("langchain_core")
+    from langchain_core.documents import Document
+    from langchain_core.runnables import RunnableLambda
+
+    from fragrel_integrations.langchain import grounded_answer_runnable
+    from fragrel_integrations.langchain.answer import documents_to_fragments
+
+    docs = [
+        Document(BOOK[1].text, metadata={"doc_id": "crusoe.txt", "position": 40}),
+        Document("It rained for days. The sea was grey."),
+    ]
+    model = ScriptedChatModel(["Friday", "Saber"])
+    chain = grounded_answer_runnable(RunnableLambda(lambda q: docs), model, embedder=HashingEmbedder())
+    result = chain.invoke(QUESTION)
+    assert result.text == "Friday" and result.evidence[0].citation() == "crusoe.txt, fragment 40, sentence 2"
+    assert "Friday" in model.calls[0]["messages"][1]["content"]
+    later = asyncio.run(chain.ainvoke(QUESTION))
+    assert later.text is None and "does not state" in later.format()
+    assert [(f.doc_id, f.position) for f in documents_to_fragments(docs)] == [("crusoe.txt", 40), ("retrieved", 1)]
+    with pytest.raises(TypeError, match="Document"):
+        documents_to_fragments(["not a document"])
