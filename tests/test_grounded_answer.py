@@ -101,13 +101,14 @@ def test_an_unsupported_reply_is_never_the_answer():
 
 def test_a_grammar_model_gets_a_quote_grammar_and_others_do_not():
     model = GrammarModel(["Friday"])
-    result = grounded_answer(QUESTION, BOOK, model, max_sentences=2)
+    result = grounded_answer(QUESTION, BOOK, model, max_sentences=2, constrain=True)
     assert result.constrained and result.text == "Friday"
     grammar = model.formats[0]
     assert grammar.kind == "grammar" and '"Friday"' in grammar.spec
     free = grounded_answer(QUESTION, BOOK, GrammarModel(["Friday"]), constrain=False)
     assert not free.constrained
-    assert not grounded_answer(QUESTION, BOOK, ScriptedChatModel(["Friday"])).constrained
+    assert not grounded_answer(QUESTION, BOOK, ScriptedChatModel(["Friday"]), constrain=True).constrained
+    assert not grounded_answer(QUESTION, BOOK, GrammarModel(["Friday"])).constrained  # off by default
 
 
 def test_span_grammar_allows_only_runs_of_evidence_words():
@@ -157,7 +158,7 @@ def test_async_version_gives_the_same_answer():
 def test_embedded_model_answers_from_a_book_passage(real_embedder):
     from fragrel_integrations.models.llama_cpp_chat import default_chat_model
 
-    result = grounded_answer(QUESTION, BOOK, default_chat_model(), embedder=real_embedder)
+    result = grounded_answer(QUESTION, BOOK, default_chat_model(), embedder=real_embedder, constrain=True)
     assert result.constrained
     if result.text is not None:  # whatever it says must be a supported quote
         assert supported_by(result.text, [e.quote for e in result.evidence], QUESTION) is not None

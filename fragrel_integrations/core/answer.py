@@ -5,8 +5,8 @@
 1. splits the fragments into sentences (long ones at ``;`` and ``:``) and ranks them by the hybrid score
    (0.5 min-max BM25 + 0.5 min-max dense cosine, as the index ranks fragments): the best ``max_sentences`` are
    the evidence, each cited by its document, fragment position and sentence number;
-2. asks the model to answer from the evidence alone; a model that enforces a llama.cpp grammar (the embedded
-   SmolLM2) may only copy a run of words from the evidence (:func:`span_grammar`); any other model answers freely;
+2. asks the model to answer from the evidence alone (with ``constrain=True``, a model that enforces a llama.cpp
+   grammar may only copy a run of words from the evidence, :func:`span_grammar`);
 3. checks the reply against the evidence (:func:`supported_by`): the words of the reply that are not in the
    question must all occur in the evidence, and there must be at least one. An unsupported reply is never
    returned as the answer: :attr:`GroundedAnswer.text` is None and :meth:`GroundedAnswer.format` says the text
@@ -405,7 +405,7 @@ def grounded_answer_steps(
     embedder: Embedder | None = None,
     max_sentences: int = 3,
     max_tokens: int = 48,
-    constrain: bool = True,
+    constrain: bool = False,
     options: dict[str, Any] | None = None,
 ) -> Steps[GroundedAnswer]:
     """The workflow of :func:`grounded_answer` (run it with :func:`~.steps.drive` or :func:`~.steps.adrive`)."""
@@ -441,14 +441,16 @@ def grounded_answer(
     embedder: Embedder | None = None,
     max_sentences: int = 3,
     max_tokens: int = 48,
-    constrain: bool = True,
+    constrain: bool = False,
     options: dict[str, Any] | None = None,
 ) -> GroundedAnswer:
     """Answer ``question`` from the retrieved ``hits`` with ``model`` (anything with ``invoke(messages, ...)``),
     returning only an answer the evidence supports (see the module docstring).
 
     ``embedder`` ranks sentences with the hybrid score (None: BM25 alone); ``max_sentences`` evidence sentences
-    go to the model; ``constrain=False`` never asks for the quote grammar; ``options`` are more keyword arguments
+    go to the model; ``constrain=True`` asks a model that enforces llama.cpp grammars for a quote of the evidence
+    (:func:`span_grammar`; off by default: with SmolLM2-135M it quoted the wrong words and took several times
+    longer, benchmarks/results/book_answers.md); ``options`` are more keyword arguments
     for ``model.invoke`` (e.g. ``seed``).
     """
     return drive(
@@ -467,7 +469,7 @@ async def agrounded_answer(
     embedder: Embedder | None = None,
     max_sentences: int = 3,
     max_tokens: int = 48,
-    constrain: bool = True,
+    constrain: bool = False,
     options: dict[str, Any] | None = None,
 ) -> GroundedAnswer:
     """Async :func:`grounded_answer` (the model by ``ainvoke``, the embedder in a worker thread)."""
