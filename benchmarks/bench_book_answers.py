@@ -177,6 +177,9 @@ def run(args: argparse.Namespace) -> dict:
                 row[f"{mode}_outcome"] = (
                     "not stated" if g.text is None else ("right" if right(g.text, accepted) else "wrong")
                 )
+                row["evidence_holds_answer"] = any(
+                    right(e.quote, accepted) or any(norm(p) in norm(e.quote) for p in q["phrases"]) for e in g.evidence
+                )
             answers.append(row)
             print(f"{q['question']}\n  today: {row['today'][:100]!r} {row['today_right']}", flush=True)
             for mode in args.modes:
@@ -218,7 +221,7 @@ def report(result: dict) -> str:
     if "answers" in result:
         a = result["answers"]
         m = len(a)
-        count = lambda key, value: sum(r[key] == value for r in a)  # noqa: E731
+        count = lambda key, value: sum(r.get(key) == value for r in a)  # noqa: E731
         lines += ["", f"{len(a)} questions answered; today's answers read the top 5 of: {result['today_retrieval']}"]
         lines += ["", "| answer | right | wrong | not stated | mean seconds |", "|---|---|---|---|---|"]
         seconds = np.mean([r["today_seconds"] for r in a])
@@ -278,10 +281,10 @@ def main() -> None:
         args.candidates.append(args.answer_candidates)
     result = run(args)
     result["command"] = "python benchmarks/bench_book_answers.py " + " ".join(sys.argv[1:])
+    stem = args.out or f"book_answers_{args.part}"
+    write_json(RESULTS_DIR / f"{stem}.json", result)  # before the report: a report error loses no measurement
     text = report(result)
     print(text)
-    stem = args.out or f"book_answers_{args.part}"
-    write_json(RESULTS_DIR / f"{stem}.json", result)
     (RESULTS_DIR / f"{stem}.md").write_text(f"`{result['command']}`\n\n{text}\n")
 
 
