@@ -8,7 +8,7 @@ import pytest
 from _llm_fixtures import SERVER_MODEL, FakeOpenAIServer, free_port, get_server
 
 from fragrel_integrations.cli import build_parser, main
-from fragrel_integrations.core.answer import ANSWER_PROMPT
+from fragrel_integrations.core.answer import ANSWER_PROMPT, supported_by
 from fragrel_integrations.models.tokens import count_message_tokens
 
 FILLER = [
@@ -124,10 +124,12 @@ def test_ask_server_error_status(book, capsys):
 
 @pytest.mark.slow
 def test_ask_with_embedded_model(book, capsys):
-    out = run_json(capsys, ["ask", str(book), "Where did Mary go?", *BASE, "--max-tokens", "24", "--json"])
+    out = run_json(capsys, ["ask", str(book), "Where did Mary go?", *WHOLE, "--max-tokens", "24", "--json"])
     assert out["model"] == "SmolLM2-135M-Instruct.Q4_1" and not out["constrained"]
-    assert "kitchen" in out["evidence"][0]["quote"]
-    assert out["answer"] is not None and "kitchen" in out["answer"].lower()
+    quotes = [e["quote"] for e in out["evidence"]]
+    assert any("kitchen" in q for q in quotes)
+    if out["answer"] is not None:  # whatever it prints is supported by the quoted evidence
+        assert supported_by(out["answer"], quotes, "Where did Mary go?") is not None
 
 
 @pytest.mark.slow
@@ -135,9 +137,10 @@ def test_ask_with_local_openai_compatible_server(book, capsys):
     server = get_server()
     out = run_json(
         capsys,
-        ["ask", str(book), "Where did Mary go?", *BASE, "--base-url", server.base_url, "--model", SERVER_MODEL,
+        ["ask", str(book), "Where did Mary go?", *WHOLE, "--base-url", server.base_url, "--model", SERVER_MODEL,
          "--max-tokens", "24", "--json"],
     )  # fmt: skip
     assert out["model"] == SERVER_MODEL and not out["constrained"]
-    assert out["answer"] is None or "kitchen" in out["answer"].lower()  # a supported answer or none
-    assert "kitchen" in out["evidence"][0]["quote"]
+    quotes = [e["quote"] for e in out["evidence"]]
+    assert any("kitchen" in q for q in quotes)
+    assert out["answer"] is None or supported_by(out["answer"], quotes, "Where did Mary go?") is not None
