@@ -5,10 +5,14 @@ fragrel ask BOOK.txt "Who was shipwrecked?" --base-url http://127.0.0.1:8080/v1 
 fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
 
 Defaults: the ``general`` preset (500-word fragments, w_rel 0.2, alpha 1.0, the 10 best lend support), the hybrid
-score (0.5 min-max BM25 + 0.5 min-max dense), fragments embedded in 152-word sub-windows (all of every fragment is
-read). The embedded book is cached in ``$XDG_CACHE_HOME/fragrel`` (``--cache-dir``, ``--no-cache``), keyed by the
-file's bytes, the model, its input window and the splitting: a second question on the same book (``retrieve`` or
-``ask``) does not embed it again; a damaged cache file is rebuilt with a logged warning.
+score (0.5 min-max BM25 + 0.5 min-max dense) with its dense half read only for the 32 fragments BM25 ranks best
+for the question (``--dense-candidates``; 0 embeds the whole file first), fragments embedded in 152-word
+sub-windows (all of every fragment is read). Embedded fragments are cached in ``$XDG_CACHE_HOME/fragrel``
+(``--cache-dir``, ``--no-cache``), keyed by the file's bytes, the model, its input window and the splitting, and
+added to as questions need more: a second question on the same book embeds only fragments no earlier question
+ranked; a damaged cache file is rebuilt with a logged warning.
+``ask`` prints an answer only when the retrieved text supports it, with the quoted sentences it rests on
+(:func:`~fragrel_integrations.core.answer.grounded_answer`); otherwise it says the text does not state one.
 """
 
 from __future__ import annotations
@@ -27,18 +31,16 @@ from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragme
 from .core.code.loader import wide_codec
 from .core.presets import DEFAULT_PRESET, PRESETS, preset
 from .core.relations import Relation
+from .core.staged import DEFAULT_CANDIDATES
 from .models.base import embedder_id, embedder_window_tokens
 
-__all__ = ["ANSWER_SYSTEM_PROMPT", "answer_messages", "book_text", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 logger = logging.getLogger(__name__)
 
 #: Bumped when what the cache key covers changes, so that older cache files are never reused (2: the key holds
 #: the embedder's input window and the file records the embedder's whole identity).
 CACHE_LAYOUT = 2
-
-#: The instruction ``fragrel ask`` gives the model (kept short: the embedded model is small).
-ANSWER_SYSTEM_PROMPT = "Answer the question using only the context. Reply in one short sentence."
 
 #: The independent score without --scorer: hybrid ranked the README question's passage and bAbI facts in
 #: 500-word fragments higher than dense or BM25 alone (and is the best base on LoCoMo dev, DESIGN.md).
@@ -152,6 +154,13 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-cache", action="store_true", help="embed the file again; read and write no cache")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--dense-candidates",
+        type=int,
+        default=DEFAULT_CANDIDATES,
+        help=f"with --scorer hybrid, embed only the N fragments BM25 ranks best for the question (default "
+        f"{DEFAULT_CANDIDATES}; cached as they accumulate); 0 embeds the whole file first",
+    )
     own = parser.add_argument_group("your embedding model (default: the embedded all-MiniLM-L6-v2)")
     own.add_argument(
         "--embed-model",
@@ -191,7 +200,9 @@ def _settings(args: argparse.Namespace) -> tuple[float, float, int, str, int | N
 
 def build_index(args: argparse.Namespace) -> FragRelIndex:
     """The index over ``args.file``; embeddings come from the on-disk cache when the same file was embedded
-    with the same model and splitting before (see :func:`cached_index`)."""
+    with the same model and splitting before (see :func:`cached_index`). With the hybrid score and a relation
+    that reads no embeddings, only the ``--dense-candidates`` fragments BM25 ranks best for a question are
+    embedded (:class:`~fragrel_integrations.core.staged.StagedHybridScorer`), and cached as they accumulate."""
     alpha, w_rel, fragment_words, _, top_m = _settings(args)
     relation = _relation(args.relation, w_rel)
     data = _read_bytes(args.file)
@@ -201,6 +212,16 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
     embedder = user_embedder(args)
     if embedder is not None:
         kwargs["embedder"] = embedder
+    if args.dense_candidates < 0:
+        raise ValueError(f"--dense-candidates must be >= 0 (0: embed the whole file), got {args.dense_candidates}")
+    model = None if embedder is None else embedder_id(embedder)
+    settings = {
+        "fragment_words": fragment_words,
+        "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
+        "embed_window_tokens": embedder_window_tokens(embedder or _default_embedder()),
+    }
+    if args.scorer == "hybrid" and not relation.needs_embeddings and args.dense_candidates:
+        return staged_index(args, data, text, settings, kwargs, model)
 
     def build() -> FragRelIndex:
         return FragRelIndex.from_texts(
@@ -219,14 +240,10 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
         build,
         data,
         name=Path(args.file).name,
-        settings={
-            "fragment_words": fragment_words,
-            "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
-            "embed_window_tokens": embedder_window_tokens(embedder or _default_embedder()),
-        },
+        settings=settings,
         cache_dir=args.cache_dir,
         load_kwargs=kwargs,
-        model=None if embedder is None else embedder_id(embedder),
+        model=model,
     )
 
 
@@ -235,6 +252,42 @@ def _default_embedder() -> Any:
     from .models.local import default_embedder
 
     return default_embedder()
+
+
+def staged_index(
+    args: argparse.Namespace,
+    data: bytes,
+    text: str,
+    settings: dict[str, Any],
+    kwargs: dict[str, Any],
+    model: str | None,
+) -> FragRelIndex:
+    """The index whose hybrid score embeds only BM25's best fragments per question; their vectors are kept in
+    a :class:`~fragrel_integrations.core.staged.WindowVectorFile` keyed like :func:`cached_index`'s files."""
+    from .core.splitters import split_words
+    from .core.staged import StagedHybridScorer, WindowVectorFile
+
+    name = Path(args.file).name
+    fragments = [f for f in split_words(text, fragment_words=settings["fragment_words"], doc_id=name) if f.text]
+    if not fragments:
+        raise ValueError(f"{args.file} holds no words")
+    texts = [f.text for f in fragments]
+    options = {
+        "candidates": args.dense_candidates,
+        "window_words": settings["window_words"],
+        "embedder": kwargs.get("embedder"),
+    }
+    if args.no_cache:
+        scorer = StagedHybridScorer(texts, **options)
+    else:
+        path, key, _ = cache_location(data, name=name, settings=settings, cache_dir=args.cache_dir, model=model)
+        try:
+            store = WindowVectorFile(path.with_suffix(".vectors"), key=key, n_fragments=len(fragments))
+            scorer = StagedHybridScorer(texts, store=store, **options)
+        except ValueError as exc:
+            print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
+            scorer = StagedHybridScorer(texts, **options)
+    return FragRelIndex(fragments, **{**kwargs, "scorer": scorer}, show_progress=False)
 
 
 def user_embedder(args: argparse.Namespace) -> Any:
@@ -297,16 +350,9 @@ def cached_index(
     is a damaged or stale FragRel index is rebuilt with a logged warning; any other file there is reported and
     left alone.
     """
-    from .core.persist import VERSION, default_cache_dir, file_sha256, is_index_file
-    from .models.local import default_embedder_id
+    from .core.persist import is_index_file
 
-    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    model = model or default_embedder_id()
-    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, "layout": CACHE_LAYOUT}
-    key_fields.update(settings)
-    key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
-    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
-    path = folder / f"{stem}-{key[:32]}.fragrel"
+    path, key, key_fields = cache_location(data, name=name, settings=settings, cache_dir=cache_dir, model=model)
     if path.is_file():
         try:
             return FragRelIndex.load(path, expect={"cache_key": key}, **load_kwargs)
@@ -321,6 +367,22 @@ def cached_index(
     except (OSError, ValueError) as exc:
         print(f"fragrel: could not write the cache ({exc}); use --no-cache or --cache-dir", file=sys.stderr)
     return index
+
+
+def cache_location(
+    data: bytes, *, name: str, settings: dict[str, Any], cache_dir: str | Path | None, model: str | None
+) -> tuple[Path, str, dict[str, Any]]:
+    """``(path, key, key fields)`` of the cache file for ``data`` embedded by ``model`` with ``settings``."""
+    from .core.persist import VERSION, default_cache_dir, file_sha256
+    from .models.local import default_embedder_id
+
+    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    model = model or default_embedder_id()
+    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, "layout": CACHE_LAYOUT}
+    key_fields.update(settings)
+    key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
+    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
+    return folder / f"{stem}-{key[:32]}.fragrel", key, key_fields
 
 
 def hit_dict(hit: ScoredFragment) -> dict:
@@ -361,22 +423,6 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
     return 0
 
 
-def answer_messages(question: str, contexts: Sequence[str]) -> list[dict[str, str]]:
-    """The chat request ``fragrel ask`` sends: a short system prompt, then the context passages and the question.
-
-    >>> print(answer_messages("Who came?", ["Ann came."])[1]["content"])
-    Context:
-    Ann came.
-    <BLANKLINE>
-    Question: Who came?
-    """
-    context = "\n\n".join(c.strip() for c in contexts)
-    return [
-        {"role": "system", "content": ANSWER_SYSTEM_PROMPT},
-        {"role": "user", "content": f"Context:\n{context}\n\nQuestion: {question}"},
-    ]
-
-
 def _chat_model(args: argparse.Namespace) -> Any:
     if args.base_url or args.model:
         from .models.openai_chat import OpenAIChatModel
@@ -399,30 +445,35 @@ def _chat_model(args: argparse.Namespace) -> Any:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
+    from .core.answer import answer_messages as evidence_messages
+    from .core.answer import grounded_answer
     from .models.chat import context_window
-    from .models.tokens import count_message_tokens, fit_texts
+    from .models.tokens import count_message_tokens
 
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     check_timeout(args)
     model = _chat_model(args)
-    index = build_index(args)
-    hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words)
-    # Fit the best-scoring fragments into what the context window leaves after the prompt and the answer.
     window = context_window(model, default=8192)
-    room = window - args.max_tokens - count_message_tokens(model, answer_messages(args.question, [])) - 16
+    room = window - args.max_tokens - count_message_tokens(model, evidence_messages(args.question, [])) - 16
     if room < 32:
         raise ValueError(
             f"the context window ({window} tokens) leaves no room for context after --max-tokens "
             f"{args.max_tokens}: lower --max-tokens or raise --context-window"
         )
-    kept = fit_texts([h.fragment.text for h in hits], room, model)
-    used = hits[: len(kept)]
-    truncated = bool(kept) and kept[-1] != used[-1].fragment.text
-    order = sorted(range(len(used)), key=lambda i: (used[i].fragment.doc_id, used[i].fragment.position))
-    messages = answer_messages(args.question, [kept[i] for i in order])  # reading order helps the model
+    index = build_index(args)
+    hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words)
+    # The answer is read from the best sentences of the fragments and checked against them (core/answer.py).
+    embedder = None if args.scorer == "bm25" else index.embedder
     try:
-        answer = model.invoke(messages, temperature=args.temperature, max_tokens=args.max_tokens).strip()
+        result = grounded_answer(
+            args.question,
+            hits,
+            model,
+            embedder=embedder,
+            max_tokens=args.max_tokens,
+            options={"temperature": args.temperature},
+        )
     except (ConnectionError, TimeoutError) as exc:
         print(f"fragrel: error: {exc}", file=sys.stderr)
         return 3
@@ -435,17 +486,14 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         return 3
     if args.json:
         out = {
-            "answer": answer,
+            **result.as_dict(),
             "model": getattr(model, "model_name", "model"),
-            "fragments": [hit_dict(h) for h in used],
+            "fragments": [hit_dict(h) for h in hits],
             "retrieved": len(hits),
-            "last_fragment_truncated": truncated,
         }
         print(json.dumps(out, indent=2))
     else:
-        note = " (the last one cut to fit the context window)" if truncated else ""
-        shown = f"{answer}\n\nFragments used ({len(used)} of {len(hits)} retrieved){note}:\n{format_hits(used)}"
-        print(terminal_safe(shown))
+        print(terminal_safe(f"{result.format()}\n\nFragments retrieved ({len(hits)}):\n{format_hits(hits)}"))
     return 0
 
 

@@ -7,7 +7,8 @@ import json
 import pytest
 from _llm_fixtures import SERVER_MODEL, FakeOpenAIServer, free_port, get_server
 
-from fragrel_integrations.cli import ANSWER_SYSTEM_PROMPT, answer_messages, build_parser, main
+from fragrel_integrations.cli import build_parser, main
+from fragrel_integrations.core.answer import ANSWER_PROMPT, supported_by
 from fragrel_integrations.models.tokens import count_message_tokens
 
 FILLER = [
@@ -29,6 +30,7 @@ def book(tmp_path):
 
 
 BASE = ["--scorer", "bm25", "--fragment-words", "16", "-k", "3", "--quiet"]
+WHOLE = ["--scorer", "bm25", "--fragment-words", "60", "-k", "3", "--quiet"]  # the fact's sentences stay whole
 
 
 def run_json(capsys, argv):
@@ -43,55 +45,57 @@ def test_help_lists_ask():
     assert "ask" in text and "retrieve" in text
 
 
-def test_answer_messages_shape():
-    msgs = answer_messages("Where?", ["b", "a"])
-    assert msgs[0] == {"role": "system", "content": ANSWER_SYSTEM_PROMPT}
-    assert msgs[1]["content"] == "Context:\nb\n\na\n\nQuestion: Where?"
-
-
-def test_ask_against_server_sends_retrieved_context(book, capsys):
-    with FakeOpenAIServer() as server:
+def test_ask_against_server_sends_evidence_and_prints_a_supported_answer(book, capsys):
+    with FakeOpenAIServer(reply="She went to the kitchen.") as server:
         out = run_json(
             capsys,
-            ["ask", str(book), "Where did Mary go?", *BASE, "--base-url", server.base_url, "--model", "m",
+            ["ask", str(book), "Where did Mary go?", *WHOLE, "--base-url", server.base_url, "--model", "m",
              "--max-tokens", "7", "--json"],
         )  # fmt: skip
         body = server.requests[0]
-    assert out["model"] == "m" and out["answer"].startswith("echo: Context:")
-    assert any("kitchen" in f["text"] for f in out["fragments"])
+    assert out["model"] == "m" and out["answer"] == "She went to the kitchen." and out["supported"]
+    assert "kitchen" in out["evidence"][0]["quote"] and out["evidence"][0]["doc_id"] == "book.txt"
+    assert any("kitchen" in f["text"] for f in out["fragments"]) and out["retrieved"] == 3
     assert body["max_tokens"] == 7 and body["temperature"] == 0.0 and body["seed"] == 0
-    assert body["messages"][0]["content"] == ANSWER_SYSTEM_PROMPT
+    assert "response_format" not in body  # a server gets no grammar; the support check still applies
+    assert body["messages"][0]["content"] == ANSWER_PROMPT
     user = body["messages"][1]["content"]
-    assert "kitchen" in user and user.endswith("Question: Where did Mary go?")
-    # the prompt holds the used fragments in reading order
-    positions = sorted(f["position"] for f in out["fragments"])
-    texts = {f["position"]: f["text"] for f in out["fragments"]}
-    order = [user.index(texts[p]) for p in positions]
-    assert order == sorted(order)
+    assert "Mary went to the kitchen." in user and user.endswith("Question: Where did Mary go?")
+    assert len(user.split()) < 60  # the best sentences, not whole fragments
 
 
-def test_ask_text_output(book, capsys):
-    with FakeOpenAIServer() as server:
-        code = main(["ask", str(book), "Where did Mary go?", *BASE, "--base-url", server.base_url, "--model", "m"])
+def test_ask_text_output_quotes_and_cites_the_evidence(book, capsys):
+    with FakeOpenAIServer(reply="the kitchen") as server:
+        code = main(["ask", str(book), "Where did Mary go?", *WHOLE, "--base-url", server.base_url, "--model", "m"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.startswith("echo: Context:")
-    assert "Fragments used (3 of 3 retrieved)" in out and "#1 book.txt[" in out
+    assert out.startswith("the kitchen\n\nEvidence:\n  “Mary went to the kitchen.” (book.txt, fragment ")
+    assert "Fragments retrieved (3):" in out and "#1 book.txt[" in out
 
 
-def test_ask_fits_context_into_a_small_window(book, capsys):
-    with FakeOpenAIServer() as server:
+def test_ask_never_prints_an_unsupported_answer(book, capsys):
+    with FakeOpenAIServer(reply="Mary flew to the moon on a dragon.") as server:
+        code = main(["ask", str(book), "Where did Mary go?", *WHOLE, "--base-url", server.base_url, "--model", "m"])
+        out = capsys.readouterr().out
+        assert code == 0 and "moon" not in out and "dragon" not in out
+        assert out.startswith("The retrieved text does not state an answer to this question.\nClosest passages:")
+        assert "“Mary went to the kitchen.”" in out
+        data = run_json(capsys, ["ask", str(book), "Where did Mary go?", *WHOLE, "--base-url", server.base_url,
+                                 "--model", "m", "--json"])  # fmt: skip
+    assert data["answer"] is None and not data["supported"] and "moon" in data["reply"]
+
+
+def test_ask_fits_evidence_into_a_small_window(book, capsys):
+    with FakeOpenAIServer(reply="kitchen") as server:
         out = run_json(
             capsys,
             ["ask", str(book), "Where did Mary go?", "--scorer", "bm25", "--fragment-words", "40", "-k", "5",
-             "--quiet", "--base-url", server.base_url, "--model", "m", "--context-window", "160",
+             "--quiet", "--base-url", server.base_url, "--model", "m", "--context-window", "130",
              "--max-tokens", "32", "--json"],
         )  # fmt: skip
         body = server.requests[0]
-    assert out["retrieved"] == 5 and len(out["fragments"]) < 5
-    assert count_message_tokens(None, body["messages"]) <= 160 - 32
-    if out["last_fragment_truncated"]:
-        assert out["fragments"][-1]["text"] not in body["messages"][1]["content"]
+    assert out["retrieved"] == 5 and out["evidence"] and out["answer"] == "kitchen"
+    assert count_message_tokens(None, body["messages"]) <= 130 - 32
 
 
 def test_ask_window_too_small_is_a_clear_error(book, capsys):
@@ -120,10 +124,12 @@ def test_ask_server_error_status(book, capsys):
 
 @pytest.mark.slow
 def test_ask_with_embedded_model(book, capsys):
-    out = run_json(capsys, ["ask", str(book), "Where did Mary go?", *BASE, "--max-tokens", "24", "--json"])
-    assert out["model"] == "SmolLM2-135M-Instruct.Q4_1"
-    assert any("kitchen" in f["text"] for f in out["fragments"])
-    assert "kitchen" in out["answer"].lower()
+    out = run_json(capsys, ["ask", str(book), "Where did Mary go?", *WHOLE, "--max-tokens", "24", "--json"])
+    assert out["model"] == "SmolLM2-135M-Instruct.Q4_1" and not out["constrained"]
+    quotes = [e["quote"] for e in out["evidence"]]
+    assert any("kitchen" in q for q in quotes)
+    if out["answer"] is not None:  # whatever it prints is supported by the quoted evidence
+        assert supported_by(out["answer"], quotes, "Where did Mary go?") is not None
 
 
 @pytest.mark.slow
@@ -131,7 +137,10 @@ def test_ask_with_local_openai_compatible_server(book, capsys):
     server = get_server()
     out = run_json(
         capsys,
-        ["ask", str(book), "Where did Mary go?", *BASE, "--base-url", server.base_url, "--model", SERVER_MODEL,
+        ["ask", str(book), "Where did Mary go?", *WHOLE, "--base-url", server.base_url, "--model", SERVER_MODEL,
          "--max-tokens", "24", "--json"],
     )  # fmt: skip
-    assert out["model"] == SERVER_MODEL and "kitchen" in out["answer"].lower()
+    assert out["model"] == SERVER_MODEL and not out["constrained"]
+    quotes = [e["quote"] for e in out["evidence"]]
+    assert any("kitchen" in q for q in quotes)
+    assert out["answer"] is None or supported_by(out["answer"], quotes, "Where did Mary go?") is not None

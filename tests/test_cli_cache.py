@@ -54,12 +54,13 @@ def retrieve(capsys, book, *extra):
 
 def test_second_run_reads_the_cache_and_a_changed_file_is_embedded_again(model, book, tmp_path, capsys):
     cache = tmp_path / "cache"
-    first, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    whole = ("--dense-candidates", "0")  # the whole file embedded first, cached as one index
+    first, _ = retrieve(capsys, book, "--cache-dir", str(cache), *whole)
     embedded = model.n_texts
     assert embedded > 13  # 14 fragments of 100 words, several windows each
     [entry] = cache.iterdir()
     assert entry.name.startswith("book-") and entry.suffix == ".fragrel"
-    second, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    second, _ = retrieve(capsys, book, "--cache-dir", str(cache), *whole)
     assert model.n_texts == embedded  # nothing embedded again
     assert second == first and "captain" in first[0]["text"]
     # other settings that do not change the embeddings reuse the same cache entry
@@ -67,12 +68,54 @@ def test_second_run_reads_the_cache_and_a_changed_file_is_embedded_again(model, 
     assert model.n_texts == embedded
     # a changed file is embedded again, into its own entry
     book.write_text(BOOK.replace("captain", "admiral"), encoding="utf-8")
-    changed, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    changed, _ = retrieve(capsys, book, "--cache-dir", str(cache), *whole)
     assert model.n_texts > embedded and "admiral" in " ".join(h["text"] for h in changed)
     assert len(list(cache.iterdir())) == 2
     # another fragment size is another entry
-    retrieve(capsys, book, "--cache-dir", str(cache), "--fragment-words", "120")
+    retrieve(capsys, book, "--cache-dir", str(cache), "--fragment-words", "120", *whole)
     assert len(list(cache.iterdir())) == 3
+
+
+def ask_retrieve(capsys, book, question, *extra):
+    code = main(["retrieve", str(book), question, "--json", "--quiet", "--fragment-words", "100", *extra])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out), out.err
+
+
+def test_staged_default_embeds_only_candidates_and_caches_them_as_they_accumulate(model, book, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    opts = ("--cache-dir", str(cache), "--dense-candidates", "3")
+    first, _ = ask_retrieve(capsys, book, "who killed the captain", *opts)
+    assert "captain" in first[0]["text"]
+    [entry] = cache.iterdir()
+    assert entry.name.startswith("book-") and entry.suffix == ".vectors"
+    once = model.n_texts
+    assert 0 < once <= 12  # three fragments of four 30-word windows, not all 14 fragments
+    again, _ = ask_retrieve(capsys, book, "who killed the captain", *opts)
+    assert again == first and model.n_texts == once  # nothing embedded again
+    ask_retrieve(capsys, book, "filler3 words", *opts)  # another question embeds its own new candidates only
+    grown = model.n_texts
+    assert grown > once
+    ask_retrieve(capsys, book, "filler3 words", *opts)
+    assert model.n_texts == grown
+    # the whole-file path gives the same ranking when every fragment is a candidate
+    full, _ = ask_retrieve(capsys, book, "who killed the captain", "--no-cache", "--dense-candidates", "0")
+    every, _ = ask_retrieve(capsys, book, "who killed the captain", "--no-cache", "--dense-candidates", "14")
+    assert [h["position"] for h in every] == [h["position"] for h in full]
+    assert [h["score"] for h in every] == pytest.approx([h["score"] for h in full], abs=1e-6)
+
+
+def test_unreadable_vector_cache_is_reported_and_left_alone(model, book, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    first, _ = ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache))
+    [entry] = cache.iterdir()
+    entry.write_bytes(b"not a vector file" * 20)
+    again, err = ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache))
+    assert again == first and "ignoring the cache file" in err and "not a FragRel vector cache" in err
+    assert entry.read_bytes() == b"not a vector file" * 20
+    code = main(["retrieve", str(book), "q", "--dense-candidates", "-1"])
+    assert code == 2 and "--dense-candidates" in capsys.readouterr().err
 
 
 def test_xdg_cache_home_and_no_cache(model, book, tmp_path, capsys, monkeypatch):
@@ -90,10 +133,10 @@ def test_xdg_cache_home_and_no_cache(model, book, tmp_path, capsys, monkeypatch)
 
 def test_unreadable_cache_entry_is_reported_and_left_alone(model, book, tmp_path, capsys):
     cache = tmp_path / "cache"
-    first, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    first, _ = retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
     [entry] = cache.iterdir()
     entry.write_bytes(b"not an index")
-    again, err = retrieve(capsys, book, "--cache-dir", str(cache))
+    again, err = retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
     assert again == first
     assert "ignoring the cache file" in err and entry.name in err and "not a FragRel index file" in err
     assert entry.read_bytes() == b"not an index"
@@ -116,7 +159,7 @@ def test_preset_sets_alpha_w_rel_and_options_override_it(model, book, tmp_path, 
 )
 def test_a_damaged_cache_file_is_rebuilt_with_a_warning(model, book, tmp_path, capsys, caplog, damage):
     cache = tmp_path / "cache"
-    first, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+    first, _ = retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
     [entry] = cache.iterdir()
     conn = sqlite3.connect(entry)
     with conn:
@@ -124,11 +167,13 @@ def test_a_damaged_cache_file_is_rebuilt_with_a_warning(model, book, tmp_path, c
     conn.close()
     embedded = model.n_texts
     with caplog.at_level(logging.WARNING, logger="fragrel_integrations.cli"):
-        again, _ = retrieve(capsys, book, "--cache-dir", str(cache))
+        again, _ = retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
     assert again == first and model.n_texts > embedded  # embedded again
     assert "rebuilding the cache file" in caplog.text and entry.name in caplog.text and "nested" in caplog.text
     embedded = model.n_texts
-    third, _ = retrieve(capsys, book, "--cache-dir", str(cache))  # the rebuilt file is read: no crash, no embedding
+    third, _ = retrieve(
+        capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0"
+    )  # the rebuilt file is read: no crash, no embedding
     assert third == first and model.n_texts == embedded and list(cache.iterdir()) == [entry]
 
 
@@ -139,6 +184,7 @@ def test_the_cache_key_holds_the_served_embedders_window(book, tmp_path, capsys)
     cache = tmp_path / "cache"
     with FakeOpenAIServer() as server:
         argv = ["--cache-dir", str(cache), "--embed-model", "m", "--embed-base-url", server.base_url]
+        argv += ["--dense-candidates", "0"]  # the whole book embedded and cached as one index
         texts = lambda: sum(len(r["input"]) for r in server.requests)  # noqa: E731
         retrieve(capsys, book, *argv, "--embed-window-tokens", "128")
         wide = texts()

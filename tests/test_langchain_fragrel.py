@@ -323,6 +323,7 @@ def test_public_names_are_pinned():
         "TripletMemoryStore",
         "VectorStoreStreamIndex",
         "add_positions",
+        "grounded_answer_runnable",
         "make_memory_tools",
     ]
 

@@ -138,8 +138,10 @@ def _retrieve(book, server, *extra):
 
 
 def one_line_error(capsys) -> str:
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("fragrel: error: ") and "\n" not in err and "Traceback" not in err, err
+    """The one error line (retries may be announced before it, each on a ``fragrel: warning:`` line)."""
+    *warnings, err = capsys.readouterr().err.strip().splitlines()
+    assert all(w.startswith("fragrel: warning: ") for w in warnings), warnings
+    assert err.startswith("fragrel: error: ") and "Traceback" not in err, err
     return err
 
 

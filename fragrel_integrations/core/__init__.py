@@ -1,5 +1,7 @@
-"""Framework-free core: types, splitters, relations, scoring, selection, the index and the fragment store."""
+"""Framework-free core: types, splitters, relations, scoring, selection, the index, the fragment store and
+grounded answers."""
 
+from .answer import GroundedAnswer, grounded_answer
 from .index import FragRelIndex
 from .relations import (
     CallableRelation,
@@ -14,6 +16,7 @@ from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
 from .scoring import relation_aware_scores
 from .selection import select
 from .splitters import split_lines, split_turns, split_words
+from .staged import StagedHybridScorer
 from .store import FragmentStore
 from .types import Fragment, ScoredFragment
 
@@ -27,11 +30,14 @@ __all__ = [
     "Fragment",
     "FragmentLayout",
     "FragmentStore",
+    "GroundedAnswer",
     "HybridScorer",
     "Relation",
     "ScoredFragment",
     "Scorer",
     "SemanticRelation",
+    "StagedHybridScorer",
+    "grounded_answer",
     "relation_aware_scores",
     "rerank",
     "select",

@@ -19,6 +19,7 @@ from .._optional import require
 
 require("langchain_core", "langchain")
 
+from .answer import grounded_answer_runnable  # noqa: E402
 from .chat_model import FragRelChatModel  # noqa: E402
 from .embeddings import MiniLMEmbeddings  # noqa: E402
 from .indexing import add_positions  # noqa: E402
@@ -74,5 +75,6 @@ __all__ = [
     "TripletMemoryStore",
     "VectorStoreStreamIndex",
     "add_positions",
+    "grounded_answer_runnable",
     "make_memory_tools",
 ]
