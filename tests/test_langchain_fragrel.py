@@ -566,7 +566,7 @@ def test_neighbour_expansion_via_store():
     neighbour = next(d for d in got if key(d) == ("story.txt", 4))
     assert neighbour.page_content == STORY[4] and neighbour.metadata["source"] == "story.txt"
     assert neighbour.metadata["fragrel_environment_score"] > 0
-    with pytest.raises(ValueError, match="expand > 0 needs store"):
+    with pytest.raises(ValueError, match="expand > 0 needs a store"):
         FragRelRetriever(base_retriever=base, expand=1)
 
 
@@ -632,7 +632,7 @@ def test_validation_messages():
         FragRelRetriever(base_retriever=base, alpha=float("inf"))
     with pytest.raises(TypeError, match="embed_documents"):
         FragRelRetriever(base_retriever=base, embedder="minilm")
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="relation must be a Relation"):
         FragRelRetriever(base_retriever=base, relation=0.3)
     with pytest.raises(ValueError, match="extra"):
         FragRelRetriever(base_retriever=base, top_k=3)

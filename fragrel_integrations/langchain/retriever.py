@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal, Self
 
 from langchain_core.callbacks import (
@@ -16,18 +16,15 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from .._adapters import split_kwargs
-from ..core.conventions import RAISE_ON_MISSING_POSITION
+from ..core import conventions as kit
 from ..core.index import FragRelIndex
-from ..core.presets import DEFAULT_PRESET, PRESETS
-from ..core.presets import preset as get_preset
+from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
-from ..core.rerank import rerank
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ..models.convert import optional_embedder
 from ._documents import (
     check_documents,
     fragment_to_document,
@@ -51,10 +48,22 @@ _MISSING_POSITION = (
 )
 
 
-def _check_key(value: str, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty metadata key, got {value!r}")
-    return value
+#: The settings kit's check of each field (run before pydantic's own type check, so the words are the kit's).
+_SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "k": kit.check_k,
+    "preset": kit.check_preset,
+    "alpha": kit.check_alpha_setting,
+    "top_m": kit.check_top_m_setting,
+    "relation": kit.check_relation,
+    "pool_size": kit.check_pool_size,
+    "store": kit.check_store,
+    "expand": kit.check_expand,
+    "outside": kit.check_outside,
+    "order": kit.check_order,
+    "on_missing_position": lambda value: kit.check_on_missing_position(value, links=False),
+    "doc_id_key": partial(kit.check_key, "doc_id_key"),
+    "position_key": partial(kit.check_key, "position_key"),
+}
 
 
 class FragRelRetriever(BaseRetriever):
@@ -98,36 +107,39 @@ class FragRelRetriever(BaseRetriever):
 
     base_retriever: RetrieverLike
     """Any Runnable[str, list[Document]] (typically ``vectorstore.as_retriever()``); a plain function is wrapped."""
-    k: int = Field(default=5, gt=0)
+    k: int = 5
     """Number of documents to return."""
     preset: str = DEFAULT_PRESET
     """Settings for a kind of text: one of ``PRESETS`` ("general", "story", "dialogue", "haystack", "multidoc")."""
-    alpha: float | None = Field(default=None, ge=0)
+    alpha: float | None = None
     """Weight of the environment score; None = the preset's."""
-    top_m: int | None = Field(default=None, ge=0)
+    top_m: int | None = None
     """How many of the best candidates lend support to their neighbours; None = the preset's, 0 = all."""
     relation: Relation | None = None
     """The fragment relation (core Relation); None = the preset's ``ContextRelation``."""
     embedder: Any = None
     """Scores score-less candidates by its cosine when given (e.g. your LangChain Embeddings); None = base ranking."""
-    pool_size: int | None = Field(default=None, gt=0)
+    pool_size: int | None = None
     """Candidates to ask the base retriever for; None = ``max(10 * k, 50)``."""
     store: Any = None
     """FragmentStore holding every chunk (see ``add_positions(..., store=...)``), for neighbour expansion."""
-    expand: int = Field(default=0, ge=0)
-    """Neighbour radius: stored fragments within ``expand`` positions of a candidate join the pool."""
+    expand: int | None = None
+    """Neighbour radius: stored fragments within ``expand`` positions of a candidate join the pool; None = 1 with a
+    ``store``, else 0."""
     outside: Literal["floor", "ignore"] = "floor"
     """Positions outside the pool count with the pool's lowest score ("floor") or not at all ("ignore")."""
-    doc_id_key: str = "doc_id"
-    position_key: str = "position"
+    doc_id_key: str = kit.DEFAULT_DOC_ID_KEY
+    position_key: str = kit.DEFAULT_POSITION_KEY
     score_key: str | None = None
     """Metadata key of the base score; None tries the store's relevance score, ``relevance_score``, ``score``."""
-    on_missing_position: Literal["error", "raise", "isolate"] = "error"  # "raise" = "error"
+    on_missing_position: Literal["raise", "error", "isolate"] = "raise"
+    """"raise" a ValueError naming the fix ("error" is its old spelling) or "isolate" (no environment)."""
     order: Literal["score", "position"] | None = None
     """"score" or "position" (document order); None = the preset's."""
 
     _sized: dict[int, Any] = PrivateAttr(default_factory=dict)
     _warned: bool = PrivateAttr(default=False)
+    _settings: kit.WrapperSettings = PrivateAttr()
 
     @field_validator("base_retriever", mode="before")
     @classmethod
@@ -136,42 +148,33 @@ class FragRelRetriever(BaseRetriever):
             return RunnableLambda(value)  # a plain function query -> list[Document], as LCEL pipes accept
         return value
 
-    @field_validator("alpha")
+    @field_validator(*_SETTING_CHECKS, mode="before")
     @classmethod
-    def _finite_alpha(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError(f"alpha must be a finite number >= 0, got {value}")
-        return value
-
-    @field_validator("embedder")
-    @classmethod
-    def _check_embedder(cls, value: Any) -> Any:
-        return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
+    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return _SETTING_CHECKS[info.field_name](value)  # the kit's check: the same words as in LlamaIndex
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
-        _check_key(self.doc_id_key, "doc_id_key")
-        _check_key(self.position_key, "position_key")
-        if self.doc_id_key == self.position_key:
-            raise ValueError("doc_id_key and position_key must differ")
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
-        chosen = get_preset(self.preset)
-        if self.alpha is None:
-            self.alpha = chosen.alpha
-        if self.top_m is None:
-            self.top_m = chosen.top_m or 0
-        if self.relation is None:
-            self.relation = chosen.relation()
-        if self.order is None:
-            self.order = chosen.order
-        if self.expand > 0 and self.store is None:
-            raise ValueError(
-                "expand > 0 needs store=FragmentStore() filled with add_positions(chunks, store=store); "
-                "or leave expand=0"
-            )
-        if self.store is not None and not callable(getattr(self.store, "neighbours", None)):
-            raise TypeError(f"store must have neighbours(keys, radius=) (a FragmentStore), got {type(self.store)}")
+        settings = kit.WrapperSettings.resolve(
+            preset=self.preset,
+            relation=self.relation,
+            alpha=self.alpha,
+            top_m=self.top_m,
+            order=self.order,
+            outside=self.outside,
+            embedder=self.embedder,
+            store=self.store,
+            expand=self.expand,
+            doc_id_key=self.doc_id_key,
+            position_key=self.position_key,
+            on_missing_position=self.on_missing_position,
+            links=False,
+        )
+        self._settings = settings
+        # the fields show the resolved settings (top_m 0 = every candidate lends support)
+        self.alpha, self.top_m, self.relation = settings.alpha, settings.top_m or 0, settings.relation
+        self.order, self.expand = settings.order, settings.expand
+        self.on_missing_position = settings.on_missing_position  # type: ignore[assignment]
         sizable = self.pool_size is None or sized_base(self.base_retriever, self.pool_size) is not None
         if not sizable and not takes_k(self.base_retriever):
             raise ValueError(
@@ -222,7 +225,7 @@ class FragRelRetriever(BaseRetriever):
         for i, doc in enumerate(docs):
             location = read_location(doc, self.doc_id_key, self.position_key)
             if location is None:
-                if self.on_missing_position in RAISE_ON_MISSING_POSITION:
+                if self._settings.on_missing_position == "raise":
                     raise ValueError(
                         _MISSING_POSITION.format(i=i, doc_id_key=self.doc_id_key, position_key=self.position_key)
                     )
@@ -235,20 +238,7 @@ class FragRelRetriever(BaseRetriever):
             scores.append(score)
             fragments.append(Fragment(doc.page_content, location[0], location[1], dict(doc.metadata)))
             originals.setdefault(location, doc)
-        hits = rerank(
-            query,
-            fragments,
-            relation=self.relation,
-            alpha=self.alpha,
-            k=k,
-            scores=None if all(s is None for s in scores) else scores,
-            embedder=self.embedder,
-            store=self.store,
-            expand=self.expand,
-            order=self.order,
-            outside=self.outside,
-            top_m=self.top_m or None,
-        )
+        hits = self._settings.rerank(query, fragments, scores=None if all(s is None for s in scores) else scores, k=k)
         logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(hits))
         out = []
         for hit in hits:
@@ -303,7 +293,7 @@ class FragRelIndexRetriever(BaseRetriever):
 
     index: FragRelIndex
     """The core index (holds the fragments, the relation, alpha and the scorer)."""
-    k: int = Field(default=4, gt=0)
+    k: int = 4
     budget_words: int | None = Field(default=None, gt=0)
     """Also stop when the returned fragments reach this many words."""
     order: Literal["score", "position"] = "score"
@@ -312,12 +302,14 @@ class FragRelIndexRetriever(BaseRetriever):
 
     _documents: dict[tuple[str, int], Document] = PrivateAttr(default_factory=dict)
 
+    @field_validator("k", "order", mode="before")
+    @classmethod
+    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return _SETTING_CHECKS[info.field_name](value)
+
     @model_validator(mode="after")
     def _check_keys(self) -> Self:
-        _check_key(self.doc_id_key, "doc_id_key")
-        _check_key(self.position_key, "position_key")
-        if self.doc_id_key == self.position_key:
-            raise ValueError("doc_id_key and position_key must differ")
+        kit.check_keys(self.doc_id_key, self.position_key)
         return self
 
     @classmethod

@@ -3,18 +3,37 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ..core import conventions as kit
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
-from ..core.store import FragmentStore
 from ._convert import NodeReranker
 
 __all__ = ["FragRelPostprocessor"]
+
+#: The settings kit's check of each field, run before pydantic's own type check (so the words are the kit's); the
+#: rest are checked together when the postprocessor is built.
+_SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "top_n": partial(kit.check_k, name="top_n"),
+    "relation": kit.check_relation,
+    "store": kit.check_store,
+    "preset": kit.check_preset,
+    "alpha": kit.check_alpha_setting,
+    "top_m": kit.check_top_m_setting,
+    "expand": kit.check_expand,
+    "outside": kit.check_outside,
+    "order": kit.check_order,
+    "on_missing_position": kit.check_on_missing_position,
+    "doc_id_key": partial(kit.check_key, "doc_id_key"),
+    "position_key": partial(kit.check_key, "position_key"),
+}
 
 
 class FragRelPostprocessor(BaseNodePostprocessor):
@@ -50,7 +69,7 @@ class FragRelPostprocessor(BaseNodePostprocessor):
         description="LlamaIndex BaseEmbedding or object with embed_documents/embed_query, for nodes without a score "
         "(default: the embedded all-MiniLM-L6-v2).",
     )
-    store: FragmentStore | None = Field(
+    store: Any = Field(
         default=None, exclude=True, description="FragmentStore written by PositionTagger, for neighbour expansion."
     )
     expand: int | None = Field(default=None, description="Neighbour radius in the store (default 1 with a store).")
@@ -69,6 +88,11 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     @classmethod
     def class_name(cls) -> str:
         return "FragRelPostprocessor"
+
+    @field_validator(*_SETTING_CHECKS, mode="before")
+    @classmethod
+    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return _SETTING_CHECKS[info.field_name](value)  # the kit's check: the same words as in LangChain
 
     _warned: bool = PrivateAttr(default=False)
 

@@ -13,6 +13,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from .._adapters import split_kwargs
+from ..core.conventions import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys, check_order, check_pool_size
 from ..core.index import FragRelIndex
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
@@ -20,7 +21,7 @@ from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
-from ._convert import ORDERS, NodeReranker, check_key, node_from_fragment, resolve_k, scored_node
+from ._convert import NodeReranker, node_from_fragment, resolve_k, scored_node
 from ._pool import default_pool_size, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
@@ -86,8 +87,8 @@ class FragRelRetriever(BaseRetriever):
         store: FragmentStore | None = None,
         expand: int | None = None,
         order: Literal["score", "position"] | None = None,
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
         on_missing_position: Literal["raise", "error", "isolate", "links"] = "raise",
         outside: Literal["floor", "ignore"] = "floor",
         callback_manager: CallbackManager | None = None,
@@ -114,7 +115,7 @@ class FragRelRetriever(BaseRetriever):
             position_key=position_key,
             on_missing_position=on_missing_position,
         )
-        pool_size = check_k(pool_size, "pool_size")
+        pool_size = check_pool_size(pool_size)
         n = max(pool_size or default_pool_size(self._reranker.k or _DEFAULT_TOP_K), self._reranker.k or 1)
         sized = sized_base(retriever, n)
         if sized is None and pool_size is not None:
@@ -201,14 +202,11 @@ class FragRelIndexRetriever(BaseRetriever):
             raise TypeError(
                 f"index must be a FragRelIndex (or use FragRelIndexRetriever.from_texts), got {type(index).__name__}"
             )
-        if order not in ORDERS:
-            raise ValueError(f"order must be 'score' or 'position', got {order!r}")
         self.index = index
         self.similarity_top_k = resolve_k(similarity_top_k, k, None)
         self.budget_words = check_k(budget_words, "budget_words")
-        self.order = order
-        self.doc_id_key = check_key("doc_id_key", doc_id_key)
-        self.position_key = check_key("position_key", position_key)
+        self.order = check_order(order) or "score"
+        self.doc_id_key, self.position_key = check_keys(doc_id_key, position_key)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
