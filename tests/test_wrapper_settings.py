@@ -121,4 +121,9 @@ def test_explicit_settings_win_over_the_preset():
     got = kit.WrapperSettings.resolve(
         preset="general", alpha=0.0, top_m=0, order="position", relation=ContextRelation(0.5)
     )
-    assert (got.alpha, got.top_m, got.order, got.relation.w_rel) == (0.0, None, "position", 0.5)
+    assert (got.alpha, got.top_m, got.order, got.relation.w_rel) == (
+        0.0,
+        0,
+        "position",
+        0.5,
+    )  # 0: every candidate lends support

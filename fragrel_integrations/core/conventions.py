@@ -13,15 +13,22 @@ missing-position policy and its spellings, the metadata key names and the score 
 'raise'
 >>> WrapperSettings.resolve(preset="dialogue").order
 'position'
+
+With ``preset="auto"`` (the default) the settings a user left unset are chosen for each candidate pool from what it
+looks like (:func:`~fragrel_integrations.core.presets.detect_preset`: dialogue, haystack, many documents, ...).
+Independent scores: the base's own scores (or its ranking when it gives none) fused with a BM25 score computed on
+the pool itself (``lexical``, :func:`~fragrel_integrations.core.rerank.lexical_fusion`); an ``embedder`` only
+serves a relation that needs embeddings, and re-scoring a score-less pool by cosine is its own argument
+(``score_embedder``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from .presets import DEFAULT_PRESET, Preset
+from .presets import AUTO, DEFAULT_PRESET, Preset
 from .presets import preset as get_preset
 from .relations import Relation
 from .rerank import NeighbourSource, rerank
@@ -38,6 +45,7 @@ __all__ = [
     "MISSING_POSITION_MODES",
     "ORDERS",
     "OUTSIDE_MODES",
+    "POOL_LEXICAL",
     "RAISE_ON_MISSING_POSITION",
     "RELEVANCE_SCORE_KEY",
     "SCORE_KEYS",
@@ -47,6 +55,7 @@ __all__ = [
     "check_k",
     "check_key",
     "check_keys",
+    "check_lexical",
     "check_on_missing_position",
     "check_order",
     "check_outside",
@@ -88,12 +97,30 @@ def score_metadata(hit: ScoredFragment) -> dict[str, float]:
 # ------------------------------------------------------------------------------------------ one check per setting
 
 
+#: Weight of the pool's own BM25 score in the independent score, per preset (``lexical`` unset), chosen on the
+#: dev data (``benchmarks/results/wrapper_*_dev.md``).
+POOL_LEXICAL: dict[str, float] = {"general": 0.5, "dialogue": 0.5, "story": 0.5, "haystack": 0.5, "multidoc": 0.5}
+
+
 def check_preset(value: object) -> str:
-    """A preset name (``"general"``, ``"dialogue"``, ...); ValueError listing the names otherwise."""
+    """A preset name (``"auto"``, ``"general"``, ``"dialogue"``, ...); ValueError listing the names otherwise."""
     if isinstance(value, Preset):
         return value.name
-    get_preset(value)  # type: ignore[arg-type]
+    if value != AUTO:
+        get_preset(value)  # type: ignore[arg-type]
     return value  # type: ignore[return-value]
+
+
+def check_lexical(value: object) -> float | None:
+    """``lexical``: None (the preset's) or the weight in [0, 1] of the pool's own BM25 score in ``s_ind``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(
+            f"lexical must be a number in [0, 1] (weight of a BM25 score computed on the candidate pool; 0: the "
+            f"base's scores alone) or None (the preset's), got {value!r}"
+        )
+    return float(value)
 
 
 def check_alpha_setting(value: object) -> float | None:
@@ -214,16 +241,19 @@ def _check_embedder(value: object) -> Any:
 class WrapperSettings:
     """The resolved, checked FragRel settings of one wrapper; :meth:`rerank` scores a candidate pool with them.
 
-    ``top_m`` None means every candidate lends support; ``expand`` is the store neighbour radius.
+    ``top_m`` 0 means every candidate lends support; ``expand`` is the store neighbour radius. With
+    ``preset="auto"`` the settings the user left unset stay None and are chosen for each pool (:meth:`for_pool`).
     """
 
     preset: str
-    relation: Relation
-    alpha: float
+    relation: Relation | None
+    alpha: float | None
     top_m: int | None
-    order: Literal["score", "position"]
+    order: Literal["score", "position"] | None
+    lexical: float | None
     outside: Literal["floor", "ignore"]
     embedder: Any
+    score_embedder: Any
     store: NeighbourSource | None
     expand: int
     doc_id_key: str
@@ -239,8 +269,10 @@ class WrapperSettings:
         alpha: float | None = None,
         top_m: int | None = None,
         order: str | None = None,
+        lexical: float | None = None,
         outside: str = "floor",
         embedder: object = None,
+        score_embedder: object = None,
         store: object = None,
         expand: int | None = None,
         doc_id_key: str = DEFAULT_DOC_ID_KEY,
@@ -249,10 +281,12 @@ class WrapperSettings:
         links: bool = True,
     ) -> WrapperSettings:
         """Check every setting and fill the unset ones from ``preset`` (``relation``, ``alpha``, ``top_m``,
-        ``order``); ``expand`` defaults to 1 with a ``store``, else 0; ``top_m=0`` lets every candidate lend
-        support. ``links=False`` for a framework whose candidates carry no PREVIOUS/NEXT relationships."""
-        chosen = get_preset(check_preset(preset))
+        ``order``, ``lexical``; with ``"auto"`` they are chosen per pool); ``expand`` defaults to 1 with a ``store``,
+        else 0; ``top_m=0`` lets every candidate lend support. ``links=False`` for a framework whose candidates
+        carry no PREVIOUS/NEXT relationships."""
+        name = check_preset(preset)
         relation, alpha, top_m = check_relation(relation), check_alpha_setting(alpha), check_top_m_setting(top_m)
+        lexical = check_lexical(lexical)
         order, outside = check_order(order), check_outside(outside)
         store, expand = check_store(store), check_expand(expand)
         if expand is None:
@@ -263,36 +297,68 @@ class WrapperSettings:
                 "PositionTagger(store=store); or leave expand unset"
             )
         doc_id_key, position_key = check_keys(doc_id_key, position_key)
-        return cls(
-            preset=chosen.name,
-            relation=chosen.relation() if relation is None else relation,
-            alpha=chosen.alpha if alpha is None else alpha,
-            top_m=chosen.top_m if top_m is None else (top_m or None),
-            order=chosen.order if order is None else order,  # type: ignore[arg-type]
+        settings = cls(
+            preset=name,
+            relation=relation,
+            alpha=alpha,
+            top_m=top_m,
+            order=order,  # type: ignore[arg-type]
+            lexical=lexical,
             outside=outside,  # type: ignore[arg-type]
             embedder=_check_embedder(embedder),
+            score_embedder=_check_embedder(score_embedder),
             store=store,
             expand=expand,
             doc_id_key=doc_id_key,
             position_key=position_key,
             on_missing_position=check_on_missing_position(on_missing_position, links=links),  # type: ignore[arg-type]
         )
+        return settings if name == AUTO else settings.for_pool(())  # lexical: per base (for_pool)
+
+    def for_pool(self, fragments: Sequence[Fragment], *, ranks_by_words: bool | None = None) -> WrapperSettings:
+        """These settings with the unset ones filled from the preset (for ``"auto"``: the preset of
+        ``fragments``, :func:`~fragrel_integrations.core.presets.detect_preset`). ``lexical`` is filled only when
+        ``ranks_by_words`` is given: 0 for a base that already ranks by the query's words (BM25, a hybrid
+        ensemble), else the preset's :data:`POOL_LEXICAL`."""
+        chosen = get_preset(self.preset, fragments)
+        lexical = self.lexical
+        if lexical is None and ranks_by_words is not None:
+            lexical = 0.0 if ranks_by_words else POOL_LEXICAL[chosen.name]
+        return replace(
+            self,
+            relation=chosen.relation() if self.relation is None else self.relation,
+            alpha=chosen.alpha if self.alpha is None else self.alpha,
+            top_m=(chosen.top_m or 0) if self.top_m is None else self.top_m,
+            order=chosen.order if self.order is None else self.order,
+            lexical=lexical,
+        )
 
     def rerank(
-        self, query: str, fragments: Sequence[Fragment], *, scores: Sequence[float | None] | None, k: int | None
+        self,
+        query: str,
+        fragments: Sequence[Fragment],
+        *,
+        scores: Sequence[float | None] | None,
+        k: int | None,
+        ranks_by_words: bool = False,
     ) -> list[ScoredFragment]:
-        """:func:`~fragrel_integrations.core.rerank.rerank` of a candidate pool (best first) with these settings."""
+        """:func:`~fragrel_integrations.core.rerank.rerank` of a candidate pool (best first) with these settings
+        (with ``preset="auto"``, those of the pool's kind of text); ``ranks_by_words``: the base already ranks by
+        the query's words (see :meth:`for_pool`)."""
+        s = self.for_pool(fragments, ranks_by_words=ranks_by_words)
         return rerank(
             query,
             fragments,
-            relation=self.relation,
-            alpha=self.alpha,
+            relation=s.relation,  # type: ignore[arg-type]
+            alpha=s.alpha,  # type: ignore[arg-type]
             k=k,
             scores=scores,
-            embedder=self.embedder,
-            store=self.store,
-            expand=self.expand,
-            order=self.order,
-            outside=self.outside,
-            top_m=self.top_m,
+            embedder=s.embedder,
+            score_embedder=s.score_embedder,
+            store=s.store,
+            expand=s.expand,
+            order=s.order,  # type: ignore[arg-type]
+            outside=s.outside,
+            top_m=s.top_m or None,
+            lexical=s.lexical,  # type: ignore[arg-type]
         )

@@ -33,7 +33,7 @@ from ._documents import (
     read_score,
     with_scores,
 )
-from ._pool import BASE_SCORE_KEY, default_pool_size, sized_base, takes_k
+from ._pool import BASE_SCORE_KEY, default_pool_size, ranks_by_words, sized_base, takes_k
 from .indexing import add_positions
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
@@ -54,6 +54,7 @@ _SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
     "preset": kit.check_preset,
     "alpha": kit.check_alpha_setting,
     "top_m": kit.check_top_m_setting,
+    "lexical": kit.check_lexical,
     "relation": kit.check_relation,
     "pool_size": kit.check_pool_size,
     "store": kit.check_store,
@@ -74,18 +75,21 @@ class FragRelRetriever(BaseRetriever):
     field such as ``BM25Retriever`` get it set, an ``EnsembleRetriever`` passes it to each member), so FragRel
     chooses *which* ``k`` documents come back, not only their order.
 
-    ``s_ind`` is the base's own score, never a second model behind your back: a vector-store retriever's
+    ``s_ind`` starts from the base's own score, never a second model behind your back: a vector-store retriever's
     relevance score (``similarity_search_with_relevance_scores``), else metadata ``score_key`` (by default
-    ``relevance_score``, then ``score``) when every candidate has one, else the base's ranking (``1 - rank/n``).
-    Only when you pass ``embedder`` are score-less candidates scored by its cosine instead. ``s_env`` is the
-    relation-weighted mean of the other fragments' ``s_ind`` (by default the context relation
+    ``relevance_score``, then ``score``) when every candidate has one, else the base's ranking (``1 - rank/n``);
+    it is fused with a BM25 score computed on the pool itself (``lexical``). ``embedder`` only serves a relation
+    that needs embeddings; pass ``score_embedder`` to re-score score-less candidates by its cosine instead.
+    ``s_env`` is the relation-weighted mean of the other fragments' ``s_ind`` (by default the context relation
     ``w_rel ** |position_i - position_j|`` within one document); positions the base did not return count with
     the pool's lowest score (``outside="floor"``). Candidates need ``doc_id`` / ``position`` metadata: write it
     with :func:`~fragrel_integrations.langchain.add_positions` before indexing.
 
-    ``preset`` picks ``relation``, ``alpha``, ``top_m`` and ``order`` for a kind of text (``"general"`` by
-    default: only the 10 best candidates lend support; ``"story"`` (the paper's), ``"dialogue"``, ``"haystack"``,
-    ``"multidoc"``; see :mod:`fragrel_integrations.core.presets`); explicit arguments win over it.
+    ``preset`` picks ``relation``, ``alpha``, ``top_m``, ``order`` and ``lexical`` for a kind of text: ``"auto"``
+    (the default) recognises each pool's kind (turns with speakers, a few sentences from one long text, many short
+    documents) and uses its measured setting, else ``"general"`` (only the 10 best candidates lend support);
+    ``"story"`` (the paper's), ``"dialogue"``, ``"haystack"``, ``"multidoc"`` name one (see
+    :mod:`fragrel_integrations.core.presets`); explicit arguments win over it.
 
     Returns copies of the base retriever's Documents (never the originals) with ``relevance_score`` (= s_rel),
     ``fragrel_independent_score`` and ``fragrel_environment_score`` added, best first (or in document order with
@@ -110,15 +114,22 @@ class FragRelRetriever(BaseRetriever):
     k: int = 5
     """Number of documents to return."""
     preset: str = DEFAULT_PRESET
-    """Settings for a kind of text: one of ``PRESETS`` ("general", "story", "dialogue", "haystack", "multidoc")."""
+    """Settings for a kind of text: "auto" (chosen per pool from what it looks like), "general", "story",
+    "dialogue", "haystack" or "multidoc"."""
     alpha: float | None = None
     """Weight of the environment score; None = the preset's."""
     top_m: int | None = None
     """How many of the best candidates lend support to their neighbours; None = the preset's, 0 = all."""
     relation: Relation | None = None
     """The fragment relation (core Relation); None = the preset's ``ContextRelation``."""
+    lexical: float | None = None
+    """Weight in [0, 1] of a BM25 score computed on the pool itself, fused with the base's scores (or ranking);
+    None = the preset's (0 for a base that already ranks by words: BM25, an ensemble with BM25), 0 = the base's
+    scores alone."""
     embedder: Any = None
-    """Scores score-less candidates by its cosine when given (e.g. your LangChain Embeddings); None = base ranking."""
+    """Embeds the pool for a relation that needs embeddings (e.g. ``SemanticRelation``); it never scores the pool."""
+    score_embedder: Any = None
+    """Re-scores a score-less pool by its cosine instead of the base's ranking (your explicit choice)."""
     pool_size: int | None = None
     """Candidates to ask the base retriever for; None = ``max(10 * k, 50)``."""
     store: Any = None
@@ -140,6 +151,7 @@ class FragRelRetriever(BaseRetriever):
     _sized: dict[int, Any] = PrivateAttr(default_factory=dict)
     _warned: bool = PrivateAttr(default=False)
     _settings: kit.WrapperSettings = PrivateAttr()
+    _ranks_by_words: bool = PrivateAttr(default=False)
 
     @field_validator("base_retriever", mode="before")
     @classmethod
@@ -161,8 +173,10 @@ class FragRelRetriever(BaseRetriever):
             alpha=self.alpha,
             top_m=self.top_m,
             order=self.order,
+            lexical=self.lexical,
             outside=self.outside,
             embedder=self.embedder,
+            score_embedder=self.score_embedder,
             store=self.store,
             expand=self.expand,
             doc_id_key=self.doc_id_key,
@@ -171,9 +185,10 @@ class FragRelRetriever(BaseRetriever):
             links=False,
         )
         self._settings = settings
-        # the fields show the resolved settings (top_m 0 = every candidate lends support)
-        self.alpha, self.top_m, self.relation = settings.alpha, settings.top_m or 0, settings.relation
-        self.order, self.expand = settings.order, settings.expand
+        self._ranks_by_words = ranks_by_words(self.base_retriever)
+        # the fields show the resolved settings (None with preset="auto": chosen per pool; top_m 0: all lend support)
+        self.alpha, self.top_m, self.relation = settings.alpha, settings.top_m, settings.relation
+        self.order, self.expand, self.lexical = settings.order, settings.expand, settings.lexical
         self.on_missing_position = settings.on_missing_position  # type: ignore[assignment]
         sizable = self.pool_size is None or sized_base(self.base_retriever, self.pool_size) is not None
         if not sizable and not takes_k(self.base_retriever):
@@ -238,7 +253,13 @@ class FragRelRetriever(BaseRetriever):
             scores.append(score)
             fragments.append(Fragment(doc.page_content, location[0], location[1], dict(doc.metadata)))
             originals.setdefault(location, doc)
-        hits = self._settings.rerank(query, fragments, scores=None if all(s is None for s in scores) else scores, k=k)
+        hits = self._settings.rerank(
+            query,
+            fragments,
+            scores=None if all(s is None for s in scores) else scores,
+            k=k,
+            ranks_by_words=self._ranks_by_words,
+        )
         logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(hits))
         out = []
         for hit in hits:

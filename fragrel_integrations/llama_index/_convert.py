@@ -191,19 +191,20 @@ class NodeReranker:
 
     settings: kit.WrapperSettings
     k: int | None
+    ranks_by_words: bool = False  # the base ranks by the query's words (BM25, fusion with BM25): no pool BM25
 
     @classmethod
-    def build(cls, *, k: int | None = 5, **settings: Any) -> NodeReranker:
+    def build(cls, *, k: int | None = 5, ranks_by_words: bool = False, **settings: Any) -> NodeReranker:
         """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.core.conventions.
         WrapperSettings.resolve>`: the ``preset``'s defaults, ``expand`` 1 with a store)."""
-        return cls(kit.WrapperSettings.resolve(**settings), check_k(k))
+        return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words)
 
     @property
-    def relation(self) -> Relation:
+    def relation(self) -> Relation | None:
         return self.settings.relation
 
     @property
-    def alpha(self) -> float:
+    def alpha(self) -> float | None:
         return self.settings.alpha
 
     @property
@@ -260,7 +261,9 @@ class NodeReranker:
             Fragment(scoring_text(c.node), doc_id, position, dict(c.node.metadata))
             for c, (doc_id, position) in zip(candidates, keys, strict=True)
         ]
-        results = self.settings.rerank(query, fragments, scores=[c.score for c in candidates], k=self.k)
+        results = self.settings.rerank(
+            query, fragments, scores=[c.score for c in candidates], k=self.k, ranks_by_words=self.ranks_by_words
+        )
         by_key: dict[tuple[str, int], BaseNode] = {}
         for c, key in zip(candidates, keys, strict=True):
             by_key.setdefault(key, c.node)

@@ -27,6 +27,7 @@ _SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
     "preset": kit.check_preset,
     "alpha": kit.check_alpha_setting,
     "top_m": kit.check_top_m_setting,
+    "lexical": kit.check_lexical,
     "expand": kit.check_expand,
     "outside": kit.check_outside,
     "order": kit.check_order,
@@ -40,7 +41,8 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     """Re-score the nodes it is given with FragRel and keep the ``top_n`` best.
 
     Same conversion and scoring as :class:`~fragrel_integrations.llama_index.FragRelRetriever`: node scores are
-    the independent scores (the node ranking when a node has none, or ``embedder`` cosine if you give one),
+    the independent scores (the node ranking when a node has none, or ``score_embedder`` cosine if you give one;
+    fused with a BM25 score on the nodes themselves, ``lexical``),
     ``doc_id``/``position`` metadata give the context relation, and the returned copies carry ``relevance_score``,
     ``fragrel_independent_score`` and ``fragrel_environment_score`` in metadata. A postprocessor cannot ask the
     retriever for more: give the query engine ``similarity_top_k=50`` (its default is 2); it warns once when it
@@ -54,7 +56,8 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     top_n: int | None = Field(default=5, description="Nodes to keep (None keeps them all, re-ordered).")
     preset: str = Field(
         default=DEFAULT_PRESET,
-        description="'general', 'story', 'dialogue', 'haystack' or 'multidoc': relation, alpha, top_m, order.",
+        description="'auto' (each pool's kind of text), 'general', 'story', 'dialogue', 'haystack' or 'multidoc': "
+        "relation, alpha, top_m, order, lexical.",
     )
     alpha: float | None = Field(default=None, description="Weight of the environment score (default: the preset's).")
     top_m: int | None = Field(
@@ -63,11 +66,21 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     relation: Relation | None = Field(
         default=None, exclude=True, description="Fragment relation (default: the preset's ContextRelation)."
     )
+    lexical: float | None = Field(
+        default=None,
+        description="Weight in [0, 1] of a BM25 score computed on the nodes themselves, fused with their scores "
+        "(default: the preset's; 0: the node scores alone).",
+    )
     embedder: Any = Field(
         default=None,
         exclude=True,
-        description="LlamaIndex BaseEmbedding or object with embed_documents/embed_query, for nodes without a score "
-        "(default: the embedded all-MiniLM-L6-v2).",
+        description="LlamaIndex BaseEmbedding or object with embed_documents/embed_query, for a relation that needs "
+        "embeddings (it never scores the nodes).",
+    )
+    score_embedder: Any = Field(
+        default=None,
+        exclude=True,
+        description="Re-scores nodes that come without a score by its cosine (default: their ranking).",
     )
     store: Any = Field(
         default=None, exclude=True, description="FragmentStore written by PositionTagger, for neighbour expansion."
@@ -106,8 +119,10 @@ class FragRelPostprocessor(BaseNodePostprocessor):
             relation=self.relation,
             alpha=self.alpha,
             top_m=self.top_m,
+            lexical=self.lexical,
             k=self.top_n,
             embedder=self.embedder,
+            score_embedder=self.score_embedder,
             store=self.store,
             expand=self.expand,
             order=self.order,

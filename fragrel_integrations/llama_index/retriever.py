@@ -22,7 +22,7 @@ from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
 from ._convert import NodeReranker, node_from_fragment, resolve_k, scored_node
-from ._pool import default_pool_size, sized_base
+from ._pool import default_pool_size, ranks_by_words, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
 
@@ -34,9 +34,10 @@ class FragRelRetriever(BaseRetriever):
 
     The wrapped ``retriever`` supplies the candidate pool: a copy of it is asked for ``pool_size`` nodes (default
     ``max(10 * similarity_top_k, 50)``, set through its ``similarity_top_k``; a fusion retriever's members too), so
-    FragRel chooses which nodes come back. The independent score ``s_ind`` is the node score the base returns;
-    when a candidate has none, the base's ranking (``1 - rank/n``) unless you pass ``embedder`` (then its cosine).
-    Neighbours added from ``store`` get the pool's lowest score; no model is loaded behind your back. The
+    FragRel chooses which nodes come back. The independent score ``s_ind`` is the node score the base returns
+    (when a candidate has none, the base's ranking ``1 - rank/n``; ``score_embedder``'s cosine if you pass one),
+    fused with a BM25 score computed on the pool itself (``lexical``). Neighbours added from ``store`` get the
+    pool's lowest score; no model is loaded behind your back. The
     environment ``s_env`` comes from ``relation`` (the ``preset``'s ``ContextRelation`` by default) over each
     node's ``metadata["doc_id"]`` (or its source document id) and ``metadata["position"]``; positions the base did
     not return count with the pool's lowest score (``outside="floor"``). Write the metadata at indexing time with
@@ -48,14 +49,18 @@ class FragRelRetriever(BaseRetriever):
     Args:
         retriever: the base LlamaIndex retriever.
         similarity_top_k: how many nodes to return (default 5); ``k`` is an alias.
-        preset: "general" (default), "story" (the paper's), "dialogue", "haystack" or "multidoc": ``relation``,
-            ``alpha``, ``top_m`` and ``order`` for that kind of text (:mod:`fragrel_integrations.core.presets`);
-            explicit arguments win.
+        preset: "auto" (default: each pool's kind of text, recognised from what it looks like), "general", "story"
+            (the paper's), "dialogue", "haystack" or "multidoc": ``relation``, ``alpha``, ``top_m``, ``order`` and
+            ``lexical`` for that kind of text (:mod:`fragrel_integrations.core.presets`); explicit arguments win.
         alpha: weight of the environment score (default: the preset's).
         top_m: how many of the best candidates lend support to their neighbours (default: the preset's; 0: all).
         relation: a core relation (default: the preset's ``ContextRelation``).
-        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``; scores
-            candidates that come without a score.
+        lexical: weight in [0, 1] of the pool's own BM25 score in ``s_ind`` (default: the preset's; 0: the base's
+            scores alone).
+        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``, for a
+            relation that needs embeddings (it never scores the pool).
+        score_embedder: an embedder whose cosine re-scores candidates that come without a score (instead of the
+            base's ranking).
         pool_size: candidates to ask the base for (default ``max(10 * similarity_top_k, 50)``).
         store: a :class:`~fragrel_integrations.FragmentStore` filled by ``PositionTagger(store=...)``; the stored
             neighbours within ``expand`` positions (default 1 with a store) of each candidate join the pool.
@@ -81,8 +86,10 @@ class FragRelRetriever(BaseRetriever):
         preset: str = DEFAULT_PRESET,
         alpha: float | None = None,
         top_m: int | None = None,
+        lexical: float | None = None,
         relation: Relation | None = None,
         embedder: Any = None,
+        score_embedder: Any = None,
         pool_size: int | None = None,
         store: FragmentStore | None = None,
         expand: int | None = None,
@@ -106,8 +113,11 @@ class FragRelRetriever(BaseRetriever):
             relation=relation,
             alpha=alpha,
             top_m=top_m,
+            lexical=lexical,
             k=resolve_k(similarity_top_k, k, _DEFAULT_TOP_K),
+            ranks_by_words=ranks_by_words(retriever),
             embedder=embedder,
+            score_embedder=score_embedder,
             store=store,
             expand=expand,
             order=order,
@@ -149,11 +159,13 @@ class FragRelRetriever(BaseRetriever):
         return int(self._reranker.k)  # type: ignore[arg-type]
 
     @property
-    def alpha(self) -> float:
+    def alpha(self) -> float | None:
+        """The environment weight (None with ``preset="auto"``: chosen per pool)."""
         return self._reranker.alpha
 
     @property
-    def relation(self) -> Relation:
+    def relation(self) -> Relation | None:
+        """The relation (None with ``preset="auto"``: chosen per pool)."""
         return self._reranker.relation
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
