@@ -106,8 +106,9 @@ def rerank(
     - the base's ``scores`` when every candidate has one;
     - else, with a ``score_embedder``, the cosine of its embeddings for every candidate (your model, your explicit
       choice: it replaces the base's ranking);
-    - else the base's ranking as :func:`rank_scores` over its best :func:`rank_pool_size` candidates — no model is
-      loaded.
+    - else the base's ranking as :func:`rank_scores` — over the whole pool when ``lexical > 0`` (the pool's BM25
+      lifts what the ranking alone could not: LoCoMo dev, lexical 0.5, +13.3 / +7.5 R@5 over two score-less BM25
+      bases against +9.5 / +4.1 over their best 20), else over its best :func:`rank_pool_size` — no model is loaded.
 
     ``lexical > 0`` fuses the base's scores (or ranks) with a BM25 score computed on the pool itself
     (:func:`lexical_fusion`). ``embedder`` serves only a relation that needs embeddings; it never scores the pool.
@@ -139,8 +140,8 @@ def rerank(
     if not 0.0 <= lexical <= 1.0:
         raise ValueError(f"lexical must be a number in [0, 1] (weight of the pool's BM25 score), got {lexical!r}")
     has_base = pool_scores is not None and all(s is not None for s in pool_scores)
-    if not has_base and score_embedder is None and k is not None:
-        pool = pool[: rank_pool_size(k)]  # ranks carry little information further down
+    if not has_base and score_embedder is None and k is not None and lexical == 0:
+        pool = pool[: rank_pool_size(k)]  # ranks alone carry little information further down
     n_base = len(pool)
     if store is not None and expand > 0:
         pool += store.neighbours([(f.doc_id, f.position) for f in pool], radius=expand)
