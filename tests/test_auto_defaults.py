@@ -163,3 +163,15 @@ def test_bases_that_rank_by_words_get_no_second_bm25():
     assert all(d.metadata["fragrel_independent_score"] == pytest.approx(own[d.page_content]) for d in got)
     got = FragRelRetriever(base_retriever=vector, k=5).invoke(QUERY)
     assert max(d.metadata["fragrel_independent_score"] for d in got) <= 1.0  # min-max fused, on [0, 1]
+
+
+def test_a_scoreless_pool_is_ranked_whole_when_its_bm25_is_fused():
+    # the only turn with the query's words is ranked 40th by the base: the pool's BM25 can lift it only if the
+    # whole pool is ranked (the ranking alone keeps its best max(4k, 20))
+    frags = [Fragment(f"Ann: filler turn number {i}", "chat", 3 * i) for i in range(60)]
+    frags[40] = Fragment("Ann: we sailed the blue boat", "chat", 120)
+    relation = preset("general").relation()
+    fused = rerank("blue boat sailed", frags, relation=relation, k=5, lexical=0.5)
+    assert frags[40] in [h.fragment for h in fused]
+    ranks_only = rerank("blue boat sailed", frags, relation=relation, k=5, lexical=0.0)
+    assert frags[40] not in [h.fragment for h in ranks_only]
