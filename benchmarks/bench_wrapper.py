@@ -2,11 +2,14 @@
 
 For each conversation of LoCoMo (one Document / node per turn, tagged with ``add_positions`` / ``PositionTagger``),
 the user's base retriever is asked for k = 5 and compared with ``FragRelRetriever(base, k=5)`` (no other
-argument) and with the named presets ``story`` (the paper's) and ``dialogue``, in the same run, on the same objects:
+argument), with ``alpha=0`` (the same pool and independent scores, no environment) and with the previous defaults
+(``preset="general", lexical=0``), in the same run, on the same objects:
 
   LangChain   InMemoryVectorStore(...).as_retriever()   (the store's relevance scores)
-              BM25Retriever (langchain-community)        (no scores: the wrapper uses the base's ranking)
-              EnsembleRetriever([bm25, vector])           (weighted RRF, no scores)
+              BM25Retriever (langchain-community)        (the wrapper reads its BM25 scores)
+              the same BM25Retriever behind a plain BaseRetriever that hides its scores   (lc-bm25-noscore)
+              a generic score-less BaseRetriever over bm25s (a ``k`` field, Documents only)  (lc-generic)
+              EnsembleRetriever([bm25, vector])           (weighted RRF; the wrapper fuses the members' scores)
   LlamaIndex  VectorStoreIndex(...).as_retriever()       (node scores)
               BM25Retriever (llama-index-retrievers-bm25)
               QueryFusionRetriever([vector, bm25], num_queries=1, mode="reciprocal_rerank")  (hybrid, RRF)
@@ -16,12 +19,15 @@ stores hold exactly what the core benchmarks use. Recall@5 = share of a question
 
     python benchmarks/bench_wrapper.py                 # dev: LoCoMo conversations 0-4
     python benchmarks/bench_wrapper.py --split heldout # conversations 5-9, once, with the fixed defaults
+    python benchmarks/bench_wrapper.py --bases lc-vector --configs 'lex3={"lexical": 0.3}'   # a dev sweep
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import sys
 import time
 import warnings
 
@@ -38,13 +44,16 @@ from _common import (
     recall_at_k,
 )
 
-from fragrel_integrations.core.presets import DEFAULT_PRESET, preset
-
 __all__ = ["main"]
 
 K = 5
 DATASETS = ("locomo", "mtbench", "hotpotqa", "hotpotqa-sent", "babilong-8k")
-PRESET_COLUMNS = ("story", "dialogue")  # named presets measured beside the defaults
+#: Wrapper settings measured beside the base (name -> keyword arguments; "fragrel" = no argument).
+CONFIGS: dict[str, dict] = {
+    "alpha0": {"alpha": 0.0},
+    "fragrel": {},
+    "before": {"preset": "general", "lexical": 0.0},
+}
 
 
 class _LCEmbeddings:
@@ -76,8 +85,43 @@ def _langchain_bases(docs, cached):
     return {
         "lc-vector": vector,
         "lc-bm25": bm25,
+        "lc-bm25-noscore": _hidden_scores(bm25),
+        "lc-generic": _generic_retriever(docs),
         "lc-ensemble": EnsembleRetriever(retrievers=[bm25, vector], weights=[0.5, 0.5]),
     }
+
+
+def _hidden_scores(bm25):
+    """A plain BaseRetriever around ``bm25`` (its ``k`` field set per call): Documents only, no scores."""
+    from langchain_core.retrievers import BaseRetriever
+
+    class NoScoreBM25(BaseRetriever):
+        inner: object
+        k: int = K
+
+        def _get_relevant_documents(self, query, *, run_manager):
+            return self.inner.model_copy(update={"k": self.k}).invoke(query)
+
+    return NoScoreBM25(inner=bm25)
+
+
+def _generic_retriever(docs):
+    """A custom score-less retriever as users write them: bm25s over the documents, a ``k`` field, Documents only."""
+    from langchain_core.retrievers import BaseRetriever
+
+    from fragrel_integrations.core.scorers import BM25Scorer
+
+    scorer = BM25Scorer([d.page_content for d in docs])
+
+    class GenericRetriever(BaseRetriever):
+        documents: list
+        k: int = K
+
+        def _get_relevant_documents(self, query, *, run_manager):
+            scores = scorer(query)
+            return [self.documents[i] for i in np.argsort(-scores, kind="stable")[: self.k]]
+
+    return GenericRetriever(documents=list(docs))
 
 
 def _llama_bases(nodes, cached):
@@ -110,8 +154,29 @@ def _llama_bases(nodes, cached):
     return {"li-vector": vector, "li-bm25": bm25, "li-fusion": fusion}
 
 
-def load_dataset(name: str, split: str):
-    """The evaluation set ``name`` (dev or held-out part, as in ``bench_quality.py``)."""
+def _public(kwargs: dict) -> dict:
+    """The wrapper arguments of a config (keys starting with ``_`` are benchmark-only knobs)."""
+    return {k: v for k, v in kwargs.items() if not k.startswith("_")}
+
+
+@contextlib.contextmanager
+def _rank_depth(depth: int | None):
+    """Dev sweep knob ``_rank_depth``: rank this many candidates of a score-less pool (instead of max(4k, 20))."""
+    rerank_module = sys.modules["fragrel_integrations.core.rerank"]
+    if depth is None:
+        yield
+        return
+    saved = rerank_module.rank_pool_size
+    rerank_module.rank_pool_size = lambda k: depth
+    try:
+        yield
+    finally:
+        rerank_module.rank_pool_size = saved
+
+
+def load_dataset(name: str, split: str, questions: int | None = None):
+    """The evaluation set ``name`` (dev or held-out part, as in ``bench_quality.py``); ``questions`` keeps the first
+    that many BABILong-style questions per task (a smaller dev check)."""
     dev = split == "dev"
     data = default_data_dir()
     if name == "locomo":
@@ -122,11 +187,19 @@ def load_dataset(name: str, split: str):
         level = "sentence" if name == "hotpotqa-sent" else "paragraph"
         return load_hotpotqa(data, range(0, 50) if dev else range(50, 100), level=level)
     if name == "babilong-8k":
-        return load_babilong(data, words=8000, questions=range(0, 50) if dev else range(100, 150))
+        part = range(0, 50) if dev else range(100, 150)
+        return load_babilong(data, words=8000, questions=part if questions is None else part[:questions])
     raise SystemExit(f"unknown dataset {name!r}; choose from {DATASETS}")
 
 
-def run(split: str, n_boot: int, only: tuple[str, ...] = (), dataset: str = "locomo") -> dict:
+def run(
+    split: str,
+    n_boot: int,
+    only: tuple[str, ...] = (),
+    dataset: str = "locomo",
+    configs: dict | None = None,
+    questions: int | None = None,
+) -> dict:
     from langchain_core.documents import Document
     from llama_index.core.schema import TextNode
 
@@ -135,7 +208,8 @@ def run(split: str, n_boot: int, only: tuple[str, ...] = (), dataset: str = "loc
     from fragrel_integrations.llama_index import FragRelRetriever as LIFragRel
     from fragrel_integrations.llama_index import tag_positions
 
-    ds = load_dataset(dataset, split)
+    configs = CONFIGS if configs is None else configs
+    ds = load_dataset(dataset, split, questions)
     cached = CachedEmbedder(ds.cache_name)
     rec: dict[str, list[float]] = {}
     t0 = time.perf_counter()
@@ -155,30 +229,23 @@ def run(split: str, n_boot: int, only: tuple[str, ...] = (), dataset: str = "loc
         bases = {n: b for n, b in bases.items() if not only or n in only}
         for name, base in bases.items():
             if name.startswith("lc"):
-                wrappers = {
-                    "fragrel": LCFragRel(base_retriever=base, k=K),
-                    "alpha0": LCFragRel(base_retriever=base, k=K, alpha=0.0),
-                }
-                wrappers |= {f"fragrel-{p}": LCFragRel(base_retriever=base, k=K, preset=p) for p in PRESET_COLUMNS}
+                wrappers = {m: LCFragRel(base_retriever=base, k=K, **_public(kw)) for m, kw in configs.items()}
                 methods = {"base": lambda q, b=base: b.invoke(q)[:K]}
                 methods |= {m: (lambda q, w=w: w.invoke(q)) for m, w in wrappers.items()}
                 text_of = lambda d: d.page_content  # noqa: E731
             else:
-                wrappers = {
-                    "fragrel": LIFragRel(base, similarity_top_k=K),
-                    "alpha0": LIFragRel(base, similarity_top_k=K, alpha=0.0),
-                }
-                wrappers |= {f"fragrel-{p}": LIFragRel(base, similarity_top_k=K, preset=p) for p in PRESET_COLUMNS}
+                wrappers = {m: LIFragRel(base, similarity_top_k=K, **_public(kw)) for m, kw in configs.items()}
                 methods = {"base": lambda q, b=base: b.retrieve(q)[:K]}
                 methods |= {m: (lambda q, w=w: w.retrieve(q)) for m, w in wrappers.items()}
                 text_of = lambda n: n.node.get_content()  # noqa: E731
             for q in corpus.queries:
                 for m, fn in methods.items():
-                    with warnings.catch_warnings():
+                    depth = configs.get(m, {}).get("_rank_depth")
+                    with warnings.catch_warnings(), _rank_depth(depth):
                         warnings.simplefilter("ignore")
                         got = [index_of[text_of(x)] for x in fn(q.text)]
                     rec.setdefault(f"{name}|{m}", []).append(recall_at_k(got, q.gold, K))
-    out = {"split": split, "dataset": dataset, "k": K, "n_queries": ds.n_queries}
+    out = {"split": split, "dataset": dataset, "k": K, "n_queries": ds.n_queries, "configs": configs}
     out["seconds"] = round(time.perf_counter() - t0, 1)
     table = {}
     for key, vals in rec.items():
@@ -195,32 +262,23 @@ def run(split: str, n_boot: int, only: tuple[str, ...] = (), dataset: str = "loc
     return out
 
 
-def _describe(name: str) -> str:
-    p = preset(name)
-    top = f", top_m {p.top_m}" if p.top_m else ""
-    return f"w_rel {p.w_rel}, alpha {p.alpha}{top}"
-
-
 def to_markdown(res: dict) -> str:
+    configs = res["configs"]
     lines = [
         f"# FragRel wrappers with default arguments, {res.get('dataset', 'locomo')} ({res['split']} part)",
         "",
         f"{res['n_queries']} questions, recall@{res['k']} in %, difference to the base asked for k={res['k']} and its "
-        f"paired-bootstrap 95% CI. Run time {res['seconds']} s. *fragrel* = `FragRelRetriever(base, k=5)` with no "
-        f"other argument (preset {DEFAULT_PRESET}: {_describe(DEFAULT_PRESET)}); "
-        + "; ".join(f'*{p}* = `preset="{p}"` ({_describe(p)})' for p in PRESET_COLUMNS)
+        f"paired-bootstrap 95% CI. Run time {res['seconds']} s. Columns: wrapper settings beside the base "
+        "(*fragrel* = `FragRelRetriever(base, k=5)` with no other argument): "
+        + "; ".join(f"*{m}* = `{json.dumps(kw)}`" for m, kw in configs.items())
         + ".",
         "",
-        "*alpha=0* = the same pool and scores without the environment (what the pool and score handling alone do).",
-        "",
-        "| base | alone | alpha=0 | fragrel (defaults) | "
-        + " | ".join(f"fragrel preset={p}" for p in PRESET_COLUMNS)
-        + " |",
-        "|---|---:|---:|---:|" + "---:|" * len(PRESET_COLUMNS),
+        "| base | alone | " + " | ".join(configs) + " |",
+        "|---|---:|" + "---:|" * len(configs),
     ]
     for name, row in res["recall_at_5"].items():
         cells = [f"{row['base']['r5']}"]
-        for m in ("alpha0", "fragrel", *(f"fragrel-{p}" for p in PRESET_COLUMNS)):
+        for m in configs:
             c = row[m]
             cells.append(f"{c['r5']} ({c['diff']:+.1f} [{c['ci'][0]:+.1f}, {c['ci'][1]:+.1f}])")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -233,10 +291,23 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--bases", nargs="*", default=[], help="only these bases (e.g. lc-bm25); results go to *_partial")
     p.add_argument("--dataset", choices=DATASETS, default="locomo")
+    p.add_argument(
+        "--configs",
+        nargs="*",
+        default=[],
+        help="NAME=JSON wrapper keyword arguments measured instead of the default columns; results go to *_sweep",
+    )
+    p.add_argument("--tag", default="", help="suffix of the result files")
+    p.add_argument("--questions", type=int, default=None, help="BABILong-style: the first N questions per task")
     args = p.parse_args(argv)
-    res = run(args.split, args.n_boot, tuple(args.bases), args.dataset)
+    configs = dict(CONFIGS)
+    if args.configs:
+        configs = {c.split("=", 1)[0]: json.loads(c.split("=", 1)[1]) for c in args.configs}
+    res = run(args.split, args.n_boot, tuple(args.bases), args.dataset, configs, args.questions)
+    res["command"] = "python benchmarks/bench_wrapper.py " + " ".join(argv if argv is not None else sys.argv[1:])
     stem = "" if args.dataset == "locomo" else f"_{args.dataset}"
-    name = f"wrapper{stem}_{args.split}" + ("_partial" if args.bases else "")
+    name = f"wrapper{stem}_{args.split}" + ("_partial" if args.bases else "") + ("_sweep" if args.configs else "")
+    name += f"_{args.tag}" if args.tag else ""
     (RESULTS_DIR / f"{name}.json").write_text(json.dumps(res, indent=1))
     (RESULTS_DIR / f"{name}.md").write_text(to_markdown(res))
     print(to_markdown(res))

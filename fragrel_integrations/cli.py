@@ -4,7 +4,8 @@ fragrel ask BOOK.txt "Who was shipwrecked?"
 fragrel ask BOOK.txt "Who was shipwrecked?" --base-url http://127.0.0.1:8080/v1 --model my-model
 fragrel retrieve BOOK.txt "Who was shipwrecked?" --budget-words 2000
 
-Defaults: the ``general`` preset (500-word fragments, w_rel 0.2, alpha 1.0, the 10 best lend support), the hybrid
+Defaults: ``--preset auto`` (the ``dialogue`` preset for a transcript whose lines start with a speaker, else the
+``general`` one: 500-word fragments, w_rel 0.2, alpha 1.0, the 10 best lend support), the hybrid
 score (0.5 min-max BM25 + 0.5 min-max dense) with its dense half read only for the 32 fragments BM25 ranks best
 for the question (``--dense-candidates``; 0 embeds the whole file first), fragments embedded in 152-word
 sub-windows (all of every fragment is read). Embedded fragments are cached in ``$XDG_CACHE_HOME/fragrel``
@@ -29,9 +30,10 @@ from typing import Any
 from .cli_code import add_retrieve_code_arguments, format_ranked, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
-from .core.presets import DEFAULT_PRESET, PRESETS, preset
+from .core.presets import AUTO, DEFAULT_PRESET, PRESET_NAMES, Preset, preset
 from .core.relations import Relation
 from .core.staged import DEFAULT_CANDIDATES
+from .core.types import Fragment
 from .models.base import embedder_id, embedder_window_tokens
 
 __all__ = ["build_parser", "main"]
@@ -122,10 +124,11 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("question", help="the query")
     parser.add_argument(
         "--preset",
-        choices=sorted(PRESETS),
+        choices=PRESET_NAMES,
         default=DEFAULT_PRESET,
-        help=f"settings for a kind of text: w_rel, alpha, fragment size, order (default {DEFAULT_PRESET}); "
-        "--alpha/--w-rel/--fragment-words override it",
+        help=f"settings for a kind of text: w_rel, alpha, fragment size, order (default {DEFAULT_PRESET}: dialogue "
+        "for a transcript whose lines start with a speaker, else general); --alpha/--w-rel/--fragment-words "
+        "override it",
     )
     for option, (kind, text) in _PRESET_OPTIONS.items():
         parser.add_argument(option, type=kind, default=None, help=text)
@@ -188,9 +191,19 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _preset(args: argparse.Namespace) -> Preset:
+    """``--preset``; ``auto`` looks at the file's lines as the wrappers look at a candidate pool
+    (:func:`~fragrel_integrations.core.presets.detect_preset`: one text is dialogue or general)."""
+    if args.preset != AUTO:
+        return preset(args.preset)
+    text = _read_bytes(args.file).decode("utf-8", errors="replace")
+    lines = [line for line in text.splitlines() if line.strip()]
+    return preset(AUTO, [Fragment(line, "file", i) for i, line in enumerate(lines)])
+
+
 def _settings(args: argparse.Namespace) -> tuple[float, float, int, str, int | None]:
     """``(alpha, w_rel, fragment_words, order, top_m)``: the options given, else the preset's."""
-    p = preset(args.preset)
+    p = _preset(args)
     top_m = p.top_m if args.top_m is None else (args.top_m or None)
     alpha = p.alpha if args.alpha is None else args.alpha
     w_rel = p.w_rel if args.w_rel is None else args.w_rel

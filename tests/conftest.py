@@ -42,3 +42,16 @@ def real_embedder():
     from fragrel_integrations.models.local import default_embedder
 
     return default_embedder()
+
+
+@pytest.fixture
+def base_scores_only(monkeypatch):
+    """The wrappers' formula on the base's own scores under the general preset: ``preset="auto"`` sees every pool
+    as general text and no pool BM25 is fused in (``lexical`` 0). Tests that pin the wiring and eq. 9-10 use it;
+    auto and lexical themselves are tested in ``test_auto_defaults.py``."""
+    import fragrel_integrations.core.conventions as kit
+    import fragrel_integrations.core.presets as presets
+
+    monkeypatch.setattr(presets, "detect_preset", lambda fragments: "general")
+    for name in kit.POOL_LEXICAL:
+        monkeypatch.setitem(kit.POOL_LEXICAL, name, 0.0)

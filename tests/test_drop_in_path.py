@@ -21,6 +21,8 @@ from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
 from fragrel_integrations.llama_index import FragRelRetriever as LlamaFragRelRetriever
 from fragrel_integrations.llama_index._pool import sized_base as llama_sized_base
 
+pytestmark = pytest.mark.usefixtures("base_scores_only")  # formula and wiring; auto/lexical: test_auto_defaults
+
 TEXTS = [f"turn {i} about {'boats' if i % 7 == 0 else 'goats'} and item{i}" for i in range(80)]
 
 
@@ -104,9 +106,9 @@ def test_minmax_member_scores_without_scores_use_ranks():
     assert minmax_member_scores(docs).tolist() == [1.0, 0.75, 0.5, 0.25]
 
 
-def test_general_preset_is_the_default_and_only_the_top_m_lend_support():
-    assert DEFAULT_PRESET == "general" and preset("general").top_m == 10
-    r = FragRelRetriever(base_retriever=lambda q: [])
+def test_general_preset_lets_only_the_top_m_lend_support():
+    assert DEFAULT_PRESET == "auto" and preset("general").top_m == 10
+    r = FragRelRetriever(base_retriever=lambda q: [], preset="general")
     assert (r.alpha, r.top_m) == (preset("general").alpha, 10)
     assert FragRelRetriever(base_retriever=lambda q: [], preset="story").top_m == 0  # 0: every candidate
     # doc b's first turn is ranked 12th: under top_m=10 it lends its neighbour nothing, under top_m=0 it does
@@ -133,7 +135,8 @@ def test_presets_set_relation_alpha_order_and_explicit_values_win():
     assert (r.relation, r.alpha, r.order) == (preset("dialogue").relation(), 1.0, "position")
     r = FragRelRetriever(base_retriever=lambda q: [], preset="dialogue", alpha=0.2, order="score")
     assert (r.alpha, r.order) == (0.2, "score")
-    assert FragRelRetriever(base_retriever=lambda q: []).alpha == PRESETS["general"].alpha
+    assert FragRelRetriever(base_retriever=lambda q: [], preset="general").alpha == PRESETS["general"].alpha
+    assert FragRelRetriever(base_retriever=lambda q: []).alpha is None  # auto: chosen per pool
     with pytest.raises(ValueError, match="preset must be one of"):
         FragRelRetriever(base_retriever=lambda q: [], preset="poetry")
     with pytest.raises(ValueError, match="preset must be one of"):

@@ -34,6 +34,8 @@ from fragrel_integrations.langchain import (
     add_positions,
 )
 
+pytestmark = pytest.mark.usefixtures("base_scores_only")  # formula and wiring; auto/lexical: test_auto_defaults
+
 # An original short story, one chunk per sentence, in reading order.
 STORY = [
     "Mara kept the lighthouse on Gull Rock for eleven winters.",
@@ -227,7 +229,7 @@ def test_real_scores_equal_core_rerank(vectorstore, minilm):
         relation=ContextRelation(0.3),
         alpha=0.5,
         k=5,
-        embedder=minilm,
+        score_embedder=minilm,
     )
     assert [d.page_content for d in got] == [h.text for h in expected]
     for doc, hit in zip(got, expected, strict=True):
@@ -426,11 +428,11 @@ def test_alpha_zero_reproduces_base_ranking_with_base_scores():
     assert [d.page_content for d in changed] != base_order
 
 
-def test_missing_scores_use_the_embedder_for_all():
+def test_missing_scores_use_the_score_embedder_for_all():
     docs = scored_docs()
     docs[3] = docs[3].model_copy(update={"metadata": {k: v for k, v in docs[3].metadata.items() if k != "score"}})
     emb = BagOfWords()
-    got = FragRelRetriever(base_retriever=RunnableLambda(lambda q: docs), k=7, embedder=emb).invoke("key stair")
+    got = FragRelRetriever(base_retriever=RunnableLambda(lambda q: docs), k=7, score_embedder=emb).invoke("key stair")
     assert emb.calls == 1
     cos = {d.page_content: float(np.dot(emb._vec(d.page_content), emb._vec("key stair"))) for d in docs}
     for d in got:
@@ -567,7 +569,7 @@ def test_neighbour_expansion_via_store():
     neighbour = next(d for d in got if key(d) == ("story.txt", 4))
     assert neighbour.page_content == STORY[4] and neighbour.metadata["source"] == "story.txt"
     assert neighbour.metadata["fragrel_environment_score"] > 0
-    with pytest.raises(ValueError, match="expand > 0 needs store"):
+    with pytest.raises(ValueError, match="expand > 0 needs a store"):
         FragRelRetriever(base_retriever=base, expand=1)
 
 
@@ -633,7 +635,7 @@ def test_validation_messages():
         FragRelRetriever(base_retriever=base, alpha=float("inf"))
     with pytest.raises(TypeError, match="embed_documents"):
         FragRelRetriever(base_retriever=base, embedder="minilm")
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="relation must be a Relation"):
         FragRelRetriever(base_retriever=base, relation=0.3)
     with pytest.raises(ValueError, match="extra"):
         FragRelRetriever(base_retriever=base, top_k=3)

@@ -40,6 +40,8 @@ from fragrel_integrations.llama_index import (
 from fragrel_integrations.models.convert import optional_embedder
 from fragrel_integrations.models.llama_index_models import LlamaIndexEmbedder
 
+pytestmark = pytest.mark.usefixtures("base_scores_only")  # formula and wiring; auto/lexical: test_auto_defaults
+
 # Three short original stories; SentenceSplitter(chunk_size=50) cuts them into 2-3 sentence chunks.
 STORIES = {
     "lighthouse": (
@@ -407,15 +409,17 @@ def test_expansion_through_store(index, store, bow_embedder):
 def test_fallback_cosine_equals_vector_index_scores(index, embed_model):
     pool = index.as_retriever(similarity_top_k=8).retrieve(QUERY)
     unscored = [NodeWithScore(node=n.node, score=None) for n in pool]
-    got = FragRelRetriever(ListRetriever(unscored), similarity_top_k=8, alpha=0.0, embedder=embed_model).retrieve(QUERY)
+    got = FragRelRetriever(ListRetriever(unscored), similarity_top_k=8, alpha=0.0, score_embedder=embed_model).retrieve(
+        QUERY
+    )
     assert [n.node.node_id for n in got] == [n.node.node_id for n in pool]
     np.testing.assert_allclose([n.score for n in got], [n.score for n in pool], atol=1e-6)
 
 
 def test_llama_index_embedding_is_adapted(bow_embedder, embed_model):
     pool = [NodeWithScore(node=n, score=None) for n in tag_positions(_nodes())]
-    raw = FragRelRetriever(ListRetriever(pool), similarity_top_k=4, embedder=bow_embedder).retrieve(QUERY)
-    adapted = FragRelRetriever(ListRetriever(pool), similarity_top_k=4, embedder=embed_model).retrieve(QUERY)
+    raw = FragRelRetriever(ListRetriever(pool), similarity_top_k=4, score_embedder=bow_embedder).retrieve(QUERY)
+    adapted = FragRelRetriever(ListRetriever(pool), similarity_top_k=4, score_embedder=embed_model).retrieve(QUERY)
     assert [n.node.node_id for n in adapted] == [n.node.node_id for n in raw]
     np.testing.assert_allclose([n.score for n in adapted], [n.score for n in raw], rtol=1e-5)
     wrapped = optional_embedder(embed_model)

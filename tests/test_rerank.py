@@ -34,10 +34,14 @@ def test_duplicates_are_dropped_and_empty_pool_is_empty():
     assert rerank("q", [], relation=ContextRelation(), k=3) == []
 
 
-def test_missing_scores_fall_back_to_embedder(bow_embedder):
-    hits = rerank("gamma", _cands(), relation=ContextRelation(), k=1, scores=[0.2, None, 0.5], embedder=bow_embedder)
+def test_missing_scores_fall_back_to_the_score_embedder_only(bow_embedder):
+    kwargs = {"relation": ContextRelation(), "k": 1, "scores": [0.2, None, 0.5]}
+    hits = rerank("gamma", _cands(), score_embedder=bow_embedder, **kwargs)
     assert hits[0].fragment.text == "gamma"
     assert hits[0].independent_score == pytest.approx(1.0, abs=1e-5)
+    # an embedder for the relation never re-scores the pool: the base's ranking stays the independent score
+    hits = rerank("gamma", _cands(), embedder=bow_embedder, **kwargs)
+    assert (hits[0].fragment.text, hits[0].independent_score) == (_cands()[0].text, 1.0)
 
 
 def test_store_expansion_brings_neighbours(bow_embedder):

@@ -9,12 +9,12 @@ import numpy as np
 
 from ..models.base import Embedder, embed_documents
 from .relations import FragmentLayout, Relation
-from .scorers import DenseScorer
+from .scorers import BM25Scorer, DenseScorer, minmax
 from .scoring import check_alpha, check_scores, check_top_m, fragrel_scores
 from .selection import check_k, order_by_position, select
 from .types import Fragment, ScoredFragment
 
-__all__ = ["NeighbourSource", "dedupe", "rank_pool_size", "rank_scores", "rerank"]
+__all__ = ["NeighbourSource", "dedupe", "lexical_fusion", "rank_pool_size", "rank_scores", "rerank"]
 
 
 class NeighbourSource(Protocol):
@@ -67,6 +67,20 @@ def rank_pool_size(k: int) -> int:
     return max(4 * k, 20)
 
 
+def lexical_fusion(query: str, texts: Sequence[str], base: np.ndarray, lexical: float) -> np.ndarray:
+    """``(1 - lexical) * minmax(base) + lexical * minmax(bm25)``: the base's scores (or ranks) fused with a BM25
+    score computed on the candidates themselves (the pool's own term statistics), so that the words of the query
+    count beside what the base knew; ``lexical=0`` returns ``base`` unchanged.
+
+    >>> lexical_fusion("boats", ["goats", "boats", "coats"], np.array([1.0, 0.5, 0.0]), 0.5).round(2).tolist()
+    [0.5, 0.75, 0.0]
+    """
+    if lexical == 0:
+        return base
+    bm25 = BM25Scorer(texts)(query)
+    return (1.0 - lexical) * minmax(base) + lexical * minmax(bm25)
+
+
 def rerank(
     query: str,
     candidates: Sequence[Fragment],
@@ -81,6 +95,8 @@ def rerank(
     order: str = "score",
     outside: Literal["floor", "ignore"] = "floor",
     top_m: int | None = None,
+    lexical: float = 0.0,
+    score_embedder: Embedder | None = None,
 ) -> list[ScoredFragment]:
     """FragRel over a candidate pool from a base retriever, best first.
 
@@ -88,9 +104,14 @@ def rerank(
     Independent scores, always on one scale:
 
     - the base's ``scores`` when every candidate has one;
-    - else, with an ``embedder``, the cosine of its embeddings for every candidate (your model, your choice);
-    - else the base's ranking as :func:`rank_scores` over its best :func:`rank_pool_size` candidates — no model is
-      loaded.
+    - else, with a ``score_embedder``, the cosine of its embeddings for every candidate (your model, your explicit
+      choice: it replaces the base's ranking);
+    - else the base's ranking as :func:`rank_scores` — over the whole pool when ``lexical > 0`` (the pool's BM25
+      lifts what the ranking alone could not: LoCoMo dev, lexical 0.5, +13.3 / +7.5 R@5 over two score-less BM25
+      bases against +9.5 / +4.1 over their best 20), else over its best :func:`rank_pool_size` — no model is loaded.
+
+    ``lexical > 0`` fuses the base's scores (or ranks) with a BM25 score computed on the pool itself
+    (:func:`lexical_fusion`). ``embedder`` serves only a relation that needs embeddings; it never scores the pool.
 
     With a ``store`` (anything with ``neighbours(keys, radius=)``, e.g. a :class:`FragmentStore`) and
     ``expand > 0``, the stored fragments within ``expand`` positions of each candidate join the pool with the
@@ -116,24 +137,33 @@ def rerank(
     pool, pool_scores = dedupe(list(candidates), scores)
     if not pool:
         return []
+    if not 0.0 <= lexical <= 1.0:
+        raise ValueError(f"lexical must be a number in [0, 1] (weight of the pool's BM25 score), got {lexical!r}")
     has_base = pool_scores is not None and all(s is not None for s in pool_scores)
-    if not has_base and embedder is None and k is not None:
-        pool = pool[: rank_pool_size(k)]  # ranks carry little information further down
+    if not has_base and score_embedder is None and k is not None and lexical == 0:
+        pool = pool[: rank_pool_size(k)]  # ranks alone carry little information further down
     n_base = len(pool)
     if store is not None and expand > 0:
         pool += store.neighbours([(f.doc_id, f.position) for f in pool], radius=expand)
-    by_embedder = not has_base and embedder is not None
+    by_embedder = not has_base and score_embedder is not None
     embeddings = None
     if by_embedder or relation.needs_embeddings:
         if embedder is None:
-            from ..models.local import default_cached_embedder
+            if score_embedder is not None:
+                embedder = score_embedder
+            else:
+                from ..models.local import default_cached_embedder
 
-            embedder = default_cached_embedder()
+                embedder = default_cached_embedder()
         embeddings = embed_documents(embedder, [f.text for f in pool])
     if by_embedder:
-        s_ind = DenseScorer(embeddings, embedder)(query)
+        if score_embedder is not embedder:
+            s_ind = DenseScorer(embed_documents(score_embedder, [f.text for f in pool]), score_embedder)(query)
+        else:
+            s_ind = DenseScorer(embeddings, score_embedder)(query)
     else:
         base = check_scores(pool_scores, "base retriever scores") if has_base else rank_scores(n_base)
+        base = lexical_fusion(query, [f.text for f in pool[:n_base]], base, lexical)
         s_ind = np.concatenate([base, np.full(len(pool) - n_base, base.min())])
     layout = FragmentLayout.from_fragments(pool, embeddings)
     full = relation.full_weight() if outside == "floor" else None

@@ -24,7 +24,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableBinding
 from langchain_core.vectorstores import VectorStoreRetriever
 
-__all__ = ["BASE_SCORE_KEY", "default_pool_size", "oriented", "sized_base", "takes_k"]
+__all__ = ["BASE_SCORE_KEY", "default_pool_size", "oriented", "ranks_by_words", "sized_base", "takes_k"]
 
 #: Metadata key under which a vector store's own relevance score reaches the re-ranker.
 BASE_SCORE_KEY = "fragrel_base_score"
@@ -84,6 +84,17 @@ def _is_fusion(base: object) -> bool:
         and isinstance(getattr(base, "c", None), int | float)
         and callable(getattr(base, "weighted_reciprocal_rank", None))
     )
+
+
+def ranks_by_words(base: object) -> bool:
+    """Whether ``base`` already ranks by the query's words: a ``BM25Retriever``, or an ``EnsembleRetriever`` with
+    one among its members (then the wrapper fuses no second BM25 score of the pool into its scores)."""
+    while isinstance(base, RunnableBinding):
+        base = base.bound
+    if _is_bm25(base):
+        return True
+    members = getattr(base, "retrievers", None)
+    return _is_fusion(base) and isinstance(members, list) and any(ranks_by_words(r) for r in members)
 
 
 class _ScoredBM25Retriever(BaseRetriever):

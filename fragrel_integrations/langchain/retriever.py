@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal, Self
 
 from langchain_core.callbacks import (
@@ -16,18 +16,15 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
 from .._adapters import split_kwargs
-from ..core.conventions import RAISE_ON_MISSING_POSITION
+from ..core import conventions as kit
 from ..core.index import FragRelIndex
-from ..core.presets import DEFAULT_PRESET, PRESETS
-from ..core.presets import preset as get_preset
+from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
-from ..core.rerank import rerank
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ..models.convert import optional_embedder
 from ._documents import (
     check_documents,
     fragment_to_document,
@@ -36,7 +33,7 @@ from ._documents import (
     read_score,
     with_scores,
 )
-from ._pool import BASE_SCORE_KEY, default_pool_size, sized_base, takes_k
+from ._pool import BASE_SCORE_KEY, default_pool_size, ranks_by_words, sized_base, takes_k
 from .indexing import add_positions
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
@@ -51,10 +48,23 @@ _MISSING_POSITION = (
 )
 
 
-def _check_key(value: str, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty metadata key, got {value!r}")
-    return value
+#: The settings kit's check of each field (run before pydantic's own type check, so the words are the kit's).
+_SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "k": kit.check_k,
+    "preset": kit.check_preset,
+    "alpha": kit.check_alpha_setting,
+    "top_m": kit.check_top_m_setting,
+    "lexical": kit.check_lexical,
+    "relation": kit.check_relation,
+    "pool_size": kit.check_pool_size,
+    "store": kit.check_store,
+    "expand": kit.check_expand,
+    "outside": kit.check_outside,
+    "order": kit.check_order,
+    "on_missing_position": lambda value: kit.check_on_missing_position(value, links=False),
+    "doc_id_key": partial(kit.check_key, "doc_id_key"),
+    "position_key": partial(kit.check_key, "position_key"),
+}
 
 
 class FragRelRetriever(BaseRetriever):
@@ -65,18 +75,21 @@ class FragRelRetriever(BaseRetriever):
     field such as ``BM25Retriever`` get it set, an ``EnsembleRetriever`` passes it to each member), so FragRel
     chooses *which* ``k`` documents come back, not only their order.
 
-    ``s_ind`` is the base's own score, never a second model behind your back: a vector-store retriever's
+    ``s_ind`` starts from the base's own score, never a second model behind your back: a vector-store retriever's
     relevance score (``similarity_search_with_relevance_scores``), else metadata ``score_key`` (by default
-    ``relevance_score``, then ``score``) when every candidate has one, else the base's ranking (``1 - rank/n``).
-    Only when you pass ``embedder`` are score-less candidates scored by its cosine instead. ``s_env`` is the
-    relation-weighted mean of the other fragments' ``s_ind`` (by default the context relation
+    ``relevance_score``, then ``score``) when every candidate has one, else the base's ranking (``1 - rank/n``);
+    it is fused with a BM25 score computed on the pool itself (``lexical``). ``embedder`` only serves a relation
+    that needs embeddings; pass ``score_embedder`` to re-score score-less candidates by its cosine instead.
+    ``s_env`` is the relation-weighted mean of the other fragments' ``s_ind`` (by default the context relation
     ``w_rel ** |position_i - position_j|`` within one document); positions the base did not return count with
     the pool's lowest score (``outside="floor"``). Candidates need ``doc_id`` / ``position`` metadata: write it
     with :func:`~fragrel_integrations.langchain.add_positions` before indexing.
 
-    ``preset`` picks ``relation``, ``alpha``, ``top_m`` and ``order`` for a kind of text (``"general"`` by
-    default: only the 10 best candidates lend support; ``"story"`` (the paper's), ``"dialogue"``, ``"haystack"``,
-    ``"multidoc"``; see :mod:`fragrel_integrations.core.presets`); explicit arguments win over it.
+    ``preset`` picks ``relation``, ``alpha``, ``top_m``, ``order`` and ``lexical`` for a kind of text: ``"auto"``
+    (the default) recognises each pool's kind (turns with speakers, a few sentences from one long text, many short
+    documents) and uses its measured setting, else ``"general"`` (only the 10 best candidates lend support);
+    ``"story"`` (the paper's), ``"dialogue"``, ``"haystack"``, ``"multidoc"`` name one (see
+    :mod:`fragrel_integrations.core.presets`); explicit arguments win over it.
 
     Returns copies of the base retriever's Documents (never the originals) with ``relevance_score`` (= s_rel),
     ``fragrel_independent_score`` and ``fragrel_environment_score`` added, best first (or in document order with
@@ -98,36 +111,47 @@ class FragRelRetriever(BaseRetriever):
 
     base_retriever: RetrieverLike
     """Any Runnable[str, list[Document]] (typically ``vectorstore.as_retriever()``); a plain function is wrapped."""
-    k: int = Field(default=5, gt=0)
+    k: int = 5
     """Number of documents to return."""
     preset: str = DEFAULT_PRESET
-    """Settings for a kind of text: one of ``PRESETS`` ("general", "story", "dialogue", "haystack", "multidoc")."""
-    alpha: float | None = Field(default=None, ge=0)
+    """Settings for a kind of text: "auto" (chosen per pool from what it looks like), "general", "story",
+    "dialogue", "haystack" or "multidoc"."""
+    alpha: float | None = None
     """Weight of the environment score; None = the preset's."""
-    top_m: int | None = Field(default=None, ge=0)
+    top_m: int | None = None
     """How many of the best candidates lend support to their neighbours; None = the preset's, 0 = all."""
     relation: Relation | None = None
     """The fragment relation (core Relation); None = the preset's ``ContextRelation``."""
+    lexical: float | None = None
+    """Weight in [0, 1] of a BM25 score computed on the pool itself, fused with the base's scores (or ranking);
+    None = the preset's (0 for a base that already ranks by words: BM25, an ensemble with BM25), 0 = the base's
+    scores alone."""
     embedder: Any = None
-    """Scores score-less candidates by its cosine when given (e.g. your LangChain Embeddings); None = base ranking."""
-    pool_size: int | None = Field(default=None, gt=0)
+    """Embeds the pool for a relation that needs embeddings (e.g. ``SemanticRelation``); it never scores the pool."""
+    score_embedder: Any = None
+    """Re-scores a score-less pool by its cosine instead of the base's ranking (your explicit choice)."""
+    pool_size: int | None = None
     """Candidates to ask the base retriever for; None = ``max(10 * k, 50)``."""
     store: Any = None
     """FragmentStore holding every chunk (see ``add_positions(..., store=...)``), for neighbour expansion."""
-    expand: int = Field(default=0, ge=0)
-    """Neighbour radius: stored fragments within ``expand`` positions of a candidate join the pool."""
+    expand: int | None = None
+    """Neighbour radius: stored fragments within ``expand`` positions of a candidate join the pool; None = 1 with a
+    ``store``, else 0."""
     outside: Literal["floor", "ignore"] = "floor"
     """Positions outside the pool count with the pool's lowest score ("floor") or not at all ("ignore")."""
-    doc_id_key: str = "doc_id"
-    position_key: str = "position"
+    doc_id_key: str = kit.DEFAULT_DOC_ID_KEY
+    position_key: str = kit.DEFAULT_POSITION_KEY
     score_key: str | None = None
     """Metadata key of the base score; None tries the store's relevance score, ``relevance_score``, ``score``."""
-    on_missing_position: Literal["error", "raise", "isolate"] = "error"  # "raise" = "error"
+    on_missing_position: Literal["raise", "error", "isolate"] = "raise"
+    """"raise" a ValueError naming the fix ("error" is its old spelling) or "isolate" (no environment)."""
     order: Literal["score", "position"] | None = None
     """"score" or "position" (document order); None = the preset's."""
 
     _sized: dict[int, Any] = PrivateAttr(default_factory=dict)
     _warned: bool = PrivateAttr(default=False)
+    _settings: kit.WrapperSettings = PrivateAttr()
+    _ranks_by_words: bool = PrivateAttr(default=False)
 
     @field_validator("base_retriever", mode="before")
     @classmethod
@@ -136,42 +160,36 @@ class FragRelRetriever(BaseRetriever):
             return RunnableLambda(value)  # a plain function query -> list[Document], as LCEL pipes accept
         return value
 
-    @field_validator("alpha")
+    @field_validator(*_SETTING_CHECKS, mode="before")
     @classmethod
-    def _finite_alpha(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
-            raise ValueError(f"alpha must be a finite number >= 0, got {value}")
-        return value
-
-    @field_validator("embedder")
-    @classmethod
-    def _check_embedder(cls, value: Any) -> Any:
-        return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
+    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return _SETTING_CHECKS[info.field_name](value)  # the kit's check: the same words as in LlamaIndex
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
-        _check_key(self.doc_id_key, "doc_id_key")
-        _check_key(self.position_key, "position_key")
-        if self.doc_id_key == self.position_key:
-            raise ValueError("doc_id_key and position_key must differ")
-        if self.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
-        chosen = get_preset(self.preset)
-        if self.alpha is None:
-            self.alpha = chosen.alpha
-        if self.top_m is None:
-            self.top_m = chosen.top_m or 0
-        if self.relation is None:
-            self.relation = chosen.relation()
-        if self.order is None:
-            self.order = chosen.order
-        if self.expand > 0 and self.store is None:
-            raise ValueError(
-                "expand > 0 needs store=FragmentStore() filled with add_positions(chunks, store=store); "
-                "or leave expand=0"
-            )
-        if self.store is not None and not callable(getattr(self.store, "neighbours", None)):
-            raise TypeError(f"store must have neighbours(keys, radius=) (a FragmentStore), got {type(self.store)}")
+        settings = kit.WrapperSettings.resolve(
+            preset=self.preset,
+            relation=self.relation,
+            alpha=self.alpha,
+            top_m=self.top_m,
+            order=self.order,
+            lexical=self.lexical,
+            outside=self.outside,
+            embedder=self.embedder,
+            score_embedder=self.score_embedder,
+            store=self.store,
+            expand=self.expand,
+            doc_id_key=self.doc_id_key,
+            position_key=self.position_key,
+            on_missing_position=self.on_missing_position,
+            links=False,
+        )
+        self._settings = settings
+        self._ranks_by_words = ranks_by_words(self.base_retriever)
+        # the fields show the resolved settings (None with preset="auto": chosen per pool; top_m 0: all lend support)
+        self.alpha, self.top_m, self.relation = settings.alpha, settings.top_m, settings.relation
+        self.order, self.expand, self.lexical = settings.order, settings.expand, settings.lexical
+        self.on_missing_position = settings.on_missing_position  # type: ignore[assignment]
         sizable = self.pool_size is None or sized_base(self.base_retriever, self.pool_size) is not None
         if not sizable and not takes_k(self.base_retriever):
             raise ValueError(
@@ -222,7 +240,7 @@ class FragRelRetriever(BaseRetriever):
         for i, doc in enumerate(docs):
             location = read_location(doc, self.doc_id_key, self.position_key)
             if location is None:
-                if self.on_missing_position in RAISE_ON_MISSING_POSITION:
+                if self._settings.on_missing_position == "raise":
                     raise ValueError(
                         _MISSING_POSITION.format(i=i, doc_id_key=self.doc_id_key, position_key=self.position_key)
                     )
@@ -235,19 +253,12 @@ class FragRelRetriever(BaseRetriever):
             scores.append(score)
             fragments.append(Fragment(doc.page_content, location[0], location[1], dict(doc.metadata)))
             originals.setdefault(location, doc)
-        hits = rerank(
+        hits = self._settings.rerank(
             query,
             fragments,
-            relation=self.relation,
-            alpha=self.alpha,
-            k=k,
             scores=None if all(s is None for s in scores) else scores,
-            embedder=self.embedder,
-            store=self.store,
-            expand=self.expand,
-            order=self.order,
-            outside=self.outside,
-            top_m=self.top_m or None,
+            k=k,
+            ranks_by_words=self._ranks_by_words,
         )
         logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(hits))
         out = []
@@ -303,7 +314,7 @@ class FragRelIndexRetriever(BaseRetriever):
 
     index: FragRelIndex
     """The core index (holds the fragments, the relation, alpha and the scorer)."""
-    k: int = Field(default=4, gt=0)
+    k: int = 4
     budget_words: int | None = Field(default=None, gt=0)
     """Also stop when the returned fragments reach this many words."""
     order: Literal["score", "position"] = "score"
@@ -312,12 +323,14 @@ class FragRelIndexRetriever(BaseRetriever):
 
     _documents: dict[tuple[str, int], Document] = PrivateAttr(default_factory=dict)
 
+    @field_validator("k", "order", mode="before")
+    @classmethod
+    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return _SETTING_CHECKS[info.field_name](value)
+
     @model_validator(mode="after")
     def _check_keys(self) -> Self:
-        _check_key(self.doc_id_key, "doc_id_key")
-        _check_key(self.position_key, "position_key")
-        if self.doc_id_key == self.position_key:
-            raise ValueError("doc_id_key and position_key must differ")
+        kit.check_keys(self.doc_id_key, self.position_key)
         return self
 
     @classmethod

@@ -14,17 +14,11 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
-from ..core.conventions import RAISE_ON_MISSING_POSITION, SCORE_KEYS, missing_position_policy, score_metadata
-from ..core.presets import DEFAULT_PRESET
-from ..core.presets import preset as get_preset
+from ..core import conventions as kit
+from ..core.conventions import ORDERS, SCORE_KEYS, check_key, score_metadata
 from ..core.relations import Relation
-from ..core.rerank import rerank
-from ..core.scoring import check_alpha, check_top_m
 from ..core.selection import check_k
-from ..core.store import FragmentStore
 from ..core.types import Fragment, ScoredFragment, parse_position
-from ..models.base import Embedder
-from ..models.convert import optional_embedder
 
 __all__ = [
     "MISSING_POSITION_MODES",
@@ -46,8 +40,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STORE_NODE_KEY = "fragrel_node"  # what a FragmentStore row keeps about its LlamaIndex node (id, source, hidden keys)
-ORDERS = ("score", "position")
-MISSING_POSITION_MODES = (*RAISE_ON_MISSING_POSITION, "isolate", "links")  # "error" is an alias of "raise"
+MISSING_POSITION_MODES = (*kit.MISSING_POSITION_MODES, *kit.MISSING_POSITION_ALIASES)
 
 _TAGGER_HINT = (
     "tag the nodes when indexing with fragrel_integrations.llama_index.PositionTagger() (a transformation, "
@@ -65,12 +58,6 @@ def resolve_k(similarity_top_k: int | None, k: int | None, default: int | None) 
         raise ValueError(f"similarity_top_k={similarity_top_k} and k={k} disagree: pass only one of them")
     chosen = similarity_top_k if similarity_top_k is not None else k
     return default if chosen is None else chosen
-
-
-def check_key(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name} must be a non-empty metadata key (str), got {value!r}")
-    return value
 
 
 def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
@@ -196,82 +183,41 @@ def node_from_fragment(fragment: Fragment, *, doc_id_key: str = "doc_id", positi
 
 @dataclass(frozen=True)
 class NodeReranker:
-    """Validated FragRel settings of a LlamaIndex component; calling it re-ranks ``NodeWithScore`` candidates.
+    """The checked FragRel settings of a LlamaIndex component (the settings kit's :class:`WrapperSettings`) and
+    the number of nodes to keep; calling it re-ranks ``NodeWithScore`` candidates.
 
-    Build it with :meth:`build` (which checks every argument and adapts the embedder).
+    Build it with :meth:`build`, which hands every setting to the kit.
     """
 
-    relation: Relation
-    alpha: float
+    settings: kit.WrapperSettings
     k: int | None
-    embedder: Embedder | None
-    store: FragmentStore | None
-    expand: int
-    order: str
-    doc_id_key: str
-    position_key: str
-    on_missing_position: str
-    outside: str = "floor"
-    top_m: int | None = None
+    ranks_by_words: bool = False  # the base ranks by the query's words (BM25, fusion with BM25): no pool BM25
 
     @classmethod
-    def build(
-        cls,
-        *,
-        preset: str = DEFAULT_PRESET,
-        relation: Relation | None = None,
-        alpha: float | None = None,
-        top_m: int | None = None,
-        k: int | None = 5,
-        embedder: object = None,
-        store: FragmentStore | None = None,
-        expand: int | None = None,
-        order: str | None = None,
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
-        on_missing_position: str = "raise",
-        outside: str = "floor",
-    ) -> NodeReranker:
-        """Check every setting; ``relation``, ``alpha``, ``top_m`` and ``order`` default to the ``preset``'s
-        (``top_m=0``: every candidate lends support)."""
-        chosen = get_preset(preset)
-        top_m = chosen.top_m if top_m is None else (check_top_m(top_m) if top_m != 0 else None)
-        relation = chosen.relation() if relation is None else relation
-        alpha = chosen.alpha if alpha is None else alpha
-        order = chosen.order if order is None else order
-        if outside not in ("floor", "ignore"):
-            raise ValueError(f"outside must be 'floor' or 'ignore', got {outside!r}")
-        if not isinstance(relation, Relation):
-            raise TypeError(f"relation must be a Relation such as ContextRelation(0.3), got {relation!r}")
-        if store is not None and not isinstance(store, FragmentStore):
-            raise TypeError(
-                f"store must be a fragrel_integrations.FragmentStore (fill it with PositionTagger(store=...)), "
-                f"got {type(store).__name__}"
-            )
-        if expand is None:
-            expand = 0 if store is None else 1
-        if isinstance(expand, bool) or not isinstance(expand, int) or expand < 0:
-            raise ValueError(f"expand must be an int >= 0 (neighbour radius), got {expand!r}")
-        if expand > 0 and store is None:
-            raise ValueError("expand > 0 needs a store: build one with PositionTagger(store=FragmentStore(path))")
-        if order not in ORDERS:
-            raise ValueError(f"order must be 'score' or 'position', got {order!r}")
-        if on_missing_position not in MISSING_POSITION_MODES:
-            raise ValueError(f"on_missing_position must be 'raise', 'isolate' or 'links', got {on_missing_position!r}")
-        return cls(
-            relation=relation,
-            alpha=check_alpha(alpha),
-            k=check_k(k),
-            embedder=optional_embedder(embedder),
-            store=store,
-            expand=expand,
-            order=order,
-            doc_id_key=check_key("doc_id_key", doc_id_key),
-            position_key=check_key("position_key", position_key),
-            on_missing_position=missing_position_policy(on_missing_position),
-            outside=outside,
-            top_m=top_m,
-        )
+    def build(cls, *, k: int | None = 5, ranks_by_words: bool = False, **settings: Any) -> NodeReranker:
+        """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.core.conventions.
+        WrapperSettings.resolve>`: the ``preset``'s defaults, ``expand`` 1 with a store)."""
+        return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words)
+
+    @property
+    def relation(self) -> Relation | None:
+        return self.settings.relation
+
+    @property
+    def alpha(self) -> float | None:
+        return self.settings.alpha
+
+    @property
+    def doc_id_key(self) -> str:
+        return self.settings.doc_id_key
+
+    @property
+    def position_key(self) -> str:
+        return self.settings.position_key
+
+    @property
+    def on_missing_position(self) -> str:
+        return self.settings.on_missing_position
 
     def keys(self, nodes: Sequence[BaseNode]) -> list[tuple[str, int]]:
         """``(doc_id, position)`` of each node, with the configured fallback for nodes that lack one."""
@@ -315,19 +261,8 @@ class NodeReranker:
             Fragment(scoring_text(c.node), doc_id, position, dict(c.node.metadata))
             for c, (doc_id, position) in zip(candidates, keys, strict=True)
         ]
-        results = rerank(
-            query,
-            fragments,
-            relation=self.relation,
-            alpha=self.alpha,
-            k=self.k,
-            scores=[c.score for c in candidates],
-            embedder=self.embedder,
-            store=self.store,
-            expand=self.expand,
-            order=self.order,
-            outside=self.outside,  # type: ignore[arg-type]
-            top_m=self.top_m,
+        results = self.settings.rerank(
+            query, fragments, scores=[c.score for c in candidates], k=self.k, ranks_by_words=self.ranks_by_words
         )
         by_key: dict[tuple[str, int], BaseNode] = {}
         for c, key in zip(candidates, keys, strict=True):

@@ -12,7 +12,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["default_pool_size", "sized_base"]
+__all__ = [
+    "default_pool_size",
+    "ranks_by_words",
+    "sized_base",
+]
 
 
 def default_pool_size(k: int) -> int:
@@ -29,6 +33,15 @@ def _corpus_size(retriever: Any) -> int | None:
     scores = getattr(getattr(retriever, "bm25", None), "scores", None)
     n = scores.get("num_docs") if isinstance(scores, dict) else None
     return int(n) if n else None
+
+
+def ranks_by_words(retriever: Any) -> bool:
+    """Whether ``retriever`` already ranks by the query's words: a BM25 retriever, or a fusion retriever with one
+    among its members (then the wrapper fuses no second BM25 score of the pool into its scores)."""
+    if _corpus_size(retriever) is not None:
+        return True
+    members = getattr(retriever, "_retrievers", None)
+    return isinstance(members, list) and any(ranks_by_words(r) for r in members)
 
 
 def sized_base(retriever: Any, n: int) -> Any | None:

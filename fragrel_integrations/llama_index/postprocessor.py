@@ -3,29 +3,50 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal
 
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationInfo, field_validator
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRankStartEvent
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from ..core import conventions as kit
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
-from ..core.store import FragmentStore
 from ._convert import NodeReranker
 
 __all__ = ["FragRelPostprocessor"]
 
 dispatcher = get_dispatcher(__name__)
 
+#: The settings kit's check of each field, run before pydantic's own type check (so the words are the kit's); the
+#: rest are checked together when the postprocessor is built.
+_SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
+    "top_n": partial(kit.check_k, name="top_n"),
+    "relation": kit.check_relation,
+    "store": kit.check_store,
+    "preset": kit.check_preset,
+    "alpha": kit.check_alpha_setting,
+    "top_m": kit.check_top_m_setting,
+    "lexical": kit.check_lexical,
+    "expand": kit.check_expand,
+    "outside": kit.check_outside,
+    "order": kit.check_order,
+    "on_missing_position": kit.check_on_missing_position,
+    "doc_id_key": partial(kit.check_key, "doc_id_key"),
+    "position_key": partial(kit.check_key, "position_key"),
+}
+
 
 class FragRelPostprocessor(BaseNodePostprocessor):
     """Re-score the nodes it is given with FragRel and keep the ``top_n`` best.
 
     Same conversion and scoring as :class:`~fragrel_integrations.llama_index.FragRelRetriever`: node scores are
-    the independent scores (the node ranking when a node has none, or ``embedder`` cosine if you give one),
+    the independent scores (the node ranking when a node has none, or ``score_embedder`` cosine if you give one;
+    fused with a BM25 score on the nodes themselves, ``lexical``),
     ``doc_id``/``position`` metadata give the context relation, and the returned copies carry ``relevance_score``,
     ``fragrel_independent_score`` and ``fragrel_environment_score`` in metadata. A postprocessor cannot ask the
     retriever for more: give the query engine ``similarity_top_k=50`` (its default is 2); it warns once when it
@@ -40,7 +61,8 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     top_n: int | None = Field(default=5, description="Nodes to keep (None keeps them all, re-ordered).")
     preset: str = Field(
         default=DEFAULT_PRESET,
-        description="'general', 'story', 'dialogue', 'haystack' or 'multidoc': relation, alpha, top_m, order.",
+        description="'auto' (each pool's kind of text), 'general', 'story', 'dialogue', 'haystack' or 'multidoc': "
+        "relation, alpha, top_m, order, lexical.",
     )
     alpha: float | None = Field(default=None, description="Weight of the environment score (default: the preset's).")
     top_m: int | None = Field(
@@ -49,13 +71,23 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     relation: Relation | None = Field(
         default=None, exclude=True, description="Fragment relation (default: the preset's ContextRelation)."
     )
+    lexical: float | None = Field(
+        default=None,
+        description="Weight in [0, 1] of a BM25 score computed on the nodes themselves, fused with their scores "
+        "(default: the preset's; 0: the node scores alone).",
+    )
     embedder: Any = Field(
         default=None,
         exclude=True,
-        description="LlamaIndex BaseEmbedding or object with embed_documents/embed_query, for nodes without a score "
-        "(default: the embedded all-MiniLM-L6-v2).",
+        description="LlamaIndex BaseEmbedding or object with embed_documents/embed_query, for a relation that needs "
+        "embeddings (it never scores the nodes).",
     )
-    store: FragmentStore | None = Field(
+    score_embedder: Any = Field(
+        default=None,
+        exclude=True,
+        description="Re-scores nodes that come without a score by its cosine (default: their ranking).",
+    )
+    store: Any = Field(
         default=None, exclude=True, description="FragmentStore written by PositionTagger, for neighbour expansion."
     )
     expand: int | None = Field(default=None, description="Neighbour radius in the store (default 1 with a store).")
@@ -75,6 +107,11 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     def class_name(cls) -> str:
         return "FragRelPostprocessor"
 
+    @field_validator(*_SETTING_CHECKS, mode="before")
+    @classmethod
+    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return _SETTING_CHECKS[info.field_name](value)  # the kit's check: the same words as in LangChain
+
     _warned: bool = PrivateAttr(default=False)
 
     def model_post_init(self, context: Any, /) -> None:
@@ -87,8 +124,10 @@ class FragRelPostprocessor(BaseNodePostprocessor):
             relation=self.relation,
             alpha=self.alpha,
             top_m=self.top_m,
+            lexical=self.lexical,
             k=self.top_n,
             embedder=self.embedder,
+            score_embedder=self.score_embedder,
             store=self.store,
             expand=self.expand,
             order=self.order,

@@ -13,6 +13,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from .._adapters import split_kwargs
+from ..core.conventions import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys, check_order, check_pool_size
 from ..core.index import FragRelIndex
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
@@ -20,8 +21,8 @@ from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
-from ._convert import ORDERS, NodeReranker, check_key, node_from_fragment, resolve_k, scored_node
-from ._pool import default_pool_size, sized_base
+from ._convert import NodeReranker, node_from_fragment, resolve_k, scored_node
+from ._pool import default_pool_size, ranks_by_words, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
 
@@ -33,9 +34,10 @@ class FragRelRetriever(BaseRetriever):
 
     The wrapped ``retriever`` supplies the candidate pool: a copy of it is asked for ``pool_size`` nodes (default
     ``max(10 * similarity_top_k, 50)``, set through its ``similarity_top_k``; a fusion retriever's members too), so
-    FragRel chooses which nodes come back. The independent score ``s_ind`` is the node score the base returns;
-    when a candidate has none, the base's ranking (``1 - rank/n``) unless you pass ``embedder`` (then its cosine).
-    Neighbours added from ``store`` get the pool's lowest score; no model is loaded behind your back. The
+    FragRel chooses which nodes come back. The independent score ``s_ind`` is the node score the base returns
+    (when a candidate has none, the base's ranking ``1 - rank/n``; ``score_embedder``'s cosine if you pass one),
+    fused with a BM25 score computed on the pool itself (``lexical``). Neighbours added from ``store`` get the
+    pool's lowest score; no model is loaded behind your back. The
     environment ``s_env`` comes from ``relation`` (the ``preset``'s ``ContextRelation`` by default) over each
     node's ``metadata["doc_id"]`` (or its source document id) and ``metadata["position"]``; positions the base did
     not return count with the pool's lowest score (``outside="floor"``). Write the metadata at indexing time with
@@ -47,14 +49,18 @@ class FragRelRetriever(BaseRetriever):
     Args:
         retriever: the base LlamaIndex retriever.
         similarity_top_k: how many nodes to return (default 5); ``k`` is an alias.
-        preset: "general" (default), "story" (the paper's), "dialogue", "haystack" or "multidoc": ``relation``,
-            ``alpha``, ``top_m`` and ``order`` for that kind of text (:mod:`fragrel_integrations.core.presets`);
-            explicit arguments win.
+        preset: "auto" (default: each pool's kind of text, recognised from what it looks like), "general", "story"
+            (the paper's), "dialogue", "haystack" or "multidoc": ``relation``, ``alpha``, ``top_m``, ``order`` and
+            ``lexical`` for that kind of text (:mod:`fragrel_integrations.core.presets`); explicit arguments win.
         alpha: weight of the environment score (default: the preset's).
         top_m: how many of the best candidates lend support to their neighbours (default: the preset's; 0: all).
         relation: a core relation (default: the preset's ``ContextRelation``).
-        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``; scores
-            candidates that come without a score.
+        lexical: weight in [0, 1] of the pool's own BM25 score in ``s_ind`` (default: the preset's; 0: the base's
+            scores alone).
+        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``, for a
+            relation that needs embeddings (it never scores the pool).
+        score_embedder: an embedder whose cosine re-scores candidates that come without a score (instead of the
+            base's ranking).
         pool_size: candidates to ask the base for (default ``max(10 * similarity_top_k, 50)``).
         store: a :class:`~fragrel_integrations.FragmentStore` filled by ``PositionTagger(store=...)``; the stored
             neighbours within ``expand`` positions (default 1 with a store) of each candidate join the pool.
@@ -80,14 +86,16 @@ class FragRelRetriever(BaseRetriever):
         preset: str = DEFAULT_PRESET,
         alpha: float | None = None,
         top_m: int | None = None,
+        lexical: float | None = None,
         relation: Relation | None = None,
         embedder: Any = None,
+        score_embedder: Any = None,
         pool_size: int | None = None,
         store: FragmentStore | None = None,
         expand: int | None = None,
         order: Literal["score", "position"] | None = None,
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
         on_missing_position: Literal["raise", "error", "isolate", "links"] = "raise",
         outside: Literal["floor", "ignore"] = "floor",
         callback_manager: CallbackManager | None = None,
@@ -105,8 +113,11 @@ class FragRelRetriever(BaseRetriever):
             relation=relation,
             alpha=alpha,
             top_m=top_m,
+            lexical=lexical,
             k=resolve_k(similarity_top_k, k, _DEFAULT_TOP_K),
+            ranks_by_words=ranks_by_words(retriever),
             embedder=embedder,
+            score_embedder=score_embedder,
             store=store,
             expand=expand,
             order=order,
@@ -114,7 +125,7 @@ class FragRelRetriever(BaseRetriever):
             position_key=position_key,
             on_missing_position=on_missing_position,
         )
-        pool_size = check_k(pool_size, "pool_size")
+        pool_size = check_pool_size(pool_size)
         n = max(pool_size or default_pool_size(self._reranker.k or _DEFAULT_TOP_K), self._reranker.k or 1)
         sized = sized_base(retriever, n)
         if sized is None and pool_size is not None:
@@ -148,11 +159,13 @@ class FragRelRetriever(BaseRetriever):
         return int(self._reranker.k)  # type: ignore[arg-type]
 
     @property
-    def alpha(self) -> float:
+    def alpha(self) -> float | None:
+        """The environment weight (None with ``preset="auto"``: chosen per pool)."""
         return self._reranker.alpha
 
     @property
-    def relation(self) -> Relation:
+    def relation(self) -> Relation | None:
+        """The relation (None with ``preset="auto"``: chosen per pool)."""
         return self._reranker.relation
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -201,14 +214,11 @@ class FragRelIndexRetriever(BaseRetriever):
             raise TypeError(
                 f"index must be a FragRelIndex (or use FragRelIndexRetriever.from_texts), got {type(index).__name__}"
             )
-        if order not in ORDERS:
-            raise ValueError(f"order must be 'score' or 'position', got {order!r}")
         self.index = index
         self.similarity_top_k = resolve_k(similarity_top_k, k, None)
         self.budget_words = check_k(budget_words, "budget_words")
-        self.order = order
-        self.doc_id_key = check_key("doc_id_key", doc_id_key)
-        self.position_key = check_key("position_key", position_key)
+        self.order = check_order(order) or "score"
+        self.doc_id_key, self.position_key = check_keys(doc_id_key, position_key)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
