@@ -142,7 +142,9 @@ def test_langchain_retriever_uses_the_code_relation(tmp_path):
         Document(f.text, metadata={**f.metadata, "doc_id": f.doc_id, "position": f.position, "relevance_score": s})
         for f, s in zip(pool, scores, strict=True)
     ]
-    retriever = FragRelRetriever(base_retriever=lambda q: docs, relation=index.relation, k=4, preset="story")
+    retriever = FragRelRetriever(
+        base_retriever=lambda q: docs, relation=index.relation, k=4, preset="story", lexical=0
+    )  # the base's own scores
     got = retriever.invoke(query)
     expected = rerank(query, pool, relation=index.relation, alpha=0.5, k=4, scores=scores)
     assert [(d.metadata["path"], d.metadata["start_line"]) for d in got] == [
@@ -170,7 +172,7 @@ def test_llama_index_postprocessor_uses_the_code_relation(tmp_path):
         )
         for f, s in zip(pool, scores, strict=True)
     ]
-    post = FragRelPostprocessor(relation=index.relation, top_n=4, preset="story")
+    post = FragRelPostprocessor(relation=index.relation, top_n=4, preset="story", lexical=0)
     got = post.postprocess_nodes(nodes, query_str=query)
     expected = rerank(query, pool, relation=index.relation, alpha=0.5, k=4, scores=scores)
     np.testing.assert_allclose(

@@ -139,5 +139,5 @@ def test_llama_index_components_with_defaults(caplog, llm, tmp_path):
     no_self_warnings(SurpriseExtractor, caplog)
     llm_wrapper = no_self_warnings(lambda: FragRelLLM(model=llm), caplog)
     no_self_warnings(lambda: InnerLoopQueryEngine(retriever, llm_wrapper), caplog)
-    no_self_warnings(lambda: SCMMemory(llm=llm_wrapper, path=str(tmp_path / "chat.db")), caplog)
+    no_self_warnings(lambda: SCMMemory(llm=llm_wrapper, path=str(tmp_path / "chat.db"), session_id="ana"), caplog)
     no_self_warnings(TripletGraphStore, caplog).core.close()

@@ -127,7 +127,7 @@ def test_postprocessor_emits_rerank_start_and_end_events():
     starts = [e for e in handler.events if isinstance(e, ReRankStartEvent)]
     ends = [e for e in handler.events if isinstance(e, ReRankEndEvent)]
     assert len(starts) == 1 and len(ends) == 1
-    assert starts[0].top_n == 3 and starts[0].model_name == "fragrel:general"
+    assert starts[0].top_n == 3 and starts[0].model_name == "fragrel:auto"
     assert [n.node.node_id for n in starts[0].nodes] == [n.node.node_id for n in nodes]
     assert starts[0].query.query_str == "part"
     assert [n.node.node_id for n in ends[0].nodes] == [n.node.node_id for n in out] and len(out) == 3
@@ -168,7 +168,7 @@ def test_openinference_traces_show_a_reranker_span_and_retriever_spans_named_for
     rerank = next(s for name, s in spans.items() if name.startswith("FragRelPostprocessor."))
     attrs = rerank.attributes
     assert attrs["openinference.span.kind"] == "RERANKER"
-    assert attrs["reranker.model_name"] == "fragrel:general" and attrs["reranker.top_k"] == 3
+    assert attrs["reranker.model_name"] == "fragrel:auto" and attrs["reranker.top_k"] == 3
     assert attrs["reranker.query"] == "part"
     assert [attrs[f"reranker.output_documents.{i}.document.id"] for i in range(3)] == [n.node.node_id for n in out]
     assert "reranker.output_documents.3.document.id" not in attrs
