@@ -43,6 +43,27 @@ from ..models.convert import optional_embedder
 __all__ = ["SCMMemory"]
 
 
+def build_core(
+    memory: SelfControlledMemory | None = None,
+    *,
+    llm: Any = None,
+    path: str | Path = ":memory:",
+    embedder: Embedder | Any | None = None,
+    **memory_kwargs: Any,
+) -> SelfControlledMemory:
+    """The core memory of :class:`SCMMemory` and ``SCMMemoryBlock``: ``memory`` itself, or one built from ``llm``
+    (the controller), ``path`` (the SQLite stream), ``embedder`` and other :class:`SelfControlledMemory` keywords."""
+    if memory is not None:
+        if not isinstance(memory, SelfControlledMemory):
+            raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
+        if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
+            raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
+        return memory
+    if llm is None:
+        raise ValueError("llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)")
+    return SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
+
+
 def _text(message: ChatMessage) -> str:
     return message.content if isinstance(message.content, str) else str(message.content or "")
 
@@ -90,17 +111,7 @@ class SCMMemory(BaseMemory):
         if session_id is not None and (not isinstance(session_id, str) or not session_id):
             raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
         shared = memory is not None or str(path) != ":memory:"
-        if memory is not None:
-            if not isinstance(memory, SelfControlledMemory):
-                raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
-            if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
-                raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
-        else:
-            if llm is None:
-                raise ValueError(
-                    "llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)"
-                )
-            memory = SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
+        memory = build_core(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
         if session_id is None:
             if shared:
                 raise ValueError(

@@ -41,31 +41,9 @@ from llama_index.core.memory import BaseMemoryBlock
 from ..core.scm import SCMContext, SelfControlledMemory
 from ..core.scm.prompts import render_memory_block
 from ..models.base import Embedder
-from ..models.convert import optional_embedder
-from .scm_memory import _is_final_reply, _text
+from .scm_memory import _is_final_reply, _text, build_core
 
 __all__ = ["SCMMemoryBlock"]
-
-
-def build_core(
-    memory: SelfControlledMemory | None = None,
-    *,
-    llm: Any = None,
-    path: str | Path = ":memory:",
-    embedder: Embedder | Any | None = None,
-    **memory_kwargs: Any,
-) -> SelfControlledMemory:
-    """The core memory of a block: ``memory`` itself, or one built from ``llm`` (the controller), ``path`` (the
-    SQLite stream), ``embedder`` and other :class:`SelfControlledMemory` keywords (as ``SCMMemory`` takes them)."""
-    if memory is not None:
-        if not isinstance(memory, SelfControlledMemory):
-            raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
-        if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
-            raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
-        return memory
-    if llm is None:
-        raise ValueError("llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)")
-    return SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
 
 
 def _session(block_kwargs: dict[str, Any], messages: list[ChatMessage] | None) -> str:
