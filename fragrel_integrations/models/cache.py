@@ -23,7 +23,7 @@ from typing import Any
 
 from .._closing import Closing
 from .._sqlite import connect
-from .chat import ChatModel, ChatModelBase, Messages, _check_chat_model, check_params, model_id, to_messages
+from .chat import ChatModel, ChatModelBase, Messages, check_chat_model, check_params, model_id, to_messages
 from .structured import ReplyFormat, supports_format
 
 __all__ = ["CachedChatModel", "ResponseCache", "cache_key"]
@@ -130,7 +130,7 @@ class CachedChatModel(ChatModelBase):
         model_name: str | None = None,
         namespace: str = "",
     ) -> None:
-        self.model = _check_chat_model(model)
+        self.model = check_chat_model(model)
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         self.model_name = model_name or model_id(model)
         self.namespace = namespace

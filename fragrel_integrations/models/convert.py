@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from .base import Embedder, WrappedEmbedder
-from .chat import ChatModel, _is_instance_of
+from .chat import ChatModel, is_instance_of
 from .langchain_chat import LangChainChatModel
 from .llama_index_chat import LlamaIndexChatModel
 from .llama_index_models import LlamaIndexEmbedder, is_llama_index_embedding
@@ -76,11 +76,11 @@ def as_chat_model(model: Any) -> ChatModel:
 
     LangChain chat models also have ``invoke``/``ainvoke`` (returning messages), so they are detected first.
     """
-    if _is_instance_of(model, "langchain_core.language_models", "BaseChatModel"):
+    if is_instance_of(model, "langchain_core.language_models", "BaseChatModel"):
         return LangChainChatModel(model)
-    if _is_instance_of(model, "langchain_core.language_models", "BaseLLM"):
+    if is_instance_of(model, "langchain_core.language_models", "BaseLLM"):
         return LangChainChatModel(model)
-    if _is_instance_of(model, "llama_index.core.llms", "LLM"):
+    if is_instance_of(model, "llama_index.core.llms", "LLM"):
         return LlamaIndexChatModel(model)
     if isinstance(model, ChatModel):
         return model

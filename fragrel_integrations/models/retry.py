@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._validation import check_min_int
-from .chat import ChatModel, ChatModelBase, _check_chat_model, model_id
+from .chat import ChatModel, ChatModelBase, check_chat_model, model_id
 from .structured import ReplyFormat, supports_format
 
 __all__ = [
@@ -199,7 +199,7 @@ class RetryingChatModel(ChatModelBase):
     """
 
     def __init__(self, model: ChatModel, policy: RetryPolicy | None = None) -> None:
-        self.model = _check_chat_model(model)
+        self.model = check_chat_model(model)
         self.policy = policy or RetryPolicy()
         self.model_name = model_id(model)
 
