@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -47,7 +46,8 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import field_validator, model_validator
 
 from .._adapters import check_wrapped_chat_model
-from ..models.chat import check_params, format_tool_call, model_id, tool_turn
+from ..models.chat import check_params, model_id
+from ..models.chat.bridge import BridgeMessage, ChatBridge, new_call_id, role_messages
 from ..models.tokens import count_message_tokens, count_tokens
 
 __all__ = ["FragRelChatModel", "to_role_messages"]
@@ -62,12 +62,7 @@ _ROLE_ALIASES = {
 }
 _MEDIA_BLOCKS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file", "document", "media"})
 _LEGACY_TOOL_KWARGS = ("functions", "function_call")
-_NO_TOOLS = (
-    "FragRelChatModel wraps {name}, which has no tool calling. For agents with tools wrap LlamaCppChatModel "
-    "(grammar-constrained tool calls with the embedded SmolLM2 or any chat GGUF), or use a tool-calling LangChain "
-    "chat model, e.g. ChatOpenAI(base_url=..., model=...) from langchain-openai against an OpenAI-compatible server "
-    "(llama-cpp-python's server, vLLM, Ollama)"
-)
+_TOOLS_ELSEWHERE = "a tool-calling LangChain chat model, e.g. ChatOpenAI(base_url=..., model=...) from langchain-openai"
 
 
 def _text(message: BaseMessage) -> str:
@@ -90,26 +85,21 @@ def _text(message: BaseMessage) -> str:
     return "".join(parts)
 
 
-def _tool_calls_text(message: AIMessage, style: str = "text") -> str:
-    if style == "drop":
-        return ""
-    if style == "functions":  # the format the tool-calling prompt of LlamaCppChatModel asks for
-        return "\n".join(format_tool_call(call["name"], call.get("args", {})) for call in message.tool_calls)
-    return "\n".join(
-        f"[tool call {call['name']}({json.dumps(call.get('args', {}), ensure_ascii=False, sort_keys=True)})]"
-        for call in message.tool_calls
-    )
-
-
-def _called_since_user(messages: list[BaseMessage]) -> set[str]:
-    """Names of the tools the model called after the last human message."""
-    called: set[str] = set()
-    for message in reversed(messages):
-        if isinstance(message, HumanMessage):
-            break
-        if isinstance(message, AIMessage):
-            called.update(call["name"] for call in message.tool_calls)
-    return called
+def _bridge_message(message: BaseMessage) -> BridgeMessage:
+    text = _text(message)
+    if isinstance(message, SystemMessage):
+        return BridgeMessage("system", text)
+    if isinstance(message, HumanMessage):
+        return BridgeMessage("user", text)
+    if isinstance(message, AIMessage):
+        return BridgeMessage("assistant", text, tuple((c["name"], c.get("args", {})) for c in message.tool_calls))
+    if isinstance(message, ToolMessage | FunctionMessage):
+        label = getattr(message, "name", None) or getattr(message, "tool_call_id", None) or "tool"
+        return BridgeMessage("tool", text, label=label)
+    if isinstance(message, ChatMessage) and message.role.lower() in _ROLE_ALIASES:
+        return BridgeMessage(_ROLE_ALIASES[message.role.lower()], text)
+    kind = message.role if isinstance(message, ChatMessage) else message.type
+    raise ValueError(f"cannot send a {kind!r} message to a chat model (roles: system, user, assistant)")
 
 
 def to_role_messages(messages: list[BaseMessage], *, _tool_style: str = "text") -> list[dict[str, str]]:
@@ -124,30 +114,7 @@ def to_role_messages(messages: list[BaseMessage], *, _tool_style: str = "text") 
     >>> to_role_messages([HumanMessage("2+2?"), AIMessage("4"), ToolMessage("ok", tool_call_id="c1")])[2]
     {'role': 'user', 'content': 'Tool result (c1): ok'}
     """
-    out: list[dict[str, str]] = []
-    for message in messages:
-        text = _text(message)
-        if isinstance(message, SystemMessage):
-            role = "system"
-        elif isinstance(message, HumanMessage):
-            role = "user"
-        elif isinstance(message, AIMessage):
-            role = "assistant"
-            calls = _tool_calls_text(message, _tool_style)
-            text = f"{text}\n{calls}" if text and calls else text or calls
-            if not text and _tool_style == "drop":
-                continue
-        elif isinstance(message, ToolMessage | FunctionMessage):
-            role = "user"
-            label = getattr(message, "name", None) or getattr(message, "tool_call_id", None) or "tool"
-            text = f"Tool result ({label}): {text}"
-        elif isinstance(message, ChatMessage) and message.role.lower() in _ROLE_ALIASES:
-            role = _ROLE_ALIASES[message.role.lower()]
-        else:
-            kind = message.role if isinstance(message, ChatMessage) else message.type
-            raise ValueError(f"cannot send a {kind!r} message to a chat model (roles: system, user, assistant)")
-        out.append({"role": role, "content": text})
-    return out
+    return role_messages([_bridge_message(m) for m in messages], _tool_style)
 
 
 class FragRelChatModel(BaseChatModel):
@@ -186,6 +153,16 @@ class FragRelChatModel(BaseChatModel):
     def _check_params(self) -> FragRelChatModel:
         self.temperature, self.max_tokens, self.stop = check_params(self.temperature, self.max_tokens, self.stop)
         return self
+
+    @property
+    def _bridge(self) -> ChatBridge:
+        return ChatBridge(
+            self.model,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+            stop=self.stop,
+            wrapper="FragRelChatModel",
+        )
 
     # -- identity ------------------------------------------------------------------------------------------------
     @property
@@ -242,45 +219,50 @@ class FragRelChatModel(BaseChatModel):
         the tool's schema). ``tool_choice``: ``"auto"`` (default), ``"any"``/``"required"``, ``"none"`` or a tool
         name. Other wrapped models raise ``NotImplementedError`` saying what to use instead.
         """
-        if not callable(getattr(self.model, "invoke_with_tools", None)):
-            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
+        self._bridge.require_tools(_TOOLS_ELSEWHERE)
         formatted = [convert_to_openai_tool(t) for t in tools]
         return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
 
-    def _tools(self, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    def _prepare(
+        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
+    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
+        """The role messages and generation keywords of one call (tool keywords and a model switch checked)."""
         for key in _LEGACY_TOOL_KWARGS:
             if kwargs.get(key):
                 raise NotImplementedError(
                     f"FragRelChatModel got {key!r}, the legacy OpenAI functions API: bind tools with bind_tools"
                 )
-        if not kwargs.get("tools"):
-            return None
-        if not callable(getattr(self.model, "invoke_with_tools", None)):
-            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
-        return {"tools": kwargs["tools"], "tool_choice": kwargs.get("tool_choice") or "auto"}
+        if kwargs.get("tools"):
+            self._bridge.require_tools(_TOOLS_ELSEWHERE)
+        override = kwargs.get("model")
+        if isinstance(override, str) and override != self.model_name:
+            raise ValueError(
+                f"FragRelChatModel wraps {self.model_name!r} and cannot switch to model={override!r}; "
+                "build another FragRelChatModel for that model"
+            )
+        overrides = {k: kwargs[k] for k in ("temperature", "max_tokens") if k in kwargs}
+        if stop is not None:
+            overrides["stop"] = stop
+        return to_role_messages(messages), self._bridge.params(overrides)
 
     def _tool_result(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> AIMessage:
         """One call of the wrapped model's ``invoke_with_tools`` as an ``AIMessage`` with ``tool_calls``."""
-        tooling = self._tools(kwargs)
         _, params = self._prepare(messages, stop, kwargs)
-        sent = to_role_messages(messages, _tool_style="functions")
-        reply = tool_turn(
-            self.model,
-            sent,
-            to_role_messages(messages, _tool_style="drop"),
-            tooling["tools"],
-            tool_choice=tooling["tool_choice"],
-            called=None if self.repeat_tool_calls else _called_since_user(messages),
-            **params,
+        bridged = [_bridge_message(m) for m in messages]
+        reply = self._bridge.tool_turn(
+            bridged,
+            kwargs["tools"],
+            params,
+            tool_choice=kwargs.get("tool_choice"),
+            repeat_tool_calls=self.repeat_tool_calls,
         )
-        fields = self._message_fields(sent, reply.content)
+        fields = self._message_fields(role_messages(bridged, "functions"), reply.content)
         calls, invalid = [], []
         for call in reply.tool_calls:
-            call_id = f"call_{uuid.uuid4().hex[:24]}"
             if call.args is None:
-                invalid.append(invalid_tool_call(name=call.name, args=call.raw, id=call_id, error=call.error))
+                invalid.append(invalid_tool_call(name=call.name, args=call.raw, id=new_call_id(), error=call.error))
             else:
-                calls.append(tool_call(name=call.name, args=call.args, id=call_id))
+                calls.append(tool_call(name=call.name, args=call.args, id=new_call_id()))
         return AIMessage(**fields, tool_calls=calls, invalid_tool_calls=invalid)
 
     def _tool_chunk(self, message: AIMessage) -> ChatGenerationChunk:
@@ -301,39 +283,22 @@ class FragRelChatModel(BaseChatModel):
             )
         )
 
-    def _prepare(
-        self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
-    ) -> tuple[list[dict[str, str]], dict[str, Any]]:
-        self._tools(kwargs)
-        override = kwargs.get("model")
-        if isinstance(override, str) and override != self.model_name:
-            raise ValueError(
-                f"FragRelChatModel wraps {self.model_name!r} and cannot switch to model={override!r}; "
-                "build another FragRelChatModel for that model"
-            )
-        t, n, s = check_params(
-            kwargs.get("temperature", self.temperature),
-            kwargs.get("max_tokens", self.max_tokens),
-            self.stop if stop is None else stop,
-        )
-        return to_role_messages(messages), {"temperature": t, "max_tokens": n, "stop": s}
-
     def _message_fields(self, sent: list[dict[str, str]], reply: Any) -> dict[str, Any]:
-        if not isinstance(reply, str):
-            raise TypeError(f"{type(self.model).__name__}.invoke returned {type(reply).__name__}, not str")
-        prompt_tokens = count_message_tokens(self.model, sent)
-        reply_tokens = count_tokens(self.model, reply)
+        prompt_tokens, reply_tokens = self._bridge.usage(sent, self._bridge.text(reply))
         usage = UsageMetadata(
             input_tokens=prompt_tokens, output_tokens=reply_tokens, total_tokens=prompt_tokens + reply_tokens
         )
         return {"content": reply, "usage_metadata": usage, "response_metadata": {"model_name": self.model_name}}
 
-    def _result(self, sent: list[dict[str, str]], reply: Any) -> ChatResult:
-        message = AIMessage(**self._message_fields(sent, reply))
+    def _result(self, message: AIMessage) -> ChatResult:
         return ChatResult(generations=[ChatGeneration(message=message)], llm_output={"model_name": self.model_name})
 
-    def _chunk(self, sent: list[dict[str, str]], reply: Any) -> ChatGenerationChunk:
-        return ChatGenerationChunk(message=AIMessageChunk(**self._message_fields(sent, reply), chunk_position="last"))
+    def _last_chunk(self, sent: list[dict[str, str]], reply: str, streamed: bool = False) -> ChatGenerationChunk:
+        """The closing chunk: usage and metadata, plus the text unless it was already streamed."""
+        fields = self._message_fields(sent, reply)
+        if streamed:
+            fields["content"] = ""
+        return ChatGenerationChunk(message=AIMessageChunk(**fields, chunk_position="last"))
 
     def _generate(
         self,
@@ -343,10 +308,9 @@ class FragRelChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         if kwargs.get("tools"):
-            message = self._tool_result(messages, stop, kwargs)
-            return ChatResult(generations=[ChatGeneration(message=message)], llm_output={"model_name": self.model_name})
+            return self._result(self._tool_result(messages, stop, kwargs))
         sent, params = self._prepare(messages, stop, kwargs)
-        return self._result(sent, self.model.invoke(sent, **params))
+        return self._result(AIMessage(**self._message_fields(sent, self.model.invoke(sent, **params))))
 
     async def _agenerate(
         self,
@@ -355,23 +319,16 @@ class FragRelChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        if kwargs.get("tools") or not callable(getattr(self.model, "ainvoke", None)):
+        if kwargs.get("tools") or not self._bridge.has("ainvoke"):
             return await super()._agenerate(messages, stop, run_manager, **kwargs)  # sync call in an executor
         sent, params = self._prepare(messages, stop, kwargs)
-        return self._result(sent, await self.model.ainvoke(sent, **params))
-
-    def _last_chunk(self, sent: list[dict[str, str]], reply: str, streamed: bool) -> ChatGenerationChunk:
-        """The closing chunk: usage and metadata, plus the text unless it was already streamed."""
-        fields = self._message_fields(sent, reply)
-        if streamed:
-            fields["content"] = ""
-        return ChatGenerationChunk(message=AIMessageChunk(**fields, chunk_position="last"))
+        return self._result(AIMessage(**self._message_fields(sent, await self.model.ainvoke(sent, **params))))
 
     @staticmethod
-    def _piece(piece: Any, model: Any) -> ChatGenerationChunk:
-        if not isinstance(piece, str):
-            raise TypeError(f"{type(model).__name__}.stream yielded {type(piece).__name__}, not str")
-        return ChatGenerationChunk(message=AIMessageChunk(content=piece))
+    def _notify(run_manager: CallbackManagerForLLMRun | None, chunk: ChatGenerationChunk) -> ChatGenerationChunk:
+        if run_manager is not None:
+            run_manager.on_llm_new_token(chunk.text, chunk=chunk)
+        return chunk
 
     def _stream(
         self,
@@ -383,25 +340,16 @@ class FragRelChatModel(BaseChatModel):
         """Token by token when the wrapped model has ``stream`` (every fragrel chat model: llama.cpp tokens,
         server-sent deltas), else one chunk with the whole reply; the last chunk carries the usage."""
         if kwargs.get("tools"):  # one chunk with the whole decision
-            chunk = self._tool_chunk(self._tool_result(messages, stop, kwargs))
-            if run_manager is not None:
-                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            yield chunk
+            yield self._notify(run_manager, self._tool_chunk(self._tool_result(messages, stop, kwargs)))
             return
         sent, params = self._prepare(messages, stop, kwargs)
-        if not callable(getattr(self.model, "stream", None)):
-            chunk = self._chunk(sent, self.model.invoke(sent, **params))
-            if run_manager is not None:
-                run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            yield chunk
+        if not self._bridge.has("stream"):
+            yield self._notify(run_manager, self._last_chunk(sent, self.model.invoke(sent, **params)))
             return
         parts: list[str] = []
-        for piece in self.model.stream(sent, **params):
-            chunk = self._piece(piece, self.model)
+        for piece in self._bridge.pieces(sent, params):
             parts.append(piece)
-            if run_manager is not None:
-                run_manager.on_llm_new_token(piece, chunk=chunk)
-            yield chunk
+            yield self._notify(run_manager, ChatGenerationChunk(message=AIMessageChunk(content=piece)))
         yield self._last_chunk(sent, "".join(parts), streamed=True)
 
     async def _astream(
@@ -411,29 +359,25 @@ class FragRelChatModel(BaseChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        if kwargs.get("tools"):
-            chunk = self._tool_chunk(await asyncio.to_thread(self._tool_result, messages, stop, kwargs))
+        async def notify(chunk: ChatGenerationChunk) -> ChatGenerationChunk:
             if run_manager is not None:
                 await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-            yield chunk
+            return chunk
+
+        if kwargs.get("tools"):
+            yield await notify(self._tool_chunk(await asyncio.to_thread(self._tool_result, messages, stop, kwargs)))
             return
-        if callable(getattr(self.model, "astream", None)):
+        if self._bridge.has("astream"):
             sent, params = self._prepare(messages, stop, kwargs)
             parts: list[str] = []
-            async for piece in self.model.astream(sent, **params):
-                chunk = self._piece(piece, self.model)
+            async for piece in self._bridge.apieces(sent, params):
                 parts.append(piece)
-                if run_manager is not None:
-                    await run_manager.on_llm_new_token(piece, chunk=chunk)
-                yield chunk
+                yield await notify(ChatGenerationChunk(message=AIMessageChunk(content=piece)))
             yield self._last_chunk(sent, "".join(parts), streamed=True)
             return
-        if not callable(getattr(self.model, "ainvoke", None)):
+        if not self._bridge.has("ainvoke"):
             async for chunk in super()._astream(messages, stop, run_manager, **kwargs):  # _stream in an executor
                 yield chunk
             return
         sent, params = self._prepare(messages, stop, kwargs)
-        chunk = self._chunk(sent, await self.model.ainvoke(sent, **params))
-        if run_manager is not None:
-            await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
-        yield chunk
+        yield await notify(self._last_chunk(sent, await self.model.ainvoke(sent, **params)))

@@ -18,8 +18,6 @@ use instead.
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
@@ -44,15 +42,8 @@ from llama_index.core.llms.llm import ToolSelection
 from pydantic import Field, field_validator, model_validator
 
 from .._adapters import check_wrapped_chat_model
-from ..models.chat import (
-    _is_instance_of,
-    aiter_in_thread,
-    check_params,
-    context_window,
-    format_tool_call,
-    model_id,
-    tool_turn,
-)
+from ..models.chat import check_params, context_window, is_instance_of, model_id
+from ..models.chat.bridge import BridgeMessage, ChatBridge, new_call_id, role_messages
 
 __all__ = ["FragRelLLM", "to_role_messages"]
 
@@ -66,33 +57,40 @@ _ROLES = {
 }
 _TOOL_ROLES = frozenset({MessageRole.TOOL, MessageRole.FUNCTION})
 _MEDIA_BLOCKS = frozenset({"image", "audio", "video", "document"})
-_NO_TOOLS = (
-    "FragRelLLM wraps {name}, which has no tool calling. For agents with tools wrap LlamaCppChatModel "
-    "(grammar-constrained tool calls with the embedded SmolLM2 or any chat GGUF), or use a function-calling "
-    "LlamaIndex LLM, e.g. OpenAILike(model=..., api_base=..., is_function_calling_model=True) from "
-    "llama-index-llms-openai-like against an OpenAI-compatible server (llama-cpp-python's server, vLLM, Ollama)"
+_TOOLS_ELSEWHERE = (
+    "a function-calling LlamaIndex LLM, e.g. OpenAILike(model=..., api_base=..., is_function_calling_model=True) "
+    "from llama-index-llms-openai-like"
 )
 
 
-def _tool_calls_text(calls: list[ToolCallBlock], style: str) -> str:
-    if style == "drop":
-        return ""
-    if style == "functions":  # the format the tool-calling prompt of LlamaCppChatModel asks for
-        return "\n".join(format_tool_call(c.tool_name, c.tool_kwargs) for c in calls)
-    return "\n".join(
-        f"[tool call {c.tool_name}({json.dumps(c.tool_kwargs, ensure_ascii=False, sort_keys=True, default=str)})]"
-        for c in calls
-    )
-
-
-def _called_since_user(messages: Sequence[ChatMessage]) -> set[str]:
-    """Names of the tools the model called after the last user message."""
-    called: set[str] = set()
-    for message in reversed(messages):
-        if message.role == MessageRole.USER:
-            break
-        called.update(b.tool_name for b in message.blocks if getattr(b, "block_type", None) == "tool_call")
-    return called
+def _bridge_messages(messages: Sequence[ChatMessage]) -> list[BridgeMessage]:
+    out: list[BridgeMessage] = []
+    tool_names: dict[str, str] = {}  # tool_call_id -> tool name, to label the results
+    for message in messages:
+        texts: list[str] = []
+        calls: list[tuple[str, Any]] = []
+        for block in message.blocks:
+            kind = getattr(block, "block_type", None)
+            if kind in _MEDIA_BLOCKS:
+                raise ValueError(
+                    f"a {message.role.value} message has a {kind!r} block: the wrapped chat model reads text only"
+                )
+            if kind == "text":
+                texts.append(block.text)
+            elif kind == "tool_call":
+                calls.append((block.tool_name, block.tool_kwargs))
+                if block.tool_call_id:
+                    tool_names[block.tool_call_id] = block.tool_name
+        if message.role in _TOOL_ROLES:
+            extra = message.additional_kwargs
+            call_id = extra.get("tool_call_id")
+            label = extra.get("name") or tool_names.get(call_id) or call_id or "tool"
+            out.append(BridgeMessage("tool", "".join(texts), label=label))
+        elif message.role in _ROLES:
+            out.append(BridgeMessage(_ROLES[message.role], "".join(texts), tuple(calls)))
+        else:  # pragma: no cover - a role added by a future LlamaIndex
+            raise ValueError(f"cannot send a {message.role!r} message to a chat model (roles: system, user, assistant)")
+    return out
 
 
 def to_role_messages(messages: Sequence[ChatMessage], *, _tool_style: str = "text") -> list[dict[str, str]]:
@@ -106,36 +104,7 @@ def to_role_messages(messages: Sequence[ChatMessage], *, _tool_style: str = "tex
     >>> to_role_messages([ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="Hi")])
     [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
     """
-    out: list[dict[str, str]] = []
-    tool_names: dict[str, str] = {}  # tool_call_id -> tool name, to label the results
-    for message in messages:
-        texts: list[str] = []
-        calls: list[ToolCallBlock] = []
-        for block in message.blocks:
-            kind = getattr(block, "block_type", None)
-            if kind in _MEDIA_BLOCKS:
-                raise ValueError(
-                    f"a {message.role.value} message has a {kind!r} block: the wrapped chat model reads text only"
-                )
-            if kind == "text":
-                texts.append(block.text)
-            elif kind == "tool_call":
-                calls.append(block)
-                if block.tool_call_id:
-                    tool_names[block.tool_call_id] = block.tool_name
-        text = "\n".join(p for p in ("".join(texts), _tool_calls_text(calls, _tool_style)) if p)
-        if message.role in _TOOL_ROLES:
-            extra = message.additional_kwargs
-            call_id = extra.get("tool_call_id")
-            label = extra.get("name") or tool_names.get(call_id) or call_id or "tool"
-            out.append({"role": "user", "content": f"Tool result ({label}): {text}"})
-        elif message.role in _ROLES:
-            if not text and calls and _tool_style == "drop":
-                continue
-            out.append({"role": _ROLES[message.role], "content": text})
-        else:  # pragma: no cover - a role added by a future LlamaIndex
-            raise ValueError(f"cannot send a {message.role!r} message to a chat model (roles: system, user, assistant)")
-    return out
+    return role_messages(_bridge_messages(messages), _tool_style)
 
 
 class FragRelLLM(FunctionCallingLLM):
@@ -171,7 +140,7 @@ class FragRelLLM(FunctionCallingLLM):
     @classmethod
     def _check_model(cls, model: Any) -> Any:
         native = "a LlamaIndex LLM" if isinstance(model, LLM) else None
-        foreign = _is_instance_of(model, "langchain_core.language_models", "BaseLanguageModel")
+        foreign = is_instance_of(model, "langchain_core.language_models", "BaseLanguageModel")
         return check_wrapped_chat_model(model, native=native, convert="LangChain models", foreign=foreign)
 
     @model_validator(mode="after")
@@ -186,6 +155,12 @@ class FragRelLLM(FunctionCallingLLM):
         return "fragrel_llm"
 
     @property
+    def _bridge(self) -> ChatBridge:
+        return ChatBridge(
+            self.model, temperature=self.temperature, max_tokens=self.max_tokens, stop=self.stop, wrapper="FragRelLLM"
+        )
+
+    @property
     def metadata(self) -> LLMMetadata:
         """Context window, reply length and name of the wrapped model; a function-calling chat model when the
         wrapped model has ``invoke_with_tools``."""
@@ -196,36 +171,9 @@ class FragRelLLM(FunctionCallingLLM):
             context_window=self.context_window or context_window(self.model, DEFAULT_CONTEXT_WINDOW),
             num_output=self.max_tokens or default_out,
             is_chat_model=True,
-            is_function_calling_model=self._has_tools(),
+            is_function_calling_model=self._bridge.has("invoke_with_tools"),
             model_name=model_id(self.model),
         )
-
-    # -- plumbing ------------------------------------------------------------------------------------------------
-    def _has_tools(self) -> bool:
-        return callable(getattr(self.model, "invoke_with_tools", None))
-
-    def _params(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        t, n, s = check_params(
-            kwargs.get("temperature", self.temperature),
-            kwargs.get("max_tokens", self.max_tokens),
-            kwargs.get("stop", self.stop),
-        )
-        return {"temperature": t, "max_tokens": n, "stop": s}
-
-    def _call(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> str:
-        return self._text(self.model.invoke(sent, **self._params(kwargs)))
-
-    async def _acall(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> str:
-        params = self._params(kwargs)
-        ainvoke = getattr(self.model, "ainvoke", None)
-        if callable(ainvoke):
-            return self._text(await ainvoke(sent, **params))
-        return self._text(await asyncio.to_thread(self.model.invoke, sent, **params))
-
-    def _text(self, reply: Any, method: str = "invoke") -> str:
-        if not isinstance(reply, str):
-            raise TypeError(f"{type(self.model).__name__}.{method} returned {type(reply).__name__}, not str")
-        return reply
 
     @staticmethod
     def _prompt(prompt: str) -> list[dict[str, str]]:
@@ -234,8 +182,9 @@ class FragRelLLM(FunctionCallingLLM):
         return [{"role": "user", "content": prompt}]
 
     @staticmethod
-    def _chat_response(text: str) -> ChatResponse:
-        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=text)
+    def _chat_response(text: str, delta: str | None = None) -> ChatResponse:
+        message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+        return ChatResponse(message=message, delta=text if delta is None else delta)
 
     # -- chat ----------------------------------------------------------------------------------------------------
     @llm_chat_callback()
@@ -244,74 +193,58 @@ class FragRelLLM(FunctionCallingLLM):
         blocks when ``tools=`` are given and the model calls one)."""
         if kwargs.get("tools"):
             return self._tool_chat(messages, kwargs)
-        return self._chat_response(self._call(to_role_messages(messages), kwargs))
+        bridge = self._bridge
+        return self._chat_response(bridge.invoke(to_role_messages(messages), bridge.params(kwargs)))
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Async :meth:`chat` (the model's ``ainvoke`` when it has one)."""
         if kwargs.get("tools"):
             return await asyncio.to_thread(self._tool_chat, messages, kwargs)
-        return self._chat_response(await self._acall(to_role_messages(messages), kwargs))
+        bridge = self._bridge
+        return self._chat_response(await bridge.ainvoke(to_role_messages(messages), bridge.params(kwargs)))
 
     def _pieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> Iterator[str]:
-        """The reply in pieces: the model's ``stream`` when it has one (tokens), else the whole reply once."""
-        params = self._params(kwargs)
-        if not callable(getattr(self.model, "stream", None)):
-            yield self._text(self.model.invoke(sent, **params))
-            return
-        for piece in self.model.stream(sent, **params):
-            yield self._text(piece, "stream")
+        bridge = self._bridge
+        return bridge.pieces(sent, bridge.params(kwargs))
 
-    async def _apieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> AsyncIterator[str]:
-        params = self._params(kwargs)
-        if callable(getattr(self.model, "astream", None)):
-            async for piece in self.model.astream(sent, **params):
-                yield self._text(piece, "astream")
-        elif callable(getattr(self.model, "stream", None)):
-            async for piece in aiter_in_thread(self.model.stream(sent, **params)):
-                yield self._text(piece, "stream")
-        else:
-            yield await self._acall(sent, kwargs)
+    def _apieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> AsyncIterator[str]:
+        bridge = self._bridge
+        return bridge.apieces(sent, bridge.params(kwargs))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """:meth:`chat` as a stream: token by token when the wrapped model streams (llama.cpp, OpenAI-compatible
         servers), else one chunk. Each response holds the text so far and the new ``delta``. With ``tools=``:
         one response holding the whole decision."""
-        if kwargs.get("tools"):
-            response = self._tool_chat(messages, kwargs)
-
-            def one() -> ChatResponseGen:
-                yield response
-
-            return one()
-        sent = to_role_messages(messages)
+        tool_response = self._tool_chat(messages, kwargs) if kwargs.get("tools") else None
+        sent = [] if tool_response is not None else to_role_messages(messages)
 
         def gen() -> ChatResponseGen:
+            if tool_response is not None:
+                yield tool_response
+                return
             text = ""
             for piece in self._pieces(sent, kwargs):
                 text += piece
-                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=piece)
+                yield self._chat_response(text, piece)
 
         return gen()
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         """Async :meth:`stream_chat`."""
-        if kwargs.get("tools"):
-            response = await asyncio.to_thread(self._tool_chat, messages, kwargs)
-
-            async def one() -> ChatResponseAsyncGen:
-                yield response
-
-            return one()
-        sent = to_role_messages(messages)
+        tool_response = await asyncio.to_thread(self._tool_chat, messages, kwargs) if kwargs.get("tools") else None
+        sent = [] if tool_response is not None else to_role_messages(messages)
 
         async def gen() -> ChatResponseAsyncGen:
+            if tool_response is not None:
+                yield tool_response
+                return
             text = ""
             async for piece in self._apieces(sent, kwargs):
                 text += piece
-                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=piece)
+                yield self._chat_response(text, piece)
 
         return gen()
 
@@ -319,13 +252,13 @@ class FragRelLLM(FunctionCallingLLM):
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Send ``prompt`` as one user message (``formatted`` is accepted and ignored)."""
-        text = self._call(self._prompt(prompt), kwargs)
+        text = self._bridge.invoke(self._prompt(prompt), self._bridge.params(kwargs))
         return CompletionResponse(text=text, delta=text)
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Async :meth:`complete`."""
-        text = await self._acall(self._prompt(prompt), kwargs)
+        text = await self._bridge.ainvoke(self._prompt(prompt), self._bridge.params(kwargs))
         return CompletionResponse(text=text, delta=text)
 
     @llm_completion_callback()
@@ -368,8 +301,7 @@ class FragRelLLM(FunctionCallingLLM):
     ) -> dict[str, Any]:
         """The ``chat`` arguments for a turn with ``tools`` (LlamaIndex ``BaseTool`` objects). One call per turn
         (``allow_parallel_tool_calls`` is accepted; the model never makes two); ``tool_required`` forces a call."""
-        if not self._has_tools():
-            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
+        self._bridge.require_tools(_TOOLS_ELSEWHERE)
         specs = []
         for tool in tools:
             metadata = getattr(tool, "metadata", None)
@@ -386,25 +318,19 @@ class FragRelLLM(FunctionCallingLLM):
 
     def _tool_chat(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> ChatResponse:
         """One turn of the wrapped model's ``invoke_with_tools`` as a ``ChatResponse`` with ``ToolCallBlock``s."""
-        if not self._has_tools():
-            raise NotImplementedError(_NO_TOOLS.format(name=type(self.model).__name__))
-        reply = tool_turn(
-            self.model,
-            to_role_messages(messages, _tool_style="functions"),
-            to_role_messages(messages, _tool_style="drop"),
+        bridge = self._bridge
+        bridge.require_tools(_TOOLS_ELSEWHERE)
+        reply = bridge.tool_turn(
+            _bridge_messages(messages),
             kwargs["tools"],
-            tool_choice=kwargs.get("tool_choice") or "auto",
-            called=None if self.repeat_tool_calls else _called_since_user(messages),
-            **self._params(kwargs),
+            bridge.params(kwargs),
+            tool_choice=kwargs.get("tool_choice"),
+            repeat_tool_calls=self.repeat_tool_calls,
         )
         blocks: list[Any] = [TextBlock(text=reply.content)] if reply.content else []
         for call in reply.tool_calls:
-            kwargs_or_raw: dict[str, Any] | str = call.args if call.args is not None else call.raw
-            blocks.append(
-                ToolCallBlock(
-                    tool_call_id=f"call_{uuid.uuid4().hex[:24]}", tool_name=call.name, tool_kwargs=kwargs_or_raw
-                )
-            )
+            args: dict[str, Any] | str = call.args if call.args is not None else call.raw
+            blocks.append(ToolCallBlock(tool_call_id=new_call_id(), tool_name=call.name, tool_kwargs=args))
         message = ChatMessage(role=MessageRole.ASSISTANT, blocks=blocks)
         errors = {c.name: c.error for c in reply.tool_calls if c.error}
         extra = {"tool_call_errors": errors} if errors else {}

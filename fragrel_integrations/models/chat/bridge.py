@@ -1,0 +1,212 @@
+"""A :class:`~.protocol.ChatModel` served through a framework's chat interface: the logic the LangChain
+``FragRelChatModel`` and the LlamaIndex ``FragRelLLM`` share, without either framework.
+
+An adapter converts its framework's messages to :class:`BridgeMessage` objects and calls a :class:`ChatBridge`,
+which owns the default generation parameters and their per-call overrides, the conversion to
+``{"role", "content"}`` dicts (tool calls written as text, tool results as user turns), plain, streamed and async
+calls with their reply checks, and one turn of tool calling.
+
+>>> from fragrel_integrations.testing import ScriptedChatModel
+>>> bridge = ChatBridge(ScriptedChatModel(["Paris."]), max_tokens=8, wrapper="FragRelChatModel")
+>>> sent = role_messages([BridgeMessage("user", "Capital of France?")])
+>>> bridge.invoke(sent, bridge.params({}))
+'Paris.'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..tokens import count_message_tokens, count_tokens
+from .aio import aiter_in_thread
+from .params import check_params
+from .tools import ToolReply, format_tool_call, tool_turn
+
+__all__ = ["BridgeMessage", "ChatBridge", "called_since_user", "new_call_id", "role_messages"]
+
+#: How earlier tool calls are shown to the model: ``"text"`` (``[tool call name({...})]``), ``"functions"`` (the
+#: format the tool-calling prompt of ``LlamaCppChatModel`` asks for) or ``"drop"`` (left out).
+TOOL_STYLES = ("text", "functions", "drop")
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeMessage:
+    """One framework message reduced to what a text chat model sees.
+
+    ``role`` is ``system``, ``user``, ``assistant`` or ``tool`` (a tool or function result, labelled ``label``);
+    ``calls`` are the ``(name, args)`` tool calls of an assistant turn.
+
+    >>> BridgeMessage("tool", "sunny", label="weather").role
+    'tool'
+    """
+
+    role: str
+    text: str
+    calls: tuple[tuple[str, Any], ...] = ()
+    label: str = "tool"
+
+
+def _calls_text(calls: Sequence[tuple[str, Any]], style: str) -> str:
+    if style == "drop":
+        return ""
+    if style == "functions":
+        return "\n".join(format_tool_call(name, args) for name, args in calls)
+    return "\n".join(
+        f"[tool call {name}({json.dumps(args, ensure_ascii=False, sort_keys=True, default=str)})]"
+        for name, args in calls
+    )
+
+
+def role_messages(messages: Iterable[BridgeMessage], tool_style: str = "text") -> list[dict[str, str]]:
+    """``{"role", "content"}`` dicts for a chat model: tool calls of assistant turns written out in ``tool_style``
+    (an assistant turn left empty by ``"drop"`` is skipped), tool results as user turns ``Tool result (label):``.
+
+    >>> role_messages([BridgeMessage("assistant", "", (("f", {"a": 1}),)), BridgeMessage("tool", "ok", label="f")])
+    [{'role': 'assistant', 'content': '[tool call f({"a": 1})]'}, {'role': 'user', 'content': 'Tool result (f): ok'}]
+    """
+    if tool_style not in TOOL_STYLES:
+        raise ValueError(f"tool_style must be one of {TOOL_STYLES}, got {tool_style!r}")
+    out: list[dict[str, str]] = []
+    for message in messages:
+        if message.role == "tool":
+            out.append({"role": "user", "content": f"Tool result ({message.label}): {message.text}"})
+            continue
+        text = "\n".join(p for p in (message.text, _calls_text(message.calls, tool_style)) if p)
+        if message.role == "assistant" and not text and tool_style == "drop":
+            continue
+        out.append({"role": message.role, "content": text})
+    return out
+
+
+def called_since_user(messages: Sequence[BridgeMessage]) -> set[str]:
+    """Names of the tools the model called after the last user message.
+
+    >>> called_since_user([BridgeMessage("user", "hi"), BridgeMessage("assistant", "", (("f", {}),))])
+    {'f'}
+    """
+    called: set[str] = set()
+    for message in reversed(messages):
+        if message.role == "user":
+            break
+        called.update(name for name, _ in message.calls)
+    return called
+
+
+def new_call_id() -> str:
+    """A fresh tool-call id (``call_`` and 24 hex digits), as OpenAI writes them."""
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+class ChatBridge:
+    """A chat model with default generation parameters, as a framework wrapper calls it.
+
+    ``temperature``, ``max_tokens`` and ``stop`` are the defaults (None: the model's own); :meth:`params` applies
+    a call's overrides and checks them. ``wrapper`` names the framework class in error messages.
+    """
+
+    __slots__ = ("max_tokens", "model", "stop", "temperature", "wrapper")
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        wrapper: str = "the wrapper",
+    ) -> None:
+        self.model = model
+        self.temperature, self.max_tokens, self.stop = check_params(temperature, max_tokens, stop)
+        self.wrapper = wrapper
+
+    # -- parameters and checks -----------------------------------------------------------------------------------
+    def params(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        """The generation keywords of one call: ``overrides`` (``temperature``/``max_tokens``/``stop``) over the
+        defaults, checked."""
+        t, n, s = check_params(
+            overrides.get("temperature", self.temperature),
+            overrides.get("max_tokens", self.max_tokens),
+            overrides.get("stop", self.stop),
+        )
+        return {"temperature": t, "max_tokens": n, "stop": s}
+
+    def text(self, reply: Any, method: str = "invoke") -> str:
+        """``reply`` if the model returned text, else a TypeError naming the model and ``method``."""
+        if not isinstance(reply, str):
+            verb = "yielded" if method in ("stream", "astream") else "returned"
+            raise TypeError(f"{type(self.model).__name__}.{method} {verb} {type(reply).__name__}, not str")
+        return reply
+
+    def has(self, method: str) -> bool:
+        """Whether the model has ``method`` (``ainvoke``, ``stream``, ``astream``, ``invoke_with_tools``)."""
+        return callable(getattr(self.model, method, None))
+
+    def require_tools(self, alternative: str) -> None:
+        """NotImplementedError, naming what to use instead, unless the model can call tools."""
+        if not self.has("invoke_with_tools"):
+            raise NotImplementedError(
+                f"{self.wrapper} wraps {type(self.model).__name__}, which has no tool calling. For agents with tools "
+                "wrap LlamaCppChatModel (grammar-constrained tool calls with the embedded SmolLM2 or any chat GGUF), "
+                f"or use {alternative} against an OpenAI-compatible server (llama-cpp-python's server, vLLM, Ollama)"
+            )
+
+    def usage(self, sent: list[dict[str, str]], reply: str) -> tuple[int, int]:
+        """Prompt and reply tokens (exact when the model counts tokens itself, else the offline estimate)."""
+        return count_message_tokens(self.model, sent), count_tokens(self.model, reply)
+
+    # -- calls ---------------------------------------------------------------------------------------------------
+    def invoke(self, sent: list[dict[str, str]], params: Mapping[str, Any]) -> str:
+        """The model's reply text."""
+        return self.text(self.model.invoke(sent, **params))
+
+    async def ainvoke(self, sent: list[dict[str, str]], params: Mapping[str, Any]) -> str:
+        """Async :meth:`invoke`: the model's ``ainvoke`` when it has one, else ``invoke`` in a worker thread."""
+        if self.has("ainvoke"):
+            return self.text(await self.model.ainvoke(sent, **params))
+        return self.text(await asyncio.to_thread(self.model.invoke, sent, **params))
+
+    def pieces(self, sent: list[dict[str, str]], params: Mapping[str, Any]) -> Iterator[str]:
+        """The reply in pieces: the model's ``stream`` when it has one (tokens), else the whole reply once."""
+        if not self.has("stream"):
+            yield self.invoke(sent, params)
+            return
+        for piece in self.model.stream(sent, **params):
+            yield self.text(piece, "stream")
+
+    async def apieces(self, sent: list[dict[str, str]], params: Mapping[str, Any]) -> AsyncIterator[str]:
+        """Async :meth:`pieces`: ``astream``, else ``stream`` in a worker thread, else one async reply."""
+        if self.has("astream"):
+            async for piece in self.model.astream(sent, **params):
+                yield self.text(piece, "astream")
+        elif self.has("stream"):
+            async for piece in aiter_in_thread(self.model.stream(sent, **params)):
+                yield self.text(piece, "stream")
+        else:
+            yield await self.ainvoke(sent, params)
+
+    def tool_turn(
+        self,
+        messages: Sequence[BridgeMessage],
+        tools: Sequence[Mapping[str, Any]],
+        params: Mapping[str, Any],
+        *,
+        tool_choice: Any = "auto",
+        repeat_tool_calls: bool = False,
+    ) -> ToolReply:
+        """One turn of the model's ``invoke_with_tools`` (see :func:`~.tools.tool_turn`): earlier calls shown in
+        the ``functions`` format; unless ``repeat_tool_calls``, tools called since the user's last message are not
+        offered again."""
+        return tool_turn(
+            self.model,
+            role_messages(messages, "functions"),
+            role_messages(messages, "drop"),
+            tools,
+            tool_choice=tool_choice or "auto",
+            called=None if repeat_tool_calls else called_since_user(messages),
+            **params,
+        )
