@@ -19,6 +19,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from llama_index.core.embeddings import MockEmbedding
 
 import fragrel_integrations
+import fragrel_integrations.models
 from fragrel_integrations.langchain import MiniLMEmbeddings
 from fragrel_integrations.llama_index import MiniLMEmbedding, TripletGraphStore
 from fragrel_integrations.models import Embedder, as_embedder
@@ -58,6 +59,23 @@ def test_as_embedder_keeps_the_minilm_wrappers_lazy():
         converted = as_embedder(wrapper)
         assert isinstance(converted, WrappedEmbedder) and converted.wrapper is wrapper
     assert lc._embedder is None and li._model is None  # nothing was loaded by the conversion
+
+
+def test_as_embedder_asks_any_embedder_provider_and_the_models_layer_knows_no_adapter():
+    own = HashingEmbedder(dim=8)
+
+    class Holder:  # a third-party wrapper: nothing in the models layer names it
+        def fragrel_embedder(self):
+            return own
+
+    assert as_embedder(Holder()) is own
+    assert as_embedder(MiniLMEmbedding(model=None)).wrapper is not None
+    models_dir = Path(fragrel_integrations.models.__file__).parent
+    for path in models_dir.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        for adapter in ("fragrel_integrations.langchain", "fragrel_integrations.llama_index", "from ..langchain",
+                        "from ..llama_index", "from ...langchain", "from ...llama_index"):  # fmt: skip
+            assert adapter not in text, f"{path.name} names the adapter layer ({adapter})"
 
 
 def test_as_embedder_rejects_with_a_message_naming_the_options():

@@ -7,7 +7,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from .._validation import check_positive_int
-from ..models.base import Embedder, embed_documents, embed_query
+from ..models.base import Embedder, WrappedEmbedder, embed_documents, embed_query
 from ..models.convert import optional_embedder
 
 __all__ = ["MiniLMEmbeddings"]
@@ -45,6 +45,11 @@ class MiniLMEmbeddings(Embeddings):
 
             self._embedder = default_embedder()
         return self._embedder
+
+    def fragrel_embedder(self) -> Embedder:
+        """The core embedder for the library (:class:`~fragrel_integrations.models.base.EmbedderProvider`): the
+        given one, else the shared default, loaded on its first call."""
+        return WrappedEmbedder(self, "embedder") if self._embedder is None else self._embedder
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed documents; one list of floats per text."""

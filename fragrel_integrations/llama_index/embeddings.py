@@ -8,6 +8,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from ..models.base import Embedder, WrappedEmbedder
 from ..models.local import MiniLMEmbedder, default_embedder
 
 __all__ = ["MiniLMEmbedding"]
@@ -50,6 +51,11 @@ class MiniLMEmbedding(BaseEmbedding):
             else:
                 self._model = MiniLMEmbedder(device=self.device, model_path=self.model_path)
         return self._model
+
+    def fragrel_embedder(self) -> Embedder:
+        """The core embedder for the library (:class:`~fragrel_integrations.models.base.EmbedderProvider`): the
+        given one, else the model loaded on its first call."""
+        return WrappedEmbedder(self, "model") if self._model is None else self._model
 
     def _get_query_embedding(self, query: str) -> list[float]:
         return self.model.embed_query(query).tolist()

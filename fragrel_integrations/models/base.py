@@ -15,6 +15,7 @@ __all__ = [
     "IDENTITY_PROBE",
     "CachedEmbedder",
     "Embedder",
+    "EmbedderProvider",
     "WrappedEmbedder",
     "check_embeddings",
     "check_identity",
@@ -50,6 +51,23 @@ class Embedder(Protocol):
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray | list[list[float]]: ...
 
     def embed_query(self, text: str) -> np.ndarray | list[float]: ...
+
+
+@runtime_checkable
+class EmbedderProvider(Protocol):
+    """An object that holds a core :class:`Embedder` and hands it out: a framework wrapper such as LangChain's
+    ``MiniLMEmbeddings`` or LlamaIndex's ``MiniLMEmbedding``. :func:`~fragrel_integrations.models.convert.as_embedder`
+    uses ``fragrel_embedder()`` instead of the wrapper's framework methods (arrays, no list round-trip), so this
+    layer never needs to know the wrappers.
+
+    >>> class Holder:
+    ...     def fragrel_embedder(self):
+    ...         return "the core embedder"
+    >>> isinstance(Holder(), EmbedderProvider)
+    True
+    """
+
+    def fragrel_embedder(self) -> Embedder: ...
 
 
 def check_embeddings(vectors: object, n: int, *, source: str = "embedder") -> np.ndarray:
@@ -155,10 +173,10 @@ class CachedEmbedder:
 
 
 class WrappedEmbedder:
-    """The core embedder inside one of this package's framework wrappers (``MiniLMEmbeddings`` for LangChain,
-    ``MiniLMEmbedding`` for LlamaIndex), fetched from the wrapper on each call so that the model still loads
-    on first use. Calls go straight to the core model (arrays, no list round-trip); ``max_input_tokens``
-    is forwarded so input-window checks still see it."""
+    """The core embedder inside an :class:`EmbedderProvider` (e.g. LangChain's ``MiniLMEmbeddings``), read from
+    the wrapper's ``attribute`` on each call so that the model still loads on first use. Calls go straight to
+    the core model (arrays, no list round-trip); ``max_input_tokens`` is forwarded so input-window checks still
+    see it."""
 
     def __init__(self, wrapper: object, attribute: str) -> None:
         self.wrapper = wrapper

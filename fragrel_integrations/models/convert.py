@@ -8,10 +8,9 @@ object is recognised only when its framework is already imported (an instance of
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from .base import Embedder, WrappedEmbedder
+from .base import Embedder, EmbedderProvider
 from .chat import ChatModel, is_instance_of
 from .langchain_chat import LangChainChatModel
 from .llama_index_chat import LlamaIndexChatModel
@@ -20,17 +19,12 @@ from .llama_index_models import LlamaIndexEmbedder, is_llama_index_embedding
 __all__ = ["as_chat_model", "as_embedder", "optional_embedder"]
 
 
-def _loaded_class(module: str, name: str) -> type | None:
-    """``module.name`` if ``module`` is already imported (an instance of the class implies it is), else None."""
-    cls = getattr(sys.modules.get(module), name, None)
-    return cls if isinstance(cls, type) else None
-
-
 def as_embedder(model: Any) -> Embedder:
     """Return ``model`` as an :class:`Embedder`, the one conversion every component and adapter uses.
 
-    - this package's wrappers (LangChain ``MiniLMEmbeddings``, LlamaIndex ``MiniLMEmbedding``) give the core
-      embedder they hold (loaded on first use, shared with the rest of the library);
+    - an :class:`~fragrel_integrations.models.base.EmbedderProvider` (this package's wrappers, LangChain
+      ``MiniLMEmbeddings`` and LlamaIndex ``MiniLMEmbedding``) gives the core embedder it holds
+      (``fragrel_embedder()``: loaded on first use, shared with the rest of the library);
     - a LlamaIndex ``BaseEmbedding`` is wrapped in
       :class:`~fragrel_integrations.models.llama_index_models.LlamaIndexEmbedder`;
     - anything with ``embed_documents(texts)`` and ``embed_query(text)`` (a LangChain ``Embeddings``, a core
@@ -44,14 +38,8 @@ def as_embedder(model: Any) -> Embedder:
     >>> as_embedder(emb) is emb
     True
     """
-    lc_wrapper = _loaded_class("fragrel_integrations.langchain.embeddings", "MiniLMEmbeddings")
-    if lc_wrapper is not None and isinstance(model, lc_wrapper):
-        inner = model._embedder
-        return WrappedEmbedder(model, "embedder") if inner is None else as_embedder(inner)
-    li_wrapper = _loaded_class("fragrel_integrations.llama_index.embeddings", "MiniLMEmbedding")
-    if li_wrapper is not None and isinstance(model, li_wrapper):
-        inner = model._model
-        return WrappedEmbedder(model, "model") if inner is None else inner
+    if isinstance(model, EmbedderProvider):
+        return model.fragrel_embedder()
     if is_llama_index_embedding(model):
         return LlamaIndexEmbedder(model)
     if isinstance(model, Embedder):
