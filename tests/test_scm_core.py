@@ -626,7 +626,7 @@ def _recalled(memory: SelfControlledMemory, question: str, session_id: str = "an
 def _expected(memory: SelfControlledMemory, question: str, session_id: str = "ana") -> list[tuple[int, float]]:
     """Top-k by the public scores() over freshly stacked vectors: what the cached matrix must reproduce."""
     items = memory.stream.items(session_id)[:-1]
-    query = memory._embed_query(question)
+    query = memory.embed_query(question)
     s = memory.scores(query, items, np.stack([it.embedding for it in items]), question)
     top = sorted(int(i) for i in np.argsort(-s, kind="stable")[: memory.k])
     return [(items[i].index, round(float(s[i]), 6)) for i in top]
@@ -640,22 +640,22 @@ def _expected(memory: SelfControlledMemory, question: str, session_id: str = "an
 def test_the_session_matrix_grows_with_the_stream_and_gives_the_same_scores(options):
     memory = build(k=3, activation=False, **options)
     assert _recalled(memory, "What is my cat called?") == _expected(memory, "What is my cat called?")
-    n = memory._sessions.matrices["ana"].n
+    n = memory.sessions.matrices["ana"].n
     memory.record("My sister lives in Porto.", "Nice.", session_id="ana")
     memory.record("I bought a red bicycle.", "Fun!", session_id="ana")
     assert _recalled(memory, "Where does my sister live?") == _expected(memory, "Where does my sister live?")
-    assert memory._sessions.matrices["ana"].n == n + 2  # only the two new turns were stacked
+    assert memory.sessions.matrices["ana"].n == n + 2  # only the two new turns were stacked
 
 
 def test_the_session_matrix_is_rebuilt_after_a_clear_and_refill():
     memory = build(k=2, activation=False)
     _recalled(memory, "cat")
-    old = memory._sessions.matrices["ana"]
+    old = memory.sessions.matrices["ana"]
     memory.stream.clear("ana")  # behind the memory's back: new items, new objects
     for observation, response in [("I play the cello.", "Lovely."), ("My dog is Rex.", "Cute."), ("Hi", "Hello")]:
         memory.record(observation, response, session_id="ana")
     assert _recalled(memory, "What instrument do I play?") == _expected(memory, "What instrument do I play?")
-    assert memory._sessions.matrices["ana"] is not old and memory._sessions.matrices["ana"].n == 2
+    assert memory.sessions.matrices["ana"] is not old and memory.sessions.matrices["ana"].n == 2
 
 
 class _FreshObjectsStream:
@@ -686,9 +686,9 @@ def test_concurrent_growth_of_the_matrix_falls_back_to_a_private_copy():
     for text in ("Turn without a vector one.", "Turn without a vector two."):
         memory.stream.append("ana", text, "ok")  # no embedding: the matrix step must embed them (and yield)
     candidates = memory.stream.items("ana")[:-1]
-    first = memory._sessions.turn_matrix("ana", candidates, True)
+    first = memory.sessions.turn_matrix("ana", candidates, True)
     call = next(first)  # paused while "embedding" the new turns
-    other = memory._sessions.turn_matrix("ana", candidates, True)
+    other = memory.sessions.turn_matrix("ana", candidates, True)
     other_call = next(other)
     with pytest.raises(StopIteration) as done_other:
         other.send(other_call.fn(*other_call.args))  # the other caller grows the shared matrix first
@@ -697,8 +697,8 @@ def test_concurrent_growth_of_the_matrix_falls_back_to_a_private_copy():
     (m1, n1), (m2, n2) = (done.value.value.view(len(candidates)) for done in (done_first, done_other))
     assert m1.shape == m2.shape == (len(candidates), 256)
     assert np.array_equal(m1, m2) and np.array_equal(n1, n2)
-    assert memory._sessions.matrices["ana"].n == len(candidates)  # grown once, not twice
-    assert done_first.value.value is not memory._sessions.matrices["ana"]  # the late caller got a private copy
+    assert memory.sessions.matrices["ana"].n == len(candidates)  # grown once, not twice
+    assert done_first.value.value is not memory.sessions.matrices["ana"]  # the late caller got a private copy
     layout = done_first.value.value.layout(len(candidates))
     assert layout.positions.tolist() == [it.index for it in candidates]
 

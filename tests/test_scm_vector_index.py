@@ -165,7 +165,7 @@ def test_index_pool_is_k_plus_one_and_flash_is_excluded():
     assert context.flash.index == 4
     assert observations(context) == [TURNS[0][0]]
     # the flash turn is the index's best or second-best hit; it is never recalled as a memory
-    assert 4 in [i for i, _ in spy.inner.search("ana", QUESTION, memory._embed_query(QUESTION), 2)]
+    assert 4 in [i for i, _ in spy.inner.search("ana", QUESTION, memory.embed_query(QUESTION), 2)]
 
 
 def test_index_gives_the_same_memories_as_the_full_scan_for_dense_scores():
@@ -185,7 +185,7 @@ def test_relation_and_bm25_are_scored_over_the_pool_only():
     assert pool.ks == [20]  # max(4 * k, 20) with a relation
     items = {it.index: it for it in memory.history("ana")}
     pooled = [items[1], items[2]]
-    query = memory._embed_query(QUESTION)
+    query = memory.embed_query(QUESTION)
     expected = memory.scores(query, pooled, np.stack([it.embedding for it in pooled]), QUESTION)
     assert [m.item.index for m in context.memories] == [1, 2]
     np.testing.assert_allclose([m.score for m in context.memories], expected)
@@ -263,8 +263,8 @@ def test_clear_deletes_the_sessions_index_entries():
     memory_with(spy, session_id="bob", turns=TURNS[:2]).record("x", "y", session_id="bob")
     assert memory.clear("ana") == len(TURNS)
     assert spy.deleted == ["ana"]
-    assert spy.inner.search("ana", "cat", memory._embed_query("cat"), 10) == []
-    assert len(spy.inner.search("bob", "cat", memory._embed_query("cat"), 10)) == 3
+    assert spy.inner.search("ana", "cat", memory.embed_query("cat"), 10) == []
+    assert len(spy.inner.search("bob", "cat", memory.embed_query("cat"), 10)) == 3
 
 
 def test_bad_arguments_raise_clear_errors():
@@ -331,7 +331,7 @@ def test_langchain_sessions_never_see_each_other_even_without_a_store_filter():
     memory = memory_with(index, k=2)
     for observation, response in [("My cat is called Tom.", "Hi Tom."), ("I live in Porto.", "Nice."), ("Hm.", "Ok")]:
         memory.record(observation, response, session_id="bob")
-    query = memory._embed_query(QUESTION)
+    query = memory.embed_query(QUESTION)
     unfiltered = store.similarity_search_with_score(QUESTION, k=len(TURNS) + 3)
     assert {d.metadata["scm_session"] for d, _ in unfiltered} == {"ana", "bob"}
     assert {i for i, _ in index.search("bob", QUESTION, query, 10)} <= {0, 1, 2}
@@ -378,7 +378,7 @@ def test_langchain_default_filter_format_and_relevance_scores():
     store = DictFilterStore()
     index = LCIndex(store)
     memory = memory_with(index, k=1)
-    hits = index.search("ana", QUESTION, memory._embed_query(QUESTION), 2)
+    hits = index.search("ana", QUESTION, memory.embed_query(QUESTION), 2)
     assert store.filters[-1] == {"scm_session": "ana"}
     raw = store.similarity_search_with_score(QUESTION, k=2, filter={"scm_session": "ana"})
     assert [s for _, s in hits] == pytest.approx([(s + 1.0) / 2.0 for _, s in raw])  # relevance scores
@@ -459,7 +459,7 @@ def test_llama_index_nodes_activation_isolation_and_delete():
     assert meta["scm_session"] == "ana" and meta["scm_index"] == 0 and meta["ref_doc_id"] == "scm:ana"
     np.testing.assert_allclose(store.data.embedding_dict["scm:ana:0"], memory.history("ana")[0].embedding, rtol=1e-6)
     assert observations(memory.prepare(QUESTION, session_id="ana")) == [TURNS[0][0]]
-    query = memory._embed_query(QUESTION)
+    query = memory.embed_query(QUESTION)
     assert {i for i, _ in index.search("bob", QUESTION, query, 10)} == {0, 1}
     assert {i for i, _ in LIIndex(store).search("bob", QUESTION, query, 10)} == {0, 1}  # store-side filter
     assert memory.clear("ana") == len(TURNS)
@@ -483,7 +483,7 @@ def test_llama_index_custom_ids_and_nodes_returning_store():
     memory_with(index, session_id="bob", turns=TURNS[:2])
     assert "ana-0" in store.data.embedding_dict
     assert observations(memory.prepare(QUESTION, session_id="ana")) == [TURNS[0][0]]
-    assert {i for i, _ in index.search("bob", QUESTION, memory._embed_query(QUESTION), 10)} == {0, 1}
+    assert {i for i, _ in index.search("bob", QUESTION, memory.embed_query(QUESTION), 10)} == {0, 1}
 
 
 def test_llama_index_scm_memory_end_to_end_with_an_index():

@@ -37,10 +37,10 @@ from llama_index.core.memory.types import BaseMemory
 
 from .._validation import check_text
 from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
+from ..core.scm.turns import OpenTurn, build_memory, check_optional_session, is_final_reply
 from ..models.base import Embedder
-from ..models.convert import optional_embedder
 
-__all__ = ["SCMMemory"]
+__all__ = ["SCMMemory", "build_core", "turn_message"]
 
 
 def build_core(
@@ -53,27 +53,19 @@ def build_core(
 ) -> SelfControlledMemory:
     """The core memory of :class:`SCMMemory` and ``SCMMemoryBlock``: ``memory`` itself, or one built from ``llm``
     (the controller), ``path`` (the SQLite stream), ``embedder`` and other :class:`SelfControlledMemory` keywords."""
-    if memory is not None:
-        if not isinstance(memory, SelfControlledMemory):
-            raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
-        if llm is not None or embedder is not None or memory_kwargs or str(path) != ":memory:":
-            raise ValueError("pass either memory=... or llm=/path=/embedder=/settings, not both")
-        return memory
-    if llm is None:
-        raise ValueError("llm is required: pass the controller LLM as llm=..., or memory=SelfControlledMemory(...)")
-    return SelfControlledMemory(llm, stream=path, embedder=optional_embedder(embedder), **memory_kwargs)
+    streams = {"path": None if str(path) == ":memory:" else path}
+    return build_memory(memory, model=llm, model_arg="llm", streams=streams, embedder=embedder, **memory_kwargs)
 
 
-def _text(message: ChatMessage) -> str:
-    return message.content if isinstance(message.content, str) else str(message.content or "")
-
-
-def _is_final_reply(message: ChatMessage) -> bool:
-    if message.role != MessageRole.ASSISTANT or not _text(message).strip():
-        return False
-    kwargs = message.additional_kwargs or {}
-    blocks = getattr(message, "blocks", None) or []
-    return not kwargs.get("tool_calls") and not any(type(b).__name__ == "ToolCallBlock" for b in blocks)
+def turn_message(message: ChatMessage) -> tuple[str, str, bool]:
+    """``(role, text, final)`` of a LlamaIndex message for :mod:`fragrel_integrations.core.scm.turns`: ``final``
+    when it is the assistant's reply with text and no tool calls."""
+    text = message.content if isinstance(message.content, str) else str(message.content or "")
+    role = message.role.value if isinstance(message.role, MessageRole) else str(message.role)
+    calls = bool((message.additional_kwargs or {}).get("tool_calls")) or any(
+        type(b).__name__ == "ToolCallBlock" for b in getattr(message, "blocks", None) or []
+    )
+    return role, text, is_final_reply(role, text, calls)
 
 
 class SCMMemory(BaseMemory):
@@ -95,7 +87,7 @@ class SCMMemory(BaseMemory):
     session_id: str = Field(default=DEFAULT_SESSION, description="The SCM session (conversation) id.")
 
     _core: SelfControlledMemory = PrivateAttr()
-    _open: list[ChatMessage] = PrivateAttr(default_factory=list)
+    _open: OpenTurn[ChatMessage] = PrivateAttr(default_factory=OpenTurn)
     _cached: tuple[tuple[str, str, int], SCMContext] | None = PrivateAttr(default=None)
 
     def __init__(
@@ -108,8 +100,7 @@ class SCMMemory(BaseMemory):
         session_id: str | None = None,
         **memory_kwargs: Any,
     ) -> None:
-        if session_id is not None and (not isinstance(session_id, str) or not session_id):
-            raise TypeError(f"session_id must be a non-empty str, got {session_id!r}")
+        check_optional_session(session_id)
         shared = memory is not None or str(path) != ":memory:"
         memory = build_core(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
         if session_id is None:
@@ -146,8 +137,7 @@ class SCMMemory(BaseMemory):
             if not isinstance(input, str):
                 raise TypeError(f"input must be str or None, got {type(input).__name__}")
             return input
-        users = [_text(m) for m in self._open if m.role == MessageRole.USER]
-        return "\n".join(users) if users else None
+        return self._open.observation()
 
     def _key(self, observation: str) -> tuple[str, str, int]:
         return (self.session_id, observation, self._core.stream.count(self.session_id))
@@ -155,29 +145,13 @@ class SCMMemory(BaseMemory):
     def _messages(self, context: SCMContext | None) -> list[ChatMessage]:
         prompt = self._core.memory_prompt(context) if context is not None else ""
         system = [ChatMessage(role=MessageRole.SYSTEM, content=prompt)] if prompt else []
-        return [*system, *self._open]
+        return [*system, *self._open.originals()]
 
     def _close(self, message: ChatMessage) -> tuple[str, str] | None:
         """Add ``message`` to the open turn; return (observation, reply) when it completes the turn."""
         if not isinstance(message, ChatMessage):
             raise TypeError(f"message must be a llama_index ChatMessage, got {type(message).__name__}")
-        observation = self._observation(None)
-        if observation is not None and _is_final_reply(message):
-            self._open = []
-            return observation, _text(message).strip()
-        if (
-            message.role == MessageRole.USER
-            and observation is not None
-            and not any(m.role != MessageRole.USER for m in self._open)
-        ):
-            self._open.append(message)  # several user messages before a reply form one observation
-            return None
-        if message.role == MessageRole.USER:
-            self._open = [message]  # a new turn (an unanswered one before it is dropped)
-            return None
-        if observation is not None:
-            self._open.append(message)
-        return None
+        return self._open.add(*turn_message(message), message)
 
     # ------------------------------------------------------------------------------------------- BaseMemory
 
@@ -206,7 +180,7 @@ class SCMMemory(BaseMemory):
         for item in self._core.history(self.session_id):
             out.append(ChatMessage(role=MessageRole.USER, content=item.observation))
             out.append(ChatMessage(role=MessageRole.ASSISTANT, content=item.response))
-        return [*out, *self._open]
+        return [*out, *self._open.originals()]
 
     async def aget_all(self) -> list[ChatMessage]:
         return self.get_all()
@@ -236,8 +210,8 @@ class SCMMemory(BaseMemory):
         for i, message in enumerate(messages):
             if not isinstance(message, ChatMessage):
                 raise TypeError(f"messages[{i}] must be a llama_index ChatMessage, got {type(message).__name__}")
-            check_text(_text(message), f"messages[{i}]'s text")
-        kept_open, self._open = self._open, []
+            check_text(turn_message(message)[1], f"messages[{i}]'s text")
+        kept_open, self._open = self._open, OpenTurn()
         try:
             turns = [done for m in messages if (done := self._close(m)) is not None]
             left_open = self._open
@@ -264,7 +238,7 @@ class SCMMemory(BaseMemory):
     def reset(self) -> None:
         """Forget the session: its stored interactions and the open turn."""
         self._core.clear(self.session_id)
-        self._open = []
+        self._open = OpenTurn()
         self._cached = None
 
     async def areset(self) -> None:

@@ -34,14 +34,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory import BaseMemoryBlock
 
-from ..core.scm import SCMContext, SelfControlledMemory
-from ..core.scm.prompts import render_memory_block
+from ..core.scm import SelfControlledMemory
+from ..core.scm.turns import collect_turns, queued_memory_text
 from ..models.base import Embedder
-from .scm_memory import _is_final_reply, _text, build_core
+from .scm_memory import build_core, turn_message
 
 __all__ = ["SCMMemoryBlock"]
 
@@ -109,21 +109,11 @@ class SCMMemoryBlock(BaseMemoryBlock[str]):
 
     async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
         """The memory block for the last user message of ``messages`` ('' when there is none or nothing to recall)."""
-        users = [_text(m) for m in messages or [] if m.role == MessageRole.USER and _text(m).strip()]
+        users = [text for role, text, _ in map(turn_message, messages or []) if role == "user" and text.strip()]
         if not users:
             return ""
         context = await self._core.aprepare(users[-1], session_id=_session(block_kwargs, messages))
-        return self._render(context)
-
-    def _render(self, context: SCMContext) -> str:
-        """The memory text: the activated turns, then SCM's flash memory. In a ``Memory`` the flash memory is the
-        newest turn flushed out of the short-term queue, not the previous turn (that one is still in the queue),
-        and it is labelled so."""
-        recalled = {m.item.index for m in context.memories}
-        parts = [render_memory_block(None, context.memories)] if context.memories else []
-        if context.flash is not None and context.flash.index not in recalled:
-            parts.append(f"Newest turn before the recent messages:\n{context.flash.text}")
-        return self._core.memory_template.format(memory="\n\n".join(parts)) if parts else ""
+        return queued_memory_text(context, self._core.memory_template)
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         """Store each completed turn of ``messages`` (user message(s), then the final reply) in the session."""
@@ -133,12 +123,8 @@ class SCMMemoryBlock(BaseMemoryBlock[str]):
             if not isinstance(message, ChatMessage):
                 raise TypeError(f"messages must be llama_index ChatMessages, got {type(message).__name__}")
         session = _session({}, messages)
-        users = self._pending.pop(session, [])
-        for message in messages:
-            if message.role == MessageRole.USER:
-                users.append(_text(message))  # several user messages before a reply form one observation
-            elif users and _is_final_reply(message):
-                await self._core.arecord("\n".join(users), _text(message).strip(), session_id=session)
-                users = []
-        if users:
-            self._pending[session] = users  # its reply comes with a later flush
+        turns, self._pending[session] = collect_turns(self._pending.pop(session, []), map(turn_message, messages))
+        for observation, reply in turns:
+            await self._core.arecord(observation, reply, session_id=session)
+        if not self._pending[session]:
+            del self._pending[session]  # no user message waits for a reply from a later flush

@@ -232,7 +232,8 @@ class SelfControlledMemory:
                 pool, "pool", self.k + 1, hint=f" (k + 1 = {self.k + 1}: the flash turn is dropped from the pool)"
             )
         self.pool = pool
-        self._sessions = SessionCache(self._embed)  # per session: turn embeddings, the lexical gate's names
+        #: Per session: the turns' embedding matrix and the lexical gate's names (read by the workflow's steps).
+        self.sessions = SessionCache(self.embed)
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -252,10 +253,12 @@ class SelfControlledMemory:
             return int(counter(text))
         return count_tokens(counter if counter is not None else self.controller.model, text)
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """The turns' embeddings, checked: a finite float32 ``(len(texts), dim)`` array."""
         return check_embeddings(self.embedder.embed_documents(texts), len(texts))
 
-    def _embed_query(self, text: str) -> np.ndarray:
+    def embed_query(self, text: str) -> np.ndarray:
+        """The observation's embedding, checked: a finite float32 ``(dim,)`` vector."""
         vector = np.asarray(self.embedder.embed_query(text), dtype=np.float32)
         return check_embeddings(vector[None, :], 1, source="embedder.embed_query")[0]
 
@@ -351,7 +354,7 @@ class SelfControlledMemory:
         untouched."""
         if self.index is not None:
             self.index.delete_session(check_session_id(session_id))
-        self._sessions.forget(session_id)
+        self.sessions.forget(session_id)
         return self.stream.clear(session_id)
 
     def reindex(self, session_id: str = DEFAULT_SESSION) -> int:

@@ -109,19 +109,19 @@ def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: st
             memory.controller, memory.controller.activation_messages(observation, shown_flash), "activation"
         )
     elif isinstance(gate, LexicalGate) and candidates:
-        vocabulary = memory._sessions.vocabulary(session_id, candidates) if gate.names else NameVocabulary()
+        vocabulary = memory.sessions.vocabulary(session_id, candidates) if gate.names else NameVocabulary()
         activation = gate.decide_known(observation, vocabulary)
     recalled: list[RecalledMemory] = []
     query: np.ndarray | None = None
     if candidates and (activation is None or activation.value) and memory.index is not None:
-        query = yield CallStep(memory._embed_query, (observation,))
+        query = yield CallStep(memory.embed_query, (observation,))
         hits = yield CallStep(memory.index.search, (session_id, observation, query, memory.pool_size))
         candidates = pool_items(hits, candidates, session_id, memory.pool_size)  # the pool, in time order
     if candidates and (activation is None or activation.value):
         cached = memory.index is None  # the whole session: reuse its matrix; an index pool changes every turn
-        rows = yield from memory._sessions.turn_matrix(session_id, candidates, cached)
+        rows = yield from memory.sessions.turn_matrix(session_id, candidates, cached)
         if query is None:
-            query = yield CallStep(memory._embed_query, (observation,))
+            query = yield CallStep(memory.embed_query, (observation,))
         matrix, norms = rows.view(len(candidates))
         if isinstance(gate, EmbeddingGate):  # the gate reads the cosines retrieval needs anyway
             activation = gate.decide(_cosines(query, matrix, norms))
@@ -188,7 +188,7 @@ def record_steps(memory: SelfControlledMemory, observation: str, response: str, 
                 )
         item_text = summary or MemoryItem(session_id, 0, observation, response).text
         try:
-            vectors = yield CallStep(memory._embed, ([item_text],))
+            vectors = yield CallStep(memory.embed, ([item_text],))
             vector = vectors[0]
         except Exception as exc:  # embedded again when a later turn's retrieval needs it
             fix = f"; run memory.reindex({session_id!r}) once the embedder works" if memory.index is not None else ""
@@ -225,7 +225,7 @@ def reindex_steps(memory: SelfControlledMemory, session_id: str) -> Steps[int]:
     missing = [it for it in items if it.embedding is None]
     fresh: dict[int, np.ndarray] = {}
     if missing:
-        vectors = yield CallStep(memory._embed, ([it.summary or it.text for it in missing],))
+        vectors = yield CallStep(memory.embed, ([it.summary or it.text for it in missing],))
         fresh = {it.index: v for it, v in zip(missing, vectors, strict=True)}
     for item in items:
         vector = item.embedding if item.embedding is not None else fresh[item.index]
