@@ -63,8 +63,8 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.store.base import BaseStore  # noqa: E402
 
 from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
+from ..core.scm.turns import build_memory, check_optional_session, check_run_session  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
-from ..models.convert import optional_embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
 
 __all__ = ["SCMMiddleware", "SCMState"]
@@ -82,18 +82,6 @@ class SCMState(AgentState):
     scm_memory: NotRequired[Annotated[dict[str, str], PrivateStateAttr, _merge]]
     scm_observation: NotRequired[Annotated[dict[str, str], PrivateStateAttr, _merge]]
     scm_session: NotRequired[Annotated[dict[str, str], PrivateStateAttr, _merge]]
-
-
-def _check_run_session(value: object, where: str) -> str:
-    """A session id read from a run: a non-empty str, else an error naming where it came from and the fix."""
-    if not isinstance(value, str):
-        raise TypeError(
-            f"{where} must be a non-empty str (one id per user or conversation), got {type(value).__name__} "
-            f"{value!r}: convert it yourself, e.g. str(user.id), so that two users can never share a session"
-        )
-    if not value.strip():
-        raise ValueError(f"{where} is empty or blank: pass a non-empty id per user or conversation")
-    return value
 
 
 def _last_human(messages: Sequence[AnyMessage]) -> int | None:
@@ -157,31 +145,18 @@ class SCMMiddleware(AgentMiddleware):
         if name is not None and (not isinstance(name, str) or not name.strip() or any(c in name for c in ":|")):
             raise TypeError(f"name must be a non-empty str without ':' or '|' (LangGraph node names), got {name!r}")
         self._name = type(self).__name__ if name is None else name
-        backends = [name for name, value in (("path", path), ("store", store), ("stream", stream)) if value is not None]
-        if memory is not None:
-            if not isinstance(memory, SelfControlledMemory):
-                raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
-            if model is not None or embedder is not None or memory_kwargs or backends:
-                raise ValueError("pass either memory=... or model=/path=/store=/stream=/embedder=/settings, not both")
-        else:
-            if model is None:
-                raise ValueError(
-                    "model is required: pass the controller chat model as model=..., or memory=SelfControlledMemory()"
-                )
-            if len(backends) > 1:
-                raise ValueError(f"pass at most one of path=, store= and stream=, got {' and '.join(backends)}")
-            backend: MemoryStream | str | Path = ":memory:" if path is None else path
-            if store is not None:
-                backend = LangGraphStoreStream(store)
-            elif stream is not None:
-                backend = stream
-            memory = SelfControlledMemory(model, stream=backend, embedder=optional_embedder(embedder), **memory_kwargs)
-        if session_id is not None and (not isinstance(session_id, str) or not session_id):
-            raise TypeError(f"session_id must be a non-empty str or None, got {session_id!r}")
+        self.memory = build_memory(
+            memory,
+            model=model,
+            model_arg="model",
+            streams={"path": path, "store": store, "stream": stream},
+            embedder=embedder,
+            convert=lambda name, value: LangGraphStoreStream(value) if name == "store" else value,
+            **memory_kwargs,
+        )
+        self.session_id = check_optional_session(session_id)
         if not isinstance(keep_history, bool):
             raise TypeError(f"keep_history must be True or False, got {keep_history!r}")
-        self.memory = memory
-        self.session_id = session_id
         self.keep_history = keep_history
         self.tools = []
 
@@ -203,7 +178,7 @@ class SCMMiddleware(AgentMiddleware):
         context = getattr(runtime, "context", None)
         value = context.get("session_id") if isinstance(context, Mapping) else getattr(context, "session_id", None)
         if value is not None:
-            return _check_run_session(value, "the run's context['session_id']")
+            return check_run_session(value, "the run's context['session_id']")
         try:
             from langgraph.config import get_config
 
@@ -213,7 +188,7 @@ class SCMMiddleware(AgentMiddleware):
         if thread is not None:
             if isinstance(thread, int) and not isinstance(thread, bool):
                 thread = str(thread)  # LangGraph's own rule: checkpointers store thread ids as text
-            return _check_run_session(thread, "the run's config['configurable']['thread_id']")
+            return check_run_session(thread, "the run's config['configurable']['thread_id']")
         raise ValueError(
             "SCMMiddleware cannot tell whose conversation this is: invoke the agent with "
             "context={'session_id': '<user or conversation id>'} (create_agent(..., context_schema=...)) or "

@@ -51,12 +51,7 @@ the whole session. :meth:`LangGraphStoreStream.count` always reads the whole ses
 
 from __future__ import annotations
 
-import threading
-import time
-import uuid
-import weakref
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 from urllib.parse import unquote
 
 import numpy as np
@@ -69,6 +64,21 @@ require("langgraph.store.base", "langchain")
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp  # noqa: E402
 
+from ..core.scm.keyed_stream import (  # noqa: E402
+    RACE_SLOTS,
+    Cached,
+    Entry,
+    check_namespace,
+    created_of,
+    decode_item,
+    entries,
+    merge_new,
+    new_key,
+    seq,
+    session_label,
+    store_lock,
+    turn_value,
+)
 from ..core.scm.stream import check_session, check_turn  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
 
@@ -76,118 +86,6 @@ __all__ = ["DEFAULT_NAMESPACE", "LangGraphStoreStream"]
 
 #: The namespace prefix of the stream's items (the session id is appended as the last label).
 DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
-
-_KEY_DIGITS = 10
-_FIELDS = ("observation", "response", "summary")
-#: How far below the last cached slot a read looks for a write that another process made late.
-_RACE_SLOTS = 4
-
-_LOCKS_GUARD = threading.Lock()
-_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
-_LOCKS_BY_ID: dict[int, threading.RLock] = {}  # for a store that cannot be weakly referenced
-
-
-def _store_lock(store: BaseStore) -> threading.RLock:
-    """The one lock of this process for ``store``: every stream object on the same store shares it."""
-    with _LOCKS_GUARD:
-        try:
-            lock = _LOCKS.get(store)
-            if lock is None:
-                lock = _LOCKS[store] = threading.RLock()
-        except TypeError:  # not weak-referenceable
-            lock = _LOCKS_BY_ID.setdefault(id(store), threading.RLock())
-        return lock
-
-
-def _seq(slot: int) -> str:
-    return f"{slot:0{_KEY_DIGITS}d}"
-
-
-def _new_key(slot: int) -> str:
-    """A key no other writer can repeat: the slot, then a random suffix."""
-    return f"{_seq(slot)}-{uuid.uuid4().hex}"
-
-
-def _slot(key: str) -> int | None:
-    """The slot of a key the stream wrote (``0000000007`` or ``0000000007-<hex>``), or None for any other key."""
-    head, sep, tail = key.partition("-")
-    if len(head) != _KEY_DIGITS or not (head.isascii() and head.isdigit()):
-        return None
-    if sep and not (tail and tail.isascii() and tail.isalnum()):
-        return None
-    return int(head)
-
-
-def _label(session_id: str) -> str:
-    """The namespace label of a session (``%``, ``.`` and NUL percent-encoded; :func:`unquote` reverses it)."""
-    return session_id.replace("%", "%25").replace(".", "%2E").replace("\x00", "%00")
-
-
-def _check_namespace(namespace: object) -> tuple[str, ...]:
-    if not isinstance(namespace, tuple) or not namespace:
-        raise TypeError(f"namespace must be a non-empty tuple of str, got {namespace!r}")
-    for label in namespace:
-        if not isinstance(label, str) or not label or "." in label or "\x00" in label:
-            raise ValueError(f"namespace labels must be non-empty str without '.' or NUL, got {label!r}")
-    if namespace[0] == "langgraph":
-        raise ValueError("the namespace cannot start with 'langgraph' (reserved by LangGraph)")
-    return namespace
-
-
-def _created(item: Item | None) -> float | None:
-    value = None if item is None else item.value
-    created = value.get("created") if isinstance(value, Mapping) else None
-    return float(created) if isinstance(created, int | float) else None
-
-
-class _Entry(NamedTuple):
-    """One stored interaction: its order (slot, created, key) and the item read from the store."""
-
-    slot: int
-    created: float
-    key: str
-    item: Item
-
-
-def _entries(ns: tuple[str, ...], items: Iterable[Item]) -> list[_Entry]:
-    """The stream's items among ``items`` (those of exactly ``ns`` with a stream key), unsorted."""
-    out = []
-    for item in items:
-        slot = _slot(item.key)
-        if tuple(item.namespace) == ns and slot is not None:
-            out.append(_Entry(slot, _created(item) or 0.0, item.key, item))
-    return out
-
-
-def _decode(session_id: str, index: int, item: Item) -> MemoryItem:
-    value = item.value
-    if not isinstance(value, Mapping) or any(not isinstance(value.get(f), str) for f in _FIELDS):
-        raise ValueError(
-            f"store item {item.namespace}/{item.key} is not an SCM interaction (needs str observation, response "
-            "and summary): keep other data out of the stream's namespace"
-        )
-    raw = value.get("embedding")
-    embedding = None
-    if raw is not None:
-        embedding = np.asarray(raw, dtype=np.float32).ravel()
-        embedding.flags.writeable = False
-    created = value.get("created")
-    return MemoryItem(
-        session_id,
-        index,
-        value["observation"],
-        value["response"],
-        value["summary"],
-        embedding,
-        float(created) if isinstance(created, int | float) else 0.0,
-    )
-
-
-class _Cached(NamedTuple):
-    """A session as last read: the order of each item and its decoded form (same length, same order)."""
-
-    order: list[tuple[int, float, str]]
-    items: list[MemoryItem]
 
 
 class LangGraphStoreStream(Closing):
@@ -212,10 +110,10 @@ class LangGraphStoreStream(Closing):
             )
         check_min_int(page_size, "page_size", 1)
         self.store = store
-        self.namespace = _check_namespace(namespace)
+        self.namespace = check_namespace(namespace)
         self.page_size = page_size
-        self._lock = _store_lock(store)  # shared with every other stream object on this store in this process
-        self._cache: dict[str, _Cached] = {}  # session -> its items as last read, in order
+        self._lock = store_lock(store)  # shared with every other stream object on this store in this process
+        self._cache: dict[str, Cached] = {}  # session -> its items as last read, in order
         # With a default TTL the store expires items (the stream passes no ttl of its own), oldest or not: then
         # no cache is kept and every read is a whole-session read, which also refreshes every item's TTL.
         ttl = getattr(store, "ttl_config", None) or {}
@@ -224,38 +122,38 @@ class LangGraphStoreStream(Closing):
     # ------------------------------------------------------------------------------------------- helpers
 
     def _ns(self, session_id: str) -> tuple[str, ...]:
-        return (*self.namespace, _label(check_session(session_id)))
+        return (*self.namespace, session_label(check_session(session_id)))
 
-    def _search_all(self, ns: tuple[str, ...], **kwargs: Any) -> list[_Entry]:
+    def _search_all(self, ns: tuple[str, ...], **kwargs: Any) -> list[Entry]:
         """Every stream item of one session namespace (optionally filtered), paging through ``store.search``."""
-        found: list[_Entry] = []
+        found: list[Entry] = []
         offset = 0
         while True:
             page = self.store.search(ns, limit=self.page_size, offset=offset, **kwargs)
-            found.extend(_entries(ns, page))
+            found.extend(entries(ns, page))
             if len(page) < self.page_size:
                 return found
             offset += len(page)
 
-    def _read_all(self, session_id: str, ns: tuple[str, ...]) -> _Cached:
-        entries = sorted(self._search_all(ns))
-        return _Cached([e[:3] for e in entries], [_decode(session_id, i, e.item) for i, e in enumerate(entries)])
+    def _read_all(self, session_id: str, ns: tuple[str, ...]) -> Cached:
+        found = sorted(self._search_all(ns))
+        return Cached([e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)])
 
-    def _read_new(self, session_id: str, ns: tuple[str, ...], cached: _Cached) -> _Cached | None:
+    def _read_new(self, session_id: str, ns: tuple[str, ...], cached: Cached) -> Cached | None:
         """The cached items plus those written since, or None when the cache is stale: its first or last item is
         gone or was rewritten (``created`` differs), or an item appeared before its last one."""
         first, last = cached.order[0], cached.order[-1]
         config = getattr(self.store, "ttl_config", None) or {}
         refresh = bool(config.get("refresh_on_read", True))  # as BaseStore.get does by default
-        floor = max(0, last[0] - _RACE_SLOTS)
-        since = {"seq": {"$gte": _seq(floor)}}
+        floor = max(0, last[0] - RACE_SLOTS)
+        since = {"seq": {"$gte": seq(floor)}}
         ops = [GetOp(ns, first[2], refresh), GetOp(ns, last[2], refresh)]
         try:
             results = self.store.batch([*ops, SearchOp(ns, since, self.page_size, 0)])
         except (TypeError, ValueError):  # a store that cannot compare a foreign item's value: read everything
             return None
         for (_, created, _), found in zip((first, last), results[:2], strict=True):
-            if not isinstance(found, Item) or _created(found) != created:
+            if not isinstance(found, Item) or created_of(found) != created:
                 return None
         page = results[2] if isinstance(results[2], list) else []
         if len(page) >= self.page_size:
@@ -264,24 +162,10 @@ class LangGraphStoreStream(Closing):
             except (TypeError, ValueError):
                 return None
         else:
-            new = _entries(ns, page)
-        known = set()
-        for slot, _, key in reversed(cached.order):  # the cached items the search returns again
-            if slot < floor:
-                break
-            known.add(key)
-        fresh = sorted(e for e in new if e.slot >= floor and e.key not in known)
-        if not fresh:
-            return cached
-        if fresh[0][:3] < last:
-            return None  # another process wrote before our last item: read everything in order again
-        start = len(cached.items)
-        return _Cached(
-            [*cached.order, *(e[:3] for e in fresh)],
-            [*cached.items, *(_decode(session_id, start + i, e.item) for i, e in enumerate(fresh))],
-        )
+            new = entries(ns, page)
+        return merge_new(session_id, cached, new, floor)
 
-    def _read(self, session_id: str) -> _Cached:
+    def _read(self, session_id: str) -> Cached:
         """The session in order (from the cache plus what is new where possible); caller holds the lock."""
         ns = self._ns(session_id)
         cached = self._cache.get(session_id)
@@ -311,20 +195,12 @@ class LangGraphStoreStream(Closing):
         with self._lock:
             current = self._read(session_id)
             slot = current.order[-1][0] + 1 if current.order else 0
-            key, created = _new_key(slot), time.time()
-            value: dict[str, Any] = {
-                "observation": observation,
-                "response": response,
-                "summary": summary,
-                "embedding": None if vector is None else [float(x) for x in vector.tolist()],
-                "created": created,
-                "index": slot,
-                "seq": _seq(slot),
-            }
+            key, value = new_key(slot), turn_value(observation, response, summary, vector, slot)
+            created = value["created"]
             self.store.put(ns, key, value, index=False)
             item = MemoryItem(session_id, len(current.items), observation, response, summary, vector, created)
             if self._cache_items:
-                self._cache[session_id] = _Cached([*current.order, (slot, created, key)], [*current.items, item])
+                self._cache[session_id] = Cached([*current.order, (slot, created, key)], [*current.items, item])
         return item
 
     def items(self, session_id: str) -> list[MemoryItem]:
@@ -364,7 +240,7 @@ class LangGraphStoreStream(Closing):
         offset = 0
         while True:
             page = self.store.search(ns, limit=self.page_size, offset=offset)
-            if _entries(ns, page):
+            if entries(ns, page):
                 return True
             if len(page) < self.page_size:
                 return False

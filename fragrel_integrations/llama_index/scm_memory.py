@@ -40,7 +40,7 @@ from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
 from ..core.scm.turns import OpenTurn, build_memory, check_optional_session, is_final_reply
 from ..models.base import Embedder
 
-__all__ = ["SCMMemory", "build_core", "turn_message"]
+__all__ = ["SCMMemory"]
 
 
 def build_core(
