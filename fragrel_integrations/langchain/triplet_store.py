@@ -26,14 +26,10 @@ memory the RET-LLM way:
 from __future__ import annotations
 
 import asyncio
-import json
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from .._optional import require
 
@@ -46,7 +42,6 @@ from langgraph.store.base import (  # noqa: E402
     GetOp,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -57,119 +52,31 @@ from pydantic import BaseModel, Field  # noqa: E402
 
 from .._adapters import split_store_or_path  # noqa: E402
 from .._validation import check_positive_int  # noqa: E402
-from ..core.triplets import (  # noqa: E402
-    NodeRecord,
-    Triplet,
-    TripletRecord,
-    TripletStore,
-    parse_calls,
-    render_read,
-    render_write,
-)
+from ..core.triplets import NodeRecord, Triplet, TripletRecord, TripletStore  # noqa: E402
 from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
-from ..core.triplets.text_api import term_problem  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
-from ..models.base import Embedder, embed_documents, embed_query  # noqa: E402
+from ..core.triplets.views import (  # noqa: E402
+    DOCUMENT_KIND,
+    core_triplet_store,
+    is_triplet_value,
+    namespace_matches,
+    put_document,
+    read_facts,
+    record_value,
+    search_documents,
+    search_records,
+    split_value,
+    write_fact,
+)
+from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
 __all__ = ["TripletKVStore", "TripletMemoryStore", "core_triplet_store", "make_memory_tools"]
 
-_TRIPLET_KEYS = ("subject", "relation", "object")
-
 
 def _when(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
-
-
-def _value(record: TripletRecord) -> dict[str, Any]:
-    return {**dict(record.payload), **record.triplet.as_dict()}
-
-
-_DOC_KIND = "langgraph_document"  # the node-table kind of non-triplet values (LangMem memories, ...)
-
-
-def _is_triplet_value(value: dict[str, Any]) -> bool:
-    """A triplet has all of subject/relation/object, a document none of them; a part of a triplet is a mistake."""
-    present = [k for k in _TRIPLET_KEYS if k in value]
-    if present and len(present) < len(_TRIPLET_KEYS):
-        missing = [k for k in _TRIPLET_KEYS if k not in value]
-        raise ValueError(
-            f"a triplet value needs 'subject', 'relation' and 'object' (missing {missing}); a value with none of "
-            "them is stored as a document"
-        )
-    return bool(present)
-
-
-def _split_value(value: Any) -> tuple[Triplet, dict[str, Any]]:
-    triplet = Triplet(value["subject"], value["relation"], value["object"])
-    return triplet, {k: v for k, v in value.items() if k not in _TRIPLET_KEYS}
-
-
-def _document_text(value: dict[str, Any]) -> str:
-    """What a document's search compares with the query: its ``content`` text, else the value as JSON."""
-    content = value.get("content")
-    if isinstance(content, str) and content.strip():
-        return content
-    return json.dumps(content if isinstance(content, dict | list) else value, sort_keys=True, ensure_ascii=False)
-
-
-def _unit(vector: Any) -> np.ndarray:
-    arr = np.asarray(vector, dtype=np.float32)
-    norm = float(np.linalg.norm(arr))
-    return arr / norm if norm > 0 else arr
-
-
-_OPS = {
-    "$eq": lambda a, b: a == b,
-    "$ne": lambda a, b: a != b,
-    "$gt": lambda a, b: a is not None and a > b,
-    "$gte": lambda a, b: a is not None and a >= b,
-    "$lt": lambda a, b: a is not None and a < b,
-    "$lte": lambda a, b: a is not None and a <= b,
-}
-
-
-def _compare(actual: Any, wanted: Any) -> bool:
-    """A filter condition: equality, nested dicts, or ``{"$op": x}`` with $eq $ne $gt $gte $lt $lte."""
-    if isinstance(wanted, dict) and wanted and all(isinstance(k, str) and k.startswith("$") for k in wanted):
-        for op, arg in wanted.items():
-            if op not in _OPS:
-                raise ValueError(f"unsupported filter operator {op!r}; use $eq $ne $gt $gte $lt $lte")
-            try:
-                ok = _OPS[op](actual, arg)
-            except TypeError:
-                ok = False
-            if not ok:
-                return False
-        return True
-    if isinstance(wanted, dict):
-        return isinstance(actual, dict) and all(_compare(actual.get(k), v) for k, v in wanted.items())
-    return actual == wanted
-
-
-def _matches(value: dict[str, Any], flt: dict[str, Any] | None) -> bool:
-    return not flt or all(_compare(value.get(k), v) for k, v in flt.items())
-
-
-def _pattern(query: str) -> tuple[str | None, str | None, str | None] | None:
-    """``a>>b>>`` or ``[MEM_READ{a>>b>>}]`` as a read pattern; None for free text."""
-    calls = [c for c in parse_calls(query) if c.kind == "read"]
-    if calls:
-        return calls[0].fields
-    if query.count(">>") == 2:
-        calls = parse_calls(f"[MEM_READ{{{query.strip()}}}]")
-        if calls:
-            return calls[0].fields
-    return None
-
-
-def _ns_matches(ns: tuple[str, ...], cond: MatchCondition) -> bool:
-    path = tuple(cond.path)
-    if len(path) > len(ns):
-        return False
-    part = ns[: len(path)] if cond.match_type == "prefix" else ns[len(ns) - len(path) :]
-    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
 
 
 class TripletMemoryStore(BaseStore):
@@ -245,36 +152,21 @@ class TripletMemoryStore(BaseStore):
             if op.value is not None and not isinstance(op.value, dict):
                 raise TypeError(f"a TripletMemoryStore value must be a dict, got {type(op.value).__name__}")
             if op.value is not None:
-                _is_triplet_value(op.value)
+                is_triplet_value(op.value)
         for (ns, key), op in last.items():
             if op.value is None:
                 self.core.delete(key, namespace=ns, hard=self.hard_delete)
                 self.core.delete_nodes([key], namespace=ns)
-            elif _is_triplet_value(op.value):
-                triplet, payload = _split_value(dict(op.value))
+            elif is_triplet_value(op.value):
+                triplet, payload = split_value(dict(op.value))
                 writes.append(TripletWrite(triplet, key=key, namespace=ns, payload=payload, single_valued=False))
                 self.core.delete_nodes([key], namespace=ns)  # a key holds one item: the triplet replaces a document
             else:
-                self._put_document(ns, key, dict(op.value), op.index is not False)
+                put_document(self.core, ns, key, dict(op.value), op.index is not False, self.hard_delete)
         if writes:
             self.core.write_many(writes)
 
-    # -- documents (non-triplet values) ------------------------------------------------------------------------
-    def _put_document(self, ns: tuple[str, ...], key: str, value: dict[str, Any], index: bool) -> None:
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"a TripletMemoryStore document value must be JSON-serialisable: {exc}") from exc
-        now = time.time()
-        old = self.core.get_nodes([key], namespace=ns)
-        created = old[0].properties.get("created_at", now) if old and old[0].kind == _DOC_KIND else now
-        text = _document_text(value)
-        vector = embed_documents(self.core.embedder, [text])[0].tolist() if index else None
-        props = {"value": value, "created_at": created, "updated_at": now, "embedding": vector}
-        if self.core.get(key, namespace=ns) is not None:  # a key holds one item: the document replaces a triplet
-            self.core.delete(key, namespace=ns, hard=self.hard_delete)
-        self.core.put_nodes([NodeRecord(key, "document", _DOC_KIND, text, props)], namespace=ns)
-
+    # -- items ---------------------------------------------------------------------------------------------------
     @staticmethod
     def _doc_item(rec: NodeRecord, score: float | None = None, search: bool = False) -> Item:
         props = rec.properties
@@ -288,31 +180,15 @@ class TripletMemoryStore(BaseStore):
         return SearchItem(**kwargs, score=score) if search else Item(**kwargs)
 
     def _document_item(self, namespace: Sequence[str], key: str) -> Item | None:
-        recs = [r for r in self.core.get_nodes([key], namespace=tuple(namespace)) if r.kind == _DOC_KIND]
+        recs = [r for r in self.core.get_nodes([key], namespace=tuple(namespace)) if r.kind == DOCUMENT_KIND]
         return self._doc_item(recs[0]) if recs else None
-
-    def _documents(self, prefix: tuple[str, ...]) -> list[NodeRecord]:
-        spaces = [ns for ns in self.core.node_namespaces(kind=_DOC_KIND) if ns[: len(prefix)] == prefix]
-        return [r for ns in spaces for r in self.core.get_nodes(namespace=ns) if r.kind == _DOC_KIND]
-
-    def _search_documents(self, op: SearchOp) -> list[tuple[NodeRecord, float | None]]:
-        docs = [d for d in self._documents(tuple(op.namespace_prefix)) if _matches(d.properties["value"], op.filter)]
-        if not op.query:
-            return [(d, None) for d in docs]
-        if op.query and _pattern(op.query) is not None:
-            return []  # a RET-LLM read pattern reads triplets
-        docs = [d for d in docs if d.properties.get("embedding") is not None]
-        if not docs:
-            return []
-        q = _unit(embed_query(self.core.embedder, op.query))
-        return [(d, float(_unit(d.properties["embedding"]) @ q)) for d in docs]
 
     @staticmethod
     def _item(rec: TripletRecord, score: float | None = None, search: bool = False) -> Item:
         kwargs = {
             "namespace": rec.namespace,
             "key": rec.key,
-            "value": _value(rec),
+            "value": record_value(rec),
             "created_at": _when(rec.created_at),
             "updated_at": _when(rec.created_at),
         }
@@ -321,28 +197,10 @@ class TripletMemoryStore(BaseStore):
     def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = tuple(op.namespace_prefix)
         need = op.offset + op.limit
-        if op.query:
-            pattern = _pattern(op.query)
-            if pattern is not None:
-                records = self.core.read(*pattern, namespace=prefix, prefix=True)
-                records.sort(key=lambda r: (-r.score, r.id))
-            else:
-                records = self.core.search(op.query, namespace=prefix, prefix=True, k=max(need * 4, 20))
-            scored = [(r, r.score) for r in records if _matches(_value(r), op.filter)]
-        else:
-            flt = op.filter or {}
-            exact = {k: flt[k] for k in _TRIPLET_KEYS if isinstance(flt.get(k), str) and flt[k].strip()}
-            if exact:  # push plain subject/relation/object filters into an exact database read
-                records = self.core.read(
-                    exact.get("subject"), exact.get("relation"), exact.get("object"),
-                    namespace=prefix, prefix=True, fuzzy=False,
-                )  # fmt: skip
-            else:
-                records = self.core.records(namespace=prefix, prefix=True)
-            records.sort(key=lambda r: r.id, reverse=True)  # newest first
-            scored = [(r, None) for r in records if _matches(_value(r), op.filter)]
+        scored = search_records(self.core, prefix, op.query, op.filter, need)
         items = [self._item(r, s, search=True) for r, s in scored]
-        docs = [self._doc_item(d, s, search=True) for d, s in self._search_documents(op)]
+        found = search_documents(self.core, prefix, op.query, op.filter)
+        docs = [self._doc_item(d, s, search=True) for d, s in found]
         if docs:
             if op.query:  # best score first across triplets and documents
                 items = sorted(items + docs, key=lambda i: -(i.score if i.score is not None else float("-inf")))
@@ -351,9 +209,11 @@ class TripletMemoryStore(BaseStore):
         return items[op.offset : need]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        spaces = sorted(set(self.core.namespaces()) | set(self.core.node_namespaces(kind=_DOC_KIND)))
+        spaces = sorted(set(self.core.namespaces()) | set(self.core.node_namespaces(kind=DOCUMENT_KIND)))
         if op.match_conditions:
-            spaces = [ns for ns in spaces if all(_ns_matches(ns, c) for c in op.match_conditions)]
+            spaces = [
+                ns for ns in spaces if all(namespace_matches(ns, c.path, c.match_type) for c in op.match_conditions)
+            ]
         if op.max_depth is not None:
             spaces = sorted({ns[: op.max_depth] for ns in spaces})
         return spaces[op.offset : op.offset + op.limit]
@@ -417,21 +277,6 @@ class _ReadArgs(BaseModel):
     object: str = Field(default="", description="the object, or empty to look it up")
 
 
-def core_triplet_store(store: object) -> TripletStore:
-    """The core :class:`TripletStore` of ``store``: a core store itself, or the one inside a
-    :class:`TripletMemoryStore`, a :class:`TripletKVStore` or a LlamaIndex ``TripletGraphStore``."""
-    if isinstance(store, TripletStore):
-        return store
-    for attribute in ("core", "store"):  # framework stores keep the core store here
-        inner = getattr(store, attribute, None)
-        if isinstance(inner, TripletStore):
-            return inner
-    raise TypeError(
-        f"store must be a TripletStore, a TripletMemoryStore, a TripletKVStore or a TripletGraphStore, "
-        f"got {type(store).__name__}"
-    )
-
-
 def make_memory_tools(
     store: TripletStore | TripletMemoryStore | TripletKVStore | Any,
     *,
@@ -452,23 +297,10 @@ def make_memory_tools(
     ns = namespace_tuple(namespace)  # a str is one label, never split into characters
 
     def memory_write(subject: str, relation: str, object: str) -> str:
-        terms = (subject, relation, object)
-        problem = next((p for p in (term_problem(t, max_term_chars) for t in terms if isinstance(t, str)) if p), None)
-        if problem:
-            return f"not stored: {problem}"
-        try:
-            trip = Triplet(*terms)
-        except (TypeError, ValueError) as exc:
-            return f"not stored: {exc}"
-        rec = store.write(trip, namespace=ns)
-        return "stored " + render_write(rec.triplet)
+        return write_fact(store, ns, (subject, relation, object), max_term_chars)
 
     def memory_read(subject: str = "", relation: str = "", object: str = "") -> str:
-        fields = (subject or None, relation or None, object or None)
-        if all(f is None for f in fields):
-            return "give at least one of subject, relation, object"
-        records = store.read(*fields, namespace=ns)
-        return render_read(fields, [r.triplet for r in records])
+        return read_facts(store, ns, subject, relation, object)
 
     async def amemory_write(subject: str, relation: str, object: str) -> str:
         return await asyncio.to_thread(memory_write, subject, relation, object)

@@ -26,7 +26,6 @@ or either node's properties, as in LlamaIndex's ``SimplePropertyGraphStore``.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -48,18 +47,14 @@ from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
 
 from .._adapters import split_store_or_path  # noqa: E402
 from .._validation import check_positive_int  # noqa: E402
-from ..core.triplets import NodeRecord, TripletRecord, TripletStore, normalize_term, parse_calls  # noqa: E402
+from ..core.triplets import NodeRecord, TripletRecord, TripletStore, parse_calls  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
+from ..core.triplets.views import best_terms, find_records, lookup, reachable, relation_key  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
-
-
-def _relation_key(source: str, label: str, target: str) -> str:
-    raw = "\x1f".join(normalize_term(x) for x in (source, label, target))
-    return "rel-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
 
 
 _NODE_KINDS = ("entity", "chunk")  # the node table's kinds this view owns (others belong to other views)
@@ -123,34 +118,7 @@ class TripletGraphStore(PropertyGraphStore):
 
     def _records(self, entity_names=None, relation_names=None, properties=None, ids=None) -> list[TripletRecord]:
         names = list(entity_names or []) + list(ids or [])
-        found: dict[int, TripletRecord] = {}
-        if names:
-            for name in dict.fromkeys(names):
-                for field in ("t1", "t3"):
-                    for r in self.core.read(**{field: name}, namespace=self.namespace, fuzzy=False):
-                        found[r.id] = r
-            candidates = list(found.values())
-        elif relation_names:
-            for rel in dict.fromkeys(relation_names):
-                for r in self.core.read(t2=rel, namespace=self.namespace, fuzzy=False):
-                    found[r.id] = r
-            candidates = list(found.values())
-        else:
-            candidates = self.core.records(namespace=self.namespace)
-        if relation_names:
-            wanted = {normalize_term(x) for x in relation_names}
-            candidates = [r for r in candidates if normalize_term(r.t2) in wanted]
-        if properties:  # the relation's or either node's properties (as SimplePropertyGraphStore)
-            terms = sorted({x for r in candidates for x in (r.t1, r.t3)})
-            nodes = {n.id: n.properties for n in self._node_records(terms)}
-
-            def hit(props: Any) -> bool:
-                return any(k in props and props[k] == v for k, v in properties.items())
-
-            candidates = [
-                r for r in candidates if hit(r.payload) or hit(nodes.get(r.t1, {})) or hit(nodes.get(r.t3, {}))
-            ]
-        return sorted(candidates, key=lambda r: r.id)
+        return find_records(self.core, self.namespace, names, relation_names, properties, _NODE_KINDS)
 
     # -- PropertyGraphStore API ------------------------------------------------------------------------------
     def get(self, properties: dict | None = None, ids: list[str] | None = None) -> list[LabelledNode]:
@@ -190,18 +158,8 @@ class TripletGraphStore(PropertyGraphStore):
         ignore_rels: list[str] | None = None,
     ) -> list[LITriplet]:
         """Triplets reachable from ``graph_nodes`` following subject -> object up to ``depth`` hops."""
-        ignore = {normalize_term(x) for x in ignore_rels or []}
-        out: list[TripletRecord] = []
-        seen: set[int] = set()
-        frontier = [n.id for n in graph_nodes]
-        for _ in range(max(depth, 0)):
-            if not frontier or len(out) >= limit:
-                break
-            step = [r for r in self._records(entity_names=frontier) if r.id not in seen]
-            seen.update(r.id for r in step)
-            out += [r for r in step if normalize_term(r.t2) not in ignore]
-            frontier = sorted({r.t3 for r in step} - set(frontier))
-        return self._triplets(out[:limit])
+        names = [n.id for n in graph_nodes]
+        return self._triplets(reachable(self.core, self.namespace, names, depth, limit, ignore_rels or (), _NODE_KINDS))
 
     def upsert_nodes(self, nodes: list[LabelledNode]) -> None:
         records = []
@@ -221,7 +179,7 @@ class TripletGraphStore(PropertyGraphStore):
             writes.append(
                 TripletWrite(
                     (rel.source_id, rel.label, rel.target_id),
-                    key=_relation_key(rel.source_id, rel.label, rel.target_id),
+                    key=relation_key(rel.source_id, rel.label, rel.target_id),
                     namespace=self.namespace,
                     payload=props,
                 )
@@ -268,13 +226,8 @@ class TripletGraphStore(PropertyGraphStore):
                 "TripletGraphStore matches terms with its own embedder: give VectorStoreQuery(query_str=...)"
             )
         hits = self.core.search(query.query_str, namespace=self.namespace, k=query.similarity_top_k)
-        nodes: dict[str, tuple[LabelledNode, float]] = {}
-        for r in hits:
-            for m in r.matches:
-                if m.field in ("t1", "t3") and m.term not in nodes:
-                    nodes[m.term] = (EntityNode(name=m.term), m.similarity)
-        ranked = sorted(nodes.values(), key=lambda x: -x[1])[: query.similarity_top_k]
-        return [n for n, _ in ranked], [s for _, s in ranked]
+        ranked = best_terms(hits, query.similarity_top_k)
+        return [EntityNode(name=term) for term, _ in ranked], [score for _, score in ranked]
 
     def get_schema(self, refresh: bool = False) -> dict[str, Any]:
         """The relation labels in use and the node labels stored."""
@@ -312,18 +265,9 @@ class TripletMemoryRetriever(BaseRetriever):
         self.namespace = default_ns if namespace is None else namespace_tuple(namespace)
         super().__init__(**kwargs)
 
-    def _lookup(self, query: str) -> list[TripletRecord]:
-        calls = [c for c in parse_calls(query) if c.kind == "read"]
-        if not calls and query.count(">>") == 2:
-            calls = [c for c in parse_calls(f"[MEM_READ{{{query.strip()}}}]") if c.kind == "read"]
-        if calls:
-            records = self.core.read(*calls[0].fields, namespace=self.namespace)
-            return sorted(records, key=lambda r: (-r.score, r.id))[: self.similarity_top_k]
-        return self.core.search(query, namespace=self.namespace, k=self.similarity_top_k)
-
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         out = []
-        for r in self._lookup(query_bundle.query_str):
+        for r in lookup(self.core, query_bundle.query_str, self.namespace, self.similarity_top_k):
             node = TextNode(
                 text=f"{r.t1} {r.t2} {r.t3}",
                 id_=f"triplet-{r.id}",

@@ -1,0 +1,349 @@
+"""What the framework views of a :class:`~.store.TripletStore` share, without a framework: LangChain's
+``TripletMemoryStore`` (a LangGraph store of triplets and documents), its agent tools, and LlamaIndex's
+``TripletGraphStore`` and ``TripletMemoryRetriever``.
+
+* values: a triplet is a dict with ``subject``/``relation``/``object`` (other keys: its payload); any other JSON
+  dict is a *document*, kept in the node table and found by the cosine of its text (:func:`put_document`,
+  :func:`search_documents`); :func:`matches` applies a LangGraph-style filter to a value;
+* reads: :func:`read_pattern` tells a RET-LLM read (``"a>>b>>"`` or ``[MEM_READ{..}]``) from free text, and
+  :func:`lookup` / :func:`search_records` answer either kind;
+* tools: :func:`write_fact` and :func:`read_facts` answer an agent in the RET-LLM text format.
+
+>>> read_pattern("Dan Jaffe>>works at>>"), read_pattern("where does Dan work?")
+(('Dan Jaffe', 'works at', None), None)
+>>> matches({"n": 3, "kind": "note"}, {"n": {"$gt": 2}, "kind": "note"})
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...models.base import embed_documents, embed_query
+from .nodes import NodeRecord
+from .store import TripletStore
+from .text_api import parse_calls, render_read, render_write, term_problem
+from .types import Namespace, Triplet, TripletRecord, normalize_term
+
+__all__ = [
+    "DOCUMENT_KIND",
+    "TRIPLET_KEYS",
+    "best_terms",
+    "core_triplet_store",
+    "document_text",
+    "find_records",
+    "is_triplet_value",
+    "lookup",
+    "matches",
+    "namespace_matches",
+    "put_document",
+    "reachable",
+    "read_facts",
+    "read_pattern",
+    "record_value",
+    "relation_key",
+    "search_documents",
+    "search_records",
+    "split_value",
+    "write_fact",
+]
+
+TRIPLET_KEYS = ("subject", "relation", "object")
+#: The node-table kind of non-triplet values (LangMem memories, ...).
+DOCUMENT_KIND = "langgraph_document"
+
+
+# ------------------------------------------------------------------------------------------------- values
+def record_value(record: TripletRecord) -> dict[str, Any]:
+    """A stored triplet as a value: its payload plus ``subject``/``relation``/``object``."""
+    return {**dict(record.payload), **record.triplet.as_dict()}
+
+
+def is_triplet_value(value: dict[str, Any]) -> bool:
+    """A triplet has all of subject/relation/object, a document none of them; a part of a triplet is a mistake."""
+    present = [k for k in TRIPLET_KEYS if k in value]
+    if present and len(present) < len(TRIPLET_KEYS):
+        missing = [k for k in TRIPLET_KEYS if k not in value]
+        raise ValueError(
+            f"a triplet value needs 'subject', 'relation' and 'object' (missing {missing}); a value with none of "
+            "them is stored as a document"
+        )
+    return bool(present)
+
+
+def split_value(value: dict[str, Any]) -> tuple[Triplet, dict[str, Any]]:
+    """A triplet value as its :class:`Triplet` and its payload (the other keys)."""
+    triplet = Triplet(value["subject"], value["relation"], value["object"])
+    return triplet, {k: v for k, v in value.items() if k not in TRIPLET_KEYS}
+
+
+def document_text(value: dict[str, Any]) -> str:
+    """What a document's search compares with the query: its ``content`` text, else the value as JSON."""
+    content = value.get("content")
+    if isinstance(content, str) and content.strip():
+        return content
+    return json.dumps(content if isinstance(content, dict | list) else value, sort_keys=True, ensure_ascii=False)
+
+
+def relation_key(source: str, label: str, target: str) -> str:
+    """The stable key of a graph relation: one key per normalised (source, label, target)."""
+    raw = "\x1f".join(normalize_term(x) for x in (source, label, target))
+    return "rel-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
+
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "$eq": lambda a, b: a == b,
+    "$ne": lambda a, b: a != b,
+    "$gt": lambda a, b: a is not None and a > b,
+    "$gte": lambda a, b: a is not None and a >= b,
+    "$lt": lambda a, b: a is not None and a < b,
+    "$lte": lambda a, b: a is not None and a <= b,
+}
+
+
+def _compare(actual: Any, wanted: Any) -> bool:
+    """A filter condition: equality, nested dicts, or ``{"$op": x}`` with $eq $ne $gt $gte $lt $lte."""
+    if isinstance(wanted, dict) and wanted and all(isinstance(k, str) and k.startswith("$") for k in wanted):
+        for op, arg in wanted.items():
+            if op not in _OPS:
+                raise ValueError(f"unsupported filter operator {op!r}; use $eq $ne $gt $gte $lt $lte")
+            try:
+                ok = _OPS[op](actual, arg)
+            except TypeError:
+                ok = False
+            if not ok:
+                return False
+        return True
+    if isinstance(wanted, dict):
+        return isinstance(actual, dict) and all(_compare(actual.get(k), v) for k, v in wanted.items())
+    return actual == wanted
+
+
+def matches(value: dict[str, Any], flt: dict[str, Any] | None) -> bool:
+    """Whether ``value`` passes the filter ``flt`` (None or empty: everything passes)."""
+    return not flt or all(_compare(value.get(k), v) for k, v in flt.items())
+
+
+def namespace_matches(ns: tuple[str, ...], path: Sequence[str], match_type: str) -> bool:
+    """Whether ``ns`` starts (``match_type="prefix"``) or ends (``"suffix"``) with ``path``; ``*`` matches any."""
+    path = tuple(path)
+    if len(path) > len(ns):
+        return False
+    part = ns[: len(path)] if match_type == "prefix" else ns[len(ns) - len(path) :]
+    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
+
+
+# ------------------------------------------------------------------------------------------------- reads
+def read_pattern(query: str) -> tuple[str | None, str | None, str | None] | None:
+    """``a>>b>>`` or ``[MEM_READ{a>>b>>}]`` as a read pattern; None for free text."""
+    calls = [c for c in parse_calls(query) if c.kind == "read"]
+    if calls:
+        return calls[0].fields
+    if query.count(">>") == 2:
+        calls = parse_calls(f"[MEM_READ{{{query.strip()}}}]")
+        if calls:
+            return calls[0].fields
+    return None
+
+
+def lookup(core: TripletStore, query: str, namespace: Namespace, k: int) -> list[TripletRecord]:
+    """At most ``k`` triplets for ``query``: a read pattern reads (exact, else fuzzy; best score first), free text
+    is matched against every stored term."""
+    pattern = read_pattern(query)
+    if pattern is not None:
+        records = core.read(*pattern, namespace=namespace)
+        return sorted(records, key=lambda r: (-r.score, r.id))[:k]
+    return core.search(query, namespace=namespace, k=k)
+
+
+def search_records(
+    core: TripletStore, prefix: Namespace, query: str | None, flt: dict[str, Any] | None, need: int
+) -> list[tuple[TripletRecord, float | None]]:
+    """The triplets under ``prefix`` that a LangGraph search asks for, with their scores: a read pattern or free
+    text ``query`` (at least ``need`` asked of the term search), else every triplet, newest first; ``flt``
+    applies to each value (plain subject/relation/object filters are pushed into an exact database read)."""
+    if query:
+        pattern = read_pattern(query)
+        if pattern is not None:
+            records = core.read(*pattern, namespace=prefix, prefix=True)
+            records.sort(key=lambda r: (-r.score, r.id))
+        else:
+            records = core.search(query, namespace=prefix, prefix=True, k=max(need * 4, 20))
+        return [(r, r.score) for r in records if matches(record_value(r), flt)]
+    given = flt or {}
+    exact = {k: given[k] for k in TRIPLET_KEYS if isinstance(given.get(k), str) and given[k].strip()}
+    if exact:
+        fields = (exact.get("subject"), exact.get("relation"), exact.get("object"))
+        records = core.read(*fields, namespace=prefix, prefix=True, fuzzy=False)
+    else:
+        records = core.records(namespace=prefix, prefix=True)
+    records.sort(key=lambda r: r.id, reverse=True)  # newest first
+    return [(r, None) for r in records if matches(record_value(r), flt)]
+
+
+# ------------------------------------------------------------------------------------------------- graph reads
+def find_records(
+    core: TripletStore,
+    namespace: Namespace,
+    names: Sequence[str] | None = None,
+    relation_names: Sequence[str] | None = None,
+    properties: dict[str, Any] | None = None,
+    node_kinds: Collection[str] = ("entity", "chunk"),
+) -> list[TripletRecord]:
+    """Current triplets (oldest first) with a term in ``names`` as subject or object (exact), a relation in
+    ``relation_names`` (normalised) and, with ``properties``, a payload or a subject/object node (of
+    ``node_kinds``) holding one of them, as LlamaIndex's ``SimplePropertyGraphStore`` matches."""
+    found: dict[int, TripletRecord] = {}
+    if names:
+        for name in dict.fromkeys(names):
+            for field in ("t1", "t3"):
+                for r in core.read(**{field: name}, namespace=namespace, fuzzy=False):
+                    found[r.id] = r
+        candidates = list(found.values())
+    elif relation_names:
+        for rel in dict.fromkeys(relation_names):
+            for r in core.read(t2=rel, namespace=namespace, fuzzy=False):
+                found[r.id] = r
+        candidates = list(found.values())
+    else:
+        candidates = core.records(namespace=namespace)
+    if relation_names:
+        wanted = {normalize_term(x) for x in relation_names}
+        candidates = [r for r in candidates if normalize_term(r.t2) in wanted]
+    if properties:
+        terms = sorted({x for r in candidates for x in (r.t1, r.t3)})
+        nodes = {n.id: n.properties for n in core.get_nodes(terms, namespace=namespace) if n.kind in node_kinds}
+
+        def hit(props: Any) -> bool:
+            return any(k in props and props[k] == v for k, v in properties.items())
+
+        candidates = [r for r in candidates if hit(r.payload) or hit(nodes.get(r.t1, {})) or hit(nodes.get(r.t3, {}))]
+    return sorted(candidates, key=lambda r: r.id)
+
+
+def reachable(
+    core: TripletStore,
+    namespace: Namespace,
+    starts: Sequence[str],
+    depth: int,
+    limit: int,
+    ignore_relations: Iterable[str] = (),
+    node_kinds: Collection[str] = ("entity", "chunk"),
+) -> list[TripletRecord]:
+    """At most ``limit`` triplets reachable from the terms ``starts`` following subject -> object up to ``depth``
+    hops, leaving out the relations ``ignore_relations``."""
+    ignore = {normalize_term(x) for x in ignore_relations}
+    out: list[TripletRecord] = []
+    seen: set[int] = set()
+    frontier = list(starts)
+    for _ in range(max(depth, 0)):
+        if not frontier or len(out) >= limit:
+            break
+        step = [r for r in find_records(core, namespace, frontier, node_kinds=node_kinds) if r.id not in seen]
+        seen.update(r.id for r in step)
+        out += [r for r in step if normalize_term(r.t2) not in ignore]
+        frontier = sorted({r.t3 for r in step} - set(frontier))
+    return out[:limit]
+
+
+def best_terms(records: Iterable[TripletRecord], k: int) -> list[tuple[str, float]]:
+    """The ``k`` subject/object terms that matched a term search best, with their similarity."""
+    terms: dict[str, float] = {}
+    for r in records:
+        for m in r.matches:
+            if m.field in ("t1", "t3") and m.term not in terms:
+                terms[m.term] = m.similarity
+    return sorted(terms.items(), key=lambda x: -x[1])[:k]
+
+
+# ------------------------------------------------------------------------------------------------- documents
+def _unit(vector: Any) -> np.ndarray:
+    arr = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(arr))
+    return arr / norm if norm > 0 else arr
+
+
+def put_document(
+    core: TripletStore, namespace: Namespace, key: str, value: dict[str, Any], index: bool, hard_delete: bool
+) -> None:
+    """Store a non-triplet ``value`` under ``key`` (JSON, its text embedded unless ``index`` is False), keeping
+    its first ``created_at``; a triplet under the same key is deleted (a key holds one item)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"a TripletMemoryStore document value must be JSON-serialisable: {exc}") from exc
+    now = time.time()
+    old = core.get_nodes([key], namespace=namespace)
+    created = old[0].properties.get("created_at", now) if old and old[0].kind == DOCUMENT_KIND else now
+    text = document_text(value)
+    vector = embed_documents(core.embedder, [text])[0].tolist() if index else None
+    props = {"value": value, "created_at": created, "updated_at": now, "embedding": vector}
+    if core.get(key, namespace=namespace) is not None:
+        core.delete(key, namespace=namespace, hard=hard_delete)
+    core.put_nodes([NodeRecord(key, "document", DOCUMENT_KIND, text, props)], namespace=namespace)
+
+
+def documents(core: TripletStore, prefix: Namespace) -> list[NodeRecord]:
+    """Every document under the namespace ``prefix``."""
+    spaces = [ns for ns in core.node_namespaces(kind=DOCUMENT_KIND) if ns[: len(prefix)] == prefix]
+    return [r for ns in spaces for r in core.get_nodes(namespace=ns) if r.kind == DOCUMENT_KIND]
+
+
+def search_documents(
+    core: TripletStore, prefix: Namespace, query: str | None, flt: dict[str, Any] | None
+) -> list[tuple[NodeRecord, float | None]]:
+    """The documents under ``prefix`` that pass ``flt``: all of them (no score) without a query, none for a read
+    pattern (it reads triplets), else the indexed ones scored by the cosine with the query."""
+    docs = [d for d in documents(core, prefix) if matches(d.properties["value"], flt)]
+    if not query:
+        return [(d, None) for d in docs]
+    if read_pattern(query) is not None:
+        return []
+    docs = [d for d in docs if d.properties.get("embedding") is not None]
+    if not docs:
+        return []
+    q = _unit(embed_query(core.embedder, query))
+    return [(d, float(_unit(d.properties["embedding"]) @ q)) for d in docs]
+
+
+# ------------------------------------------------------------------------------------------------- tools
+def write_fact(core: TripletStore, namespace: Namespace, terms: Sequence[Any], max_term_chars: int) -> str:
+    """An agent's write of ``(subject, relation, object)``: ``stored [MEM_WRITE{..}]``, or ``not stored: <why>``
+    (a term too long, empty or with a NUL character) so the model can retry."""
+    problem = next((p for p in (term_problem(t, max_term_chars) for t in terms if isinstance(t, str)) if p), None)
+    if problem:
+        return f"not stored: {problem}"
+    try:
+        triplet = Triplet(*terms)
+    except (TypeError, ValueError) as exc:
+        return f"not stored: {exc}"
+    return "stored " + render_write(core.write(triplet, namespace=namespace).triplet)
+
+
+def read_facts(core: TripletStore, namespace: Namespace, subject: str, relation: str, object: str) -> str:
+    """An agent's read (empty fields unknown), answered as ``[MEM_READ{..}: {..}; ..]``."""
+    fields = (subject or None, relation or None, object or None)
+    if all(f is None for f in fields):
+        return "give at least one of subject, relation, object"
+    return render_read(fields, [r.triplet for r in core.read(*fields, namespace=namespace)])
+
+
+def core_triplet_store(store: object) -> TripletStore:
+    """The core :class:`TripletStore` of ``store``: a core store itself, or the one a framework view keeps as
+    ``core`` or ``store`` (``TripletMemoryStore``, ``TripletKVStore``, ``TripletGraphStore``)."""
+    if isinstance(store, TripletStore):
+        return store
+    for attribute in ("core", "store"):
+        inner = getattr(store, attribute, None)
+        if isinstance(inner, TripletStore):
+            return inner
+    raise TypeError(
+        f"store must be a TripletStore, a TripletMemoryStore, a TripletKVStore or a TripletGraphStore, "
+        f"got {type(store).__name__}"
+    )
