@@ -380,7 +380,7 @@ def test_inner_loop_memory_format_has_a_small_grammar_at_any_memory_size(max_stm
     # A length bound in the pattern ({0,1023}) became 1023 nested rules, which llama.cpp's parser refuses; the
     # reply was then not constrained at all. The output limit (max_stm_tokens) bounds the length instead.
     from fragrel_integrations.core.inner_loop import InnerLoopEngine
-    from fragrel_integrations.models.llama_cpp_chat import gbnf
+    from fragrel_integrations.models.grammar import gbnf
 
     engine = InnerLoopEngine(lambda q: [], ScriptedChatModel([]), max_stm_tokens=max_stm_tokens)
     fmt = engine.stm_format()

@@ -20,6 +20,7 @@ import os
 import re
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,13 +30,14 @@ from .._lazy import LazyInstance
 from .._optional import require
 from .._validation import check_positive_int
 from .chat import ChatModelBase, Messages, ToolCall, ToolReply, to_messages
+from .grammar import check_gbnf, choice_gbnf
+from .grammar import gbnf as _gbnf  # the old public name is served by __getattr__, with a warning
 from .structured import ReplyFormat
 
 __all__ = [
     "SMOLLM2_FILE",
     "LlamaCppChatModel",
     "default_chat_model",
-    "gbnf",
     "is_embedded_model",
     "smollm2_gguf_path",
 ]
@@ -322,7 +324,7 @@ class LlamaCppChatModel(ChatModelBase):
             if reply_format in self._grammars:
                 return self._grammars[reply_format]
             try:
-                text = gbnf(reply_format)
+                text = _gbnf(reply_format)
                 self._check_gbnf(text)
                 grammar = self._llama_cpp.LlamaGrammar.from_string(text, verbose=False)
             except ValueError as exc:
@@ -334,16 +336,9 @@ class LlamaCppChatModel(ChatModelBase):
             return grammar
 
     def _check_gbnf(self, text: str) -> None:
-        """Compile the grammar once here: llama-cpp-python does not check the sampler it builds from a grammar, and
-        a grammar llama.cpp cannot parse would end the process at the first generation."""
-        lib = self._llama_cpp.llama_cpp
+        """Compile the grammar once with llama.cpp's own parser (see :func:`~.grammar.check_gbnf`)."""
         with self._lock:
-            sampler = lib.llama_sampler_init_grammar(self._llm._model.vocab, text.encode("utf-8"), b"root")
-        if not sampler:
-            raise ValueError(
-                "llama.cpp cannot parse this GBNF grammar (its parser's message is on stderr); check the rules"
-            )
-        lib.llama_sampler_free(sampler)
+            check_gbnf(self._llama_cpp.llama_cpp, self._llm._model.vocab, text)
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         """The reply under the format's grammar (the chat template applied as for :meth:`invoke`)."""
@@ -399,8 +394,8 @@ class LlamaCppChatModel(ChatModelBase):
         prompt = self._formatter(messages=msgs).prompt
         head = "message:"
         if choice != "none" and names:
-            options = [f'"functions.{name}:"' for name in names] + (['"message:"'] if choice == "auto" else [])
-            grammar = self._llama_cpp.LlamaGrammar.from_string("root ::= " + " | ".join(options), verbose=False)
+            options = [f"functions.{name}:" for name in names] + (["message:"] if choice == "auto" else [])
+            grammar = self._llama_cpp.LlamaGrammar.from_string(choice_gbnf(options), verbose=False)
             with self._lock:
                 head = self._complete(prompt, grammar, self._sampling(None, 0.0, 32, None))
         if not head.startswith("functions."):
@@ -503,39 +498,6 @@ def _parse_call(name: str, raw: str) -> ToolCall:
     return ToolCall(name, args, raw)
 
 
-_NON_CAPTURING = re.compile(r"(?<!\\)\(\?:")
-
-
-def _gbnf_literal(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)  # GBNF string literals take JSON-style escapes
-
-
-def gbnf(reply_format: ReplyFormat) -> str:
-    """The llama.cpp GBNF grammar text that enforces ``reply_format`` (regex and JSON schema are translated by
-    llama-cpp-python's ``json-schema-to-grammar`` port, shipped in the package). Raises ValueError naming the
-    format when the converter cannot translate it (e.g. a look-ahead in a regex)."""
-    if not isinstance(reply_format, ReplyFormat):
-        raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
-    if reply_format.kind == "grammar":
-        return reply_format.spec
-    if reply_format.kind == "choice":
-        return "root ::= " + " | ".join(_gbnf_literal(c) for c in reply_format.choices) + "\n"
-    from llama_cpp.llama_grammar import SchemaConverter, json_schema_to_gbnf
-
-    try:
-        if reply_format.kind == "json":
-            return json_schema_to_gbnf(reply_format.spec)
-        converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=True)
-        pattern = _NON_CAPTURING.sub("(", reply_format.spec)  # the converter knows only plain groups
-        converter.visit({"type": "string", "pattern": f"^{pattern}$"}, "")
-        return converter.format_grammar()
-    except Exception as exc:  # the converter raises assorted errors (AssertionError, KeyError, ...)
-        raise ValueError(
-            f"llama.cpp cannot translate this {reply_format.kind} format to a grammar ({type(exc).__name__}: {exc}); "
-            "simplify it or pass ReplyFormat.grammar(...) with hand-written GBNF"
-        ) from exc
-
-
 def is_embedded_model(model: object) -> bool:
     """Whether ``model`` is, or wraps, the embedded SmolLM2-135M-Instruct (a :class:`LlamaCppChatModel` on the
     shipped GGUF), looking through this package's and the frameworks' wrappers (their ``model`` / ``llm``).
@@ -563,3 +525,16 @@ def default_chat_model() -> LlamaCppChatModel:
 
 
 _DEFAULT = LazyInstance(LlamaCppChatModel)
+
+
+def __getattr__(name: str) -> object:
+    """``gbnf`` moved to :mod:`fragrel_integrations.models.grammar` (importable from here for one release)."""
+    if name == "gbnf":
+        warnings.warn(
+            "fragrel_integrations.models.llama_cpp_chat.gbnf moved to fragrel_integrations.models.grammar.gbnf; "
+            "the old import path will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _gbnf
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
