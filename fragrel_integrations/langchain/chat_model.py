@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
@@ -47,7 +47,7 @@ from pydantic import field_validator, model_validator
 
 from .._adapters import check_wrapped_chat_model
 from ..models.chat import check_params, model_id
-from ..models.chat.bridge import BridgeMessage, ChatBridge, new_call_id, role_messages
+from ..models.chat.bridge import BridgeMessage, ChatBridge, content_text, new_call_id, role_messages
 from ..models.tokens import count_message_tokens, count_tokens
 
 __all__ = ["FragRelChatModel", "to_role_messages"]
@@ -60,33 +60,12 @@ _ROLE_ALIASES = {
     "assistant": "assistant",
     "ai": "assistant",
 }
-_MEDIA_BLOCKS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file", "document", "media"})
 _LEGACY_TOOL_KWARGS = ("functions", "function_call")
 _TOOLS_ELSEWHERE = "a tool-calling LangChain chat model, e.g. ChatOpenAI(base_url=..., model=...) from langchain-openai"
 
 
-def _text(message: BaseMessage) -> str:
-    """The text of ``message``; media blocks raise (a text model cannot see them), other non-text blocks drop."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    parts: list[str] = []
-    for block in content:
-        if isinstance(block, str):
-            parts.append(block)
-        elif isinstance(block, Mapping):
-            kind = block.get("type")
-            if kind in _MEDIA_BLOCKS:
-                raise ValueError(
-                    f"a {message.type} message has a {kind!r} content block: the wrapped chat model reads text only"
-                )
-            if kind == "text" and isinstance(block.get("text"), str):
-                parts.append(block["text"])
-    return "".join(parts)
-
-
 def _bridge_message(message: BaseMessage) -> BridgeMessage:
-    text = _text(message)
+    text = content_text(message.content, message.type)
     if isinstance(message, SystemMessage):
         return BridgeMessage("system", text)
     if isinstance(message, HumanMessage):

@@ -28,7 +28,6 @@ differ (the store picks candidates, the memory ranks them).
 
 from __future__ import annotations
 
-import itertools
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,13 +42,19 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
 from .._validation import check_min_int  # noqa: E402
-from ..core.scm.index import check_entry, check_filter, check_store_options, entry_id, first_hits, read_index  # noqa: E402
+from ..core.scm.index import (  # noqa: E402
+    check_entry,
+    check_filter,
+    check_store_options,
+    entry_id,
+    first_hits,
+    owned_index,
+    probe_ids,
+)
 from ..core.scm.stream import check_session  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
 
 __all__ = ["VectorStoreStreamIndex"]
-
-_PROBE_BLOCK = 256
 
 
 class VectorStoreStreamIndex:
@@ -132,7 +137,8 @@ class VectorStoreStreamIndex:
         store_filter = self.filter(session_id) if self.filter is not None else self._default_filter(session_id)
         kwargs: dict[str, Any] = {} if store_filter is None else {"filter": store_filter}
         results = self._search(query, fetch, kwargs)
-        return first_hits(((self._owned_index(doc, session_id), float(score)) for doc, score in results), k)
+        keys = (session_id, self.session_key, self.index_key)
+        return first_hits(((owned_index(doc.metadata, *keys), float(score)) for doc, score in results), k)
 
     def delete_session(self, session_id: str) -> None:
         """Delete the session's documents (see the class docstring for how they are found)."""
@@ -170,25 +176,18 @@ class VectorStoreStreamIndex:
         self._relevance_works = True
         return results
 
-    def _owned_index(self, doc: Document, session_id: str) -> int | None:
-        """The interaction index of ``doc`` if it is a turn of ``session_id`` (by metadata), else None."""
-        metadata = doc.metadata or {}
-        if metadata.get(self.session_key) != session_id:
-            return None
-        return read_index(metadata.get(self.index_key))
-
     def _probe(self, session_id: str) -> set[str]:
-        found: set[str] = set()
-        for start in itertools.count(0, _PROBE_BLOCK):
-            wanted = {self._doc_id(session_id, i) for i in range(start, start + _PROBE_BLOCK)}
+        def ids_of(start: int, stop: int) -> set[str]:
+            return {self._doc_id(session_id, i) for i in range(start, stop)}
+
+        def found(ids: list[str]) -> set[str]:
             try:
-                docs = self.vectorstore.get_by_ids(sorted(wanted))
+                docs = self.vectorstore.get_by_ids(ids)
             except NotImplementedError:
-                return found
-            hits = {doc.id for doc in docs if doc.id in wanted}
-            if not hits:
-                return found
-            found |= hits
+                return set()
+            return {doc.id for doc in docs if doc.id in set(ids)}
+
+        return probe_ids(ids_of, found)
 
     def __repr__(self) -> str:
         return (

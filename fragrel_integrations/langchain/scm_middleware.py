@@ -17,12 +17,8 @@ Stream backend (at most one of ``path=``, ``store=``, ``stream=``):
   session safely; ``items`` reads only the rows added since its last call; and the same file can be opened by
   :class:`fragrel_integrations.llama_index.SCMMemory`.
 * ``store=`` - a LangGraph ``BaseStore``, the same object you pass to ``create_agent(store=...)`` (``InMemoryStore``,
-  ``PostgresStore``, ...), through :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream`: one
-  item per interaction under ``("fragrel", "scm", session_id)``, keyed by its zero-padded index, with its embedding
-  in the value (written with ``index=False``; SCM scores the embeddings itself, the store's vector search is not
-  used). A store has no transactions: appends are serialised within one process, but two processes appending to
-  one session at the same moment could take the same index (use the SQLite stream for that), and each turn reads
-  the whole session from the store.
+  ``PostgresStore``, ...), through :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream` (one
+  item per interaction under ``("fragrel", "scm", session_id)``; see there for keys, concurrent writers and reads).
 * ``stream=`` - any :class:`~fragrel_integrations.core.scm.MemoryStream`.
 
 SCM needs an ordered, per-session stream: the flash memory is the last index, recalled turns are re-ordered by
@@ -63,7 +59,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.store.base import BaseStore  # noqa: E402
 
 from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
-from ..core.scm.turns import build_memory, check_optional_session, check_run_session  # noqa: E402
+from ..core.scm.turns import build_memory, check_optional_session, resolve_run_session  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
 
@@ -177,23 +173,13 @@ class SCMMiddleware(AgentMiddleware):
             return self.session_id
         context = getattr(runtime, "context", None)
         value = context.get("session_id") if isinstance(context, Mapping) else getattr(context, "session_id", None)
-        if value is not None:
-            return check_run_session(value, "the run's context['session_id']")
         try:
             from langgraph.config import get_config
 
             thread = get_config().get("configurable", {}).get("thread_id")
         except RuntimeError:  # not inside a runnable context
             thread = None
-        if thread is not None:
-            if isinstance(thread, int) and not isinstance(thread, bool):
-                thread = str(thread)  # LangGraph's own rule: checkpointers store thread ids as text
-            return check_run_session(thread, "the run's config['configurable']['thread_id']")
-        raise ValueError(
-            "SCMMiddleware cannot tell whose conversation this is: invoke the agent with "
-            "context={'session_id': '<user or conversation id>'} (create_agent(..., context_schema=...)) or "
-            "config={'configurable': {'thread_id': '...'}}, or fix one session with SCMMiddleware(session_id='...')"
-        )
+        return resolve_run_session(self.session_id, value, thread, type(self).__name__)
 
     def _start(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str] | None:
         messages = state.get("messages", [])

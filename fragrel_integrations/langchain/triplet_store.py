@@ -58,15 +58,13 @@ from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
 from ..core.triplets.views import (  # noqa: E402
     DOCUMENT_KIND,
+    apply_puts,
     core_triplet_store,
-    is_triplet_value,
     namespace_matches,
-    put_document,
     read_facts,
     record_value,
     search_documents,
     search_records,
-    split_value,
     write_fact,
 )
 from ..models.base import Embedder  # noqa: E402
@@ -142,29 +140,8 @@ class TripletMemoryStore(BaseStore):
         return await asyncio.to_thread(self.batch, list(ops))
 
     def _flush(self, puts: list[tuple[int, PutOp]]) -> None:
-        if not puts:
-            return
-        last: dict[tuple[tuple[str, ...], str], PutOp] = {}
-        for _, op in puts:  # within one batch the last put of a key wins (as in LangGraph's stores)
-            last[(tuple(op.namespace), op.key)] = op
-        writes = []
-        for op in last.values():  # check every value before writing any
-            if op.value is not None and not isinstance(op.value, dict):
-                raise TypeError(f"a TripletMemoryStore value must be a dict, got {type(op.value).__name__}")
-            if op.value is not None:
-                is_triplet_value(op.value)
-        for (ns, key), op in last.items():
-            if op.value is None:
-                self.core.delete(key, namespace=ns, hard=self.hard_delete)
-                self.core.delete_nodes([key], namespace=ns)
-            elif is_triplet_value(op.value):
-                triplet, payload = split_value(dict(op.value))
-                writes.append(TripletWrite(triplet, key=key, namespace=ns, payload=payload, single_valued=False))
-                self.core.delete_nodes([key], namespace=ns)  # a key holds one item: the triplet replaces a document
-            else:
-                put_document(self.core, ns, key, dict(op.value), op.index is not False, self.hard_delete)
-        if writes:
-            self.core.write_many(writes)
+        items = [(tuple(op.namespace), op.key, op.value, op.index is not False) for _, op in puts]
+        apply_puts(self.core, items, self.hard_delete)
 
     # -- items ---------------------------------------------------------------------------------------------------
     @staticmethod

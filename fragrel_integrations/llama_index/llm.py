@@ -43,7 +43,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .._adapters import check_wrapped_chat_model
 from ..models.chat import check_params, context_window, is_instance_of, model_id
-from ..models.chat.bridge import BridgeMessage, ChatBridge, new_call_id, role_messages
+from ..models.chat.bridge import BridgeMessage, ChatBridge, aaccumulate, accumulate, new_call_id, role_messages
 
 __all__ = ["FragRelLLM", "to_role_messages"]
 
@@ -224,9 +224,7 @@ class FragRelLLM(FunctionCallingLLM):
             if tool_response is not None:
                 yield tool_response
                 return
-            text = ""
-            for piece in self._pieces(sent, kwargs):
-                text += piece
+            for text, piece in accumulate(self._pieces(sent, kwargs)):
                 yield self._chat_response(text, piece)
 
         return gen()
@@ -241,9 +239,7 @@ class FragRelLLM(FunctionCallingLLM):
             if tool_response is not None:
                 yield tool_response
                 return
-            text = ""
-            async for piece in self._apieces(sent, kwargs):
-                text += piece
+            async for text, piece in aaccumulate(self._apieces(sent, kwargs)):
                 yield self._chat_response(text, piece)
 
         return gen()
@@ -267,9 +263,7 @@ class FragRelLLM(FunctionCallingLLM):
         sent = self._prompt(prompt)
 
         def gen() -> CompletionResponseGen:
-            text = ""
-            for piece in self._pieces(sent, kwargs):
-                text += piece
+            for text, piece in accumulate(self._pieces(sent, kwargs)):
                 yield CompletionResponse(text=text, delta=piece)
 
         return gen()
@@ -280,9 +274,7 @@ class FragRelLLM(FunctionCallingLLM):
         sent = self._prompt(prompt)
 
         async def gen() -> CompletionResponseAsyncGen:
-            text = ""
-            async for piece in self._apieces(sent, kwargs):
-                text += piece
+            async for text, piece in aaccumulate(self._apieces(sent, kwargs)):
                 yield CompletionResponse(text=text, delta=piece)
 
         return gen()

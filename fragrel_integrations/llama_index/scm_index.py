@@ -49,6 +49,7 @@ from ..core.scm.index import (
     default_entry_id,
     entry_id,
     first_hits,
+    owned_index,
     read_index,
 )
 from ..core.scm.stream import check_session
@@ -173,10 +174,7 @@ class VectorStoreStreamIndex:
     def _owned_index(self, node: BaseNode | None, node_id: str, session_id: str) -> int | None:
         """The interaction index of a hit if it is a turn of ``session_id``, else None."""
         if node is not None:
-            metadata = node.metadata or {}
-            if metadata.get(self.session_key) != session_id:
-                return None
-            return read_index(metadata.get(self.index_key))
+            return owned_index(node.metadata, session_id, self.session_key, self.index_key)
         if self.make_id is default_entry_id:
             prefix = f"scm:{session_id}:"
             return read_index(node_id[len(prefix) :]) if node_id.startswith(prefix) else None

@@ -27,8 +27,8 @@ from __future__ import annotations
 import operator
 import threading
 import warnings
-from collections.abc import Callable, Iterable
-from typing import Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from .stream import check_session
 from .types import MemoryItem
 
 __all__ = [
+    "PROBE_BLOCK",
     "InMemoryStreamIndex",
     "SCMIndexError",
     "StreamIndex",
@@ -49,7 +50,9 @@ __all__ = [
     "default_entry_id",
     "entry_id",
     "first_hits",
+    "owned_index",
     "pool_items",
+    "probe_ids",
     "read_index",
 ]
 
@@ -138,6 +141,44 @@ def first_hits(candidates: Iterable[tuple[int | None, float]], k: int) -> list[t
         if len(hits) == k:
             break
     return hits
+
+
+def owned_index(metadata: Mapping[str, Any] | None, session_id: str, session_key: str, index_key: str) -> int | None:
+    """The interaction index an entry's ``metadata`` records, if the entry is a turn of ``session_id``, else None
+    (adapters post-filter every store's results with it, so another session's turns never come back).
+
+    >>> owned_index({"scm_session": "ana", "scm_index": "3"}, "ana", "scm_session", "scm_index")
+    3
+    >>> owned_index({"scm_session": "bob", "scm_index": 3}, "ana", "scm_session", "scm_index") is None
+    True
+    """
+    metadata = metadata or {}
+    if metadata.get(session_key) != session_id:
+        return None
+    return read_index(metadata.get(index_key))
+
+
+#: Ids asked of a store per probe of :func:`probe_ids`.
+PROBE_BLOCK = 256
+
+
+def probe_ids(ids_of: Callable[[int, int], set[str]], found: Callable[[list[str]], set[str]]) -> set[str]:
+    """The entry ids a store holds for one session, probed in blocks of :data:`PROBE_BLOCK` until a block has none:
+    ``ids_of(start, stop)`` gives the ids of interaction indexes ``start..stop-1``, ``found(ids)`` those of them the
+    store holds.
+
+    >>> held = {f"scm:ana:{i}" for i in range(300)}
+    >>> len(probe_ids(lambda a, b: {f"scm:ana:{i}" for i in range(a, b)}, lambda ids: held & set(ids)))
+    300
+    """
+    hits: set[str] = set()
+    start = 0
+    while True:
+        block = found(sorted(ids_of(start, start + PROBE_BLOCK)))
+        if not block:
+            return hits
+        hits |= block
+        start += PROBE_BLOCK
 
 
 def check_entry(item: object, text: object) -> None:

@@ -31,6 +31,7 @@ __all__ = [
     "collect_turns",
     "is_final_reply",
     "queued_memory_text",
+    "resolve_run_session",
 ]
 
 M = TypeVar("M")
@@ -101,6 +102,29 @@ def check_run_session(value: object, where: str) -> str:
     if not value.strip():
         raise ValueError(f"{where} is empty or blank: pass a non-empty id per user or conversation")
     return value
+
+
+def resolve_run_session(fixed: str | None, context_value: object, thread: object, adapter: str) -> str:
+    """The session of an agent run: ``fixed`` (the adapter's ``session_id=``), else the run context's
+    ``session_id``, else the run's thread id (an int is read as its decimal text, as LangGraph's checkpointers do);
+    a value that is not a non-empty str is an error, and so is a run with none (never a shared session).
+
+    >>> resolve_run_session(None, None, 7, "SCMMiddleware")
+    '7'
+    """
+    if fixed is not None:
+        return fixed
+    if context_value is not None:
+        return check_run_session(context_value, "the run's context['session_id']")
+    if thread is not None:
+        if isinstance(thread, int) and not isinstance(thread, bool):
+            thread = str(thread)
+        return check_run_session(thread, "the run's config['configurable']['thread_id']")
+    raise ValueError(
+        f"{adapter} cannot tell whose conversation this is: invoke the agent with "
+        "context={'session_id': '<user or conversation id>'} (create_agent(..., context_schema=...)) or "
+        f"config={{'configurable': {{'thread_id': '...'}}}}, or fix one session with {adapter}(session_id='...')"
+    )
 
 
 def is_final_reply(role: str, text: str, has_tool_calls: bool) -> bool:

@@ -27,13 +27,14 @@ import numpy as np
 
 from ...models.base import embed_documents, embed_query
 from .nodes import NodeRecord
-from .store import TripletStore
+from .store import TripletStore, TripletWrite
 from .text_api import parse_calls, render_read, render_write, term_problem
 from .types import Namespace, Triplet, TripletRecord, normalize_term
 
 __all__ = [
     "DOCUMENT_KIND",
     "TRIPLET_KEYS",
+    "apply_puts",
     "best_terms",
     "core_triplet_store",
     "document_text",
@@ -310,6 +311,34 @@ def search_documents(
         return []
     q = _unit(embed_query(core.embedder, query))
     return [(d, float(_unit(d.properties["embedding"]) @ q)) for d in docs]
+
+
+def apply_puts(
+    core: TripletStore, puts: Sequence[tuple[Namespace, str, dict[str, Any] | None, bool]], hard_delete: bool
+) -> None:
+    """Apply a batch of key-value puts ``(namespace, key, value, index)``: None deletes, a triplet value is written
+    (one transaction for all), any other dict is a document (:func:`put_document`). A key holds one item, so a
+    triplet replaces a document under its key and the other way round; within the batch the last put of a key
+    wins (as in LangGraph's stores), and every value is checked before anything is written."""
+    last = {(ns, key): (value, index) for ns, key, value, index in puts}
+    for value, _ in last.values():
+        if value is not None and not isinstance(value, dict):
+            raise TypeError(f"a TripletMemoryStore value must be a dict, got {type(value).__name__}")
+        if value is not None:
+            is_triplet_value(value)
+    writes = []
+    for (ns, key), (value, index) in last.items():
+        if value is None:
+            core.delete(key, namespace=ns, hard=hard_delete)
+            core.delete_nodes([key], namespace=ns)
+        elif is_triplet_value(value):
+            triplet, payload = split_value(dict(value))
+            writes.append(TripletWrite(triplet, key=key, namespace=ns, payload=payload, single_valued=False))
+            core.delete_nodes([key], namespace=ns)
+        else:
+            put_document(core, ns, key, dict(value), index, hard_delete)
+    if writes:
+        core.write_many(writes)
 
 
 # ------------------------------------------------------------------------------------------------- tools

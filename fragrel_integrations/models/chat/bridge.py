@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,16 @@ from .aio import aiter_in_thread
 from .params import check_params
 from .tools import ToolReply, format_tool_call, tool_turn
 
-__all__ = ["BridgeMessage", "ChatBridge", "called_since_user", "new_call_id", "role_messages"]
+__all__ = [
+    "BridgeMessage",
+    "ChatBridge",
+    "aaccumulate",
+    "accumulate",
+    "called_since_user",
+    "content_text",
+    "new_call_id",
+    "role_messages",
+]
 
 #: How earlier tool calls are shown to the model: ``"text"`` (``[tool call name({...})]``), ``"functions"`` (the
 #: format the tool-calling prompt of ``LlamaCppChatModel`` asks for) or ``"drop"`` (left out).
@@ -49,6 +58,54 @@ class BridgeMessage:
     text: str
     calls: tuple[tuple[str, Any], ...] = ()
     label: str = "tool"
+
+
+#: Content blocks a text model cannot read (OpenAI-style content parts and LangChain's standard blocks).
+MEDIA_BLOCKS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file", "document", "media"})
+
+
+def content_text(content: str | Sequence[Any], owner: str) -> str:
+    """The text of a message ``content`` (a str, or a list of str and ``{"type": ...}`` blocks): text blocks
+    joined, media blocks a ValueError naming the ``owner`` message (a text model cannot see them), others dropped.
+
+    >>> content_text(["a", {"type": "text", "text": "b"}, {"type": "thinking", "thinking": "..."}], "human")
+    'ab'
+    """
+    if isinstance(content, str):
+        return content
+    parts: list[str] = []
+    for block in content:
+        if isinstance(block, str):
+            parts.append(block)
+        elif isinstance(block, Mapping):
+            kind = block.get("type")
+            if kind in MEDIA_BLOCKS:
+                raise ValueError(
+                    f"a {owner} message has a {kind!r} content block: the wrapped chat model reads text only"
+                )
+            if kind == "text" and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+    return "".join(parts)
+
+
+def accumulate(pieces: Iterable[str]) -> Iterator[tuple[str, str]]:
+    """``(text so far, piece)`` for each piece of a streamed reply.
+
+    >>> list(accumulate(["Hel", "lo"]))
+    [('Hel', 'Hel'), ('Hello', 'lo')]
+    """
+    text = ""
+    for piece in pieces:
+        text += piece
+        yield text, piece
+
+
+async def aaccumulate(pieces: AsyncIterable[str]) -> AsyncIterator[tuple[str, str]]:
+    """Async :func:`accumulate`."""
+    text = ""
+    async for piece in pieces:
+        text += piece
+        yield text, piece
 
 
 def _calls_text(calls: Sequence[tuple[str, Any]], style: str) -> str:
