@@ -200,7 +200,7 @@ class SCMMemory(BaseMemory):
         for message in messages:
             await self.aput(message)
 
-    def _replacement(self, messages: Iterable[ChatMessage]) -> tuple[list[tuple[str, str]], list[ChatMessage]]:
+    def _replacement(self, messages: Iterable[ChatMessage]) -> tuple[list[tuple[str, str]], OpenTurn[ChatMessage]]:
         """The interactions ``messages`` form and the turn left open after them, worked out and checked before
         anything is deleted: a message that is not a ChatMessage (TypeError) or text a stream cannot store
         (ValueError) names its position, and the stored turns stay as they were."""
@@ -211,13 +211,8 @@ class SCMMemory(BaseMemory):
             if not isinstance(message, ChatMessage):
                 raise TypeError(f"messages[{i}] must be a llama_index ChatMessage, got {type(message).__name__}")
             check_text(turn_message(message)[1], f"messages[{i}]'s text")
-        kept_open, self._open = self._open, OpenTurn()
-        try:
-            turns = [done for m in messages if (done := self._close(m)) is not None]
-            left_open = self._open
-        finally:
-            self._open = kept_open
-        return turns, left_open
+        turn: OpenTurn[ChatMessage] = OpenTurn()
+        return [done for m in messages if (done := turn.add(*turn_message(m), m)) is not None], turn
 
     def set(self, messages: list[ChatMessage]) -> None:
         """Replace the session's stream with ``messages`` (each user/assistant pair becomes an interaction).
