@@ -28,7 +28,6 @@ differ (the store picks candidates, the memory ranks them).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +42,7 @@ from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa
 
 from .._validation import check_min_int  # noqa: E402
 from ..core.scm.index import (  # noqa: E402
+    EntryIds,
     check_entry,
     check_filter,
     check_store_options,
@@ -110,8 +110,7 @@ class VectorStoreStreamIndex:
         if relevance_scores is not None and not isinstance(relevance_scores, bool):
             raise TypeError(f"relevance_scores must be True, False or None, got {relevance_scores!r}")
         self.relevance_scores = relevance_scores
-        self._ids: dict[str, set[str]] = {}
-        self._lock = threading.Lock()
+        self._ids = EntryIds()
         self._relevance_works: bool | None = None
 
     # ------------------------------------------------------------------------------------------- StreamIndex
@@ -122,8 +121,7 @@ class VectorStoreStreamIndex:
         doc_id = self._doc_id(item.session_id, item.index)
         metadata = {self.session_key: item.session_id, self.index_key: item.index}
         self.vectorstore.add_texts([text], metadatas=[metadata], ids=[doc_id])
-        with self._lock:
-            self._ids.setdefault(item.session_id, set()).add(doc_id)
+        self._ids.add(item.session_id, item.index, doc_id)
 
     def search(
         self, session_id: str, query: str, embedding: np.ndarray | None = None, k: int = 4
@@ -143,13 +141,10 @@ class VectorStoreStreamIndex:
     def delete_session(self, session_id: str) -> None:
         """Delete the session's documents (see the class docstring for how they are found)."""
         check_session(session_id)
-        with self._lock:
-            ids = set(self._ids.get(session_id, ()))
-        ids |= self._probe(session_id)
+        ids = self._ids.of(session_id) | self._probe(session_id)
         if ids:
             self.vectorstore.delete(ids=sorted(ids))
-        with self._lock:
-            self._ids.pop(session_id, None)
+        self._ids.forget(session_id)
 
     # ------------------------------------------------------------------------------------------- helpers
 

@@ -29,7 +29,6 @@ session. Queries use the memory's embedding of the observation.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -42,6 +41,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from ..core.scm.index import (
+    EntryIds,
     check_entry,
     check_filter,
     check_search,
@@ -96,8 +96,7 @@ class VectorStoreStreamIndex:
         )
         check_filter(filters, "filters", "MetadataFilters")
         self.filters = filters
-        self._owners: dict[str, tuple[str, int]] = {}  # node id -> (session, index), for custom ids
-        self._lock = threading.Lock()
+        self._owners = EntryIds()  # node id -> (session, index), for custom ids
 
     @staticmethod
     def source_id(session_id: str) -> str:
@@ -124,8 +123,7 @@ class VectorStoreStreamIndex:
         )
         self.vector_store.add([node])
         if self.make_id is not default_entry_id:
-            with self._lock:
-                self._owners[node_id] = (item.session_id, item.index)
+            self._owners.add(item.session_id, item.index, node_id)
 
     def search(self, session_id: str, query: str, embedding: np.ndarray, k: int) -> list[tuple[int, float]]:
         """At most ``k`` ``(interaction index, similarity)`` of ``session_id``, best first."""
@@ -162,9 +160,7 @@ class VectorStoreStreamIndex:
         """Delete every node of the session (``vector_store.delete(f"scm:{session_id}")``)."""
         check_session(session_id)
         self.vector_store.delete(self.source_id(session_id))
-        with self._lock:
-            for node_id in [i for i, (s, _) in self._owners.items() if s == session_id]:
-                del self._owners[node_id]
+        self._owners.forget(session_id)
 
     # ------------------------------------------------------------------------------------------- helpers
 
@@ -178,8 +174,7 @@ class VectorStoreStreamIndex:
         if self.make_id is default_entry_id:
             prefix = f"scm:{session_id}:"
             return read_index(node_id[len(prefix) :]) if node_id.startswith(prefix) else None
-        with self._lock:
-            owner = self._owners.get(node_id)
+        owner = self._owners.owner(node_id)
         return owner[1] if owner is not None and owner[0] == session_id else None
 
     def __repr__(self) -> str:

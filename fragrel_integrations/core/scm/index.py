@@ -38,6 +38,7 @@ from .types import MemoryItem
 
 __all__ = [
     "PROBE_BLOCK",
+    "EntryIds",
     "InMemoryStreamIndex",
     "SCMIndexError",
     "StreamIndex",
@@ -179,6 +180,41 @@ def probe_ids(ids_of: Callable[[int, int], set[str]], found: Callable[[list[str]
             return hits
         hits |= block
         start += PROBE_BLOCK
+
+
+class EntryIds:
+    """The entry ids an adapter added to an external store, by session (thread-safe): which ids a session has
+    (to delete them) and whose turn an id is (to recognise custom ids in a store that returns ids only).
+
+    >>> ids = EntryIds()
+    >>> ids.add("ana", 0, "doc-1"); ids.owner("doc-1"), ids.of("ana"), ids.forget("ana"), ids.of("ana")
+    (('ana', 0), {'doc-1'}, None, set())
+    """
+
+    def __init__(self) -> None:
+        self._owners: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, session_id: str, index: int, entry_id: str) -> None:
+        """Record that ``entry_id`` holds turn ``index`` of ``session_id``."""
+        with self._lock:
+            self._owners[entry_id] = (session_id, index)
+
+    def owner(self, entry_id: str) -> tuple[str, int] | None:
+        """``(session_id, index)`` of an added id, or None."""
+        with self._lock:
+            return self._owners.get(entry_id)
+
+    def of(self, session_id: str) -> set[str]:
+        """The ids added for ``session_id``."""
+        with self._lock:
+            return {i for i, (s, _) in self._owners.items() if s == session_id}
+
+    def forget(self, session_id: str) -> None:
+        """Forget the ids of ``session_id`` (after its entries were deleted)."""
+        with self._lock:
+            for entry_id in [i for i, (s, _) in self._owners.items() if s == session_id]:
+                del self._owners[entry_id]
 
 
 def check_entry(item: object, text: object) -> None:
