@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_positive_int
-from .scoring import matrix_sums
+from .relation_aware import matrix_sums
 from .types import Fragment
 
 __all__ = [
