@@ -18,6 +18,7 @@ from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
 from ..conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
+from ..steps import ChatStep, Steps, adrive, drive
 from ..types import Fragment, ScoredFragment
 from .metric import lcs_similarity
 from .prompts import (
@@ -340,31 +341,34 @@ class InnerLoopEngine:
 
         Raises :class:`InnerLoopError` (with the completed rounds) if the retriever or the model raises.
         """
-        retrieve = self._check_sync()
+        self._check_sync()
         state = _LoopState(self, _check_question(question))
         with self._progress() as bar:
-            yield from self._sync_rounds(state, retrieve, bar)
+            yield from self._sync_rounds(state, bar)
 
     def _progress(self) -> tqdm:
         return tqdm(total=self.max_loops, desc="inner loop", unit="round", leave=False, disable=not self.show_progress)
 
-    def _sync_rounds(self, state: _LoopState, retrieve: SyncRetriever, bar: tqdm) -> Iterator[InnerLoopResult]:
+    def _sync_rounds(self, state: _LoopState, bar: tqdm) -> Iterator[InnerLoopResult]:
         while not state.done:
-            query = state.query()
-            try:
-                items = retrieve(query)
-            except Exception as exc:
-                raise state.error(exc, "retriever") from exc
-            messages = state.prepare(query, _as_hits(items, "the retriever"))
-            try:
-                reply = self.model.invoke(
-                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None, **self._format
-                )
-            except Exception as exc:
-                raise state.error(exc, "model") from exc
-            result = state.accept(reply)
+            result = drive(self._round(state))
             bar.update(1)
             yield result
+
+    def _round(self, state: _LoopState) -> Steps[InnerLoopResult]:
+        """One round as steps (retrieve, then ask the model), run by :func:`drive` or :func:`adrive`."""
+        query = state.query()
+        try:
+            items = yield _Retrieval(self._retriever, self._aretriever, query)
+        except Exception as exc:
+            raise state.error(exc, "retriever") from exc
+        messages = state.prepare(query, _as_hits(items, "the retriever"))
+        options = {"temperature": self.temperature, "max_tokens": self.max_stm_tokens, "stop": None, **self._format}
+        try:
+            reply = yield ChatStep(self.model, messages, options)
+        except Exception as exc:
+            raise state.error(exc, "model") from exc
+        return state.accept(reply)
 
     async def astream(self, question: str) -> AsyncIterator[InnerLoopResult]:
         """Async :meth:`stream`: the model's ``ainvoke`` and the async retriever (else the sync one in a thread)."""
@@ -377,22 +381,7 @@ class InnerLoopEngine:
 
     async def _async_rounds(self, state: _LoopState, bar: tqdm) -> AsyncIterator[InnerLoopResult]:
         while not state.done:
-            query = state.query()
-            try:
-                if self._aretriever is not None:
-                    items = await self._aretriever(query)
-                else:
-                    items = await asyncio.to_thread(self._retriever, query)  # type: ignore[arg-type]
-            except Exception as exc:
-                raise state.error(exc, "retriever") from exc
-            messages = state.prepare(query, _as_hits(items, "the retriever"))
-            try:
-                reply = await self.model.ainvoke(
-                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None, **self._format
-                )
-            except Exception as exc:
-                raise state.error(exc, "model") from exc
-            result = state.accept(reply)
+            result = await adrive(self._round(state))
             bar.update(1)
             yield result
 
@@ -415,6 +404,24 @@ class InnerLoopEngine:
             f"InnerLoopEngine(model={self.model!r}, max_loops={self.max_loops}, threshold={self.threshold}, "
             f"max_stm_tokens={self.max_stm_tokens}, dedupe={self.dedupe})"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Retrieval:
+    """The retrieval step of a round: the sync retriever (:func:`drive`); the async one, else the sync one in a
+    worker thread (:func:`adrive`)."""
+
+    retrieve: SyncRetriever | None
+    aretrieve: AsyncRetriever | None
+    query: str
+
+    def run(self) -> Any:
+        return self.retrieve(self.query)  # type: ignore[misc]  # stream() checked that there is one
+
+    async def arun(self) -> Any:
+        if self.aretrieve is not None:
+            return await self.aretrieve(self.query)
+        return await asyncio.to_thread(self.retrieve, self.query)  # type: ignore[arg-type]
 
 
 @dataclass
