@@ -29,6 +29,8 @@ from typing import Protocol
 import numpy as np
 import scipy.sparse as sp
 
+from ..relations import check_unit
+
 __all__ = ["TreeRelation"]
 
 
@@ -50,15 +52,6 @@ class _Tree(Protocol):
     def nodes(self) -> Mapping[int, _Node]: ...
 
 
-def _check_weight(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
-        raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__}")
-    value = float(value)
-    if not (math.isfinite(value) and 0.0 <= value <= 1.0):
-        raise ValueError(f"{name} must be in [0, 1], got {value}")
-    return value
-
-
 @dataclass(frozen=True)
 class TreeRelation:
     """Relation weights between the texts of a :class:`SurpriseTree` (see the module docstring).
@@ -74,8 +67,8 @@ class TreeRelation:
 
     def __post_init__(self) -> None:
         for name in ("w_tree", "w_pos", "w_node"):
-            object.__setattr__(self, name, _check_weight(name, getattr(self, name)))
-        floor = _check_weight("min_weight", self.min_weight)
+            object.__setattr__(self, name, check_unit(getattr(self, name), name))
+        floor = check_unit(self.min_weight, "min_weight")
         if floor <= 0.0:
             raise ValueError("min_weight must be > 0 (it bounds how far the position relation reaches)")
         object.__setattr__(self, "min_weight", floor)
