@@ -44,12 +44,12 @@ from _common import RESULTS_DIR, paired_bootstrap
 
 from fragrel_integrations import CompositeRelation, ContextRelation, FragmentLayout
 from fragrel_integrations.core.code import CodeRelation, JaccardScorer, Repository, SourceFile, code_lines
+from fragrel_integrations.core.code.code_relation import _covers, _Search, split_code
 from fragrel_integrations.core.code.graph import CodeGraph
 from fragrel_integrations.core.code.loader import DEFAULT_EXCLUDE_DIRS, load_repository
 from fragrel_integrations.core.code.persist import grammar_versions
-from fragrel_integrations.core.code.relation import _covers, _Search, split_code
+from fragrel_integrations.core.relation_aware import environment_from_sums
 from fragrel_integrations.core.scorers import BM25Scorer
-from fragrel_integrations.core.scoring import environment_from_sums
 
 __all__ = ["main"]
 
@@ -368,7 +368,7 @@ def peak_rss_mb() -> float:
 def index_child(stdlib: str, packages: list[str], threshold: float, out: str) -> None:
     """Runs in a fresh process: stage times and peak RSS of indexing the packages (the >= 50k-line repo)."""
     t0 = time.perf_counter()
-    import fragrel_integrations.core.code.relation as R  # noqa: F401  (import cost counted in baseline)
+    import fragrel_integrations.core.code.code_relation as R  # noqa: F401  (import cost counted in baseline)
 
     base_rss = peak_rss_mb()
     t = time.perf_counter()

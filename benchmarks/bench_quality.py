@@ -47,7 +47,7 @@ from _common import (
 )
 
 from fragrel_integrations import ContextRelation, Fragment, FragmentStore, FragRelIndex, SemanticRelation, rerank
-from fragrel_integrations.core.scoring import environment_from_sums, matrix_sums
+from fragrel_integrations.core.relation_aware import environment_from_sums, matrix_sums
 from fragrel_integrations.core.selection import select
 
 __all__ = ["main"]

@@ -29,8 +29,8 @@ import scipy
 from _common import RESULTS_DIR, write_json
 
 from fragrel_integrations import BM25Scorer, ContextRelation, Fragment, FragmentLayout, FragRelIndex, rerank
+from fragrel_integrations.core.relation_aware import environment_from_sums, relation_aware_scores
 from fragrel_integrations.core.relations import context_weights
-from fragrel_integrations.core.scoring import environment_from_sums, relation_aware_scores
 from fragrel_integrations.core.selection import select
 
 __all__ = ["main"]

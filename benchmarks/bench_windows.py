@@ -24,8 +24,8 @@ import numpy as np
 from _common import RESULTS_DIR, CachedEmbedder, default_data_dir, load_babilong
 
 from fragrel_integrations import ContextRelation, Fragment, FragRelIndex
+from fragrel_integrations.core.relation_aware import environment_from_sums
 from fragrel_integrations.core.scorers import BM25Scorer, minmax
-from fragrel_integrations.core.scoring import environment_from_sums
 
 README_QUESTION = "What name did I give the savage I rescued?"
 README_NEEDLE = "his name should be Friday"

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .cli_code import add_retrieve_code_arguments, format_ranked, terminal_safe
+from .cli_code import add_json_argument, add_retrieve_code_arguments, format_ranked, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
 from .core.presets import AUTO, DEFAULT_PRESET, PRESET_NAMES, Preset, preset
@@ -530,7 +530,7 @@ def _add_retrieve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"seconds each request to --embed-base-url may take, retries included (default {SERVED_TIMEOUT:g})",
     )
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(parser)
 
 
 def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
@@ -556,7 +556,7 @@ def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
     )
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(parser)
 
 
 #: The subcommands: name -> (one-line help, description or None, options, what runs it).

@@ -10,9 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .core.code.loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
+from .core.scorers import CODE_SCORER_NAMES
 from .core.types import ScoredFragment
 
 __all__ = [
+    "add_json_argument",
     "add_retrieve_code_arguments",
     "code_hit_dict",
     "format_code_hits",
@@ -46,7 +48,7 @@ def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--scorer",
-        choices=("jaccard", "bm25", "dense", "hybrid"),
+        choices=CODE_SCORER_NAMES,
         default="jaccard",
         help="independent score (default jaccard, RepoCoder's; dense/hybrid use the embedded MiniLM)",
     )
@@ -73,8 +75,13 @@ def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"skip (and report) larger source files (default {DEFAULT_MAX_FILE_BYTES})",
     )
     parser.add_argument("--prompt", action="store_true", help="print a RepoCoder-format completion prompt")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_json_argument(parser: argparse.ArgumentParser) -> None:
+    """The ``--json`` flag every retrieving subcommand takes."""
+    parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def read_context(value: str) -> str:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from _code_fixtures import B_PY, make_python_repo
 
+import fragrel_integrations.core.code.code_relation as relation_mod
 import fragrel_integrations.core.code.graph as graph_mod
-import fragrel_integrations.core.code.relation as relation_mod
 from fragrel_integrations.core import Fragment, FragRelIndex
 from fragrel_integrations.core.code import (
     CodeGraph,

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from fragrel_integrations import ContextRelation, Fragment, FragRelIndex, SemanticRelation
+from fragrel_integrations.core.relation_aware import relation_aware_scores
 from fragrel_integrations.core.relations import context_weights
-from fragrel_integrations.core.scoring import relation_aware_scores
 
 STORY = [
     "Tom walked into the old kitchen.",

@@ -6,17 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fragrel_integrations.core.code.build import code_scorer
-from fragrel_integrations.core.code.scorers import JaccardScorer
+from fragrel_integrations.core.relation_aware import fragrel_scores, matrix_sums, relation_aware_scores
 from fragrel_integrations.core.relations import ContextRelation, FragmentLayout
 from fragrel_integrations.core.scorers import (
     BM25Scorer,
     HybridScorer,
+    JaccardScorer,
     check_scorer,
+    code_scorer,
     cosine_similarities,
     make_scorer,
 )
-from fragrel_integrations.core.scoring import fragrel_scores, matrix_sums, relation_aware_scores
 from fragrel_integrations.core.types import Fragment
 from fragrel_integrations.testing import HashingEmbedder
 

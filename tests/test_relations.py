@@ -12,8 +12,8 @@ from fragrel_integrations import (
     FragmentLayout,
     SemanticRelation,
 )
+from fragrel_integrations.core.relation_aware import matrix_sums
 from fragrel_integrations.core.relations import context_weights
-from fragrel_integrations.core.scoring import matrix_sums
 
 
 def _layout(docs, positions, embeddings=None):

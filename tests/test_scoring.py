@@ -3,7 +3,7 @@ import pytest
 import scipy.sparse as sp
 
 from fragrel_integrations import relation_aware_scores
-from fragrel_integrations.core.scoring import environment_from_sums, matrix_sums
+from fragrel_integrations.core.relation_aware import environment_from_sums, matrix_sums
 
 
 def test_eq_9_10_hand_computed():

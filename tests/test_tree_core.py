@@ -737,7 +737,7 @@ def test_tree_relation_weights_follow_nodes_tree_and_positions():
 
 
 def test_tree_relation_changes_scores_exactly_as_fragrel_says():
-    from fragrel_integrations.core.scoring import relation_aware_scores
+    from fragrel_integrations.core.relation_aware import relation_aware_scores
 
     tree, _ = built_tree()
     query = "rocket launch orbit"
@@ -772,7 +772,7 @@ def test_tree_relation_environment_uses_only_the_allowed_texts():
     _, matrix = tree._entries()
     q = tree._query_vector("cat kitten purr", matrix.shape[1])
     s = np.array([tree.vectors[k] @ q for k in keys_text], dtype=np.float64)
-    from fragrel_integrations.core.scoring import relation_aware_scores
+    from fragrel_integrations.core.relation_aware import relation_aware_scores
 
     w = TreeRelation(w_tree=0.0, w_node=0.0).weights(tree, keys_text)
     expected = dict(zip(keys_text, relation_aware_scores(s, w, 0.5), strict=True))

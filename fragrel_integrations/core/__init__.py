@@ -3,6 +3,7 @@ grounded answers."""
 
 from .answer import GroundedAnswer, grounded_answer
 from .index import FragRelIndex
+from .relation_aware import relation_aware_scores
 from .relations import (
     CallableRelation,
     CompositeRelation,
@@ -13,7 +14,6 @@ from .relations import (
 )
 from .rerank import rerank
 from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
-from .scoring import relation_aware_scores
 from .selection import select
 from .splitters import split_lines, split_turns, split_words
 from .staged import StagedHybridScorer

@@ -19,9 +19,9 @@ from ..models.base import (
     window_words_for,
 )
 from .persist import load_index, save_index
+from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
 from .relations import ContextRelation, FragmentLayout, Relation
 from .scorers import DenseScorer, Scorer, ScorerName, check_scorer, make_scorer
-from .scoring import check_alpha, check_scores, check_top_m, fragrel_scores
 from .selection import check_k, order_by_position, select
 from .splitters import split_turns, split_words
 from .types import Fragment, ScoredFragment
@@ -62,7 +62,7 @@ class FragRelIndex:
     words for all-MiniLM-L6-v2's 256 word pieces) and keeps fragments whole when it exposes none; ``None``
     embeds every fragment whole. Relations that read embeddings get one vector per fragment: the normalised
     mean of its window vectors. ``top_m=m`` lets only the ``m`` best fragments of a query lend support to their
-    related fragments (:func:`~fragrel_integrations.core.scoring.top_m_excess`; None: all, as in the paper).
+    related fragments (:func:`~fragrel_integrations.core.relation_aware.top_m_excess`; None: all, as in the paper).
     :meth:`save` and :meth:`load` keep an index (embeddings included) in SQLite.
 
     >>> index = FragRelIndex.from_fragments(["a cat", "sat on", "the mat"], scorer="bm25")
@@ -195,8 +195,10 @@ class FragRelIndex:
 
     @classmethod
     def from_repository(cls, path: str | Path | None = None, **options: Any) -> FragRelIndex:
-        """A code index over the repository at ``path`` (extra ``[code]``); ``options`` and behaviour are
-        :func:`~.code.build.build_code_index`'s (which takes this class, so no import cycle)."""
+        """A code index over the repository at ``path`` (extra ``[code]``), built as this class: the one entry point
+        that builds a code index (:func:`fragrel_integrations.core.code.from_repository` is its function form).
+        ``options`` and behaviour are :func:`~.code.build.build_code_index`'s (it takes this class, so no import
+        cycle)."""
         from .code.build import build_code_index
 
         return build_code_index(cls, path, **options)

@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_positive_int
-from .scoring import matrix_sums
+from .relation_aware import matrix_sums
 from .types import Fragment
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "PreparedRelation",
     "Relation",
     "SemanticRelation",
+    "check_unit",
     "context_weights",
 ]
 
@@ -91,7 +92,12 @@ class _MatrixSums:
 # --------------------------------------------------------------------------------------------- context
 
 
-def _check_unit(name: str, value: object) -> float:
+def check_unit(value: object, name: str) -> float:
+    """``value`` as a float in [0, 1] (a relation weight), else TypeError / ValueError naming ``name``.
+
+    >>> check_unit(0.3, "w_rel")
+    0.3
+    """
     if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
         raise TypeError(f"{name} must be a number in [0, 1], got {type(value).__name__}")
     value = float(value)
@@ -117,7 +123,7 @@ class ContextRelation(Relation):
     w_rel: float = 0.3
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "w_rel", _check_unit("w_rel", self.w_rel))
+        object.__setattr__(self, "w_rel", check_unit(self.w_rel, "w_rel"))
 
     def prepare(self, layout: FragmentLayout) -> PreparedRelation:
         return _PreparedContext(layout.doc_codes, layout.positions, self.w_rel)
@@ -215,7 +221,7 @@ class _PreparedContext:
 
 def context_weights(layout: FragmentLayout, w_rel: float) -> np.ndarray:
     """The dense ``N x N`` context weights (reference and tests only: O(N^2) memory)."""
-    w_rel = _check_unit("w_rel", w_rel)
+    w_rel = check_unit(w_rel, "w_rel")
     same = layout.doc_codes[:, None] == layout.doc_codes[None, :]
     dist = np.abs(layout.positions[:, None] - layout.positions[None, :]).astype(np.float64)
     with np.errstate(under="ignore"):

@@ -8,9 +8,9 @@ from typing import Literal, Protocol
 import numpy as np
 
 from ..models.base import Embedder, embed_documents
+from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
 from .relations import FragmentLayout, Relation
 from .scorers import BM25Scorer, DenseScorer, minmax
-from .scoring import check_alpha, check_scores, check_top_m, fragrel_scores
 from .selection import check_k, order_by_position, select
 from .types import Fragment, ScoredFragment
 
@@ -121,7 +121,7 @@ def rerank(
     candidate whose neighbours the base missed is not judged by a far-away candidate alone; ``"ignore"``
     normalises over the pool only (eq. 9-10 on the pool, as if it were the whole corpus). ``top_m=m`` lets only
     the ``m`` best candidates lend support, by how far they stand above the ``(m+1)``-th
-    (:func:`~fragrel_integrations.core.scoring.top_m_excess`); the pool then holds every fragment that lends
+    (:func:`~fragrel_integrations.core.relation_aware.top_m_excess`); the pool then holds every fragment that lends
     support, so the environment is the one the whole corpus would give. The embedded MiniLM is loaded only for
     a relation that needs embeddings and no ``embedder``.
     """

@@ -1,23 +1,31 @@
-"""Independent scores ``s_ind`` of every fragment for a query: dense cosine, BM25 (bm25s), and their hybrid."""
+"""Independent scores ``s_ind`` of every fragment for a query: dense cosine, BM25 (bm25s), their hybrid, and for code
+RepoCoder's Jaccard similarity of token sets (:class:`JaccardScorer`, chosen by :func:`code_scorer`)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+import scipy.sparse as sp
 
 from ..models.base import Embedder, check_windows, embed_query, normalise_rows
 
 __all__ = [
+    "CODE_SCORER_NAMES",
     "SCORER_NAMES",
     "BM25Scorer",
+    "CodeScorerName",
     "DenseScorer",
     "HybridScorer",
+    "JaccardScorer",
     "Scorer",
     "ScorerName",
     "check_scorer",
+    "code_scorer",
+    "code_tokens",
     "cosine_similarities",
     "make_scorer",
     "minmax",
@@ -28,7 +36,14 @@ __all__ = [
 SCORER_NAMES = ("dense", "bm25", "hybrid")
 ScorerName = Literal["dense", "bm25", "hybrid"]
 
+#: The code index's scorers by name (:func:`code_scorer`).
+CODE_SCORER_NAMES = ("jaccard", "bm25", "dense", "hybrid")
+CodeScorerName = Literal["jaccard", "bm25", "dense", "hybrid"]
+
 _TOKEN = re.compile(r"\w+", re.UNICODE)
+_CODE_TOKEN = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*|\d+")
+
+logger = logging.getLogger(__name__)
 
 
 def tokenize(text: str, stopwords: frozenset[str] = frozenset()) -> list[str]:
@@ -38,6 +53,15 @@ def tokenize(text: str, stopwords: frozenset[str] = frozenset()) -> list[str]:
     ['cat', 'sat']
     """
     return [t for t in _TOKEN.findall(text.lower()) if t not in stopwords]
+
+
+def code_tokens(text: str) -> list[str]:
+    """Identifier and number tokens of code (case kept: ``Foo`` and ``foo`` differ).
+
+    >>> code_tokens("self.fetch(url, timeout=30)")
+    ['self', 'fetch', 'url', 'timeout', '30']
+    """
+    return _CODE_TOKEN.findall(text)
 
 
 def minmax(x: np.ndarray) -> np.ndarray:
@@ -150,6 +174,50 @@ class HybridScorer:
         return sum(w * minmax(np.asarray(s(query), dtype=np.float64)) for s, w in self.parts)
 
 
+class JaccardScorer:
+    """Jaccard similarity ``|Q & F| / |Q | F|`` between the token *sets* of the query and of each fragment.
+
+    The sparse retriever of RepoCoder. Same protocol as the core scorers: ``scorer(query)`` returns one score per
+    fragment, in corpus order.
+
+    >>> scorer = JaccardScorer(["def add(a, b):", "return a + b"])
+    >>> scorer("add(a, b)").round(3).tolist()
+    [0.75, 0.5]
+    """
+
+    def __init__(self, texts: Sequence[str], *, tokenizer: Callable[[str], list[str]] = code_tokens) -> None:
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings; wrap a single text as [text]")
+        if not callable(tokenizer):
+            raise TypeError("tokenizer must be a callable text -> list of tokens")
+        self.tokenizer = tokenizer
+        self.vocab: dict[str, int] = {}
+        rows, cols = [], []
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+            ids = {self.vocab.setdefault(t, len(self.vocab)) for t in tokenizer(text)}
+            rows.extend([i] * len(ids))
+            cols.extend(ids)
+        self.n = len(texts)
+        data = np.ones(len(rows), np.float64)
+        self.matrix = sp.csr_array((data, (rows, cols)), shape=(self.n, max(len(self.vocab), 1)))
+        self.sizes = np.asarray(self.matrix.sum(axis=1)).ravel()
+
+    def __call__(self, query: str) -> np.ndarray:
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        tokens = set(self.tokenizer(query))
+        known = np.fromiter((self.vocab[t] for t in tokens if t in self.vocab), np.int64)
+        q = np.zeros(self.matrix.shape[1])
+        q[known] = 1.0
+        inter = np.asarray(self.matrix @ q).ravel()
+        union = self.sizes + len(tokens) - inter
+        out = np.zeros(self.n)
+        np.divide(inter, union, out=out, where=union > 0)
+        return out
+
+
 def cosine_similarities(matrix: np.ndarray, query: np.ndarray, norms: np.ndarray | None = None) -> np.ndarray:
     """Cosine of ``query`` with every row of ``matrix``, computed in the matrix's precision (float32 rows stay
     float32 until the division); ``norms`` are the rows' norms when already known. Zero vectors score 0.
@@ -202,3 +270,34 @@ def make_scorer(
         return dense()
     sparse = BM25Scorer(texts, stopwords=stopwords) if lexical is None else lexical()
     return HybridScorer([(sparse, 0.5), (dense(), 0.5)])
+
+
+def code_scorer(
+    name: CodeScorerName | Scorer,
+    texts: list[str],
+    *,
+    embeddings: Any = None,
+    embedder: Embedder | None = None,
+) -> Scorer:
+    """The independent scorer for code fragments.
+
+    ``"jaccard"`` (RepoCoder's sparse retriever), ``"bm25"`` (bm25s over ``\\w+`` tokens, no stopword list: in
+    code, ``if``/``for``/``in`` are keywords), ``"dense"`` (cosine of ``embeddings``, needs ``embedder``),
+    ``"hybrid"`` (0.5 min-max Jaccard + 0.5 min-max dense), or a callable ``query -> scores``.
+    """
+    if callable(name):
+        return name
+    check_scorer(name, CODE_SCORER_NAMES)
+    if name == "jaccard":
+        return JaccardScorer(texts)
+    if name == "bm25" and not any(tokenize(t) for t in texts):
+        logger.warning("no fragment holds a word token: every BM25 score is 0")
+    if name in ("dense", "hybrid") and (embedder is None or embeddings is None):
+        raise ValueError(f"scorer={name!r} needs an embedder (and the fragment embeddings)")
+    return make_scorer(
+        name,
+        texts,
+        dense=lambda: DenseScorer(embeddings, embedder),
+        lexical=lambda: JaccardScorer(texts),
+        stopwords=(),
+    )

@@ -22,7 +22,7 @@ from llama_index.core.extractors import BaseExtractor
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
-from ..core.scoring import check_alpha
+from ..core.relation_aware import check_alpha
 from ..core.selection import check_k
 from ..core.tree import (
     FIELDS,

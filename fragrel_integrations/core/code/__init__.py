@@ -3,16 +3,20 @@
 Parsing needs the ``[code]`` extra (tree-sitter and the per-language grammar wheels); importing this package
 does not import tree-sitter. Modules: :mod:`.loader` (files), :mod:`.syntax` (per-file syntax records),
 :mod:`.parse` (tree-sitter), :mod:`.resolve` (cross-language call resolution), :mod:`.graph` (the code graph),
-:mod:`.relation` (eq. 8), :mod:`.index_file` (the SQLite file), :mod:`.cache` (reusing it), :mod:`.persist`
-(save / load), :mod:`.build` and :mod:`.index` (a FragRelIndex over a repository), :mod:`.prompt` (RepoCoder).
+:mod:`.code_relation` (eq. 8), :mod:`.index_file` (the SQLite file), :mod:`.cache` (reusing it), :mod:`.persist`
+(save / load), :mod:`.index` (:func:`from_repository`: ``FragRelIndex.from_repository``, the one entry point
+that builds a code index, whose body is :mod:`.build`) and :mod:`.prompt` (RepoCoder). The code scorers
+(Jaccard, ``code_scorer``) are the core's :mod:`fragrel_integrations.core.scorers`.
 
 >>> from fragrel_integrations.core.code import from_repository            # doctest: +SKIP
 >>> index = from_repository("path/to/repo", cache="repo.fragrel.sqlite")  # doctest: +SKIP
 >>> hits = index.retrieve(code_before_the_cursor, k=10)                   # doctest: +SKIP
 """
 
+from ..scorers import JaccardScorer, code_scorer, code_tokens
+from .code_relation import CodeRelation, UpdateReport, code_lines, fragment_relation, split_code
 from .graph import CallSite, CodeGraph, Definition, EdgeWeights, FileSyntax, parse_source
-from .index import code_scorer, from_repository
+from .index import from_repository
 from .loader import (
     DEFAULT_EXCLUDE_DIRS,
     LANGUAGES,
@@ -24,8 +28,6 @@ from .loader import (
 )
 from .persist import load_relation, save_relation
 from .prompt import build_prompt
-from .relation import CodeRelation, UpdateReport, code_lines, fragment_relation, split_code
-from .scorers import JaccardScorer, code_tokens
 
 __all__ = [
     "DEFAULT_EXCLUDE_DIRS",

@@ -1,65 +1,29 @@
-"""Building a FragRel index over a code repository (RepoCoder windows + the code-structure relation).
+"""The body of the one entry point that builds a code index, ``FragRelIndex.from_repository`` (also reachable as
+:func:`fragrel_integrations.core.code.from_repository`): RepoCoder windows + the code-structure relation.
 
-:func:`build_code_index` takes the index class to build, so that ``FragRelIndex.from_repository`` can call it
-without this module importing :mod:`..index` (no import cycle); :func:`.index.from_repository` is the
-function form.
+:func:`build_code_index` takes the index class to build, so that this module need not import :mod:`..index`
+(no import cycle); call ``FragRelIndex.from_repository`` rather than this function.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
+from ..._deprecation import moved_attributes
 from ...models.base import Embedder
-from ..scorers import DenseScorer, Scorer, check_scorer, make_scorer, tokenize
-from .relation import CodeRelation
-from .scorers import JaccardScorer
+from .. import scorers
+from .code_relation import CodeRelation
 
-__all__ = ["CODE_SCORER_NAMES", "CodeScorerName", "build_code_index", "code_scorer"]
+__all__ = ["build_code_index"]
 
 IndexT = TypeVar("IndexT")  # FragRelIndex or a subclass (not imported here: no import cycle)
 
-CodeScorerName = Literal["jaccard", "bm25", "dense", "hybrid"]
-
-logger = logging.getLogger(__name__)
-
-
-#: The code index's scorers by name (:func:`code_scorer`).
-CODE_SCORER_NAMES = ("jaccard", "bm25", "dense", "hybrid")
-
-
-def code_scorer(
-    name: CodeScorerName | Scorer,
-    texts: list[str],
-    *,
-    embeddings: Any = None,
-    embedder: Embedder | None = None,
-) -> Scorer:
-    """The independent scorer for code fragments.
-
-    ``"jaccard"`` (RepoCoder's sparse retriever), ``"bm25"`` (bm25s over ``\\w+`` tokens, no stopword list: in
-    code, ``if``/``for``/``in`` are keywords), ``"dense"`` (cosine of ``embeddings``, needs ``embedder``),
-    ``"hybrid"`` (0.5 min-max Jaccard + 0.5 min-max dense), or a callable ``query -> scores``.
-    """
-    if callable(name):
-        return name
-    check_scorer(name, CODE_SCORER_NAMES)
-    if name == "jaccard":
-        return JaccardScorer(texts)
-    if name == "bm25" and not any(tokenize(t) for t in texts):
-        logger.warning("no fragment holds a word token: every BM25 score is 0")
-    if name in ("dense", "hybrid") and (embedder is None or embeddings is None):
-        raise ValueError(f"scorer={name!r} needs an embedder (and the fragment embeddings)")
-    return make_scorer(
-        name,
-        texts,
-        dense=lambda: DenseScorer(embeddings, embedder),
-        lexical=lambda: JaccardScorer(texts),
-        stopwords=(),
-    )
+__getattr__ = moved_attributes(
+    __name__, "fragrel_integrations.core.scorers", ["CODE_SCORER_NAMES", "CodeScorerName", "code_scorer"]
+)
 
 
 def _nothing_to_index(relation: CodeRelation) -> str:
@@ -84,7 +48,7 @@ def build_code_index(
     path: str | os.PathLike[str] | None = None,
     *,
     relation: CodeRelation | None = None,
-    scorer: CodeScorerName | Scorer = "jaccard",
+    scorer: scorers.CodeScorerName | scorers.Scorer = "jaccard",
     embedder: Embedder | None = None,
     alpha: float = 0.5,
     threshold: float = 0.01,
@@ -98,7 +62,7 @@ def build_code_index(
     """An ``index_type`` (:class:`~..index.FragRelIndex`) over the code of ``path``: fragments are RepoCoder
     sliding windows (``fragment_lines`` lines every ``stride``; ``fragment.metadata`` holds ``path``,
     ``start_line``, ``end_line``, ``language``), related by :class:`CodeRelation` (eq. 8), scored by ``scorer``
-    (see :func:`code_scorer`).
+    (see :func:`~fragrel_integrations.core.scorers.code_scorer`).
 
     ``cache`` stores the index in a SQLite file and later brings it up to date file by file; ``relation``
     reuses an already built :class:`CodeRelation` (then ``path`` and the index settings are not needed).
@@ -132,7 +96,7 @@ def build_code_index(
         from ...models.base import embed_documents
 
         embeddings = embed_documents(embedder, texts, batch_size=batch_size, show_progress=show_progress)
-    built = code_scorer(scorer, texts, embeddings=embeddings, embedder=embedder)
+    built = scorers.code_scorer(scorer, texts, embeddings=embeddings, embedder=embedder)
     return index_type(
         fragments,
         relation=relation,

@@ -1,4 +1,4 @@
-"""The ``cache=`` file of :meth:`~.relation.CodeRelation.from_repository`: reuse a stored index when it was built
+"""The ``cache=`` file of :meth:`~.code_relation.CodeRelation.from_repository`: reuse a stored index when it was built
 with the same settings and grammars, bringing it up to date file by file; otherwise say why it is rebuilt."""
 
 from __future__ import annotations

@@ -323,7 +323,7 @@ class CodeGraph:
         """``Dis(a, b)``: the largest product of edge weights over paths from ``a`` to ``b`` (0 if none, or if
         it is below ``threshold``), by scipy's Dijkstra on ``-log w``. ``b=None`` gives the row for every node.
 
-        A reference for single queries; :class:`~.relation.CodeRelation` uses a batched, pruned search.
+        A reference for single queries; :class:`~.code_relation.CodeRelation` uses a batched, pruned search.
         """
         from scipy.sparse.csgraph import dijkstra
 

@@ -1,21 +1,32 @@
-"""``from_repository``: a FragRelIndex over a code repository (RepoCoder windows + the code-structure relation)."""
+"""``from_repository``: a FragRelIndex over a code repository (RepoCoder windows + the code-structure relation).
+
+The one entry point that builds a code index is ``FragRelIndex.from_repository``; :func:`from_repository` is
+its function form. (:meth:`.CodeRelation.from_repository` builds only the relation, and
+:meth:`.CodeGraph.from_repository` only the graph.)
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
+from ..._deprecation import moved_attributes
 from ..index import FragRelIndex
-from .build import CodeScorerName, build_code_index, code_scorer
 
-__all__ = ["CodeScorerName", "code_scorer", "from_repository"]
+__all__ = ["from_repository"]
 
 
 def from_repository(path: str | os.PathLike[str] | None = None, **options: Any) -> FragRelIndex:
-    """A :class:`FragRelIndex` over the code of ``path``; the same as ``FragRelIndex.from_repository(path, ...)``.
+    """A :class:`FragRelIndex` over the code of ``path``: ``FragRelIndex.from_repository(path, **options)``.
 
-    ``options`` are those of :func:`~.build.build_code_index`: ``relation``, ``scorer`` (``"jaccard"``,
-    ``"bm25"``, ``"dense"``, ``"hybrid"`` or a callable), ``embedder``, ``alpha``, ``threshold``,
-    ``fragment_lines``, ``stride``, ``cache``, ``show_progress``, ``batch_size`` and the loader's options.
+    ``options``: ``relation``, ``scorer`` (``"jaccard"``, ``"bm25"``, ``"dense"``, ``"hybrid"`` or a callable),
+    ``embedder``, ``alpha``, ``threshold``, ``fragment_lines``, ``stride``, ``cache``, ``show_progress``,
+    ``batch_size`` and the loader's options.
+
+    >>> index = from_repository("path/to/repo", cache="repo.fragrel.sqlite")  # doctest: +SKIP
+    >>> hits = index.retrieve(code_before_the_cursor, k=10)                   # doctest: +SKIP
     """
-    return build_code_index(FragRelIndex, path, **options)
+    return FragRelIndex.from_repository(path, **options)
+
+
+__getattr__ = moved_attributes(__name__, "fragrel_integrations.core.scorers", ["CodeScorerName", "code_scorer"])

@@ -1,4 +1,4 @@
-"""Store a :class:`~.relation.CodeRelation` in one SQLite file: index once, query many, update file by file.
+"""Store a :class:`~.code_relation.CodeRelation` in one SQLite file: index once, query many, update file by file.
 
 The file format lives in :mod:`.index_file`; this module keeps the public entry points.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import os
 
+from .code_relation import CodeRelation
 from .index_file import FORMAT, grammar_versions, is_code_index
-from .relation import CodeRelation
 
 __all__ = ["FORMAT", "grammar_versions", "is_code_index", "load_relation", "save_relation"]
 

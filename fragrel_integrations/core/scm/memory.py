@@ -60,9 +60,9 @@ from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.tokens import count_tokens
+from ..relation_aware import check_alpha
 from ..relations import FragmentLayout, Relation
 from ..scorers import SCORER_NAMES, check_scorer
-from ..scoring import check_alpha
 from ..steps import adrive, drive
 from .controller import SCMController
 from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, activation_gate, auto_activation

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from ..relation_aware import fragrel_scores
 from ..relations import FragmentLayout, Relation
 from ..scorers import cosine_similarities, make_scorer
-from ..scoring import fragrel_scores
 from ..steps import CallStep
 from .gates import NameVocabulary
 from .types import MemoryItem

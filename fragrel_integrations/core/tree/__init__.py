@@ -4,14 +4,13 @@ Needs scikit-learn (Gaussian mixtures, PCA); UMAP is used for dimension reductio
 installed. Modules: :mod:`.chunking` (sentence-aware chunks), :mod:`.summary` (prompt and parser),
 :mod:`.summariser` (cached, concurrent summary calls), :mod:`.extractive` (model-free summaries and surprise
 notes), :mod:`.clustering` (GMM clustering of summaries), :mod:`.tree` (build / insert / retrieve),
-:mod:`.relation` (FragRel over the tree) and :mod:`.persist` (SQLite / JSON).
+:mod:`.tree_relation` (FragRel over the tree) and :mod:`.persist` (SQLite / JSON).
 """
 
 from .chunking import chunk_text, split_sentences
 from .clustering import cluster_embeddings, gmm_clusters, pack_by_tokens, reduce_dimensions
 from .extractive import ExtractiveSummariser, central_sentences, leave_one_out_similarity, surprising_sentences
 from .persist import load_tree, save_tree
-from .relation import TreeRelation
 from .summariser import Summariser
 from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse_summary, summary_messages
 from .tree import (
@@ -26,6 +25,7 @@ from .tree import (
     TreeNode,
     check_state,
 )
+from .tree_relation import TreeRelation
 
 __all__ = [
     "FIELDS",

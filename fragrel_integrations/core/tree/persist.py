@@ -173,7 +173,7 @@ def load_tree(
     except (ValueError, TypeError, KeyError, RecursionError, OverflowError, sqlite3.DatabaseError) as exc:
         # json/numpy/sqlite errors and check_state's findings, all named with the file
         raise ValueError(f"{str(path)!r} is not a saved surprise tree or is damaged: {exc}") from exc
-    return SurpriseTree._from_checked(parts, chat_model, embedder, where=repr(str(path)), **kwargs)
+    return SurpriseTree.from_checked_state(parts, chat_model, embedder, where=repr(str(path)), **kwargs)
 
 
 def _read_json(path: Path) -> Any:

@@ -29,10 +29,10 @@ from ...models.tokens import count_tokens
 from .building import TreeBuilding
 from .extractive import ExtractiveSummariser
 from .nodes import FIELDS, SUMMARISERS, TreeConfig, TreeHit, TreeNode, check_search, fitted_chunk_tokens
-from .relation import TreeRelation
 from .retrieval import TreeRetrieval
 from .state import MAX_METADATA_DEPTH, check_state
 from .summariser import BuildReport, Summariser, SummaryResult
+from .tree_relation import TreeRelation
 
 __all__ = [
     "FIELDS",
@@ -270,13 +270,14 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
         naming the problem, never a numpy/json error, and never loads a tree that a later insert would damage.
         A state recorded with another embedder (model, settings or fingerprint) than ``embedder`` is refused.
         """
-        return cls._from_checked(check_state(state), chat_model, embedder, where="the tree state", **kwargs)
+        return cls.from_checked_state(check_state(state), chat_model, embedder, where="the tree state", **kwargs)
 
     @classmethod
-    def _from_checked(
+    def from_checked_state(
         cls, parts: tuple, chat_model: Any = None, embedder: Embedder | None = None, *, where: str, **kwargs: Any
     ) -> SurpriseTree:
-        """A tree from :func:`check_state`'s parts; ``where`` (the file) names the save in errors."""
+        """A tree from the parts :func:`check_state` returned (for loaders that validate first, as
+        :func:`~.persist.load_tree` does); ``where`` (e.g. the file) names the save in warnings and errors."""
         config, nodes, vectors, cache, next_id, identity = parts
         tree = cls(chat_model, embedder, config=config, **kwargs)
         if identity is None:

@@ -1,271 +1,48 @@
-"""ILM-TR's inner loop with a short-term memory (STM), framework-free.
-
-The answer model reads the question in rounds. Each round retrieves with the question *plus* the current STM
-(joined by :func:`join_query`), shows the model the question, the retrieved passages and its current STM, and
-takes the model's reply as the new STM: the answer so far together with the facts that support it. The loop
-stops when two consecutive memories agree (:func:`lcs_similarity` >= ``threshold``) or after ``max_loops``
-rounds; the final STM is the answer.
-
-Stop reasons: ``"converged"``, ``"max_loops"``, and ``"empty_reply"`` (the model returned blank text: the
-previous STM is kept as the answer and the loop stops, since asking again with the same memory would repeat the
-same request). A retriever or model that raises ends the loop with :class:`InnerLoopError`, whose ``.result``
-holds every completed round.
-
->>> from fragrel_integrations.testing import ScriptedChatModel
->>> story = ["Mary went to the kitchen.", "Mary picked up the apple.", "Mary walked to the garden."]
->>> model = ScriptedChatModel(["The apple is with Mary in the garden.", "The apple is with Mary in the garden."])
->>> engine = InnerLoopEngine(lambda query: story, model)
->>> result = engine.run("Where is the apple?")
->>> result.answer, len(result.rounds), result.stop_reason
-('The apple is with Mary in the garden.', 2, 'converged')
->>> result.rounds[1].query
-'Where is the apple?\\nThe apple is with Mary in the garden.'
-"""
+"""The inner loop's engine: :class:`InnerLoopEngine` runs the rounds (sync and async) over a retriever and a
+chat model; the helpers the framework adapters share stand here until they move to the adapter kit."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 import numbers
-import re
-import string
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from tqdm.auto import tqdm
 
-from .._validation import check_min_int
-from ..models.chat import ChatModel, check_params, context_window
-from ..models.convert import as_chat_model
-from ..models.structured import ReplyFormat, format_kwargs
-from ..models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
-from .conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
-from .types import Fragment, ScoredFragment
+from ..._validation import check_min_int
+from ...models.chat import ChatModel, check_params, context_window
+from ...models.convert import as_chat_model
+from ...models.structured import ReplyFormat, format_kwargs
+from ...models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
+from ..conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
+from ..steps import ChatStep, Steps, adrive, drive
+from ..types import Fragment, ScoredFragment
+from .metric import lcs_similarity
+from .prompts import (
+    DEFAULT_PROMPT_TEMPLATE,
+    DEFAULT_SYSTEM_PROMPT,
+    NO_NEW_PASSAGES,
+    NO_PASSAGES,
+    PASSAGE_TOKENS,
+    check_prompt_template,
+    join_query,
+    round_messages,
+    strip_memory_label,
+)
+from .types import (
+    AsyncRetriever,
+    InnerLoopError,
+    InnerLoopResult,
+    InnerLoopRound,
+    StopReason,
+    SyncRetriever,
+    fragment_key,
+)
 
-__all__ = [
-    "DEFAULT_PROMPT_TEMPLATE",
-    "DEFAULT_SYSTEM_PROMPT",
-    "InnerLoopEngine",
-    "InnerLoopError",
-    "InnerLoopResult",
-    "InnerLoopRound",
-    "RetrievedItem",
-    "StopReason",
-    "fragment_key",
-    "join_query",
-    "lcs_length",
-    "lcs_similarity",
-    "lcs_tokens",
-]
-
-StopReason = Literal["converged", "max_loops", "empty_reply", "error"]
-RetrievedItem = ScoredFragment | Fragment | str
-SyncRetriever = Callable[[str], Sequence[RetrievedItem]]
-AsyncRetriever = Callable[[str], Awaitable[Sequence[RetrievedItem]]]
-
-DEFAULT_SYSTEM_PROMPT = """\
-You answer a question by reading passages over several rounds, keeping a short-term memory between rounds. \
-The memory is a few sentences: your best answer so far and the facts that support it.
-
-Each round you get the question, your current memory and the passages retrieved for this round. Write the \
-updated memory:
-- keep the facts from your memory that still matter for the question;
-- add what the new passages say about the question, and correct what they contradict;
-- say the answer plainly as soon as you can; if it is still unknown, say what is missing;
-- leave out everything that does not help answer the question.
-Reply with the updated memory only.
-
-Example.
-Passages:
-[1] Daniel went back to the office.
-[2] Sandra journeyed to the kitchen.
-Question: Where is the football?
-Your memory so far: Daniel picked up the football and took it to the garden, so the football is in the garden.
-Updated memory: Daniel carried the football from the garden to the office, so the football is in the office."""
-
-DEFAULT_PROMPT_TEMPLATE = """\
-Passages:
-{context}
-
-Question: {question}
-Your memory so far: {memory}
-
-Write your updated memory now: one or two plain sentences that answer the question."""
-
-_EMPTY_MEMORY = "(empty)"
-_NO_PASSAGES = "(no passages were retrieved)"
-_NO_NEW_PASSAGES = "(no new passages; the earlier ones are already reflected in your memory)"
-_TEMPLATE_FIELDS = frozenset({"question", "memory", "context"})
-_PASSAGE_TOKENS = 4  # "[12] " and the line break around each passage
-_LABEL = re.compile(r"^\s*(?:updated\s+)?memory\s*:\s*", re.IGNORECASE)
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
-# ------------------------------------------------------------------------------------------------------ LCS
-
-
-def lcs_length(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
-    """Length of the longest common subsequence of two token sequences (O(len(a)·len(b)) time, O(len(b)) memory).
-
-    >>> lcs_length("ABCBDAB", "BDCABA")
-    4
-    >>> lcs_length([], ["x"])
-    0
-    """
-    if len(a) < len(b):
-        a, b = b, a
-    if not b:
-        return 0
-    row = [0] * (len(b) + 1)
-    for x in a:
-        diagonal = 0  # row[j - 1] of the previous row
-        for j, y in enumerate(b, start=1):
-            above = row[j]
-            row[j] = diagonal + 1 if x == y else max(above, row[j - 1])
-            diagonal = above
-    return row[-1]
-
-
-def lcs_tokens(text: str) -> list[str]:
-    """The tokens memories are compared on: lower-cased runs of letters and digits (punctuation is ignored).
-
-    >>> lcs_tokens("The apple is in the Garden.")
-    ['the', 'apple', 'is', 'in', 'the', 'garden']
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
-    return _WORD.findall(text.lower())
-
-
-def lcs_similarity(a: str, b: str) -> float:
-    """Normalised LCS similarity of two texts: ``LCS(tokens(a), tokens(b)) / max(len(tokens(a)), len(tokens(b)))``.
-
-    1.0 for identical token sequences (two texts without tokens count as identical), 0.0 when one is empty.
-    Tokens are :func:`lcs_tokens`.
-
-    >>> lcs_similarity("the apple is in the garden", "The apple is in the kitchen.")
-    0.8333333333333334
-    >>> lcs_similarity("", "anything")
-    0.0
-    """
-    ta, tb = lcs_tokens(a), lcs_tokens(b)
-    longest = max(len(ta), len(tb))
-    if longest == 0:
-        return 1.0
-    return lcs_length(ta, tb) / longest
-
-
-def join_query(question: str, memory: str, separator: str = "\n") -> str:
-    """The retrieval query of a round: the question, then the current STM (if any), joined by ``separator``.
-
-    >>> join_query("Where is the apple?", "")
-    'Where is the apple?'
-    >>> join_query("Where is the apple?", "Mary has it.", " ")
-    'Where is the apple? Mary has it.'
-    """
-    memory = memory.strip()
-    return f"{question}{separator}{memory}" if memory else question
-
-
-# ------------------------------------------------------------------------------------------------ results
-
-
-@dataclass(frozen=True, slots=True)
-class InnerLoopRound:
-    """One round of the loop.
-
-    ``retrieved`` is everything the retriever returned; ``shown`` the part the model saw (fragments shown in an
-    earlier round are left out with ``dedupe=True``, and the context budget may drop the last ones). ``reply``
-    is the model's raw text, ``stm`` the memory after this round (the cleaned reply, cut to ``max_stm_tokens``;
-    the previous memory after an empty reply). ``similarity`` is :func:`lcs_similarity` of ``stm`` and the
-    previous memory; None in the first round (there is no previous memory) and after an empty reply.
-    """
-
-    index: int
-    query: str
-    retrieved: tuple[ScoredFragment, ...]
-    shown: tuple[ScoredFragment, ...]
-    reply: str
-    stm: str
-    similarity: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable view (fragment metadata is left out); each retrieved item says if it was shown."""
-        shown = {id(h) for h in self.shown}
-        return {
-            "index": self.index,
-            "query": self.query,
-            "retrieved": [{**_fragment_dict(h), "shown": id(h) in shown} for h in self.retrieved],
-            "reply": self.reply,
-            "stm": self.stm,
-            "similarity": self.similarity,
-        }
-
-
-def _fragment_dict(hit: ScoredFragment) -> dict[str, Any]:
-    f = hit.fragment
-    return {"text": f.text, "doc_id": f.doc_id, "position": f.position, "score": hit.score}
-
-
-@dataclass(frozen=True, slots=True)
-class InnerLoopResult:
-    """The outcome (or, while streaming, the state) of a run.
-
-    ``answer`` is the current STM. ``stop_reason`` is None while the loop is still running (streamed
-    snapshots), then one of ``"converged"``, ``"max_loops"``, ``"empty_reply"``, or ``"error"`` (only in
-    :attr:`InnerLoopError.result`).
-    """
-
-    question: str
-    answer: str
-    rounds: tuple[InnerLoopRound, ...]
-    converged: bool
-    stop_reason: StopReason | None
-
-    @property
-    def done(self) -> bool:
-        """Whether the loop has stopped."""
-        return self.stop_reason is not None
-
-    @property
-    def fragments(self) -> list[ScoredFragment]:
-        """The fragments the model was shown, over all rounds, each once (first showing), in order."""
-        seen: set[Hashable] = set()
-        out = []
-        for r in self.rounds:
-            for hit in r.shown:
-                key = fragment_key(hit)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(hit)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable trace of the run."""
-        return {
-            "question": self.question,
-            "answer": self.answer,
-            "converged": self.converged,
-            "stop_reason": self.stop_reason,
-            "rounds": [r.to_dict() for r in self.rounds],
-        }
-
-
-class InnerLoopError(RuntimeError):
-    """The retriever or the model raised during the loop. ``.result`` holds the completed rounds (stop reason
-    ``"error"``), ``.stage`` is ``"retriever"`` or ``"model"``, and the original exception is ``__cause__``."""
-
-    def __init__(self, message: str, result: InnerLoopResult, stage: str) -> None:
-        super().__init__(message)
-        self.result = result
-        self.stage = stage
-
-
-def fragment_key(hit: ScoredFragment) -> Hashable:
-    """What makes two retrieved fragments "the same" for ``dedupe``: document, position and text."""
-    f = hit.fragment
-    return (f.doc_id, f.position, f.text)
+__all__ = ["ADAPTER_SETTINGS", "InnerLoopEngine", "engine_for_adapter", "scored_from_metadata"]
 
 
 def _as_hits(items: object, source: str) -> list[ScoredFragment]:
@@ -304,22 +81,6 @@ def _check_threshold(value: object) -> float:
             f"1.0 = identical), got {value!r}"
         )
     return float(value)
-
-
-def _check_template(template: object) -> str:
-    if not isinstance(template, str):
-        raise TypeError(f"prompt_template must be str, got {type(template).__name__}")
-    try:
-        names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-    except ValueError as exc:
-        raise ValueError(
-            f"prompt_template is not a valid format string ({exc}); write literal braces as {{{{ and }}}}"
-        ) from exc
-    if names != _TEMPLATE_FIELDS:
-        raise ValueError(
-            f"prompt_template must use exactly the fields {{question}}, {{memory}} and {{context}}, got {sorted(names)}"
-        )
-    return template
 
 
 def _check_question(question: object) -> str:
@@ -484,7 +245,7 @@ class InnerLoopEngine:
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be str or None, got {type(system_prompt).__name__}")
         self.system_prompt = system_prompt or None
-        self.prompt_template = _check_template(prompt_template)
+        self.prompt_template = check_prompt_template(prompt_template)
         self.temperature = check_params(temperature, None, None)[0]
         if not isinstance(query_separator, str):
             raise TypeError(f"query_separator must be str, got {type(query_separator).__name__}")
@@ -549,13 +310,7 @@ class InnerLoopEngine:
 
     def messages(self, question: str, memory: str, passages: Sequence[str], *, placeholder: str = "") -> list[dict]:
         """The chat messages of one round (system prompt, then the filled ``prompt_template``)."""
-        if passages:
-            context = "\n".join(f"[{i}] {p}" for i, p in enumerate(passages, start=1))
-        else:
-            context = placeholder or _NO_PASSAGES
-        user = self.prompt_template.format(question=question, memory=memory or _EMPTY_MEMORY, context=context)
-        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return [*system, {"role": "user", "content": user}]
+        return round_messages(self.system_prompt, self.prompt_template, question, memory, passages, placeholder)
 
     def _context_budget(self, question: str, memory: str) -> int | None:
         limits = [] if self.context_tokens is None else [self.context_tokens]
@@ -566,7 +321,7 @@ class InnerLoopEngine:
         return min(limits) if limits else None
 
     def _clean(self, reply: str) -> str:
-        text = _LABEL.sub("", reply.strip(), count=1).strip()
+        text = strip_memory_label(reply)
         return truncate_to_tokens(text, self.max_stm_tokens, self._count).strip()
 
     def _count(self, text: str) -> int:
@@ -586,31 +341,34 @@ class InnerLoopEngine:
 
         Raises :class:`InnerLoopError` (with the completed rounds) if the retriever or the model raises.
         """
-        retrieve = self._check_sync()
+        self._check_sync()
         state = _LoopState(self, _check_question(question))
         with self._progress() as bar:
-            yield from self._sync_rounds(state, retrieve, bar)
+            yield from self._sync_rounds(state, bar)
 
     def _progress(self) -> tqdm:
         return tqdm(total=self.max_loops, desc="inner loop", unit="round", leave=False, disable=not self.show_progress)
 
-    def _sync_rounds(self, state: _LoopState, retrieve: SyncRetriever, bar: tqdm) -> Iterator[InnerLoopResult]:
+    def _sync_rounds(self, state: _LoopState, bar: tqdm) -> Iterator[InnerLoopResult]:
         while not state.done:
-            query = state.query()
-            try:
-                items = retrieve(query)
-            except Exception as exc:
-                raise state.error(exc, "retriever") from exc
-            messages = state.prepare(query, _as_hits(items, "the retriever"))
-            try:
-                reply = self.model.invoke(
-                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None, **self._format
-                )
-            except Exception as exc:
-                raise state.error(exc, "model") from exc
-            result = state.accept(reply)
+            result = drive(self._round(state))
             bar.update(1)
             yield result
+
+    def _round(self, state: _LoopState) -> Steps[InnerLoopResult]:
+        """One round as steps (retrieve, then ask the model), run by :func:`drive` or :func:`adrive`."""
+        query = state.query()
+        try:
+            items = yield _Retrieval(self._retriever, self._aretriever, query)
+        except Exception as exc:
+            raise state.error(exc, "retriever") from exc
+        messages = state.prepare(query, _as_hits(items, "the retriever"))
+        options = {"temperature": self.temperature, "max_tokens": self.max_stm_tokens, "stop": None, **self._format}
+        try:
+            reply = yield ChatStep(self.model, messages, options)
+        except Exception as exc:
+            raise state.error(exc, "model") from exc
+        return state.accept(reply)
 
     async def astream(self, question: str) -> AsyncIterator[InnerLoopResult]:
         """Async :meth:`stream`: the model's ``ainvoke`` and the async retriever (else the sync one in a thread)."""
@@ -623,22 +381,7 @@ class InnerLoopEngine:
 
     async def _async_rounds(self, state: _LoopState, bar: tqdm) -> AsyncIterator[InnerLoopResult]:
         while not state.done:
-            query = state.query()
-            try:
-                if self._aretriever is not None:
-                    items = await self._aretriever(query)
-                else:
-                    items = await asyncio.to_thread(self._retriever, query)  # type: ignore[arg-type]
-            except Exception as exc:
-                raise state.error(exc, "retriever") from exc
-            messages = state.prepare(query, _as_hits(items, "the retriever"))
-            try:
-                reply = await self.model.ainvoke(
-                    messages, temperature=self.temperature, max_tokens=self.max_stm_tokens, stop=None, **self._format
-                )
-            except Exception as exc:
-                raise state.error(exc, "model") from exc
-            result = state.accept(reply)
+            result = await adrive(self._round(state))
             bar.update(1)
             yield result
 
@@ -661,6 +404,24 @@ class InnerLoopEngine:
             f"InnerLoopEngine(model={self.model!r}, max_loops={self.max_loops}, threshold={self.threshold}, "
             f"max_stm_tokens={self.max_stm_tokens}, dedupe={self.dedupe})"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Retrieval:
+    """The retrieval step of a round: the sync retriever (:func:`drive`); the async one, else the sync one in a
+    worker thread (:func:`adrive`)."""
+
+    retrieve: SyncRetriever | None
+    aretrieve: AsyncRetriever | None
+    query: str
+
+    def run(self) -> Any:
+        return self.retrieve(self.query)  # type: ignore[misc]  # stream() checked that there is one
+
+    async def arun(self) -> Any:
+        if self.aretrieve is not None:
+            return await self.aretrieve(self.query)
+        return await asyncio.to_thread(self.retrieve, self.query)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -695,11 +456,11 @@ class _LoopState:
         budget = engine._context_budget(self.question, self.memory)
         texts = [h.text for h in fresh]
         if budget is not None:
-            texts = fit_texts(texts, budget, engine._count, separator_tokens=_PASSAGE_TOKENS)
+            texts = fit_texts(texts, budget, engine._count, separator_tokens=PASSAGE_TOKENS)
         shown = tuple(fresh[: len(texts)])
         self.seen.update(fragment_key(h) for h in shown)
         self._pending = (query, tuple(hits), shown)
-        placeholder = _NO_NEW_PASSAGES if hits and not fresh else _NO_PASSAGES
+        placeholder = NO_NEW_PASSAGES if hits and not fresh else NO_PASSAGES
         return engine.messages(self.question, self.memory, texts, placeholder=placeholder)
 
     def accept(self, reply: object) -> InnerLoopResult:
