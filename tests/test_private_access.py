@@ -29,23 +29,6 @@ CONVENTIONAL = frozenset({"_asdict", "_replace", "_fields", "_make", "_field_def
 #: (module path relative to the package, private name) -> whose work stream fixes it. These files belong to the
 #: other helpers of issue 26 (the adapter kit; the models layer); remove an entry once its place is fixed.
 ALLOWED: dict[tuple[str, str], str] = {
-    # models: core/scm/workflow.py reads SelfControlledMemory's private members
-    ("core/scm/workflow.py", "_embed"): "models",
-    ("core/scm/workflow.py", "_embed_query"): "models",
-    ("core/scm/workflow.py", "_sessions"): "models",
-    # models: the models layer finds the framework wrappers by name and reads their private fields
-    ("models/convert.py", "_embedder"): "models",
-    ("models/convert.py", "_model"): "models",
-    ("models/convert.py", "_is_instance_of"): "models",
-    ("models/cache.py", "_check_chat_model"): "models",
-    ("models/retry.py", "_check_chat_model"): "models",
-    ("models/openai_chat.py", "_short"): "models",
-    ("models/openai_embeddings.py", "_short"): "models",
-    ("models/llama_cpp_chat.py", "_model"): "models (llama_cpp.Llama._model: the library exposes no vocab accessor)",
-    # models: the chat / SCM adapters import helpers private to other modules
-    ("llama_index/llm.py", "_is_instance_of"): "models",
-    ("llama_index/scm_memory_block.py", "_is_final_reply"): "models",
-    ("llama_index/scm_memory_block.py", "_text"): "models",
     # kit: both _pool.py files read or set private attributes of the frameworks' own classes
     ("langchain/_pool.py", "_expects_other_args"): "kit (langchain_core BaseRetriever._expects_other_args)",
     ("llama_index/_pool.py", "_retrievers"): "kit (llama_index QueryFusionRetriever._retrievers)",

@@ -338,7 +338,8 @@ class LlamaCppChatModel(ChatModelBase):
     def _check_gbnf(self, text: str) -> None:
         """Compile the grammar once with llama.cpp's own parser (see :func:`~.grammar.check_gbnf`)."""
         with self._lock:
-            check_gbnf(self._llama_cpp.llama_cpp, self._llm._model.vocab, text)
+            lib = self._llama_cpp.llama_cpp
+            check_gbnf(lib, lib.llama_model_get_vocab(self._llm.model), text)
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         """The reply under the format's grammar (the chat template applied as for :meth:`invoke`)."""

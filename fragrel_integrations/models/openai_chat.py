@@ -29,7 +29,7 @@ from typing import Any, NoReturn
 
 from .._optional import require
 from .chat import ChatModelBase, Messages, given_params, to_messages
-from .openai_endpoint import Deadline, ServerCalls, _short, client_kwargs, read_json, sync_http_client
+from .openai_endpoint import Deadline, ServerCalls, client_kwargs, read_json, short_repr, sync_http_client
 from .retry import RetryPolicy
 from .structured import ReplyFormat
 from .tokens import estimate_tokens
@@ -58,7 +58,7 @@ def _content_text(message: dict[str, Any], source: str) -> str:
     ):
         content = "".join(p["text"] for p in content)  # content parts: [{"type": "text", "text": ...}, ...]
     if content is not None and not isinstance(content, str):
-        raise ValueError(f"{source} sent content of type {type(content).__name__}, not text: {_short(content)}")
+        raise ValueError(f"{source} sent content of type {type(content).__name__}, not text: {short_repr(content)}")
     if content:
         return content
     calls = message.get("tool_calls") or ([message["function_call"]] if message.get("function_call") else [])
@@ -67,7 +67,7 @@ def _content_text(message: dict[str, Any], source: str) -> str:
         raise ValueError(f"{source} answered with a tool call ({', '.join(names)}) instead of text; {_TOOL_FIX}")
     refusal = message.get("refusal")
     if isinstance(refusal, str) and refusal:
-        raise ValueError(f"{source} refused to answer: {_short(refusal)}")
+        raise ValueError(f"{source} refused to answer: {short_repr(refusal)}")
     return ""
 
 
@@ -143,10 +143,10 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         data = read_json(raw, source)
         choices = data.get("choices")
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-            raise ValueError(f"{source} sent a reply without choices: {_short(data)}")
+            raise ValueError(f"{source} sent a reply without choices: {short_repr(data)}")
         message = choices[0].get("message")
         if not isinstance(message, dict):
-            raise ValueError(f"{source} sent a choice without a message ({_short(message)}); check the server")
+            raise ValueError(f"{source} sent a choice without a message ({short_repr(message)}); check the server")
         return _content_text(message, source)
 
     def _generate(
@@ -243,7 +243,7 @@ class OpenAIChatModel(ServerCalls, ChatModelBase):
         """``(text, finished)`` of one streamed chunk; ValueError naming the server for a malformed one."""
         choices = getattr(chunk, "choices", None)
         if choices is None or not isinstance(choices, list):
-            raise ValueError(f"{self._source} sent a stream chunk without choices: {_short(chunk)}")
+            raise ValueError(f"{self._source} sent a stream chunk without choices: {short_repr(chunk)}")
         if not choices:  # e.g. a final usage-only chunk
             return "", False
         choice = choices[0]

@@ -27,7 +27,7 @@ import numpy as np
 from .._optional import require
 from .._validation import check_positive_int
 from .base import check_embeddings
-from .openai_endpoint import ServerCalls, _short, client_kwargs, read_json, sync_http_client
+from .openai_endpoint import ServerCalls, client_kwargs, read_json, short_repr, sync_http_client
 from .retry import RetryPolicy
 
 __all__ = ["OpenAIEmbedder"]
@@ -117,7 +117,7 @@ class OpenAIEmbedder(ServerCalls):
                 source,
                 int(zero.sum()),
                 len(texts),
-                _short(texts[int(zero.argmax())], 80),
+                short_repr(texts[int(zero.argmax())], 80),
             )
         return vectors, per_token
 
@@ -178,13 +178,13 @@ def _rows(data: dict[str, Any], n: int, source: str) -> list[list[Any]]:
     """The ``embedding`` lists of an ``/embeddings`` reply in ``index`` order, checked for shape and type."""
     items = data.get("data")
     if not isinstance(items, list) or not all(isinstance(d, dict) for d in items):
-        raise ValueError(f"{source} sent a reply without a list of embeddings ('data'): {_short(data)}")
+        raise ValueError(f"{source} sent a reply without a list of embeddings ('data'): {short_repr(data)}")
     index = [d.get("index") for d in items]
     if not all(type(i) is int for i in index):
         bad = next(i for i in index if type(i) is not int)
-        raise ValueError(f"{source} sent an embedding without an integer 'index' (got {_short(bad)})")
+        raise ValueError(f"{source} sent an embedding without an integer 'index' (got {short_repr(bad)})")
     if sorted(index) != list(range(n)):
-        raise ValueError(f"{source} returned {len(items)} vectors for {n} texts (indexes {_short(sorted(index))})")
+        raise ValueError(f"{source} returned {len(items)} vectors for {n} texts (indexes {short_repr(sorted(index))})")
     rows = [d.get("embedding") for d in sorted(items, key=lambda d: d["index"])]
     for row in rows:
         if not isinstance(row, list):  # base64 text or None from a server that ignores encoding_format="float"
@@ -193,6 +193,6 @@ def _rows(data: dict[str, Any], n: int, source: str) -> list[list[Any]]:
         if not all(_is_number(x) for x in flat) or (flat is not row and not all(isinstance(r, list) for r in row)):
             bad = next((x for x in flat if not _is_number(x)), row)
             raise ValueError(
-                f"{source} did not return float vectors: a value is {type(bad).__name__} ({_short(bad, 60)})"
+                f"{source} did not return float vectors: a value is {type(bad).__name__} ({short_repr(bad, 60)})"
             )
     return rows

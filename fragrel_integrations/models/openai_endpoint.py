@@ -40,6 +40,7 @@ __all__ = [
     "explain_status",
     "read_json",
     "resolve_endpoint",
+    "short_repr",
     "sync_http_client",
     "timeout_error",
     "translate_error",
@@ -284,7 +285,12 @@ def _retries(n: int) -> str:
     return "1 retry" if n == 1 else f"{n} retries"
 
 
-def _short(value: Any, limit: int = 200) -> str:
+def short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages.
+
+    >>> short_repr("x" * 300, 5)
+    "'xxxx..."
+    """
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
@@ -296,9 +302,9 @@ def read_json(raw: Any, source: str) -> dict[str, Any]:
     try:
         data = json.loads(content)
     except (ValueError, RecursionError) as exc:
-        raise ValueError(f"{source} sent a reply that is not JSON ({exc}): {_short(content)}") from None
+        raise ValueError(f"{source} sent a reply that is not JSON ({exc}): {short_repr(content)}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{source} sent JSON that is not an object: {_short(data)}")
+        raise ValueError(f"{source} sent JSON that is not an object: {short_repr(data)}")
     return data
 
 
