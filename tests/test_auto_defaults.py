@@ -139,6 +139,11 @@ def test_cli_auto_reads_the_file(tmp_path):
     assert _preset(parser.parse_args(["retrieve", str(book), "q", "--preset", "story"])).name == "story"
 
 
+def _words(text):
+    """A BM25 preprocessing of the user's own: lower-cased words."""
+    return [w.strip(".,!?") for w in text.lower().split()]
+
+
 def test_bases_that_rank_by_words_get_no_second_bm25():
     from langchain_classic.retrievers import EnsembleRetriever
     from langchain_community.retrievers import BM25Retriever
@@ -148,7 +153,7 @@ def test_bases_that_rank_by_words_get_no_second_bm25():
     from fragrel_integrations.langchain._pool import ranks_by_words
 
     docs = [Document(f.text, metadata={"doc_id": "chat", "position": f.position}) for f in _turns()]
-    bm25 = BM25Retriever.from_documents(docs)
+    bm25 = BM25Retriever.from_documents(docs, preprocess_func=_words)
     vs = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
     vs.add_documents(docs)
     vector = vs.as_retriever()
@@ -163,6 +168,22 @@ def test_bases_that_rank_by_words_get_no_second_bm25():
     assert all(d.metadata["fragrel_independent_score"] == pytest.approx(own[d.page_content]) for d in got)
     got = FragRelRetriever(base_retriever=vector, k=5).invoke(QUERY)
     assert max(d.metadata["fragrel_independent_score"] for d in got) <= 1.0  # min-max fused, on [0, 1]
+
+
+def test_a_bm25_that_only_splits_on_spaces_gets_the_pools_bm25():
+    from langchain_classic.retrievers import EnsembleRetriever
+    from langchain_community.retrievers import BM25Retriever
+
+    from fragrel_integrations.langchain._pool import ranks_by_words
+
+    docs = [Document(f.text, metadata={"doc_id": "chat", "position": f.position}) for f in _turns()]
+    docs[7] = Document("Ann: the Boat, we sailed it.", metadata={"doc_id": "chat", "position": 7})
+    plain = BM25Retriever.from_documents(docs)  # LangChain's default preprocessing: text.split()
+    assert not ranks_by_words(plain) and not ranks_by_words(EnsembleRetriever(retrievers=[plain], weights=[1.0]))
+    # "Boat," never matches "boat" for the base; the pool's BM25 on lower-cased words finds it
+    got = FragRelRetriever(base_retriever=plain, k=1).invoke("boat sailed")
+    assert got[0].page_content == "Ann: the Boat, we sailed it."
+    assert 0.0 <= got[0].metadata["fragrel_independent_score"] <= 1.0  # min-max fused with the pool's BM25
 
 
 def test_a_scoreless_pool_is_ranked_whole_when_its_bm25_is_fused():
