@@ -42,7 +42,7 @@ from ..core.triplets import NodeRecord, TripletRecord, TripletStore  # noqa: E40
 from ..core.triplets.graph_view import TripletGraph  # noqa: E402
 from ..core.triplets.store import build_store  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
-from ..core.triplets.views import lookup  # noqa: E402
+from ..core.triplets.views import lookup, triplet_hit  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
@@ -187,9 +187,9 @@ class TripletGraphStore(PropertyGraphStore):
 class TripletMemoryRetriever(BaseRetriever):
     """Retrieve triplets from a :class:`TripletGraphStore` (or a core store) the RET-LLM way.
 
-    The query is a read pattern (``"Dan Jaffe>>works at>>"`` or ``"[MEM_READ{..}]"``: exact match, else LSH
-    fuzzy fallback) or free text (matched against every stored term). Each hit is a ``TextNode`` whose text is
-    ``"subject relation object"``, with the triplet, key and validity in metadata and the lookup score.
+    The query is a read pattern (``"Dan Jaffe>>works at>>"``: exact match, else LSH fuzzy fallback) or free text
+    (see :func:`~fragrel_integrations.core.triplets.views.lookup`); each hit is a ``TextNode``
+    (:func:`~fragrel_integrations.core.triplets.views.triplet_hit`) with the lookup score.
     """
 
     def __init__(
@@ -213,17 +213,6 @@ class TripletMemoryRetriever(BaseRetriever):
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         out = []
         for r in lookup(self.core, query_bundle.query_str, self.namespace, self.similarity_top_k):
-            node = TextNode(
-                text=f"{r.t1} {r.t2} {r.t3}",
-                id_=f"triplet-{r.id}",
-                metadata={
-                    "subject": r.t1,
-                    "relation": r.t2,
-                    "object": r.t3,
-                    "triplet_key": r.key,
-                    "valid_from": r.valid_from,
-                    "valid_to": r.valid_to,
-                },
-            )
-            out.append(NodeWithScore(node=node, score=r.score))
+            text, node_id, metadata = triplet_hit(r)
+            out.append(NodeWithScore(node=TextNode(text=text, id_=node_id, metadata=metadata), score=r.score))
         return out

@@ -57,6 +57,7 @@ __all__ = [
     "search_items",
     "search_records",
     "split_value",
+    "triplet_hit",
     "write_fact",
 ]
 
@@ -256,6 +257,20 @@ def reachable(
         out += [r for r in step if normalize_term(r.t2) not in ignore]
         frontier = sorted({r.t3 for r in step} - set(frontier))
     return out[:limit]
+
+
+def triplet_hit(record: TripletRecord) -> tuple[str, str, dict[str, Any]]:
+    """A retrieved triplet as a text node: its text ``"subject relation object"``, its id and its metadata (the
+    three terms, the key and the validity)."""
+    metadata = {
+        "subject": record.t1,
+        "relation": record.t2,
+        "object": record.t3,
+        "triplet_key": record.key,
+        "valid_from": record.valid_from,
+        "valid_to": record.valid_to,
+    }
+    return f"{record.t1} {record.t2} {record.t3}", f"triplet-{record.id}", metadata
 
 
 def best_terms(records: Iterable[TripletRecord], k: int) -> list[tuple[str, float]]:
