@@ -1,6 +1,7 @@
 """The LangChain and LlamaIndex adapters of chat models and SCM memory delegate to one framework-free core
-(``models.chat.bridge``, ``core.scm.turns``): the same conversation reaches the wrapped model as the same messages,
-and the same bad argument fails with the same words, whichever framework it comes through."""
+(``models.chat.bridge``, ``core.scm.turns``, ``core.scm.keyed_stream``): the same conversation reaches the wrapped
+model as the same messages, and the same bad argument fails with the same words, whichever framework it comes
+through; the key-value stream runs on a plain dict."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ pytest.importorskip("llama_index.core")
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
 
+from fragrel_integrations.core.scm.keyed_stream import KeyedStoreStream
 from fragrel_integrations.core.scm.turns import OpenTurn, collect_turns
 from fragrel_integrations.langchain.chat_model import FragRelChatModel
 from fragrel_integrations.langchain.chat_model import to_role_messages as lc_roles
@@ -98,3 +100,46 @@ def test_open_turn_and_collect_turns_agree_on_complete_turns():
     turn.add("user", "y", False, None)  # after another message: a new turn, the unanswered one dropped
     assert turn.observation() == "y"
     assert collect_turns(["x"], [("user", "y", False)]) == ([], ["x", "y"])
+
+
+class _DictItem:
+    def __init__(self, namespace: tuple[str, ...], key: str, value: dict) -> None:
+        self.namespace, self.key, self.value = namespace, key, value
+
+
+class _DictStream(KeyedStoreStream):
+    """The SCM key-value stream over a plain dict, no framework: the core class plus the two batch operations."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data  # (namespace, key) -> value
+        super().__init__(self)
+
+    def put(self, ns, key, value, index=None):
+        self.data[(ns, key)] = value
+
+    def search(self, ns, limit=10, offset=0, filter=None):
+        floor = (filter or {}).get("seq", {}).get("$gte", "")
+        found = [_DictItem(n, k, v) for (n, k), v in sorted(self.data.items()) if n == ns and v["seq"] >= floor]
+        return found[offset : offset + limit]
+
+    def list_namespaces(self, prefix, max_depth, limit, offset):
+        return sorted({n[:max_depth] for n, _ in self.data if n[: len(prefix)] == prefix})[offset : offset + limit]
+
+    def _batch_ends(self, ns, keys, refresh, since):
+        ends = [_DictItem(ns, key, self.data[(ns, key)]) if (ns, key) in self.data else None for key in keys]
+        return [*ends, self.search(ns, filter=since)]
+
+    def _batch_delete(self, ns, keys):
+        for key in keys:
+            del self.data[(ns, key)]
+
+
+def test_the_key_value_stream_runs_without_a_framework_and_sees_other_writers():
+    data: dict = {}
+    mine, other = _DictStream(data), _DictStream(data)
+    assert [mine.append("a.b", f"o{i}", "r").index for i in range(3)] == [0, 1, 2]
+    assert [i.observation for i in mine.items("a.b")] == ["o0", "o1", "o2"]  # now cached
+    other.append("a.b", "late", "r")  # another stream object on the same store: found by the cached read
+    assert [(i.index, i.observation) for i in mine.items("a.b")][-1] == (3, "late")
+    assert mine.sessions() == ["a.b"] and mine.count("a.b") == 4
+    assert other.clear("a.b") == 4 and mine.items("a.b") == [] and data == {}

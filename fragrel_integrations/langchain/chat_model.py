@@ -1,20 +1,6 @@
 """Any of our chat models (the embedded SmolLM2, ``OpenAIChatModel``, ``CachedChatModel``, ...) as a LangChain
-``BaseChatModel``, for agents and chains: the reverse of :mod:`fragrel_integrations.models.langchain_chat`.
-
-Tool calling (``bind_tools``, so ``create_agent(chat, tools)``) works when the wrapped model has
-``invoke_with_tools`` (``LlamaCppChatModel``: grammar-constrained calls, one per turn); other wrapped models raise
-``NotImplementedError`` naming what to use instead. There is no ``with_structured_output``. ``stream`` /
-``astream`` yield the reply token by token when the wrapped model streams (the embedded llama.cpp model, an
-OpenAI-compatible server).
-Token counts in ``usage_metadata`` are exact when the model counts tokens itself (``LlamaCppChatModel``), else
-the offline estimate of :mod:`fragrel_integrations.models.tokens`.
-
->>> from fragrel_integrations.testing import ScriptedChatModel
->>> chat = FragRelChatModel(model=ScriptedChatModel(["Paris. It is big."]), max_tokens=16, stop=["."])
->>> chat.invoke([("system", "Answer briefly."), ("human", "Capital of France?")]).content
-'Paris'
->>> chat.model.calls[0]["messages"][0]
-{'role': 'system', 'content': 'Answer briefly.'}
+``BaseChatModel``, for agents and chains: the reverse of :mod:`fragrel_integrations.models.langchain_chat`. It
+converts messages and delegates to :class:`~fragrel_integrations.models.chat.bridge.ChatBridge`.
 """
 
 from __future__ import annotations
@@ -60,7 +46,6 @@ _ROLE_ALIASES = {
     "assistant": "assistant",
     "ai": "assistant",
 }
-_LEGACY_TOOL_KWARGS = ("functions", "function_call")
 _TOOLS_ELSEWHERE = "a tool-calling LangChain chat model, e.g. ChatOpenAI(base_url=..., model=...) from langchain-openai"
 
 
@@ -82,12 +67,9 @@ def _bridge_message(message: BaseMessage) -> BridgeMessage:
 
 
 def to_role_messages(messages: list[BaseMessage], *, _tool_style: str = "text") -> list[dict[str, str]]:
-    """LangChain messages -> ``{"role", "content"}`` dicts for a :class:`~fragrel_integrations.models.chat.ChatModel`.
-
-    System -> ``system``, human -> ``user``, AI -> ``assistant`` (tool calls from another model's turn are
-    written out as text), tool and function results -> ``user`` turns labelled ``Tool result (name):``.
-    ``ChatMessage`` roles ``system``/``developer``/``user``/``human``/``assistant``/``ai`` are mapped; other
-    roles raise ``ValueError``. Message ``name`` fields are ignored.
+    """LangChain messages -> ``{"role", "content"}`` dicts for a :class:`~fragrel_integrations.models.chat.ChatModel`
+    (see :func:`~fragrel_integrations.models.chat.bridge.role_messages`); ``ChatMessage`` roles
+    ``system``/``developer``/``user``/``human``/``assistant``/``ai`` are mapped, other roles raise ``ValueError``.
 
     >>> from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     >>> to_role_messages([HumanMessage("2+2?"), AIMessage("4"), ToolMessage("ok", tool_call_id="c1")])[2]
@@ -99,11 +81,11 @@ def to_role_messages(messages: list[BaseMessage], *, _tool_style: str = "text") 
 class FragRelChatModel(BaseChatModel):
     """A :class:`~fragrel_integrations.models.chat.ChatModel` (``invoke(messages) -> str``) as a LangChain chat model.
 
-    ``temperature``, ``max_tokens`` and ``stop`` are the defaults of every call (``None``: the wrapped model's
-    own); ``invoke(..., stop=[...], temperature=..., max_tokens=...)`` overrides them per call. Other call
-    keyword arguments are ignored, except tools (``NotImplementedError``: no tool calling) and a ``model`` name
-    (``ValueError``: this wraps one model object). Async calls use the model's ``ainvoke`` when it has one, else
-    LangChain runs the sync call in an executor.
+    ``temperature``, ``max_tokens`` and ``stop`` are the defaults of every call, overridden per call (see
+    :meth:`ChatBridge.call_params <fragrel_integrations.models.chat.bridge.ChatBridge.call_params>`). ``stream``
+    yields tokens when the wrapped model streams; ``usage_metadata`` counts are exact when the model counts
+    tokens itself. Tools (``bind_tools``, ``create_agent(chat, tools)``) need a model with ``invoke_with_tools``
+    (``LlamaCppChatModel``); there is no ``with_structured_output``.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> chat = FragRelChatModel(model=ScriptedChatModel(["Hello there"]))
@@ -191,13 +173,8 @@ class FragRelChatModel(BaseChatModel):
         tool_choice: str | dict[str, Any] | bool | None = None,
         **kwargs: Any,
     ) -> Runnable[LanguageModelInput, AIMessage]:
-        """Bind tools for agents (``create_agent(FragRelChatModel(model=LlamaCppChatModel()), tools)``).
-
-        Needs a wrapped model with ``invoke_with_tools`` (:class:`~fragrel_integrations.models.LlamaCppChatModel`:
-        llama.cpp grammars choose between an answer and one function call and keep the arguments valid JSON of
-        the tool's schema). ``tool_choice``: ``"auto"`` (default), ``"any"``/``"required"``, ``"none"`` or a tool
-        name. Other wrapped models raise ``NotImplementedError`` saying what to use instead.
-        """
+        """Bind tools for agents: needs a wrapped model with ``invoke_with_tools`` (one grammar-constrained call
+        per turn); ``tool_choice``: ``"auto"`` (default), ``"any"``/``"required"``, ``"none"`` or a tool name."""
         self._bridge.require_tools(_TOOLS_ELSEWHERE)
         formatted = [convert_to_openai_tool(t) for t in tools]
         return super().bind(tools=formatted, tool_choice=tool_choice, **kwargs)
@@ -205,24 +182,8 @@ class FragRelChatModel(BaseChatModel):
     def _prepare(
         self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]
     ) -> tuple[list[dict[str, str]], dict[str, Any]]:
-        """The role messages and generation keywords of one call (tool keywords and a model switch checked)."""
-        for key in _LEGACY_TOOL_KWARGS:
-            if kwargs.get(key):
-                raise NotImplementedError(
-                    f"FragRelChatModel got {key!r}, the legacy OpenAI functions API: bind tools with bind_tools"
-                )
-        if kwargs.get("tools"):
-            self._bridge.require_tools(_TOOLS_ELSEWHERE)
-        override = kwargs.get("model")
-        if isinstance(override, str) and override != self.model_name:
-            raise ValueError(
-                f"FragRelChatModel wraps {self.model_name!r} and cannot switch to model={override!r}; "
-                "build another FragRelChatModel for that model"
-            )
-        overrides = {k: kwargs[k] for k in ("temperature", "max_tokens") if k in kwargs}
-        if stop is not None:
-            overrides["stop"] = stop
-        return to_role_messages(messages), self._bridge.params(overrides)
+        """The role messages and generation keywords of one call (see ``ChatBridge.call_params``)."""
+        return to_role_messages(messages), self._bridge.call_params(kwargs, stop, _TOOLS_ELSEWHERE)
 
     def _tool_result(self, messages: list[BaseMessage], stop: list[str] | None, kwargs: dict[str, Any]) -> AIMessage:
         """One call of the wrapped model's ``invoke_with_tools`` as an ``AIMessage`` with ``tool_calls``."""

@@ -1,13 +1,7 @@
-"""Any LangChain ``VectorStore`` (Chroma, PGVector, Qdrant, ...) as the index of an SCM memory stream.
-
-The stream (SQLite by default) stays the ordered record of every turn; the vector store only finds the
-candidate turns for memory activation (see :mod:`fragrel_integrations.core.scm.index`). Each turn becomes one
-document: its text is what the stream embedded (the controller's summary, else the full turn), its metadata
-``{session_key: session_id, index_key: interaction index}`` and its id ``f"scm:{session_id}:{index}"``.
-
-**Embeddings.** The vector store embeds documents and queries with *its own* embedding model; the memory's
-``embedder`` still embeds each turn for the stream and re-scores the pool the store returns, so the two models may
-differ (the store picks candidates, the memory ranks them).
+"""Any LangChain ``VectorStore`` (Chroma, PGVector, Qdrant, ...) as the index of an SCM memory stream (see
+:mod:`fragrel_integrations.core.scm.index`): one document per turn, with the text the stream embedded, the metadata
+``{session_key: session_id, index_key: interaction index}`` and the id ``f"scm:{session_id}:{index}"``. The store
+embeds with its own model; the memory's ``embedder`` re-scores the pool the store returns.
 
 >>> from langchain_core.vectorstores import InMemoryVectorStore
 >>> from fragrel_integrations.core.scm import SelfControlledMemory
@@ -41,48 +35,29 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
 from .._validation import check_min_int  # noqa: E402
-from ..core.scm.index import (  # noqa: E402
-    EntryIds,
-    check_entry,
-    check_filter,
-    check_store_options,
-    entry_id,
-    first_hits,
-    owned_index,
-    probe_ids,
-)
+from ..core.scm.index import StoreIndexAdapter, check_entry, check_filter, first_hits, probe_ids  # noqa: E402
 from ..core.scm.stream import check_session  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
 
 __all__ = ["VectorStoreStreamIndex"]
 
 
-class VectorStoreStreamIndex:
+class VectorStoreStreamIndex(StoreIndexAdapter):
     """A LangChain ``VectorStore`` as an SCM :class:`~fragrel_integrations.core.scm.StreamIndex`.
 
     Args:
         vectorstore: any LangChain ``VectorStore`` with ``add_texts(..., ids=...)``,
             ``similarity_search_with_score(query, k, filter=...)`` and ``delete(ids=...)``.
-        session_key, index_key: the metadata keys of the turn's session id and interaction index.
         filter: ``filter(session_id)`` returns the store's ``filter=`` argument for one session (None: no filter).
-            The default is ``{session_key: session_id}`` (the dict format of Chroma, PGVector and the
-            community ``Qdrant`` class) and a ``Document -> bool`` callable for ``InMemoryVectorStore``; stores
-            with another format (e.g. ``langchain_qdrant.QdrantVectorStore``, which takes ``models.Filter``) need
-            their own. Results are always post-filtered by metadata too, so another session's turns are never
-            returned even when the store ignores the filter.
-        fetch_k: documents asked from the store per search (at least the memory's ``k``); raise it when the
-            filter is weak (e.g. ``filter=lambda s: None``) so post-filtering still leaves enough turns.
-        relevance_scores: True: ``similarity_search_with_relevance_scores`` (0..1, higher is better; use it for
-            stores that return distances); False: ``similarity_search_with_score`` as the store returns it; None
-            (default): relevance scores where the store defines them, else raw scores (``InMemoryVectorStore``
-            returns cosine similarity). The memory re-scores the pool, so scores only order the candidates.
-        make_id: ``make_id(session_id, index)`` gives a turn's document id (default ``f"scm:{session}:{index}"``;
-            stores that need UUIDs, such as Qdrant, can use ``uuid.uuid5`` of it). Ids must be stable: adding a
-            turn again replaces its document.
+            Default: ``{session_key: session_id}`` (Chroma, PGVector, the community ``Qdrant``), a callable for
+            ``InMemoryVectorStore``; ``langchain_qdrant.QdrantVectorStore`` needs its own ``models.Filter``.
+            Results are always post-filtered by metadata too, so another session's turns never come back.
+        relevance_scores: True: ``similarity_search_with_relevance_scores`` (for stores that return distances);
+            False: ``similarity_search_with_score``; None (default): relevance scores where the store defines them.
+        session_key, index_key, fetch_k, make_id: see :class:`~fragrel_integrations.core.scm.index.StoreIndexAdapter`.
 
-    ``delete_session`` deletes the ids this object added, plus (for stores with ``get_by_ids``) the session's
-    ids found by probing ``make_id(session, 0), make_id(session, 1), ...`` in blocks of 256 until a block has
-    none, which also finds turns indexed by another process.
+    ``delete_session`` deletes the ids this object added, plus (for stores with ``get_by_ids``) the session's ids
+    found by probing ``make_id(session, 0), make_id(session, 1), ...`` in blocks until a block has none.
     """
 
     def __init__(
@@ -101,16 +76,13 @@ class VectorStoreStreamIndex:
                 f"vectorstore must be a LangChain VectorStore, got {type(vectorstore).__name__}; for a LlamaIndex "
                 "vector store use fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex"
             )
+        super().__init__(vectorstore, session_key=session_key, index_key=index_key, fetch_k=fetch_k, make_id=make_id)
         self.vectorstore = vectorstore
-        self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
-            session_key, index_key, fetch_k, make_id
-        )
         check_filter(filter, "filter", "the store's filter argument", f"; e.g. filter=lambda s: {{'{session_key}': s}}")
         self.filter = filter
         if relevance_scores is not None and not isinstance(relevance_scores, bool):
             raise TypeError(f"relevance_scores must be True, False or None, got {relevance_scores!r}")
         self.relevance_scores = relevance_scores
-        self._ids = EntryIds()
         self._relevance_works: bool | None = None
 
     # ------------------------------------------------------------------------------------------- StreamIndex
@@ -118,9 +90,8 @@ class VectorStoreStreamIndex:
     def add(self, item: MemoryItem, text: str, embedding: np.ndarray | None = None) -> None:
         """Add (or replace) one turn's document; the store embeds ``text`` itself (``embedding`` is unused)."""
         check_entry(item, text)
-        doc_id = self._doc_id(item.session_id, item.index)
-        metadata = {self.session_key: item.session_id, self.index_key: item.index}
-        self.vectorstore.add_texts([text], metadatas=[metadata], ids=[doc_id])
+        doc_id = self.entry_id(item.session_id, item.index)
+        self.vectorstore.add_texts([text], metadatas=[self.entry_metadata(item)], ids=[doc_id])
         self._ids.add(item.session_id, item.index, doc_id)
 
     def search(
@@ -131,12 +102,10 @@ class VectorStoreStreamIndex:
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
         check_min_int(k, "k", 1)
-        fetch = max(k, self.fetch_k or k)
         store_filter = self.filter(session_id) if self.filter is not None else self._default_filter(session_id)
         kwargs: dict[str, Any] = {} if store_filter is None else {"filter": store_filter}
-        results = self._search(query, fetch, kwargs)
-        keys = (session_id, self.session_key, self.index_key)
-        return first_hits(((owned_index(doc.metadata, *keys), float(score)) for doc, score in results), k)
+        results = self._search(query, self.fetch(k), kwargs)
+        return first_hits(((self.hit_index(doc.metadata or {}, None, session_id), float(s)) for doc, s in results), k)
 
     def delete_session(self, session_id: str) -> None:
         """Delete the session's documents (see the class docstring for how they are found)."""
@@ -147,9 +116,6 @@ class VectorStoreStreamIndex:
         self._ids.forget(session_id)
 
     # ------------------------------------------------------------------------------------------- helpers
-
-    def _doc_id(self, session_id: str, index: int) -> str:
-        return entry_id(self.make_id, session_id, index)
 
     def _default_filter(self, session_id: str) -> Any:
         if isinstance(self.vectorstore, InMemoryVectorStore):
@@ -173,7 +139,7 @@ class VectorStoreStreamIndex:
 
     def _probe(self, session_id: str) -> set[str]:
         def ids_of(start: int, stop: int) -> set[str]:
-            return {self._doc_id(session_id, i) for i in range(start, stop)}
+            return {self.entry_id(session_id, i) for i in range(start, stop)}
 
         def found(ids: list[str]) -> set[str]:
             try:
@@ -183,9 +149,3 @@ class VectorStoreStreamIndex:
             return {doc.id for doc in docs if doc.id in set(ids)}
 
         return probe_ids(ids_of, found)
-
-    def __repr__(self) -> str:
-        return (
-            f"VectorStoreStreamIndex({type(self.vectorstore).__name__}, session_key={self.session_key!r}, "
-            f"index_key={self.index_key!r})"
-        )

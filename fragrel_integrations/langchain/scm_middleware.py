@@ -1,34 +1,12 @@
 """SCM memory for LangChain agents: an ``AgentMiddleware`` for ``langchain.agents.create_agent``.
 
-The middleware converts messages and delegates every step to the core
-:class:`~fragrel_integrations.core.scm.SelfControlledMemory`:
-
-* ``before_agent`` - takes the last human message as the observation and runs SCM steps 1-4 (activation,
-  flash memory, top-k retrieval re-ordered by time, summary substitution) once per agent run;
-* ``wrap_model_call`` - adds the memory block to the system message of every model call of the run and, unless
-  ``keep_history=True``, shows the model only the current turn (the last human message and what followed it):
-  SCM's memory stands in for the full transcript a checkpointer would otherwise replay;
-* ``after_agent`` - writes the interaction (observation, final AI reply) back to the stream.
-
-Stream backend (at most one of ``path=``, ``store=``, ``stream=``):
-
-* default - our SQLite :class:`~fragrel_integrations.core.scm.SCMStream` (``path=``, in memory when left out).
-  Every append assigns the next interaction index inside a write transaction, so several processes can share one
-  session safely; ``items`` reads only the rows added since its last call; and the same file can be opened by
-  :class:`fragrel_integrations.llama_index.SCMMemory`.
-* ``store=`` - a LangGraph ``BaseStore``, the same object you pass to ``create_agent(store=...)`` (``InMemoryStore``,
-  ``PostgresStore``, ...), through :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream` (one
-  item per interaction under ``("fragrel", "scm", session_id)``; see there for keys, concurrent writers and reads).
-* ``stream=`` - any :class:`~fragrel_integrations.core.scm.MemoryStream`.
-
-SCM needs an ordered, per-session stream: the flash memory is the last index, recalled turns are re-ordered by
-index and the FragRel context relation reads index distances.
-
-Session id: ``session_id=`` if given, else ``runtime.context["session_id"]`` (or a ``session_id`` attribute of
-the context object), else the ``thread_id`` of the run's config (an int thread id is read as its decimal text, as
-LangGraph's checkpointers do). A session id must be a non-empty str: anything else (``42``, ``""``) is a
-TypeError/ValueError, and a run with no session at all is a ValueError naming the three ways to give one. There is
-no shared fallback session, so one user's turns can never reach another user's model call.
+It converts messages and delegates to the core :class:`~fragrel_integrations.core.scm.SelfControlledMemory`:
+``before_agent`` runs SCM steps 1-4 for the last human message once per run; ``wrap_model_call`` adds the memory
+block to the system message of every model call and, unless ``keep_history=True``, shows the model only the
+current turn (SCM's memory stands in for the transcript); ``after_agent`` writes the interaction (observation,
+final AI reply) back to the stream. The session id is ``session_id=``, else ``runtime.context["session_id"]``,
+else the run's ``thread_id`` (see :func:`~fragrel_integrations.core.scm.turns.resolve_run_session`): never a
+shared fallback session, so one user's turns never reach another user's model call.
 
 >>> from langchain.agents import create_agent
 >>> from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -100,25 +78,17 @@ class SCMMiddleware(AgentMiddleware):
     """Self-controlled long-term memory for ``create_agent`` agents (see the module docstring).
 
     Args:
-        memory: a built core :class:`SelfControlledMemory` (custom prompts, thresholds, relation); or leave it
-            out and pass ``model`` (the controller: a LangChain chat model or any ChatModel) and optionally
-            one stream backend, ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``,
-            ``relation``, ``item_tokens``, ...).
-        path: SQLite file of the stream (default: a throw-away in-memory stream).
-        store: a LangGraph ``BaseStore`` for the stream instead (the store you give ``create_agent(store=...)``),
-            wrapped in :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream`.
-        stream: any built :class:`~fragrel_integrations.core.scm.MemoryStream` instead. At most one of ``path``,
-            ``store`` and ``stream``.
-        index: (a :class:`SelfControlledMemory` keyword) an external vector index for memory activation, e.g.
-            :class:`fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex` over any LangChain
-            ``VectorStore``; the stream stays the record of every turn.
-        session_id: a fixed session; None reads it from the runtime (see the module docstring).
-        keep_history: show the model the whole message history of the thread (True) or only the current turn
-            plus the SCM memory (False, the SCM setting).
-        name: the middleware's name in the agent (its graph nodes are ``<name>.before_agent``, ...), which
-            ``create_agent`` requires to be unique. Default ``"SCMMiddleware"``: one SCM memory per agent keeps the
-            same name however often it is re-created. Give each of several SCM middlewares of one agent its own
-            name (e.g. ``"work_memory"`` and ``"home_memory"``); each then recalls and records on its own.
+        memory: a built core :class:`SelfControlledMemory`; or leave it out and pass ``model`` (the controller),
+            at most one stream backend, ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``,
+            ``relation``, ``index`` - e.g. :class:`~fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex`).
+        path: SQLite file of the stream (default: a throw-away in-memory stream; several processes may share one).
+        store: a LangGraph ``BaseStore`` instead (the one you give ``create_agent(store=...)``), through
+            :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream`.
+        stream: any built :class:`~fragrel_integrations.core.scm.MemoryStream` instead.
+        session_id: a fixed session; None reads it from the run (see the module docstring).
+        keep_history: show the model the thread's whole history (True) or only the current turn plus the memory.
+        name: the middleware's name in the agent (unique per agent; default ``"SCMMiddleware"``); give each of
+            several SCM middlewares of one agent its own (e.g. ``"work_memory"``), each recalls on its own.
     """
 
     state_schema = SCMState
@@ -164,22 +134,16 @@ class SCMMiddleware(AgentMiddleware):
     # ------------------------------------------------------------------------------------------- conversion
 
     def resolve_session(self, runtime: Any) -> str:
-        """The session id of a run (see the module docstring for the order and the rules).
-
-        A session id that is given but is not a non-empty str is an error, never replaced by a shared session:
-        two users must never meet in one session.
-        """
+        """The session id of a run (see :func:`~fragrel_integrations.core.scm.turns.resolve_run_session`)."""
         if self.session_id is not None:
             return self.session_id
-        context = getattr(runtime, "context", None)
-        value = context.get("session_id") if isinstance(context, Mapping) else getattr(context, "session_id", None)
         try:
             from langgraph.config import get_config
 
             thread = get_config().get("configurable", {}).get("thread_id")
         except RuntimeError:  # not inside a runnable context
             thread = None
-        return resolve_run_session(self.session_id, value, thread, type(self).__name__)
+        return resolve_run_session(self.session_id, getattr(runtime, "context", None), thread, type(self).__name__)
 
     def _start(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str] | None:
         messages = state.get("messages", [])

@@ -2,19 +2,10 @@
 ``langchain_core.stores.BaseStore`` key-value view. All three convert types and delegate to the core
 :class:`~fragrel_integrations.core.triplets.TripletStore`.
 
-Items are triplets: ``value = {"subject": ..., "relation": ..., "object": ...}``; any other keys of the value
-are kept as the triplet's payload and returned with it. Any other JSON value (such as LangMem's
-``{"content": "..."}`` memories, written by ``langmem.create_manage_memory_tool`` under ``("memories", user_id)``)
-is kept as is beside the triplets, as a plain document: one LangGraph store serves both. ``search`` reads the
-memory the RET-LLM way:
-
-* ``query="Dan Jaffe>>works at>>"`` (or a whole ``[MEM_READ{...}]``) — one or two fields given, exact match
-  first, LSH fuzzy fallback (triplets only);
-* any other ``query`` — free text matched against every stored term (exact, else fuzzy), and, for documents,
-  cosine similarity between the query and the document's text (its ``content``, else the whole value as JSON;
-  documents put with ``index=False`` are not searched this way), best score first;
-* no query — the items under the namespace prefix (newest first); ``filter`` applies to the item value in every
-  case.
+Items are triplets (``{"subject", "relation", "object"}`` plus any payload keys) or any other JSON value, kept
+as a plain document beside them (LangMem's ``{"content": ...}`` memories), so one LangGraph store serves both.
+``search`` reads a RET-LLM pattern (``"Dan Jaffe>>works at>>"``), free text (terms, and the cosine of documents),
+or no query (newest first); see :func:`~fragrel_integrations.core.triplets.views.search_items`.
 
 >>> from fragrel_integrations.testing import HashingEmbedder
 >>> memory = TripletMemoryStore(embedder=HashingEmbedder(dim=64))
@@ -27,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,19 +42,17 @@ from pydantic import BaseModel, Field  # noqa: E402
 
 from .._adapters import split_store_or_path  # noqa: E402
 from .._validation import check_positive_int  # noqa: E402
-from ..core.triplets import NodeRecord, Triplet, TripletRecord, TripletStore  # noqa: E402
+from ..core.triplets import Triplet, TripletStore  # noqa: E402
 from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
 from ..core.triplets.views import (  # noqa: E402
-    DOCUMENT_KIND,
     apply_puts,
     core_triplet_store,
-    namespace_matches,
+    get_item,
+    list_namespaces,
     read_facts,
-    record_value,
-    search_documents,
-    search_records,
+    search_items,
     write_fact,
 )
 from ..models.base import Embedder  # noqa: E402
@@ -73,27 +61,16 @@ from ..models.convert import optional_embedder  # noqa: E402
 __all__ = ["TripletKVStore", "TripletMemoryStore", "core_triplet_store", "make_memory_tools"]
 
 
-def _when(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=UTC)
-
-
 class TripletMemoryStore(BaseStore):
-    """A LangGraph store whose items are RET-LLM triplets kept in a :class:`TripletStore`.
+    """A LangGraph store whose items are RET-LLM triplets (and documents) kept in a :class:`TripletStore`.
 
-    Pass an existing core store or a ``path`` (a SQLite file, ``":memory:"`` or a ``postgresql://`` URL) as
-    the first argument, like the core ``TripletStore("memory.db")``, plus the arguments to build the store
-    (``embedder`` — any embedding model :func:`~fragrel_integrations.models.as_embedder` accepts — and any
-    other :class:`TripletStore` keyword).
-    A put on an existing key keeps the previous version (readable ``as_of`` through :attr:`core`); a delete
-    ends the item's validity (``hard_delete=True`` erases instead). TTLs are not supported, and a put's
-    ``index`` argument is ignored for triplets: every term of every triplet is always embedded and LSH-indexed.
-
-    A value that is not a triplet (no ``subject``/``relation``/``object``) is a document, stored as is (JSON)
-    in the store's node table beside the triplets, with its text embedded for search unless put with
-    ``index=False``; a put replaces it (no history) and a delete erases it. So LangMem's memory tools and
-    memory managers can use the same store as the triplet tools (see the module docstring). A search reads the
-    documents under the namespace prefix and scores them all (no LSH index for documents): fine for per-user
-    memories, not meant for millions of documents under one prefix.
+    Pass a core store or a ``path`` (a SQLite file, ``":memory:"`` or a ``postgresql://`` URL), plus the
+    arguments to build the store (``embedder``: anything :func:`~fragrel_integrations.models.as_embedder`
+    accepts; other :class:`TripletStore` keywords). A put on an existing triplet key keeps the previous version
+    (readable ``as_of`` through :attr:`core`); a delete ends its validity (``hard_delete=True`` erases). TTLs are
+    not supported; a put's ``index`` is ignored for triplets (always indexed). Documents follow
+    :func:`~fragrel_integrations.core.triplets.views.apply_puts` (a put replaces, a delete erases; a search scores
+    every document under the prefix: fine per user, not for millions under one prefix).
     """
 
     supports_ttl = False
@@ -124,12 +101,14 @@ class TripletMemoryStore(BaseStore):
             self._flush(pending)
             pending = []
             if isinstance(op, GetOp):
-                rec = self.core.get(op.key, namespace=op.namespace)
-                results[i] = self._item(rec) if rec is not None else self._document_item(op.namespace, op.key)
+                fields = get_item(self.core, tuple(op.namespace), op.key)
+                results[i] = None if fields is None else Item(**fields)
             elif isinstance(op, SearchOp):
-                results[i] = self._search(op)
+                found = search_items(self.core, tuple(op.namespace_prefix), op.query, op.filter, op.offset, op.limit)
+                results[i] = [SearchItem(**fields, score=score) for fields, score in found]
             elif isinstance(op, ListNamespacesOp):
-                results[i] = self._list_namespaces(op)
+                conditions = [(c.path, c.match_type) for c in op.match_conditions or ()]
+                results[i] = list_namespaces(self.core, conditions, op.max_depth, op.offset, op.limit)
             else:
                 raise TypeError(f"unknown store operation {type(op).__name__}")
         self._flush(pending)
@@ -142,58 +121,6 @@ class TripletMemoryStore(BaseStore):
     def _flush(self, puts: list[tuple[int, PutOp]]) -> None:
         items = [(tuple(op.namespace), op.key, op.value, op.index is not False) for _, op in puts]
         apply_puts(self.core, items, self.hard_delete)
-
-    # -- items ---------------------------------------------------------------------------------------------------
-    @staticmethod
-    def _doc_item(rec: NodeRecord, score: float | None = None, search: bool = False) -> Item:
-        props = rec.properties
-        kwargs = {
-            "namespace": rec.namespace,
-            "key": rec.id,
-            "value": dict(props["value"]),
-            "created_at": _when(props["created_at"]),
-            "updated_at": _when(props["updated_at"]),
-        }
-        return SearchItem(**kwargs, score=score) if search else Item(**kwargs)
-
-    def _document_item(self, namespace: Sequence[str], key: str) -> Item | None:
-        recs = [r for r in self.core.get_nodes([key], namespace=tuple(namespace)) if r.kind == DOCUMENT_KIND]
-        return self._doc_item(recs[0]) if recs else None
-
-    @staticmethod
-    def _item(rec: TripletRecord, score: float | None = None, search: bool = False) -> Item:
-        kwargs = {
-            "namespace": rec.namespace,
-            "key": rec.key,
-            "value": record_value(rec),
-            "created_at": _when(rec.created_at),
-            "updated_at": _when(rec.created_at),
-        }
-        return SearchItem(**kwargs, score=score) if search else Item(**kwargs)
-
-    def _search(self, op: SearchOp) -> list[SearchItem]:
-        prefix = tuple(op.namespace_prefix)
-        need = op.offset + op.limit
-        scored = search_records(self.core, prefix, op.query, op.filter, need)
-        items = [self._item(r, s, search=True) for r, s in scored]
-        found = search_documents(self.core, prefix, op.query, op.filter)
-        docs = [self._doc_item(d, s, search=True) for d, s in found]
-        if docs:
-            if op.query:  # best score first across triplets and documents
-                items = sorted(items + docs, key=lambda i: -(i.score if i.score is not None else float("-inf")))
-            else:
-                items = sorted(items + docs, key=lambda i: i.updated_at, reverse=True)  # newest first
-        return items[op.offset : need]
-
-    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        spaces = sorted(set(self.core.namespaces()) | set(self.core.node_namespaces(kind=DOCUMENT_KIND)))
-        if op.match_conditions:
-            spaces = [
-                ns for ns in spaces if all(namespace_matches(ns, c.path, c.match_type) for c in op.match_conditions)
-            ]
-        if op.max_depth is not None:
-            spaces = sorted({ns[: op.max_depth] for ns in spaces})
-        return spaces[op.offset : op.offset + op.limit]
 
     # -- views ---------------------------------------------------------------------------------------------------
     def as_kv_store(self, namespace: Sequence[str] = ("kv",)) -> TripletKVStore:

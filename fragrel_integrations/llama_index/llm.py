@@ -1,12 +1,6 @@
 """Any of our chat models (the embedded SmolLM2, ``OpenAIChatModel``, ``CachedChatModel``, ...) as a LlamaIndex
-``LLM`` for chat engines and query engines: the reverse of :mod:`fragrel_integrations.models.llama_index_chat`.
-
-The streaming methods yield the reply token by token when the wrapped model streams (the embedded llama.cpp model,
-an OpenAI-compatible server), else as one chunk. ``FragRelLLM`` is a ``FunctionCallingLLM``: with a wrapped model
-that has ``invoke_with_tools`` (``LlamaCppChatModel``: grammar-constrained calls, one per turn) it runs
-``FunctionAgent`` and ``llm.predict_and_call(tools, ...)`` offline; other wrapped models report
-``metadata.is_function_calling_model = False`` and their tool calls raise ``NotImplementedError`` naming what to
-use instead.
+``LLM`` for chat engines and query engines: the reverse of :mod:`fragrel_integrations.models.llama_index_chat`. It
+converts messages and delegates to :class:`~fragrel_integrations.models.chat.bridge.ChatBridge`.
 
 >>> from llama_index.core.chat_engine import SimpleChatEngine
 >>> from fragrel_integrations.testing import ScriptedChatModel
@@ -42,8 +36,9 @@ from llama_index.core.llms.llm import ToolSelection
 from pydantic import Field, field_validator, model_validator
 
 from .._adapters import check_wrapped_chat_model
-from ..models.chat import check_params, context_window, is_instance_of, model_id
+from ..models.chat import check_params, is_instance_of, model_id
 from ..models.chat.bridge import BridgeMessage, ChatBridge, aaccumulate, accumulate, new_call_id, role_messages
+from ..models.chat.params import check_context_window
 
 __all__ = ["FragRelLLM", "to_role_messages"]
 
@@ -95,11 +90,8 @@ def _bridge_messages(messages: Sequence[ChatMessage]) -> list[BridgeMessage]:
 
 def to_role_messages(messages: Sequence[ChatMessage], *, _tool_style: str = "text") -> list[dict[str, str]]:
     """LlamaIndex ``ChatMessage`` objects -> ``{"role", "content"}`` dicts for a
-    :class:`~fragrel_integrations.models.chat.ChatModel`.
-
-    System/developer -> ``system``, user -> ``user``, assistant/chatbot/model -> ``assistant`` (tool-call blocks
-    from another model's turn are written out as text), tool/function results -> ``user`` turns labelled
-    ``Tool result (name):``. Image, audio, video and document blocks raise ``ValueError`` (text only).
+    :class:`~fragrel_integrations.models.chat.ChatModel` (see
+    :func:`~fragrel_integrations.models.chat.bridge.role_messages`); media blocks raise ``ValueError``.
 
     >>> to_role_messages([ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="Hi")])
     [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
@@ -110,14 +102,11 @@ def to_role_messages(messages: Sequence[ChatMessage], *, _tool_style: str = "tex
 class FragRelLLM(FunctionCallingLLM):
     """A :class:`~fragrel_integrations.models.chat.ChatModel` (``invoke(messages) -> str``) as a LlamaIndex chat LLM.
 
-    ``temperature``, ``max_tokens`` and ``stop`` are the defaults of every call (``None``: the wrapped model's
-    own); ``chat(..., temperature=..., max_tokens=..., stop=...)`` overrides them per call and other keyword
-    arguments are ignored. ``metadata.context_window`` is ``context_window`` if given, else the model's own
-    (``LlamaCppChatModel`` knows it), else LlamaIndex's default; ``num_output`` is ``max_tokens`` (or the
-    model's ``default_max_tokens``). Async methods use the model's ``ainvoke`` when it has one, else the sync
-    call runs in a worker thread. ``stream_chat`` / ``stream_complete`` (and their async forms) yield the reply
-    token by token when the model has ``stream``/``astream`` (all fragrel chat models), else in one chunk.
-    Tools (``chat_with_tools``, ``predict_and_call``, ``FunctionAgent``) need a model with ``invoke_with_tools``.
+    ``temperature``, ``max_tokens`` and ``stop`` are the defaults of every call; ``chat(..., temperature=...,
+    max_tokens=..., stop=...)`` overrides them (other keywords are ignored). ``metadata`` reports the limits of
+    :meth:`ChatBridge.limits <fragrel_integrations.models.chat.bridge.ChatBridge.limits>`. Streaming methods yield
+    tokens when the model streams. Tools (``chat_with_tools``, ``predict_and_call``, ``FunctionAgent``) need a
+    model with ``invoke_with_tools`` (``LlamaCppChatModel``); others report ``is_function_calling_model=False``.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> llm = FragRelLLM(model=ScriptedChatModel(["Paris. A city."]), max_tokens=16, stop=["."])
@@ -146,8 +135,7 @@ class FragRelLLM(FunctionCallingLLM):
     @model_validator(mode="after")
     def _check_params(self) -> FragRelLLM:
         self.temperature, self.max_tokens, self.stop = check_params(self.temperature, self.max_tokens, self.stop)
-        if self.context_window is not None and (isinstance(self.context_window, bool) or self.context_window < 1):
-            raise ValueError(f"context_window must be a positive int or None, got {self.context_window!r}")
+        self.context_window = check_context_window(self.context_window)
         return self
 
     @classmethod
@@ -164,12 +152,10 @@ class FragRelLLM(FunctionCallingLLM):
     def metadata(self) -> LLMMetadata:
         """Context window, reply length and name of the wrapped model; a function-calling chat model when the
         wrapped model has ``invoke_with_tools``."""
-        default_out = getattr(self.model, "default_max_tokens", None)
-        if not isinstance(default_out, int) or isinstance(default_out, bool) or default_out < 1:
-            default_out = DEFAULT_NUM_OUTPUTS
+        window, num_output = self._bridge.limits(self.context_window, DEFAULT_CONTEXT_WINDOW, DEFAULT_NUM_OUTPUTS)
         return LLMMetadata(
-            context_window=self.context_window or context_window(self.model, DEFAULT_CONTEXT_WINDOW),
-            num_output=self.max_tokens or default_out,
+            context_window=window,
+            num_output=num_output,
             is_chat_model=True,
             is_function_calling_model=self._bridge.has("invoke_with_tools"),
             model_name=model_id(self.model),

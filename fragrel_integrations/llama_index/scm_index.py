@@ -1,13 +1,8 @@
 """Any LlamaIndex vector store (``SimpleVectorStore``, Chroma, pgvector, Qdrant, ...) as the index of an SCM
-memory stream.
-
-The stream (SQLite by default) stays the ordered record of every turn; the vector store only finds the
-candidate turns for memory activation (see :mod:`fragrel_integrations.core.scm.index`). Each turn becomes one
-``TextNode``: its text is what the stream embedded (the controller's summary, else the full turn), its embedding
-the memory's vector of that text (the store does not embed), its metadata
-``{session_key: session_id, index_key: interaction index}``, its id ``f"scm:{session_id}:{index}"`` and its
-source (``ref_doc_id``) ``f"scm:{session_id}"``, so ``vector_store.delete(f"scm:{session_id}")`` removes a
-session. Queries use the memory's embedding of the observation.
+memory stream (see :mod:`fragrel_integrations.core.scm.index`): one ``TextNode`` per turn, with the text the
+stream embedded, the memory's embedding of it (the store does not embed), the metadata
+``{session_key: session_id, index_key: interaction index}``, the id ``f"scm:{session_id}:{index}"`` and the source
+(``ref_doc_id``) ``f"scm:{session_id}"``, so ``vector_store.delete(f"scm:{session_id}")`` removes a session.
 
 >>> from llama_index.core.vector_stores import SimpleVectorStore
 >>> from fragrel_integrations.core.scm import SelfControlledMemory
@@ -32,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from llama_index.core.schema import BaseNode, NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilter,
@@ -41,16 +36,13 @@ from llama_index.core.vector_stores.types import (
 )
 
 from ..core.scm.index import (
-    EntryIds,
+    StoreIndexAdapter,
     check_entry,
     check_filter,
     check_search,
-    check_store_options,
+    check_vector,
     default_entry_id,
-    entry_id,
     first_hits,
-    owned_index,
-    read_index,
 )
 from ..core.scm.stream import check_session
 from ..core.scm.types import MemoryItem
@@ -58,21 +50,17 @@ from ..core.scm.types import MemoryItem
 __all__ = ["VectorStoreStreamIndex"]
 
 
-class VectorStoreStreamIndex:
+class VectorStoreStreamIndex(StoreIndexAdapter):
     """A LlamaIndex vector store as an SCM :class:`~fragrel_integrations.core.scm.StreamIndex`.
 
     Args:
         vector_store: any ``BasePydanticVectorStore`` (``add``, ``query``, ``delete(ref_doc_id)``).
-        session_key, index_key: the metadata keys of the turn's session id and interaction index.
         filters: ``filters(session_id)`` returns the query's ``MetadataFilters`` (None: no filter); the default
             is ``key == session_id`` on ``session_key``. Results are always post-filtered too (by node metadata
             when the store returns nodes, else by node id), so another session's turns are never returned.
-        fetch_k: nodes asked from the store per search (at least the memory's ``k``); raise it when the filter is
-            weak, so post-filtering still leaves enough turns.
-        make_id: ``make_id(session_id, index)`` gives a turn's node id (default ``f"scm:{session}:{index}"``;
-            stores that need UUIDs, such as Qdrant, can use ``uuid.uuid5`` of it). With a custom ``make_id`` and
-            a store that returns ids only (``SimpleVectorStore``), only turns added by this object can be
-            recognised; prefer the default there.
+        session_key, index_key, fetch_k, make_id: see :class:`~fragrel_integrations.core.scm.index.StoreIndexAdapter`.
+            With a custom ``make_id`` and a store that returns ids only (``SimpleVectorStore``), only turns added
+            by this object can be recognised; prefer the default there.
     """
 
     def __init__(
@@ -90,13 +78,10 @@ class VectorStoreStreamIndex:
                 f"vector_store must be a LlamaIndex BasePydanticVectorStore, got {type(vector_store).__name__}; "
                 "for a LangChain VectorStore use fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex"
             )
+        super().__init__(vector_store, session_key=session_key, index_key=index_key, fetch_k=fetch_k, make_id=make_id)
         self.vector_store = vector_store
-        self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
-            session_key, index_key, fetch_k, make_id
-        )
         check_filter(filters, "filters", "MetadataFilters")
         self.filters = filters
-        self._owners = EntryIds()  # node id -> (session, index), for custom ids
 
     @staticmethod
     def source_id(session_id: str) -> str:
@@ -108,29 +93,25 @@ class VectorStoreStreamIndex:
     def add(self, item: MemoryItem, text: str, embedding: np.ndarray) -> None:
         """Add (or replace) one turn's node, with the memory's ``embedding``."""
         check_entry(item, text)
-        vector = np.asarray(embedding, dtype=np.float64).ravel()
-        if vector.size == 0 or not np.all(np.isfinite(vector)):
-            raise ValueError("embedding must be a non-empty finite vector")
-        node_id = self._node_id(item.session_id, item.index)
+        vector = check_vector(embedding, finite=True)
+        node_id = self.entry_id(item.session_id, item.index)
         node = TextNode(
             text=text,
             id_=node_id,
             embedding=vector.tolist(),
-            metadata={self.session_key: item.session_id, self.index_key: item.index},
+            metadata=self.entry_metadata(item),
             excluded_embed_metadata_keys=[self.session_key, self.index_key],
             excluded_llm_metadata_keys=[self.session_key, self.index_key],
             relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=self.source_id(item.session_id))},
         )
         self.vector_store.add([node])
         if self.make_id is not default_entry_id:
-            self._owners.add(item.session_id, item.index, node_id)
+            self._ids.add(item.session_id, item.index, node_id)  # node id -> (session, index), for custom ids
 
     def search(self, session_id: str, query: str, embedding: np.ndarray, k: int) -> list[tuple[int, float]]:
         """At most ``k`` ``(interaction index, similarity)`` of ``session_id``, best first."""
         check_search(session_id, k)
-        vector = np.asarray(embedding, dtype=np.float64).ravel()
-        if vector.size == 0:
-            raise ValueError("embedding must be a non-empty vector")
+        vector = check_vector(embedding)
         filters = (
             self.filters(session_id)
             if self.filters is not None
@@ -139,7 +120,7 @@ class VectorStoreStreamIndex:
         result = self.vector_store.query(
             VectorStoreQuery(
                 query_embedding=vector.tolist(),
-                similarity_top_k=max(k, self.fetch_k or k),
+                similarity_top_k=self.fetch(k),
                 filters=filters,
                 query_str=query,
             )
@@ -149,7 +130,7 @@ class VectorStoreStreamIndex:
         similarities = list(result.similarities or [])
         candidates = (
             (
-                self._owned_index(nodes[n] if n < len(nodes) else None, node_id, session_id),
+                self.hit_index(nodes[n].metadata if n < len(nodes) else None, node_id, session_id),
                 float(similarities[n]) if n < len(similarities) else 0.0,
             )
             for n, node_id in enumerate(ids)
@@ -160,25 +141,4 @@ class VectorStoreStreamIndex:
         """Delete every node of the session (``vector_store.delete(f"scm:{session_id}")``)."""
         check_session(session_id)
         self.vector_store.delete(self.source_id(session_id))
-        self._owners.forget(session_id)
-
-    # ------------------------------------------------------------------------------------------- helpers
-
-    def _node_id(self, session_id: str, index: int) -> str:
-        return entry_id(self.make_id, session_id, index)
-
-    def _owned_index(self, node: BaseNode | None, node_id: str, session_id: str) -> int | None:
-        """The interaction index of a hit if it is a turn of ``session_id``, else None."""
-        if node is not None:
-            return owned_index(node.metadata, session_id, self.session_key, self.index_key)
-        if self.make_id is default_entry_id:
-            prefix = f"scm:{session_id}:"
-            return read_index(node_id[len(prefix) :]) if node_id.startswith(prefix) else None
-        owner = self._owners.owner(node_id)
-        return owner[1] if owner is not None and owner[0] == session_id else None
-
-    def __repr__(self) -> str:
-        return (
-            f"VectorStoreStreamIndex({type(self.vector_store).__name__}, session_key={self.session_key!r}, "
-            f"index_key={self.index_key!r})"
-        )
+        self._ids.forget(session_id)

@@ -1,16 +1,12 @@
 """SCM memory as a LlamaIndex ``BaseMemory``: usable by ``SimpleChatEngine``, ``CondensePlusContextChatEngine``
 and agents wherever they accept a ``memory=``.
 
-The class converts ``ChatMessage`` objects and delegates to the core
-:class:`~fragrel_integrations.core.scm.SelfControlledMemory`:
-
-* ``put`` of a user message opens a turn; ``put`` of the assistant's final reply (text, no tool calls) closes
-  it and writes the interaction back to the SQLite stream (SCM step 6). Messages in between (tool calls, tool
-  results) stay in the open turn and are not stored.
-* ``get(input=...)`` runs SCM steps 1-4 for ``input`` (or for the open turn's user message) and returns a
-  system message with the memory block (flash memory + activated memories), followed by the open turn's
-  messages. Nothing else of the transcript is returned: SCM's memory stands in for it.
-* ``get_all`` returns the whole stored stream of the session as user/assistant messages.
+It converts ``ChatMessage`` objects and delegates to the core
+:class:`~fragrel_integrations.core.scm.SelfControlledMemory`: ``put`` of a user message opens a turn, ``put`` of
+the assistant's final reply (text, no tool calls) closes it and stores the interaction (tool calls and results in
+between are not stored; see :class:`~fragrel_integrations.core.scm.turns.OpenTurn`); ``get(input=...)`` returns a
+system message with the memory block for ``input`` (or the open turn), then the open turn's messages - nothing
+else of the transcript; ``get_all`` returns the session's stored stream as user/assistant messages.
 
 >>> from llama_index.core.chat_engine import SimpleChatEngine
 >>> from llama_index.core.llms import MockLLM
@@ -72,16 +68,12 @@ class SCMMemory(BaseMemory):
     """Self-controlled long-term chat memory (SCM) for LlamaIndex chat engines and agents.
 
     Args:
-        memory: a built core :class:`SelfControlledMemory`; or leave it out and pass ``llm`` (the controller: a
-            LlamaIndex LLM or any ChatModel), optionally ``path`` (SQLite file of the stream, default in memory),
-            ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``, ``relation``, ...).
-        index: (a :class:`SelfControlledMemory` keyword) an external vector index for memory activation, e.g.
-            :class:`fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex` over any LlamaIndex vector
-            store; the stream stays the record of every turn, and ``reset`` also deletes the session's entries.
-        session_id: the conversation this memory reads and writes; other sessions in the same file are never seen.
-            A non-empty str. It may be left out only when the memory owns a private in-memory stream (no
-            ``path`` file, no shared ``memory=``): then ``"default"`` is used, which no one else can read. With a
-            file or a shared core memory it is required, so two users can never meet in one session.
+        memory: a built core :class:`SelfControlledMemory`; or leave it out and pass ``llm`` (the controller),
+            optionally ``path`` (SQLite file of the stream, default in memory), ``embedder`` and any other
+            :class:`SelfControlledMemory` keyword (``k``, ``relation``, ``index`` - e.g.
+            :class:`~fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex`).
+        session_id: the conversation this memory reads and writes (a non-empty str). Required with a ``path``
+            file or a shared ``memory=``; a private in-memory stream defaults to ``"default"``.
     """
 
     session_id: str = Field(default=DEFAULT_SESSION, description="The SCM session (conversation) id.")

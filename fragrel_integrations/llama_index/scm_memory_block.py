@@ -1,18 +1,11 @@
 """SCM as one block of LlamaIndex's ``Memory`` (``llama_index.core.memory.Memory``), beside a user's other blocks.
 
-``Memory`` keeps the recent messages itself (its short-term FIFO queue) and hands the messages it flushes out of
-that queue to its blocks; :class:`SCMMemoryBlock` delegates both directions to the core
-:class:`~fragrel_integrations.core.scm.SelfControlledMemory`, keyed by the ``Memory``'s ``session_id``:
-
-* ``aput`` (messages flushed from short-term memory) - each user message and the assistant's final reply after it
-  (text, no tool calls) become one interaction of the SCM stream (SCM step 6); tool calls and tool results in
-  between are not stored, and a user message whose reply has not been flushed yet waits for it;
-* ``aget`` (every ``memory.get(input=...)``) - SCM steps 1-4 for the last user message (``input``): the block's
-  text lists the activated turns and SCM's flash memory (here the newest turn flushed out of the queue, labelled
-  as such: the previous turn itself is still in ``Memory``'s queue), and ``Memory`` puts it into the system
-  message.
-
-Sync and async: ``Memory.get``/``put`` run the block's async methods for you.
+``Memory`` keeps the recent messages in its short-term queue and hands the messages it flushes to its blocks;
+:class:`SCMMemoryBlock` delegates both directions to the core
+:class:`~fragrel_integrations.core.scm.SelfControlledMemory`, keyed by the ``Memory``'s ``session_id``: ``aput``
+stores each completed turn of the flushed messages (:func:`~fragrel_integrations.core.scm.turns.collect_turns`);
+``aget`` runs SCM steps 1-4 for the last user message and returns the block's text
+(:func:`~fragrel_integrations.core.scm.turns.queued_memory_text`), which ``Memory`` puts into the system message.
 
 >>> from llama_index.core.memory import Memory
 >>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
@@ -62,15 +55,10 @@ class SCMMemoryBlock(BaseMemoryBlock[str]):
     """Self-controlled long-term memory (SCM) as a ``BaseMemoryBlock`` (see the module docstring).
 
     Args:
-        memory: a built core :class:`SelfControlledMemory`; or leave it out and pass ``llm`` (the controller: a
-            LlamaIndex LLM or any ChatModel), optionally ``path`` (SQLite file of the stream, default in memory),
-            ``embedder`` and any other :class:`SelfControlledMemory` keyword (``k``, ``relation``, ``index``, ...),
-            as for :class:`~fragrel_integrations.llama_index.SCMMemory`.
+        memory, llm, path, embedder, memory_kwargs: as for :class:`~fragrel_integrations.llama_index.SCMMemory`.
         name: the block's name in the ``Memory`` (its tag in the memory template); unique within one ``Memory``.
-        priority: ``Memory``'s truncation priority (0, the default: never truncated; higher is truncated first,
-            and then the whole block is dropped).
-        accept_short_term_memory: take the messages ``Memory`` flushes from its queue (True: SCM's stream grows
-            with the conversation; False: a read-only view of a stream written elsewhere).
+        priority: ``Memory``'s truncation priority (0, the default: never truncated; higher is truncated first).
+        accept_short_term_memory: take the messages ``Memory`` flushes (False: a read-only view of a stream).
     """
 
     name: str = Field(default="scm_memory", description="The block's name within its Memory.")

@@ -41,6 +41,7 @@ __all__ = [
     "EntryIds",
     "InMemoryStreamIndex",
     "SCMIndexError",
+    "StoreIndexAdapter",
     "StreamIndex",
     "add_turn",
     "check_entry",
@@ -48,6 +49,7 @@ __all__ = [
     "check_keys",
     "check_search",
     "check_store_options",
+    "check_vector",
     "default_entry_id",
     "entry_id",
     "first_hits",
@@ -354,3 +356,71 @@ def add_turn(index: StreamIndex, item: MemoryItem, text: str, embedding: np.ndar
             f"memory.reindex({item.session_id!r}) (it rewrites the session's entries, nothing is duplicated)",
             item,
         ) from exc
+
+
+def check_vector(embedding: object, finite: bool = False) -> np.ndarray:
+    """``embedding`` as a flat float64 vector: non-empty (and finite, with ``finite=True``), else ValueError."""
+    vector = np.asarray(embedding, dtype=np.float64).ravel()
+    if vector.size == 0 or (finite and not np.all(np.isfinite(vector))):
+        raise ValueError(f"embedding must be a non-empty{' finite' if finite else ''} vector")
+    return vector
+
+
+class StoreIndexAdapter:
+    """What the vector-store adapters of every framework share (a :class:`StreamIndex` over an external store):
+    the options, entry ids and metadata, ownership of a hit, and the repr.
+
+    Args:
+        session_key, index_key: the metadata keys of an entry's session id and interaction index.
+        fetch_k: entries asked from the store per search (at least the memory's ``k``; None: ``k``); raise it
+            when the store's filter is weak, so post-filtering still leaves enough turns.
+        make_id: ``make_id(session_id, index)`` gives an entry's id (default :func:`default_entry_id`; stores
+            that need UUIDs, such as Qdrant, can use ``uuid.uuid5`` of it). Ids must be stable: adding a turn
+            again replaces its entry.
+
+    >>> adapter = StoreIndexAdapter(object(), session_key="s", index_key="i", fetch_k=None, make_id=None)
+    >>> adapter.entry_id("ana", 2), adapter.entry_metadata(MemoryItem("ana", 2, "o", "r")), adapter.fetch(3)
+    ('scm:ana:2', {'s': 'ana', 'i': 2}, 3)
+    >>> adapter.hit_index(None, "scm:ana:2", "ana"), adapter.hit_index({"s": "bob", "i": 1}, "x", "ana")
+    (2, None)
+    """
+
+    def __init__(
+        self, store: object, *, session_key: object, index_key: object, fetch_k: object, make_id: object
+    ) -> None:
+        self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
+            session_key, index_key, fetch_k, make_id
+        )
+        self._store_name = type(store).__name__
+        self._ids = EntryIds()
+
+    def entry_id(self, session_id: str, index: int) -> str:
+        """The checked id of a turn's entry (``make_id(session_id, index)``)."""
+        return entry_id(self.make_id, session_id, index)
+
+    def entry_metadata(self, item: MemoryItem) -> dict[str, Any]:
+        """``{session_key: session id, index_key: interaction index}`` of a turn's entry."""
+        return {self.session_key: item.session_id, self.index_key: item.index}
+
+    def fetch(self, k: int) -> int:
+        """Entries to ask the store for when the memory wants ``k``."""
+        return max(k, self.fetch_k or k)
+
+    def hit_index(self, metadata: Mapping[str, Any] | None, hit_id: str | None, session_id: str) -> int | None:
+        """The interaction index of a store hit if it is a turn of ``session_id``, else None: read from its
+        ``metadata`` when the store returns it, else from its id (the default id's text, or the ids this object
+        added)."""
+        if metadata is not None:
+            return owned_index(metadata, session_id, self.session_key, self.index_key)
+        if hit_id is None:
+            return None
+        if self.make_id is default_entry_id:
+            prefix = f"scm:{session_id}:"
+            return read_index(hit_id[len(prefix) :]) if hit_id.startswith(prefix) else None
+        owner = self._ids.owner(hit_id)
+        return owner[1] if owner is not None and owner[0] == session_id else None
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self._store_name}, session_key={self.session_key!r}, index_key={self.index_key!r})"
+        )

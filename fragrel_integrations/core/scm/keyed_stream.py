@@ -4,6 +4,7 @@
 Each interaction is one item under ``namespace + (session label,)``; its key is the slot it claimed, zero-padded,
 plus a random suffix (:func:`new_key`), so keys sort in time order and no write replaces another. Items are read
 duck-typed (``namespace``, ``key``, ``value``), so the helpers work on any store's items.
+:class:`KeyedStoreStream` is the stream itself; an adapter adds the store's two batch operations.
 
 >>> slot_of(new_key(7)), slot_of("0000000007"), slot_of("notes")
 (7, 7, None)
@@ -19,15 +20,21 @@ import uuid
 import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 import numpy as np
 
+from ..._closing import Closing
+from ..._validation import check_min_int
+from .stream import check_session, check_turn
 from .types import MemoryItem
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "RACE_SLOTS",
     "Cached",
     "Entry",
+    "KeyedStoreStream",
     "check_namespace",
     "created_of",
     "decode_item",
@@ -43,6 +50,8 @@ __all__ = [
 
 KEY_DIGITS = 10
 FIELDS = ("observation", "response", "summary")
+#: The namespace prefix of the stream's items (the session id is appended as the last label).
+DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
 #: How far below the last cached slot a read looks for a write that another process made late.
 RACE_SLOTS = 4
 
@@ -185,3 +194,201 @@ def merge_new(session_id: str, cached: Cached, new: Iterable[Entry], floor: int)
         [*cached.order, *(e[:3] for e in fresh)],
         [*cached.items, *(decode_item(session_id, start + i, e.item) for i, e in enumerate(fresh))],
     )
+
+
+class KeyedStoreStream(Closing):
+    """An SCM memory stream (:class:`~fragrel_integrations.core.scm.MemoryStream`) in a key-value store with
+    namespaces: the store's ``search(ns, limit=, offset=, filter=)``, ``put(ns, key, value, index=False)`` and
+    ``list_namespaces(prefix=, max_depth=, limit=, offset=)``, plus two batch operations a subclass supplies
+    (:meth:`_batch_ends`, :meth:`_batch_delete`). Example: the LangGraph adapter
+    :class:`fragrel_integrations.langchain.scm_store.LangGraphStoreStream`.
+
+    The value of an item is a JSON-compatible dict: ``observation``, ``response``, ``summary``, ``embedding`` (a
+    list of floats, or None), ``created`` (a Unix timestamp), ``index`` (the slot) and ``seq`` (the slot as
+    zero-padded text). A session's interactions are its items ordered by (slot, created, key); an interaction's
+    index is its position in that order. Items are written with ``index=False``: SCM scores the stored embeddings
+    itself. Session ids are free text: ``%``, ``.`` and NUL are percent-encoded in the label. Items of the earlier
+    key layout (ten digits alone) are read as before.
+
+    Concurrent writers (the store has no put-if-absent): within one process every stream object on the same store
+    shares one lock (:func:`store_lock`), so appends to one session take consecutive slots; across processes two
+    writers may claim one slot at once, both items are kept (their keys differ) and every reader orders them the
+    same way, so no turn is lost (the index :meth:`append` returned may then move up by one).
+
+    Reads: :meth:`items` keeps each session's items in memory. Each call asks the store, in one batch, for the
+    first and last cached items (their ``created`` must match, so a clear elsewhere is noticed) and for items whose
+    ``seq`` is at least the last cached slot less :data:`RACE_SLOTS` (``seq`` is text, so the comparison is right
+    in every store). Only new items are decoded; a new item that sorts before the last cached one makes the call
+    read the whole session (in pages of ``page_size``). A deletion in the middle of a session that keeps its first
+    and last items is not noticed while the cache lasts (:meth:`close` drops it). A store with a default TTL
+    (``ttl_config["default_ttl"]``) keeps no cache: every call reads the whole session. :meth:`count` always
+    reads the whole session.
+    """
+
+    def __init__(self, store: Any, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100) -> None:
+        check_min_int(page_size, "page_size", 1)
+        self.store = store
+        self.namespace = check_namespace(namespace)
+        self.page_size = page_size
+        self._lock = store_lock(store)  # shared with every other stream object on this store in this process
+        self._cache: dict[str, Cached] = {}  # session -> its items as last read, in order
+        # With a default TTL the store expires items (the stream passes no ttl of its own), oldest or not: then
+        # no cache is kept and every read is a whole-session read, which also refreshes every item's TTL.
+        ttl = getattr(store, "ttl_config", None) or {}
+        self._cache_items = not (getattr(store, "supports_ttl", False) and ttl.get("default_ttl") is not None)
+
+    # ------------------------------------------------------------------------------------------- store batches
+
+    def _batch_ends(
+        self, ns: tuple[str, ...], keys: tuple[str, str], refresh: bool, since: dict[str, Any]
+    ) -> list[Any]:
+        """One store batch: get the two ``keys`` (refreshing their TTL if ``refresh``), then search ``ns`` with
+        ``filter=since`` (``limit=page_size``); returns the two items (None: not found) and the search's page."""
+        raise NotImplementedError
+
+    def _batch_delete(self, ns: tuple[str, ...], keys: list[str]) -> None:
+        """One store batch deleting ``keys`` of ``ns``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------- helpers
+
+    def _ns(self, session_id: str) -> tuple[str, ...]:
+        return (*self.namespace, session_label(check_session(session_id)))
+
+    def _search_all(self, ns: tuple[str, ...], **kwargs: Any) -> list[Entry]:
+        """Every stream item of one session namespace (optionally filtered), paging through ``store.search``."""
+        found: list[Entry] = []
+        offset = 0
+        while True:
+            page = self.store.search(ns, limit=self.page_size, offset=offset, **kwargs)
+            found.extend(entries(ns, page))
+            if len(page) < self.page_size:
+                return found
+            offset += len(page)
+
+    def _read_all(self, session_id: str, ns: tuple[str, ...]) -> Cached:
+        found = sorted(self._search_all(ns))
+        return Cached([e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)])
+
+    def _read_new(self, session_id: str, ns: tuple[str, ...], cached: Cached) -> Cached | None:
+        """The cached items plus those written since, or None when the cache is stale: its first or last item is
+        gone or was rewritten (``created`` differs), or an item appeared before its last one."""
+        first, last = cached.order[0], cached.order[-1]
+        config = getattr(self.store, "ttl_config", None) or {}
+        refresh = bool(config.get("refresh_on_read", True))  # as BaseStore.get does by default
+        floor = max(0, last[0] - RACE_SLOTS)
+        since = {"seq": {"$gte": seq(floor)}}
+        try:
+            results = self._batch_ends(ns, (first[2], last[2]), refresh, since)
+        except (TypeError, ValueError):  # a store that cannot compare a foreign item's value: read everything
+            return None
+        for (_, created, _), found in zip((first, last), results[:2], strict=True):
+            if found is None or created_of(found) != created:
+                return None
+        page = results[2] if isinstance(results[2], list) else []
+        if len(page) >= self.page_size:
+            try:
+                new = self._search_all(ns, filter=since)
+            except (TypeError, ValueError):
+                return None
+        else:
+            new = entries(ns, page)
+        return merge_new(session_id, cached, new, floor)
+
+    def _read(self, session_id: str) -> Cached:
+        """The session in order (from the cache plus what is new where possible); caller holds the lock."""
+        ns = self._ns(session_id)
+        cached = self._cache.get(session_id)
+        result = self._read_new(session_id, ns, cached) if cached else None
+        if result is None:
+            result = self._read_all(session_id, ns)
+        if result.items and self._cache_items:
+            self._cache[session_id] = result
+        else:
+            self._cache.pop(session_id, None)
+        return result
+
+    # ------------------------------------------------------------------------------------------- stream
+
+    def append(
+        self,
+        session_id: str,
+        observation: str,
+        response: str,
+        *,
+        summary: str = "",
+        embedding: np.ndarray | None = None,
+    ) -> MemoryItem:
+        """Write one interaction at the end of the session's stream and return it (with its index)."""
+        ns = self._ns(session_id)
+        vector = check_turn(observation, response, summary, embedding)
+        with self._lock:
+            current = self._read(session_id)
+            slot = current.order[-1][0] + 1 if current.order else 0
+            key, value = new_key(slot), turn_value(observation, response, summary, vector, slot)
+            created = value["created"]
+            self.store.put(ns, key, value, index=False)
+            item = MemoryItem(session_id, len(current.items), observation, response, summary, vector, created)
+            if self._cache_items:
+                self._cache[session_id] = Cached([*current.order, (slot, created, key)], [*current.items, item])
+        return item
+
+    def items(self, session_id: str) -> list[MemoryItem]:
+        """Every interaction of the session, in time order (a new list; see the class docstring for reads)."""
+        with self._lock:
+            return list(self._read(session_id).items)
+
+    def last(self, session_id: str) -> MemoryItem | None:
+        """The latest interaction (the flash memory of the next turn), or None for an empty session."""
+        with self._lock:
+            items = self._read(session_id).items
+        return items[-1] if items else None
+
+    def count(self, session_id: str) -> int:
+        """Number of interactions in the session (always read from the store)."""
+        return len(self._search_all(self._ns(session_id)))
+
+    def sessions(self) -> list[str]:
+        """The session ids with at least one interaction, sorted."""
+        depth = len(self.namespace) + 1
+        labels: set[str] = set()
+        offset = 0
+        while True:
+            page = self.store.list_namespaces(
+                prefix=self.namespace, max_depth=depth, limit=self.page_size, offset=offset
+            )
+            labels.update(ns[-1] for ns in page if len(ns) == depth and tuple(ns[:-1]) == self.namespace)
+            if len(page) < self.page_size:
+                break
+            offset += len(page)
+        # a store may keep listing a namespace whose items were all deleted
+        names = [unquote(label) for label in labels]
+        return sorted(name for name in names if name and self._scan_one(self._ns(name)))
+
+    def _scan_one(self, ns: tuple[str, ...]) -> bool:
+        offset = 0
+        while True:
+            page = self.store.search(ns, limit=self.page_size, offset=offset)
+            if entries(ns, page):
+                return True
+            if len(page) < self.page_size:
+                return False
+            offset += len(page)
+
+    def clear(self, session_id: str) -> int:
+        """Delete the session's interactions (one batch of deletes); returns how many were deleted."""
+        ns = self._ns(session_id)
+        with self._lock:
+            self._cache.pop(session_id, None)
+            keys = [entry.key for entry in self._search_all(ns)]
+            if keys:
+                self._batch_delete(ns, keys)
+            return len(keys)
+
+    def close(self) -> None:
+        """Forget the cached items; the store itself belongs to the caller and stays open."""
+        with self._lock:
+            self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.store).__name__}, namespace={self.namespace!r})"

@@ -104,14 +104,16 @@ def check_run_session(value: object, where: str) -> str:
     return value
 
 
-def resolve_run_session(fixed: str | None, context_value: object, thread: object, adapter: str) -> str:
-    """The session of an agent run: ``fixed`` (the adapter's ``session_id=``), else the run context's
-    ``session_id``, else the run's thread id (an int is read as its decimal text, as LangGraph's checkpointers do);
-    a value that is not a non-empty str is an error, and so is a run with none (never a shared session).
+def resolve_run_session(fixed: str | None, context: object, thread: object, adapter: str) -> str:
+    """The session of an agent run: ``fixed`` (the adapter's ``session_id=``), else the ``session_id`` of the run's
+    ``context`` (a mapping's key or an object's attribute), else the run's thread id (an int is read as its decimal
+    text, as LangGraph's checkpointers do); a value that is not a non-empty str is an error, and so is a run with
+    none (never a shared session).
 
-    >>> resolve_run_session(None, None, 7, "SCMMiddleware")
-    '7'
+    >>> resolve_run_session(None, None, 7, "SCMMiddleware"), resolve_run_session(None, {"session_id": "ana"}, 7, "")
+    ('7', 'ana')
     """
+    context_value = context.get("session_id") if isinstance(context, Mapping) else getattr(context, "session_id", None)
     if fixed is not None:
         return fixed
     if context_value is not None:

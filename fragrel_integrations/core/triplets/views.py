@@ -21,6 +21,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,10 @@ __all__ = [
     "core_triplet_store",
     "document_text",
     "find_records",
+    "get_item",
     "is_triplet_value",
+    "item_fields",
+    "list_namespaces",
     "lookup",
     "matches",
     "namespace_matches",
@@ -50,8 +54,10 @@ __all__ = [
     "record_value",
     "relation_key",
     "search_documents",
+    "search_items",
     "search_records",
     "split_value",
+    "triplet_hit",
     "write_fact",
 ]
 
@@ -253,6 +259,20 @@ def reachable(
     return out[:limit]
 
 
+def triplet_hit(record: TripletRecord) -> tuple[str, str, dict[str, Any]]:
+    """A retrieved triplet as a text node: its text ``"subject relation object"``, its id and its metadata (the
+    three terms, the key and the validity)."""
+    metadata = {
+        "subject": record.t1,
+        "relation": record.t2,
+        "object": record.t3,
+        "triplet_key": record.key,
+        "valid_from": record.valid_from,
+        "valid_to": record.valid_to,
+    }
+    return f"{record.t1} {record.t2} {record.t3}", f"triplet-{record.id}", metadata
+
+
 def best_terms(records: Iterable[TripletRecord], k: int) -> list[tuple[str, float]]:
     """The ``k`` subject/object terms that matched a term search best, with their similarity."""
     terms: dict[str, float] = {}
@@ -311,6 +331,66 @@ def search_documents(
         return []
     q = _unit(embed_query(core.embedder, query))
     return [(d, float(_unit(d.properties["embedding"]) @ q)) for d in docs]
+
+
+def item_fields(record: TripletRecord | NodeRecord) -> dict[str, Any]:
+    """The fields of a key-value store item (LangGraph's ``Item``) for a triplet or a document record:
+    ``namespace``, ``key``, ``value``, ``created_at`` and ``updated_at`` (UTC datetimes)."""
+    if isinstance(record, NodeRecord):
+        props = record.properties
+        key, value, created, updated = record.id, dict(props["value"]), props["created_at"], props["updated_at"]
+    else:
+        key, value, created, updated = record.key, record_value(record), record.created_at, record.created_at
+    return {
+        "namespace": record.namespace,
+        "key": key,
+        "value": value,
+        "created_at": datetime.fromtimestamp(created, tz=UTC),
+        "updated_at": datetime.fromtimestamp(updated, tz=UTC),
+    }
+
+
+def get_item(core: TripletStore, namespace: Namespace, key: str) -> dict[str, Any] | None:
+    """:func:`item_fields` of the triplet, else the document, stored under ``key`` (None: neither)."""
+    record = core.get(key, namespace=namespace)
+    if record is None:
+        found = [r for r in core.get_nodes([key], namespace=namespace) if r.kind == DOCUMENT_KIND]
+        record = found[0] if found else None
+    return None if record is None else item_fields(record)
+
+
+def search_items(
+    core: TripletStore, prefix: Namespace, query: str | None, flt: dict[str, Any] | None, offset: int, limit: int
+) -> list[tuple[dict[str, Any], float | None]]:
+    """A store search over triplets and documents: ``(item fields, score)`` best score first with a ``query``
+    (:func:`search_records`, :func:`search_documents`), else newest first; ``offset``/``limit`` page the result."""
+    need = offset + limit
+    items = [(item_fields(r), s) for r, s in search_records(core, prefix, query, flt, need)]
+    docs = [(item_fields(d), s) for d, s in search_documents(core, prefix, query, flt)]
+    if docs:
+        if query:  # best score first across triplets and documents
+            items = sorted(items + docs, key=lambda i: -(i[1] if i[1] is not None else float("-inf")))
+        else:
+            items = sorted(items + docs, key=lambda i: i[0]["updated_at"], reverse=True)  # newest first
+    return items[offset:need]
+
+
+def list_namespaces(
+    core: TripletStore,
+    conditions: Iterable[tuple[Sequence[str], str]],
+    max_depth: int | None,
+    offset: int,
+    limit: int,
+) -> list[tuple[str, ...]]:
+    """The namespaces of triplets and documents matching every ``(path, match_type)`` condition
+    (:func:`namespace_matches`), cut to ``max_depth`` labels, sorted, paged by ``offset``/``limit``."""
+    spaces = sorted(set(core.namespaces()) | set(core.node_namespaces(kind=DOCUMENT_KIND)))
+    conditions = list(conditions)
+    if conditions:
+        spaces = [ns for ns in spaces if all(namespace_matches(ns, path, kind) for path, kind in conditions)]
+    if max_depth is not None:
+        spaces = sorted({ns[:max_depth] for ns in spaces})
+    return spaces[offset : offset + limit]
 
 
 def apply_puts(

@@ -25,9 +25,11 @@ from typing import Any
 from ..tokens import count_message_tokens, count_tokens
 from .aio import aiter_in_thread
 from .params import check_params
+from .protocol import context_window, model_id
 from .tools import ToolReply, format_tool_call, tool_turn
 
 __all__ = [
+    "LEGACY_TOOL_KWARGS",
     "BridgeMessage",
     "ChatBridge",
     "aaccumulate",
@@ -59,6 +61,9 @@ class BridgeMessage:
     calls: tuple[tuple[str, Any], ...] = ()
     label: str = "tool"
 
+
+#: Call keywords of the legacy OpenAI functions API, refused by :meth:`ChatBridge.call_params`.
+LEGACY_TOOL_KWARGS = ("functions", "function_call")
 
 #: Content blocks a text model cannot read (OpenAI-style content parts and LangChain's standard blocks).
 MEDIA_BLOCKS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file", "document", "media"})
@@ -191,6 +196,42 @@ class ChatBridge:
             overrides.get("stop", self.stop),
         )
         return {"temperature": t, "max_tokens": n, "stop": s}
+
+    def call_params(self, kwargs: Mapping[str, Any], stop: Sequence[str] | None, alternative: str) -> dict[str, Any]:
+        """:meth:`params` of a call that passes the framework's call keywords: the legacy ``functions`` API is
+        refused (bind tools instead), ``tools`` need a tool-calling model (:meth:`require_tools`), a ``model`` name
+        other than this model's is a ValueError; ``temperature``, ``max_tokens`` and ``stop`` override the defaults,
+        other keywords are ignored.
+
+        >>> from fragrel_integrations.testing import ScriptedChatModel
+        >>> ChatBridge(ScriptedChatModel(["x"]), stop=".").call_params({"temperature": 0, "seed": 1}, None, "")
+        {'temperature': 0.0, 'max_tokens': None, 'stop': ['.']}
+        """
+        for key in LEGACY_TOOL_KWARGS:
+            if kwargs.get(key):
+                raise NotImplementedError(
+                    f"{self.wrapper} got {key!r}, the legacy OpenAI functions API: bind tools with bind_tools"
+                )
+        if kwargs.get("tools"):
+            self.require_tools(alternative)
+        override, name = kwargs.get("model"), model_id(self.model)
+        if isinstance(override, str) and override != name:
+            raise ValueError(
+                f"{self.wrapper} wraps {name!r} and cannot switch to model={override!r}; "
+                f"build another {self.wrapper} for that model"
+            )
+        overrides = {k: kwargs[k] for k in ("temperature", "max_tokens") if k in kwargs}
+        if stop is not None:
+            overrides["stop"] = stop
+        return self.params(overrides)
+
+    def limits(self, window: int | None, default_window: int, default_output: int) -> tuple[int, int]:
+        """``(context window, reply tokens)`` a framework reports: ``window`` if given, else the model's own, else
+        ``default_window``; ``max_tokens``, else the model's ``default_max_tokens``, else ``default_output``."""
+        output = getattr(self.model, "default_max_tokens", None)
+        if not isinstance(output, int) or isinstance(output, bool) or output < 1:
+            output = default_output
+        return window or context_window(self.model, default_window), self.max_tokens or output
 
     def text(self, reply: Any, method: str = "invoke") -> str:
         """``reply`` if the model returned text, else a TypeError naming the model and ``method``."""

@@ -11,7 +11,7 @@ from typing import Any, TypedDict
 
 from .messages import Messages, to_messages
 
-__all__ = ["GenerationParams", "check_params", "given_params", "prepare_call"]
+__all__ = ["GenerationParams", "check_context_window", "check_params", "given_params", "prepare_call"]
 
 
 def check_params(
@@ -34,6 +34,13 @@ def check_params(
             raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
         stop = stop or None
     return temperature, max_tokens, stop
+
+
+def check_context_window(value: int | None) -> int | None:
+    """A context-window override: a positive int or None (ValueError otherwise)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"context_window must be a positive int or None, got {value!r}")
+    return value
 
 
 def given_params(temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
