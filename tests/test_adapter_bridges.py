@@ -118,16 +118,20 @@ class _DictStream(KeyedStoreStream):
         self.data[(ns, key)] = value
 
     def search(self, ns, limit=10, offset=0, filter=None):
-        floor = (filter or {}).get("seq", {}).get("$gte", "")
-        found = [_DictItem(n, k, v) for (n, k), v in sorted(self.data.items()) if n == ns and v["seq"] >= floor]
+        (field, cond), *_ = (filter or {"seq": {"$gte": ""}}).items()
+        found = [
+            _DictItem(n, k, v)
+            for (n, k), v in sorted(self.data.items())
+            if n == ns and v.get(field, "") >= cond["$gte"]
+        ]
         return found[offset : offset + limit]
 
     def list_namespaces(self, prefix, max_depth, limit, offset):
         return sorted({n[:max_depth] for n, _ in self.data if n[: len(prefix)] == prefix})[offset : offset + limit]
 
-    def _batch_ends(self, ns, keys, refresh, since):
+    def _batch_ends(self, ns, keys, refresh, filters):
         ends = [_DictItem(ns, key, self.data[(ns, key)]) if (ns, key) in self.data else None for key in keys]
-        return [*ends, self.search(ns, filter=since)]
+        return [*ends, *(self.search(ns, filter=f) for f in filters)]
 
     def _batch_delete(self, ns, keys):
         for key in keys:

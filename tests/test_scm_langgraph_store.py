@@ -17,7 +17,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
-from fragrel_integrations.core.scm import MemoryStream, SCMStream, SelfControlledMemory
+from fragrel_integrations.core.scm import MemoryStream, SCMStream, SelfControlledMemory, keyed_stream
+from fragrel_integrations.core.scm.keyed_stream import stamp
 from fragrel_integrations.langchain import scm_store
 from fragrel_integrations.langchain.scm_middleware import SCMMiddleware
 from fragrel_integrations.langchain.scm_store import DEFAULT_NAMESPACE, LangGraphStoreStream
@@ -102,6 +103,7 @@ def test_append_items_last_count_and_store_layout():
         "created": first.created,
         "index": 0,
         "seq": "0000000000",
+        "written": stamp(first.created),
     }
     assert store.get((*NS, "s"), second_key).value["embedding"] is None
 
@@ -182,7 +184,9 @@ class CountingStore(InMemoryStore):
         return super().batch(ops)
 
 
-def test_items_are_cached_and_only_new_keys_are_read():
+def test_items_are_cached_and_only_new_keys_are_read(monkeypatch):
+    # the late-write search returns what was written since shortly before the previous read: none of these
+    monkeypatch.setattr(keyed_stream, "LATE_SECONDS", 0.0)
     store = CountingStore()
     stream = LangGraphStoreStream(store, page_size=50)
     fill(stream, "s", 120)
@@ -192,13 +196,13 @@ def test_items_are_cached_and_only_new_keys_are_read():
     again = stream.items("s")
     assert again is not first and all(a is b for a, b in zip(again, first, strict=True))  # decoded once
     # one batch: the first and last cached items by key, and a search for what was written since the last one
-    assert store.calls == [["GetOp", "GetOp", "SearchOp"]]
+    assert store.calls == [["GetOp", "GetOp", "SearchOp", "SearchOp"]]  # the next turns, the late writes
     stream.append("s", "new", "reply", embedding=np.ones(3))
     store.calls.clear()
     items = stream.items("s")
     assert [i.index for i in items] == list(range(121)) and items[-1].observation == "new"
     assert all(a is b for a, b in zip(items[:120], first, strict=True))
-    assert store.calls == [["GetOp", "GetOp", "SearchOp"]]
+    assert store.calls == [["GetOp", "GetOp", "SearchOp", "SearchOp"]]  # the next turns, the late writes
     items.append("not stored")  # the caller's list is a copy
     assert len(stream.items("s")) == 121
 

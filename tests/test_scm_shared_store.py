@@ -23,6 +23,7 @@ from langchain_core.messages import AIMessage
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
+from fragrel_integrations.core.scm.keyed_stream import new_key, turn_value
 from fragrel_integrations.langchain.scm_middleware import SCMMiddleware
 from fragrel_integrations.langchain.scm_store import LangGraphStoreStream
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
@@ -119,6 +120,25 @@ def test_a_slot_claimed_twice_keeps_both_turns_in_one_order_for_every_reader():
     assert [i.observation for i in mine.items("s")] == [i.observation for i in LangGraphStoreStream(store).items("s")]
     assert [i.index for i in mine.items("s")] == list(range(5))
     assert mine.append("s", "next", "r").index == 5 and mine.count("s") == 6
+
+
+def test_a_writer_that_stalled_past_several_turns_is_seen_by_a_cached_reader():
+    # Process A read the session at 2 turns and stalled; B wrote 6 more; A then wrote its turn at slot 2, far
+    # below the last slot a cached reader holds: every reader (cached or fresh) must still see A's turn.
+    store = InMemoryStore()
+    reader, writer = LangGraphStoreStream(store), LangGraphStoreStream(store)
+    for i in range(2):
+        writer.append("s", f"b {i}", "r")
+    assert len(reader.items("s")) == 2
+    for i in range(2, 8):
+        writer.append("s", f"b {i}", "r")
+    assert len(reader.items("s")) == 8  # the reader's cache now ends at slot 7
+    stalled = turn_value("a late", "r", "", None, 2)
+    store.put((*NS, "s"), new_key(2), stalled, index=False)
+    cached = [i.observation for i in reader.items("s")]
+    fresh = [i.observation for i in LangGraphStoreStream(store).items("s")]
+    assert "a late" in cached and cached == fresh
+    assert [i.index for i in reader.items("s")] == list(range(9))
 
 
 def test_items_written_by_the_earlier_key_layout_are_read_and_followed():

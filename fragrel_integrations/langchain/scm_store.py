@@ -22,6 +22,7 @@ as the async methods of the SCM memory do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .._optional import require
@@ -56,11 +57,11 @@ class LangGraphStoreStream(KeyedStoreStream):
         super().__init__(store, namespace=namespace, page_size=page_size)
 
     def _batch_ends(
-        self, ns: tuple[str, ...], keys: tuple[str, str], refresh: bool, since: dict[str, Any]
+        self, ns: tuple[str, ...], keys: tuple[str, str], refresh: bool, filters: Sequence[dict[str, Any]]
     ) -> list[Any]:
-        ops = [GetOp(ns, keys[0], refresh), GetOp(ns, keys[1], refresh), SearchOp(ns, since, self.page_size, 0)]
-        first, last, page = self.store.batch(ops)
-        return [first if isinstance(first, Item) else None, last if isinstance(last, Item) else None, page]
+        ops = [GetOp(ns, key, refresh) for key in keys] + [SearchOp(ns, f, self.page_size, 0) for f in filters]
+        first, last, *pages = self.store.batch(ops)
+        return [first if isinstance(first, Item) else None, last if isinstance(last, Item) else None, *pages]
 
     def _batch_delete(self, ns: tuple[str, ...], keys: list[str]) -> None:
         self.store.batch([PutOp(ns, key, None) for key in keys])

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
@@ -31,6 +31,7 @@ from .types import MemoryItem
 
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "LATE_SECONDS",
     "RACE_SLOTS",
     "Cached",
     "Entry",
@@ -44,6 +45,7 @@ __all__ = [
     "seq",
     "session_label",
     "slot_of",
+    "stamp",
     "store_lock",
     "turn_value",
 ]
@@ -54,6 +56,10 @@ FIELDS = ("observation", "response", "summary")
 DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
 #: How far below the last cached slot a read looks for a write that another process made late.
 RACE_SLOTS = 4
+#: A cached read also fetches every item written (by its ``written`` stamp) since this many seconds before the
+#: previous read: a write that claimed an old slot (its process stalled between reading and writing while others
+#: wrote more than :data:`RACE_SLOTS` turns) is still found, unless its put took longer than this to land.
+LATE_SECONDS = 60.0
 
 _LOCKS_GUARD = threading.Lock()
 _LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
@@ -74,6 +80,15 @@ def store_lock(store: object) -> threading.RLock:
 
 def seq(slot: int) -> str:
     return f"{slot:0{KEY_DIGITS}d}"
+
+
+def stamp(when: float) -> str:
+    """A write time as sortable text (microseconds, zero-padded), compared as text by every store.
+
+    >>> stamp(1.5)
+    '00000000001500000'
+    """
+    return f"{max(0, round(when * 1e6)):017d}"
 
 
 def new_key(slot: int) -> str:
@@ -161,38 +176,38 @@ class Cached(NamedTuple):
 
     order: list[tuple[int, float, str]]
     items: list[MemoryItem]
+    read_at: float = 0.0  # when the read that produced it started (time.time())
 
 
 def turn_value(observation: str, response: str, summary: str, vector: np.ndarray | None, slot: int) -> dict[str, Any]:
-    """The JSON-compatible store value of one interaction at ``slot`` (``created`` is now)."""
+    """The JSON-compatible store value of one interaction at ``slot`` (``created`` and ``written`` are now)."""
+    now = time.time()
     return {
         "observation": observation,
         "response": response,
         "summary": summary,
         "embedding": None if vector is None else [float(x) for x in vector.tolist()],
-        "created": time.time(),
+        "created": now,
         "index": slot,
         "seq": seq(slot),
+        "written": stamp(now),
     }
 
 
-def merge_new(session_id: str, cached: Cached, new: Iterable[Entry], floor: int) -> Cached | None:
-    """``cached`` plus the ``new`` entries found at or above slot ``floor`` (a search that also returns cached
-    ones), or None when one sorts before the last cached item (a late write by another process: read again)."""
-    known = set()
-    for slot, _, key in reversed(cached.order):  # the cached items the search returns again
-        if slot < floor:
-            break
-        known.add(key)
-    fresh = sorted(e for e in new if e.slot >= floor and e.key not in known)
+def merge_new(session_id: str, cached: Cached, new: Iterable[Entry], read_at: float) -> Cached | None:
+    """``cached`` plus the ``new`` entries it does not hold yet (searches that also return cached ones), read at
+    ``read_at``; None when one sorts before the last cached item (a late write by another process: read again)."""
+    known = {key for _, _, key in cached.order}
+    fresh = sorted({e.key: e for e in new if e.key not in known}.values())
     if not fresh:
-        return cached
+        return cached._replace(read_at=read_at)
     if fresh[0][:3] < cached.order[-1]:
         return None
     start = len(cached.items)
     return Cached(
         [*cached.order, *(e[:3] for e in fresh)],
         [*cached.items, *(decode_item(session_id, start + i, e.item) for i, e in enumerate(fresh))],
+        read_at,
     )
 
 
@@ -204,25 +219,26 @@ class KeyedStoreStream(Closing):
     :class:`fragrel_integrations.langchain.scm_store.LangGraphStoreStream`.
 
     The value of an item is a JSON-compatible dict: ``observation``, ``response``, ``summary``, ``embedding`` (a
-    list of floats, or None), ``created`` (a Unix timestamp), ``index`` (the slot) and ``seq`` (the slot as
-    zero-padded text). A session's interactions are its items ordered by (slot, created, key); an interaction's
-    index is its position in that order. Items are written with ``index=False``: SCM scores the stored embeddings
-    itself. Session ids are free text: ``%``, ``.`` and NUL are percent-encoded in the label. Items of the earlier
-    key layout (ten digits alone) are read as before.
+    list of floats, or None), ``created`` (a Unix timestamp), ``index`` (the slot), ``seq`` (the slot as zero-padded
+    text) and ``written`` (the write time as sortable text, :func:`stamp`). A session's interactions are its items
+    ordered by (slot, created, key); an interaction's index is its position in that order. Items are written with
+    ``index=False``: SCM scores the stored embeddings itself. Session ids are free text: ``%``, ``.`` and NUL are
+    percent-encoded in the label. Items of the earlier key layout (ten digits alone) are read as before.
 
     Concurrent writers (the store has no put-if-absent): within one process every stream object on the same store
     shares one lock (:func:`store_lock`), so appends to one session take consecutive slots; across processes two
     writers may claim one slot at once, both items are kept (their keys differ) and every reader orders them the
     same way, so no turn is lost (the index :meth:`append` returned may then move up by one).
 
-    Reads: :meth:`items` keeps each session's items in memory. Each call asks the store, in one batch, for the
-    first and last cached items (their ``created`` must match, so a clear elsewhere is noticed) and for items whose
-    ``seq`` is at least the last cached slot less :data:`RACE_SLOTS` (``seq`` is text, so the comparison is right
-    in every store). Only new items are decoded; a new item that sorts before the last cached one makes the call
-    read the whole session (in pages of ``page_size``). A deletion in the middle of a session that keeps its first
-    and last items is not noticed while the cache lasts (:meth:`close` drops it). A store with a default TTL
-    (``ttl_config["default_ttl"]``) keeps no cache: every call reads the whole session. :meth:`count` always
-    reads the whole session.
+    Reads: :meth:`items` keeps each session's items in memory. Each call asks the store, in one batch, for the first
+    and last cached items (their ``created`` must match, so a clear elsewhere is noticed), for items whose ``seq``
+    is at least the last cached slot less :data:`RACE_SLOTS`, and for items ``written`` since :data:`LATE_SECONDS`
+    before the previous read (a writer that stalled between reading and writing claims an old slot; both fields are
+    text, so the comparison is right in every store). Only new items are decoded; a new item that sorts before the
+    last cached one makes the call read the whole session (in pages of ``page_size``). A deletion in the middle of a
+    session that keeps its first and last items is not noticed while the cache lasts (:meth:`close` drops it). A
+    store with a default TTL (``ttl_config["default_ttl"]``) keeps no cache: every call reads the whole session.
+    :meth:`count` always reads the whole session.
     """
 
     def __init__(self, store: Any, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100) -> None:
@@ -240,10 +256,10 @@ class KeyedStoreStream(Closing):
     # ------------------------------------------------------------------------------------------- store batches
 
     def _batch_ends(
-        self, ns: tuple[str, ...], keys: tuple[str, str], refresh: bool, since: dict[str, Any]
+        self, ns: tuple[str, ...], keys: tuple[str, str], refresh: bool, filters: Sequence[dict[str, Any]]
     ) -> list[Any]:
-        """One store batch: get the two ``keys`` (refreshing their TTL if ``refresh``), then search ``ns`` with
-        ``filter=since`` (``limit=page_size``); returns the two items (None: not found) and the search's page."""
+        """One store batch: get the two ``keys`` (refreshing their TTL if ``refresh``), then search ``ns`` once
+        per filter of ``filters`` (``limit=page_size``); returns the two items (None: not found), then the pages."""
         raise NotImplementedError
 
     def _batch_delete(self, ns: tuple[str, ...], keys: list[str]) -> None:
@@ -267,8 +283,11 @@ class KeyedStoreStream(Closing):
             offset += len(page)
 
     def _read_all(self, session_id: str, ns: tuple[str, ...]) -> Cached:
+        read_at = time.time()
         found = sorted(self._search_all(ns))
-        return Cached([e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)])
+        return Cached(
+            [e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)], read_at
+        )
 
     def _read_new(self, session_id: str, ns: tuple[str, ...], cached: Cached) -> Cached | None:
         """The cached items plus those written since, or None when the cache is stale: its first or last item is
@@ -276,24 +295,29 @@ class KeyedStoreStream(Closing):
         first, last = cached.order[0], cached.order[-1]
         config = getattr(self.store, "ttl_config", None) or {}
         refresh = bool(config.get("refresh_on_read", True))  # as BaseStore.get does by default
-        floor = max(0, last[0] - RACE_SLOTS)
-        since = {"seq": {"$gte": seq(floor)}}
+        read_at = time.time()
+        filters = (
+            {"seq": {"$gte": seq(max(0, last[0] - RACE_SLOTS))}},  # the turns after the last cached one
+            {"written": {"$gte": stamp(cached.read_at - LATE_SECONDS)}},  # and any late write to an old slot
+        )
         try:
-            results = self._batch_ends(ns, (first[2], last[2]), refresh, since)
+            results = self._batch_ends(ns, (first[2], last[2]), refresh, filters)
         except (TypeError, ValueError):  # a store that cannot compare a foreign item's value: read everything
             return None
         for (_, created, _), found in zip((first, last), results[:2], strict=True):
             if found is None or created_of(found) != created:
                 return None
-        page = results[2] if isinstance(results[2], list) else []
-        if len(page) >= self.page_size:
+        new: list[Entry] = []
+        for flt, page in zip(filters, results[2:], strict=True):
+            page = page if isinstance(page, list) else []
+            if len(page) < self.page_size:
+                new.extend(entries(ns, page))
+                continue
             try:
-                new = self._search_all(ns, filter=since)
+                new.extend(self._search_all(ns, filter=flt))
             except (TypeError, ValueError):
                 return None
-        else:
-            new = entries(ns, page)
-        return merge_new(session_id, cached, new, floor)
+        return merge_new(session_id, cached, new, read_at)
 
     def _read(self, session_id: str) -> Cached:
         """The session in order (from the cache plus what is new where possible); caller holds the lock."""
@@ -330,7 +354,8 @@ class KeyedStoreStream(Closing):
             self.store.put(ns, key, value, index=False)
             item = MemoryItem(session_id, len(current.items), observation, response, summary, vector, created)
             if self._cache_items:
-                self._cache[session_id] = Cached([*current.order, (slot, created, key)], [*current.items, item])
+                order, items = [*current.order, (slot, created, key)], [*current.items, item]
+                self._cache[session_id] = Cached(order, items, current.read_at)
         return item
 
     def items(self, session_id: str) -> list[MemoryItem]:
