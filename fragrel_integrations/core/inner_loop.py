@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import numbers
 import re
 import string
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
@@ -40,7 +39,6 @@ from ..models.chat import ChatModel, check_params, context_window
 from ..models.convert import as_chat_model
 from ..models.structured import ReplyFormat, format_kwargs
 from ..models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
-from .conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
 from .types import Fragment, ScoredFragment
 
 __all__ = [
@@ -360,58 +358,6 @@ def _resolve_retrievers(retriever: object, aretriever: object) -> tuple[SyncRetr
     if aretriever is not None and not callable(aretriever):
         raise TypeError(f"aretriever must be an async function query -> list, got {type(aretriever).__name__}")
     return sync, aretriever  # type: ignore[return-value]
-
-
-# ------------------------------------------------------------------------------------------------ adapters
-
-ADAPTER_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe", "show_progress")
-"""The loop settings the LangChain and LlamaIndex adapters take next to (or instead of) a built engine."""
-
-
-def engine_for_adapter(
-    engine: object,
-    model: object,
-    settings: Mapping[str, Any],
-    *,
-    has_retriever: bool,
-    model_arg: str,
-    model_hint: str,
-    retriever_hint: str,
-) -> InnerLoopEngine:
-    """The core engine behind a framework adapter: ``engine`` with ``settings`` applied (those not None), or a
-    new engine for ``model``. ``model_arg`` is the adapter's name for the model argument (``"model"``,
-    ``"llm"``); the hints name what to pass in the errors (e.g. ``"a LlamaIndex LLM"``)."""
-    changes = {name: value for name, value in settings.items() if value is not None}
-    if engine is not None:
-        if not isinstance(engine, InnerLoopEngine):
-            raise TypeError(f"engine must be an InnerLoopEngine, got {type(engine).__name__}")
-        if model is not None:
-            raise ValueError(f"pass either engine=... or {model_arg}=..., not both: the engine already has its model")
-        core = engine.with_settings(**changes) if changes else engine
-        if not has_retriever and not (core.has_sync_retriever or core.has_async_retriever):
-            raise ValueError(f"the engine has no retriever: pass retriever=... ({retriever_hint})")
-        return core
-    if model is None:
-        raise ValueError(
-            f"{model_arg} is required: pass {model_hint} (or any ChatModel) as {model_arg}=..., "
-            "or a built engine=InnerLoopEngine(...)"
-        )
-    if not has_retriever:
-        raise ValueError(f"retriever is required: pass {retriever_hint} as retriever=...")
-    return InnerLoopEngine(None, model, **changes)
-
-
-def _number(value: object, default: float) -> float:
-    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else default
-
-
-def scored_from_metadata(fragment: Fragment, score: float, metadata: Mapping[str, Any]) -> ScoredFragment:
-    """A retrieved framework object as a core hit: ``score`` is its retriever's score; FragRel's independent and
-    environment scores are read back from ``metadata`` when a FragRel retriever put them there (else the score
-    and 0)."""
-    independent = _number(metadata.get(INDEPENDENT_SCORE_KEY), score)
-    environment = _number(metadata.get(ENVIRONMENT_SCORE_KEY), 0.0)
-    return ScoredFragment(fragment, score, independent, environment)
 
 
 # ------------------------------------------------------------------------------------------------ engine

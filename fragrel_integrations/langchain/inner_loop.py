@@ -16,7 +16,8 @@ LangChain ``Document`` objects to core fragments and back, and wires LangChain c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Hashable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
+from functools import partial
 from typing import Any, Self
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
@@ -26,15 +27,17 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, R
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 
-from ..core.inner_loop import (
+from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
+from ..core.kit.inner_loop import (
     ADAPTER_SETTINGS,
-    InnerLoopEngine,
-    InnerLoopError,
-    InnerLoopResult,
+    attach_output,
+    bind_retriever,
     engine_for_adapter,
-    fragment_key,
-    scored_from_metadata,
+    question_of,
+    result_dict,
 )
+from ..core.kit.inner_loop import scored_from_metadata as hit_from
+from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
 from ._documents import check_documents, fragment_to_document, isolated_key, read_location, read_score, with_scores
 
@@ -42,25 +45,15 @@ __all__ = ["InnerLoopRunnable"]
 
 
 def _question(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and "question" in value:
-        question = value["question"]
-        if not isinstance(question, str):
-            raise TypeError(f'input["question"] must be str, got {type(question).__name__}')
-        return question
-    raise TypeError(
-        f'InnerLoopRunnable takes a question string or {{"question": "..."}}, got {type(value).__name__}'
-        + (f" with keys {sorted(map(str, value))}" if isinstance(value, Mapping) else "")
-    )
+    return question_of(value, "InnerLoopRunnable")
 
 
 def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFragment:
     """A core fragment for a retrieved Document (its score, and FragRel's sub-scores when it carries them)."""
     doc_id, position = read_location(doc, doc_id_key, position_key) or (isolated_key(doc), 0)
-    score = read_score(doc, None)
-    score = 0.0 if score is None else score
-    return scored_from_metadata(Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), score, doc.metadata)
+    return hit_from(
+        Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), read_score(doc, None), doc.metadata
+    )
 
 
 class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any]]):
@@ -128,9 +121,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
             model_hint="a LangChain chat model",
             retriever_hint="any Runnable[str, list[Document]], e.g. vectorstore.as_retriever()",
         )
-        for name in ("doc_id_key", "position_key"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must be a non-empty metadata key")
+        check_key("doc_id_key", self.doc_id_key), check_key("position_key", self.position_key)
         self._core = engine
         return self
 
@@ -141,61 +132,28 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     # ---------------------------------------------------------------------------------------------- conversion
 
-    def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, dict[Hashable, Document]]:
+    def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, Callable[[ScoredFragment], Document | None]]:
         """The engine for one call, retrieving through ``self.retriever`` with ``config`` (callbacks), and the
-        map from fragment keys back to the retriever's Documents."""
-        documents: dict[Hashable, Document] = {}
+        lookup from a hit back to the retriever's Document."""
         if self.retriever is None:
-            return self.core_engine, documents
-        retriever = self.retriever
+            return self.core_engine, lambda hit: None
+        return bind_retriever(
+            self.core_engine,
+            lambda query: self.retriever.invoke(query, config),  # type: ignore[union-attr]
+            lambda query: self.retriever.ainvoke(query, config),  # type: ignore[union-attr]
+            lambda result: check_documents(result, "the retriever's result"),
+            lambda doc: _document_hit(doc, self.doc_id_key, self.position_key),
+        )
 
-        def hits(result: object) -> list[ScoredFragment]:
-            out = []
-            for doc in check_documents(result, "the retriever's result"):
-                hit = _document_hit(doc, self.doc_id_key, self.position_key)
-                documents.setdefault(fragment_key(hit), doc)
-                out.append(hit)
-            return out
-
-        def retrieve(query: str) -> list[ScoredFragment]:
-            return hits(retriever.invoke(query, config))
-
-        async def aretrieve(query: str) -> list[ScoredFragment]:
-            return hits(await retriever.ainvoke(query, config))
-
-        return self.core_engine.with_retriever(retrieve, aretriever=aretrieve), documents
-
-    def _document(self, hit: ScoredFragment, documents: dict[Hashable, Document]) -> Document:
-        doc = documents.get(fragment_key(hit))
+    def _document(self, hit: ScoredFragment, original: Callable[[ScoredFragment], Document | None]) -> Document:
+        doc = original(hit)
         if doc is not None:
             return doc
         fresh = fragment_to_document(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
         return with_scores(fresh, hit)
 
-    def _output(self, result: InnerLoopResult, documents: dict[Hashable, Document]) -> dict[str, Any]:
-        rounds = [
-            {
-                "index": r.index,
-                "query": r.query,
-                "documents": [self._document(h, documents) for h in r.shown],
-                "retrieved": [self._document(h, documents) for h in r.retrieved],
-                "reply": r.reply,
-                "stm": r.stm,
-                "similarity": r.similarity,
-            }
-            for r in result.rounds
-        ]
-        return {
-            "question": result.question,
-            "answer": result.answer,
-            "converged": result.converged,
-            "stop_reason": result.stop_reason,
-            "rounds": rounds,
-            "documents": [self._document(h, documents) for h in result.fragments],
-        }
-
-    def _attach_output(self, exc: InnerLoopError, documents: dict[Hashable, Document]) -> None:
-        exc.output = self._output(exc.result, documents)  # type: ignore[attr-defined]
+    def _output(self, result: InnerLoopResult, original: Callable[[ScoredFragment], Document | None]) -> dict:
+        return result_dict(result, lambda hits: [self._document(h, original) for h in hits])
 
     # ---------------------------------------------------------------------------------------------- running
 
@@ -211,12 +169,9 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     def _invoke(
         self, input: str | dict[str, Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
-        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        try:
-            return self._output(engine.run(_question(input)), documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+        engine, original = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        with attach_output(partial(self._output, original=original)):
+            return self._output(engine.run(_question(input)), original)
 
     async def ainvoke(self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict:
         self._no_kwargs(kwargs)
@@ -225,12 +180,9 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     async def _ainvoke(
         self, input: str | dict[str, Any], run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
-        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        try:
-            return self._output(await engine.arun(_question(input)), documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+        engine, original = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        with attach_output(partial(self._output, original=original)):
+            return self._output(await engine.arun(_question(input)), original)
 
     def stream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -243,13 +195,10 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         question = None
         for question in inputs:  # noqa: B007 - a single input
             pass
-        engine, documents = self._bind(config)
-        try:
+        engine, original = self._bind(config)
+        with attach_output(partial(self._output, original=original)):
             for snapshot in engine.stream(_question(question)):
-                yield self._output(snapshot, documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+                yield self._output(snapshot, original)
 
     async def astream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -267,10 +216,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         question = None
         async for question in inputs:  # noqa: B007 - a single input
             pass
-        engine, documents = self._bind(config)
-        try:
+        engine, original = self._bind(config)
+        with attach_output(partial(self._output, original=original)):
             async for snapshot in engine.astream(_question(question)):
-                yield self._output(snapshot, documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+                yield self._output(snapshot, original)

@@ -17,7 +17,8 @@ All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLo
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -27,17 +28,12 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from ..core.inner_loop import (
-    ADAPTER_SETTINGS,
-    InnerLoopEngine,
-    InnerLoopError,
-    InnerLoopResult,
-    engine_for_adapter,
-    fragment_key,
-    scored_from_metadata,
-)
+from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
+from ..core.kit.inner_loop import ADAPTER_SETTINGS, attach_output, bind_retriever, engine_for_adapter
+from ..core.kit.inner_loop import scored_from_metadata as hit_from
+from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
-from ._convert import check_key, node_doc_id, node_from_fragment, node_position, scored_node
+from ._convert import check_nodes, node_doc_id, node_from_fragment, node_position, scored_node
 
 __all__ = ["InnerLoopQueryEngine"]
 
@@ -49,9 +45,8 @@ def _node_hit(item: NodeWithScore, doc_id_key: str, position_key: str) -> Scored
     node = item.node
     doc_id = node_doc_id(node, doc_id_key) or _UNLOCATED  # then the text alone tells nodes apart (dedupe)
     position = node_position(node, position_key)
-    score = 0.0 if item.score is None else float(item.score)
     fragment = Fragment(node.get_content(metadata_mode=MetadataMode.LLM), doc_id, 0 if position is None else position)
-    return scored_from_metadata(fragment, score, node.metadata)
+    return hit_from(fragment, item.score, node.metadata)
 
 
 class InnerLoopQueryEngine(CustomQueryEngine):
@@ -145,41 +140,28 @@ class InnerLoopQueryEngine(CustomQueryEngine):
 
     # ---------------------------------------------------------------------------------------------- conversion
 
-    def _bind(self) -> tuple[InnerLoopEngine, dict[Hashable, NodeWithScore]]:
-        nodes: dict[Hashable, NodeWithScore] = {}
+    def _bind(self) -> tuple[InnerLoopEngine, Callable[[ScoredFragment], NodeWithScore | None]]:
         if self.retriever is None:
-            return self._core, nodes
-        retriever: BaseRetriever = self.retriever
+            return self._core, lambda hit: None
+        return bind_retriever(
+            self._core,
+            self.retriever.retrieve,
+            self.retriever.aretrieve,
+            lambda result: check_nodes(result, "the retriever's result"),
+            lambda item: _node_hit(item, self.doc_id_key, self.position_key),
+        )
 
-        def hits(result: list[NodeWithScore]) -> list[ScoredFragment]:
-            out = []
-            for i, item in enumerate(result):
-                if not isinstance(item, NodeWithScore):
-                    raise TypeError(f"the retriever's result[{i}] must be a NodeWithScore, got {type(item).__name__}")
-                hit = _node_hit(item, self.doc_id_key, self.position_key)
-                nodes.setdefault(fragment_key(hit), item)
-                out.append(hit)
-            return out
-
-        def retrieve(query: str) -> list[ScoredFragment]:
-            return hits(retriever.retrieve(query))
-
-        async def aretrieve(query: str) -> list[ScoredFragment]:
-            return hits(await retriever.aretrieve(query))
-
-        return self._core.with_retriever(retrieve, aretriever=aretrieve), nodes
-
-    def _node(self, hit: ScoredFragment, nodes: dict[Hashable, NodeWithScore]) -> NodeWithScore:
-        item = nodes.get(fragment_key(hit))
+    def _node(self, hit: ScoredFragment, original: Callable[[ScoredFragment], NodeWithScore | None]) -> NodeWithScore:
+        item = original(hit)
         if item is not None:
             return item
         node = node_from_fragment(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
         return NodeWithScore(node=scored_node(node, hit), score=hit.score)
 
-    def _response(self, result: InnerLoopResult, nodes: dict[Hashable, NodeWithScore]) -> Response:
+    def _response(self, result: InnerLoopResult, original: Callable[[ScoredFragment], Any]) -> Response:
         return Response(
             response=result.answer,
-            source_nodes=[self._node(h, nodes) for h in result.fragments],
+            source_nodes=[self._node(h, original) for h in result.fragments],
             metadata={
                 "converged": result.converged,
                 "stop_reason": result.stop_reason,
@@ -191,17 +173,11 @@ class InnerLoopQueryEngine(CustomQueryEngine):
     # ---------------------------------------------------------------------------------------------- querying
 
     def custom_query(self, query_str: str) -> Response:
-        engine, nodes = self._bind()
-        try:
-            return self._response(engine.run(query_str), nodes)
-        except InnerLoopError as exc:
-            exc.output = self._response(exc.result, nodes)  # type: ignore[attr-defined]
-            raise
+        engine, original = self._bind()
+        with attach_output(partial(self._response, original=original)):
+            return self._response(engine.run(query_str), original)
 
     async def acustom_query(self, query_str: str) -> Response:
-        engine, nodes = self._bind()
-        try:
-            return self._response(await engine.arun(query_str), nodes)
-        except InnerLoopError as exc:
-            exc.output = self._response(exc.result, nodes)  # type: ignore[attr-defined]
-            raise
+        engine, original = self._bind()
+        with attach_output(partial(self._response, original=original)):
+            return self._response(await engine.arun(query_str), original)
