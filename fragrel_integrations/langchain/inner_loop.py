@@ -16,7 +16,7 @@ LangChain ``Document`` objects to core fragments and back, and wires LangChain c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, Self
 
@@ -27,16 +27,8 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, R
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 
-from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
-from ..core.kit.inner_loop import (
-    ADAPTER_SETTINGS,
-    attach_output,
-    bind_retriever,
-    engine_for_adapter,
-    question_of,
-    result_dict,
-)
-from ..core.kit.inner_loop import scored_from_metadata as hit_from
+from ..core.inner_loop import InnerLoopEngine
+from ..core.kit import inner_loop as kit
 from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
 from ._documents import check_documents, fragment_to_document, isolated_key, read_location, read_score, with_scores
@@ -44,14 +36,10 @@ from ._documents import check_documents, fragment_to_document, isolated_key, rea
 __all__ = ["InnerLoopRunnable"]
 
 
-def _question(value: object) -> str:
-    return question_of(value, "InnerLoopRunnable")
-
-
 def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFragment:
     """A core fragment for a retrieved Document (its score, and FragRel's sub-scores when it carries them)."""
     doc_id, position = read_location(doc, doc_id_key, position_key) or (isolated_key(doc), 0)
-    return hit_from(
+    return kit.scored_from_metadata(
         Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), read_score(doc, None), doc.metadata
     )
 
@@ -112,10 +100,10 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     @model_validator(mode="after")
     def _build_engine(self) -> Self:
-        engine = engine_for_adapter(
+        engine = kit.engine_for_adapter(
             self.engine,
             self.model,
-            {name: getattr(self, name) for name in ADAPTER_SETTINGS},
+            {name: getattr(self, name) for name in kit.ADAPTER_SETTINGS},
             has_retriever=self.retriever is not None,
             model_arg="model",
             model_hint="a LangChain chat model",
@@ -132,28 +120,26 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     # ---------------------------------------------------------------------------------------------- conversion
 
-    def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, Callable[[ScoredFragment], Document | None]]:
+    def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list]]:
         """The engine for one call, retrieving through ``self.retriever`` with ``config`` (callbacks), and the
-        lookup from a hit back to the retriever's Document."""
-        if self.retriever is None:
-            return self.core_engine, lambda hit: None
-        return bind_retriever(
+        conversion of hits back to the retriever's Documents (new Documents for the engine's own retriever)."""
+        retriever = self.retriever
+        calls = (
+            None
+            if retriever is None
+            else (partial(retriever.invoke, config=config), partial(retriever.ainvoke, config=config))
+        )
+        return kit.bind_retriever(
             self.core_engine,
-            lambda query: self.retriever.invoke(query, config),  # type: ignore[union-attr]
-            lambda query: self.retriever.ainvoke(query, config),  # type: ignore[union-attr]
+            calls,
             lambda result: check_documents(result, "the retriever's result"),
             lambda doc: _document_hit(doc, self.doc_id_key, self.position_key),
+            self._fresh,
         )
 
-    def _document(self, hit: ScoredFragment, original: Callable[[ScoredFragment], Document | None]) -> Document:
-        doc = original(hit)
-        if doc is not None:
-            return doc
+    def _fresh(self, hit: ScoredFragment) -> Document:
         fresh = fragment_to_document(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
         return with_scores(fresh, hit)
-
-    def _output(self, result: InnerLoopResult, original: Callable[[ScoredFragment], Document | None]) -> dict:
-        return result_dict(result, lambda hits: [self._document(h, original) for h in hits])
 
     # ---------------------------------------------------------------------------------------------- running
 
@@ -169,9 +155,9 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     def _invoke(
         self, input: str | dict[str, Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
-        engine, original = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        with attach_output(partial(self._output, original=original)):
-            return self._output(engine.run(_question(input)), original)
+        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            return kit.result_dict(engine.run(kit.question_of(input, "InnerLoopRunnable")), documents)
 
     async def ainvoke(self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict:
         self._no_kwargs(kwargs)
@@ -180,9 +166,9 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     async def _ainvoke(
         self, input: str | dict[str, Any], run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
-        engine, original = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        with attach_output(partial(self._output, original=original)):
-            return self._output(await engine.arun(_question(input)), original)
+        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            return kit.result_dict(await engine.arun(kit.question_of(input, "InnerLoopRunnable")), documents)
 
     def stream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -195,10 +181,10 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         question = None
         for question in inputs:  # noqa: B007 - a single input
             pass
-        engine, original = self._bind(config)
-        with attach_output(partial(self._output, original=original)):
-            for snapshot in engine.stream(_question(question)):
-                yield self._output(snapshot, original)
+        engine, documents = self._bind(config)
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            for snapshot in engine.stream(kit.question_of(question, "InnerLoopRunnable")):
+                yield kit.result_dict(snapshot, documents)
 
     async def astream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -216,7 +202,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         question = None
         async for question in inputs:  # noqa: B007 - a single input
             pass
-        engine, original = self._bind(config)
-        with attach_output(partial(self._output, original=original)):
-            async for snapshot in engine.astream(_question(question)):
-                yield self._output(snapshot, original)
+        engine, documents = self._bind(config)
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            async for snapshot in engine.astream(kit.question_of(question, "InnerLoopRunnable")):
+                yield kit.result_dict(snapshot, documents)

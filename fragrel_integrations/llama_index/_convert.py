@@ -6,7 +6,6 @@ All scoring is the core's :func:`~fragrel_integrations.core.rerank.rerank`; this
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ __all__ = [
     "node_links",
     "node_position",
     "related_id",
-    "resolve_k",
     "scored_node",
     "scoring_text",
 ]
@@ -51,16 +49,6 @@ _TAGGER_HINT = (
     "or tag_positions(nodes), or pass on_missing_position='links' (PREVIOUS/NEXT links between candidates) "
     "or 'isolate' (no environment for such nodes)"
 )
-
-
-def resolve_k(similarity_top_k: int | None, k: int | None, default: int | None) -> int | None:
-    """``similarity_top_k`` and its alias ``k``; both given must agree."""
-    similarity_top_k = check_k(similarity_top_k, "similarity_top_k")
-    k = check_k(k)
-    if similarity_top_k is not None and k is not None and similarity_top_k != k:
-        raise ValueError(f"similarity_top_k={similarity_top_k} and k={k} disagree: pass only one of them")
-    chosen = similarity_top_k if similarity_top_k is not None else k
-    return default if chosen is None else chosen
 
 
 def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
@@ -130,14 +118,6 @@ def scored_node(node: BaseNode, scored: ScoredFragment) -> BaseNode:
     )
 
 
-def _jsonable(value: object) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def scoring_text(node: BaseNode) -> str:
     """The text FragRel scores: what LlamaIndex embeds (``MetadataMode.EMBED``), so that embedder cosine and a
     vector index's own scores agree."""
@@ -147,8 +127,7 @@ def scoring_text(node: BaseNode) -> str:
 def fragment_for_store(node: BaseNode, doc_id: str, position: int) -> Fragment:
     """The :class:`Fragment` a :class:`FragmentStore` keeps for ``node``: its scoring text (as embedded), its
     JSON-serialisable metadata and, under ``"fragrel_node"``, its id, raw text, source document and hidden keys."""
-    metadata: dict[str, Any] = {k: v for k, v in node.metadata.items() if _jsonable(v)}
-    dropped = sorted(set(node.metadata) - set(metadata))
+    metadata, dropped = pool.jsonable_metadata(node.metadata)
     if dropped:
         logger.debug("node %s: metadata keys %s are not JSON-serialisable and were not stored", node.node_id, dropped)
     metadata[STORE_NODE_KEY] = {

@@ -17,7 +17,7 @@ All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 
@@ -29,8 +29,7 @@ from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
-from ..core.kit.inner_loop import ADAPTER_SETTINGS, attach_output, bind_retriever, engine_for_adapter
-from ..core.kit.inner_loop import scored_from_metadata as hit_from
+from ..core.kit import inner_loop as kit
 from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
 from ._convert import check_nodes, node_doc_id, node_from_fragment, node_position, scored_node
@@ -46,7 +45,7 @@ def _node_hit(item: NodeWithScore, doc_id_key: str, position_key: str) -> Scored
     doc_id = node_doc_id(node, doc_id_key) or _UNLOCATED  # then the text alone tells nodes apart (dedupe)
     position = node_position(node, position_key)
     fragment = Fragment(node.get_content(metadata_mode=MetadataMode.LLM), doc_id, 0 if position is None else position)
-    return hit_from(fragment, item.score, node.metadata)
+    return kit.scored_from_metadata(fragment, item.score, node.metadata)
 
 
 class InnerLoopQueryEngine(CustomQueryEngine):
@@ -105,10 +104,8 @@ class InnerLoopQueryEngine(CustomQueryEngine):
                 "retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=4)), "
                 f"got {type(retriever).__name__}"
             )
-        settings = dict(
-            zip(ADAPTER_SETTINGS, (max_loops, threshold, max_stm_tokens, dedupe, show_progress), strict=True)
-        )
-        core = engine_for_adapter(
+        settings = {name: value for name, value in locals().items() if name in kit.ADAPTER_SETTINGS}
+        core = kit.engine_for_adapter(
             engine,
             llm,
             settings,
@@ -122,11 +119,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
             retriever=retriever,
             llm=llm,
             engine=engine,
-            max_loops=max_loops,
-            threshold=threshold,
-            max_stm_tokens=max_stm_tokens,
-            dedupe=dedupe,
-            show_progress=show_progress,
+            **settings,
             doc_id_key=check_key("doc_id_key", doc_id_key),
             position_key=check_key("position_key", position_key),
             **kwargs,
@@ -140,28 +133,24 @@ class InnerLoopQueryEngine(CustomQueryEngine):
 
     # ---------------------------------------------------------------------------------------------- conversion
 
-    def _bind(self) -> tuple[InnerLoopEngine, Callable[[ScoredFragment], NodeWithScore | None]]:
-        if self.retriever is None:
-            return self._core, lambda hit: None
-        return bind_retriever(
+    def _bind(self) -> tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list[NodeWithScore]]]:
+        retriever = self.retriever
+        return kit.bind_retriever(
             self._core,
-            self.retriever.retrieve,
-            self.retriever.aretrieve,
+            None if retriever is None else (retriever.retrieve, retriever.aretrieve),
             lambda result: check_nodes(result, "the retriever's result"),
             lambda item: _node_hit(item, self.doc_id_key, self.position_key),
+            self._fresh,
         )
 
-    def _node(self, hit: ScoredFragment, original: Callable[[ScoredFragment], NodeWithScore | None]) -> NodeWithScore:
-        item = original(hit)
-        if item is not None:
-            return item
+    def _fresh(self, hit: ScoredFragment) -> NodeWithScore:
         node = node_from_fragment(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
         return NodeWithScore(node=scored_node(node, hit), score=hit.score)
 
-    def _response(self, result: InnerLoopResult, original: Callable[[ScoredFragment], Any]) -> Response:
+    def _response(self, result: InnerLoopResult, nodes: Callable[[Iterable[ScoredFragment]], list]) -> Response:
         return Response(
             response=result.answer,
-            source_nodes=[self._node(h, original) for h in result.fragments],
+            source_nodes=nodes(result.fragments),
             metadata={
                 "converged": result.converged,
                 "stop_reason": result.stop_reason,
@@ -173,11 +162,11 @@ class InnerLoopQueryEngine(CustomQueryEngine):
     # ---------------------------------------------------------------------------------------------- querying
 
     def custom_query(self, query_str: str) -> Response:
-        engine, original = self._bind()
-        with attach_output(partial(self._response, original=original)):
-            return self._response(engine.run(query_str), original)
+        engine, nodes = self._bind()
+        with kit.attach_output(partial(self._response, nodes=nodes)):
+            return self._response(engine.run(query_str), nodes)
 
     async def acustom_query(self, query_str: str) -> Response:
-        engine, original = self._bind()
-        with attach_output(partial(self._response, original=original)):
-            return self._response(await engine.arun(query_str), original)
+        engine, nodes = self._bind()
+        with kit.attach_output(partial(self._response, nodes=nodes)):
+            return self._response(await engine.arun(query_str), nodes)

@@ -23,6 +23,7 @@ from ..core.kit.settings import (
     check_keys,
     check_order,
     check_pool_size,
+    resolve_k,
 )
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
@@ -30,7 +31,7 @@ from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
-from ._convert import NodeReranker, node_from_fragment, resolve_k, scored_node
+from ._convert import NodeReranker, node_from_fragment, scored_node
 from ._pool import ranks_by_words, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]

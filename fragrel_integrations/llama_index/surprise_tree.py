@@ -23,8 +23,8 @@ from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithSc
 from pydantic import Field, PrivateAttr
 
 from ..core.kit import tree as kit
+from ..core.kit.settings import resolve_k
 from ..core.tree import FIELDS, BuildReport, ExtractiveSummariser, Summariser, SurpriseTree, TreeHit, TreeRelation
-from ._convert import resolve_k
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
 

@@ -83,20 +83,29 @@ def scored_from_metadata(fragment: Fragment, score: float | None, metadata: Mapp
 
 def bind_retriever(
     engine: InnerLoopEngine,
-    retrieve: Callable[[str], Any],
-    aretrieve: Callable[[str], Any],
+    calls: tuple[Callable[[str], Any], Callable[[str], Any]] | None,
     items: Callable[[object], list[T]],
     to_hit: Callable[[T], ScoredFragment],
-) -> tuple[InnerLoopEngine, Callable[[ScoredFragment], T | None]]:
-    """``engine`` retrieving through a framework retriever for one call, and a lookup from a hit back to the
-    framework item it came from (None for a hit the engine's own retriever made).
+    fresh: Callable[[ScoredFragment], T],
+) -> tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list[T]]]:
+    """``engine`` retrieving through a framework retriever for one call, and the conversion of hits back to the
+    framework items they came from (``fresh(hit)`` for a hit the engine's own retriever made).
 
-    ``retrieve`` / ``aretrieve`` (async) return the framework's result, ``items`` checks it into a list of items
-    and ``to_hit`` turns one item into a core hit (e.g. with :func:`scored_from_metadata`).
+    ``calls`` is the retriever's ``(retrieve, aretrieve)`` returning the framework's result (None: the engine's own
+    retriever), ``items`` checks a result into a list of items and ``to_hit`` turns one item into a core hit (e.g.
+    with :func:`scored_from_metadata`).
     """
     found: dict[Hashable, T] = {}
 
-    def hits(result: object) -> list[ScoredFragment]:
+    def convert(hits: Iterable[ScoredFragment]) -> list[T]:
+        pairs = [(hit, found.get(fragment_key(hit))) for hit in hits]
+        return [fresh(hit) if item is None else item for hit, item in pairs]
+
+    if calls is None:
+        return engine, convert
+    retrieve, aretrieve = calls
+
+    def as_hits(result: object) -> list[ScoredFragment]:
         out = []
         for item in items(result):
             hit = to_hit(item)
@@ -105,10 +114,9 @@ def bind_retriever(
         return out
 
     async def ahits(query: str) -> list[ScoredFragment]:
-        return hits(await aretrieve(query))
+        return as_hits(await aretrieve(query))
 
-    bound = engine.with_retriever(lambda query: hits(retrieve(query)), aretriever=ahits)
-    return bound, lambda hit: found.get(fragment_key(hit))
+    return engine.with_retriever(lambda query: as_hits(retrieve(query)), aretriever=ahits), convert
 
 
 @contextmanager

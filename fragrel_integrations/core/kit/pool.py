@@ -32,6 +32,7 @@ __all__ = [
     "fill_missing",
     "fuse_minmax",
     "isolated_key",
+    "jsonable_metadata",
     "linked_keys",
     "minmax_scores",
     "oriented_scores",
@@ -130,6 +131,22 @@ def chain_order(ids: Sequence[str], *, previous: Sequence[str | None], following
         seen.add(cur)
         cur = index.get(following[cur] or "")
     return chain if len(chain) == len(ids) else []
+
+
+def jsonable_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The entries of ``metadata`` a FragmentStore can keep (JSON-serialisable), and the keys left out, sorted.
+
+    >>> jsonable_metadata({"a": 1, "b": object()})[1]
+    ['b']
+    """
+    kept = {}
+    for key, value in metadata.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        kept[key] = value
+    return kept, sorted(set(metadata) - set(kept))
 
 
 # ------------------------------------------------------------------------------------------------ scores

@@ -71,6 +71,7 @@ __all__ = [
     "check_top_m_setting",
     "field_checks",
     "missing_position_policy",
+    "resolve_k",
     "score_metadata",
 ]
 
@@ -149,6 +150,20 @@ def check_top_m_setting(value: object) -> int | None:
             f"(the preset's), got {value!r}"
         )
     return int(value)
+
+
+def resolve_k(value: object, alias: object, default: int | None, name: str = "similarity_top_k") -> int | None:
+    """The number of results from a setting and its alias ``k`` (LlamaIndex's ``similarity_top_k``); both given
+    must agree; ``default`` when neither is.
+
+    >>> resolve_k(None, 3, 5), resolve_k(None, None, 5)
+    (3, 5)
+    """
+    value, alias = check_k(value, name), check_k(alias)
+    if value is not None and alias is not None and value != alias:
+        raise ValueError(f"{name}={value} and k={alias} disagree: pass only one of them")
+    chosen = value if value is not None else alias
+    return default if chosen is None else chosen
 
 
 def check_pool_size(value: object) -> int | None:
