@@ -52,6 +52,7 @@ _MISSING_POSITION = (
 
 #: The settings kit's check of each field (run before pydantic's own type check, so the words are the kit's).
 _CHECKS = kit.field_checks(("k", "pool_size", "score_key", *kit.FIELD_SETTINGS), links=False)
+_INDEX_CHECKS = kit.field_checks(("k", "order", "budget_words"))
 _DOCS = kit.SETTING_DOCS
 
 
@@ -269,7 +270,7 @@ class FragRelIndexRetriever(BaseRetriever):
     index: FragRelIndex
     """The core index (holds the fragments, the relation, alpha and the scorer)."""
     k: int = 4
-    budget_words: int | None = Field(default=None, gt=0)
+    budget_words: int | None = None
     """Also stop when the returned fragments reach this many words."""
     order: Literal["score", "position"] = "score"
     doc_id_key: str = "doc_id"
@@ -277,10 +278,10 @@ class FragRelIndexRetriever(BaseRetriever):
 
     _documents: dict[tuple[str, int], Document] = PrivateAttr(default_factory=dict)
 
-    @field_validator("k", "order", mode="before")
+    @field_validator(*_INDEX_CHECKS, mode="before")
     @classmethod
     def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
-        return _CHECKS[info.field_name](value)
+        return _INDEX_CHECKS[info.field_name](value)
 
     @model_validator(mode="after")
     def _check_keys(self) -> Self:

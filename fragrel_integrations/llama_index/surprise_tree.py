@@ -33,7 +33,7 @@ _RETRIEVER_KWARGS = ("similarity_top_k", "k", *kit.SEARCH_OPTIONS, "callback_man
 
 def hit_to_node(hit: TreeHit) -> NodeWithScore:
     """A scored ``TextNode`` for one retrieved tree text (metadata as in the LangChain adapter:
-    :func:`~fragrel_integrations.core.tree.adapter.hit_metadata`; the tree keys are hidden from the embed and LLM
+    :func:`~fragrel_integrations.core.kit.tree.hit_metadata`; the tree keys are hidden from the embed and LLM
     views)."""
     text_node = TextNode(
         id_=kit.hit_id(hit),

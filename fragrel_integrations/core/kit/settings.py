@@ -3,7 +3,9 @@
 Both frameworks' wrappers (LangChain ``FragRelRetriever``; LlamaIndex ``FragRelRetriever`` and
 ``FragRelPostprocessor``) declare their fields, convert their framework's types and hand the settings to
 :meth:`WrapperSettings.resolve`, which fills the preset's defaults and checks each setting with the one check
-function below, so the same bad setting fails with the same words in every wrapper. The kit also owns the
+function below, so the same bad setting fails with the same words in every wrapper. Pydantic wrappers run the
+checks as ``mode="before"`` field validators (:func:`field_checks`) and read their fields back with
+:meth:`WrapperSettings.of`; :data:`SETTING_DOCS` holds what each setting means. This module also owns the
 missing-position policy and its spellings, the metadata key names and the score metadata written on every result.
 
 >>> from fragrel_integrations.core.types import Fragment, ScoredFragment
@@ -316,7 +318,7 @@ FIELD_SETTINGS: tuple[str, ...] = tuple(name for name in SETTING_NAMES if name n
 def field_checks(names: Sequence[str], *, links: bool = True) -> dict[str, Callable[[Any], Any]]:
     """The kit's check of each named wrapper field, for a pydantic ``mode="before"`` field validator (so a bad
     value fails with the kit's words, not pydantic's). ``k``, ``top_n`` and ``pool_size`` count results or
-    candidates; ``links=False`` where candidates carry no PREVIOUS/NEXT relationships.
+    candidates (``budget_words`` the words of a core index's hits); ``links=False`` where candidates carry no PREVIOUS/NEXT relationships.
 
     >>> field_checks(["top_n"])["top_n"](0)
     Traceback (most recent call last):
@@ -326,6 +328,7 @@ def field_checks(names: Sequence[str], *, links: bool = True) -> dict[str, Calla
         "k": check_k,
         "top_n": partial(check_k, name="top_n"),
         "pool_size": check_pool_size,
+        "budget_words": partial(check_k, name="budget_words"),
         "preset": check_preset,
         "alpha": check_alpha_setting,
         "top_m": check_top_m_setting,
