@@ -318,7 +318,8 @@ FIELD_SETTINGS: tuple[str, ...] = tuple(name for name in SETTING_NAMES if name n
 def field_checks(names: Sequence[str], *, links: bool = True) -> dict[str, Callable[[Any], Any]]:
     """The kit's check of each named wrapper field, for a pydantic ``mode="before"`` field validator (so a bad
     value fails with the kit's words, not pydantic's). ``k``, ``top_n`` and ``pool_size`` count results or
-    candidates (``budget_words`` the words of a core index's hits); ``links=False`` where candidates carry no PREVIOUS/NEXT relationships.
+    candidates, ``budget_words`` the words of a core index's hits; ``links=False`` where candidates carry no
+    PREVIOUS/NEXT relationships.
 
     >>> field_checks(["top_n"])["top_n"](0)
     Traceback (most recent call last):
