@@ -9,7 +9,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 import fragrel_integrations.models.local as local
 from fragrel_integrations.cli import _preset, build_parser
-from fragrel_integrations.core import conventions as kit
+from fragrel_integrations.core import kit
 from fragrel_integrations.core.presets import DEFAULT_PRESET, detect_kind, detect_preset, preset
 from fragrel_integrations.core.relations import SemanticRelation
 from fragrel_integrations.core.rerank import lexical_fusion, rank_scores, rerank

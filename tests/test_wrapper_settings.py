@@ -1,16 +1,21 @@
 """The settings kit: every FragRel wrapper (LangChain retriever, LlamaIndex retriever and postprocessor) takes the
 same settings, fills the same defaults and rejects the same bad setting with the same words (the kit's)."""
 
+import importlib
+import inspect
 import math
 import re
+import sys
 
 import pytest
 from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever as LangChainBase
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from fragrel_integrations import FragmentStore
-from fragrel_integrations.core import conventions as kit
+from fragrel_integrations.core import kit
 from fragrel_integrations.core.relations import ContextRelation
 from fragrel_integrations.langchain import FragRelRetriever, add_positions
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
@@ -95,10 +100,10 @@ def test_pool_size_is_checked_by_the_kit(framework):
 def test_old_spellings_are_accepted_and_links_needs_nodes():
     assert kit.check_on_missing_position("error") == "raise"
     assert FragRelRetriever(base_retriever=lambda q: [], on_missing_position="error").on_missing_position == "raise"
-    assert FragRelPostprocessor(on_missing_position="error")._reranker().on_missing_position == "raise"
+    assert FragRelPostprocessor(on_missing_position="error").settings.on_missing_position == "raise"
     with pytest.raises(ValueError, match="LangChain Documents do not have"):
         FragRelRetriever(base_retriever=lambda q: [], on_missing_position="links")
-    assert LlamaFragRelRetriever(ListRetriever([]), on_missing_position="links")._reranker.on_missing_position == (
+    assert LlamaFragRelRetriever(ListRetriever([]), on_missing_position="links").settings.on_missing_position == (
         "links"
     )
 
@@ -108,9 +113,9 @@ def test_every_wrapper_resolves_the_same_defaults(preset, tmp_path):
     store = FragmentStore(str(tmp_path / "s.sqlite"))
     expected = kit.WrapperSettings.resolve(preset=preset, store=store)
     assert expected.expand == 1  # a store without expand: its neighbours within 1 position join the pool
-    lc = FragRelRetriever(base_retriever=lambda q: [], preset=preset, store=store)._settings
-    li = LlamaFragRelRetriever(ListRetriever([]), preset=preset, store=store)._reranker.settings
-    pp = FragRelPostprocessor(preset=preset, store=store)._reranker().settings
+    lc = FragRelRetriever(base_retriever=lambda q: [], preset=preset, store=store).settings
+    li = LlamaFragRelRetriever(ListRetriever([]), preset=preset, store=store).settings
+    pp = FragRelPostprocessor(preset=preset, store=store).settings
     for got in (lc, li, pp):
         assert (got.alpha, got.top_m, got.order, got.expand, got.relation) == (
             expected.alpha,
@@ -132,3 +137,126 @@ def test_explicit_settings_win_over_the_preset():
         "position",
         0.5,
     )  # 0: every candidate lends support
+
+
+# ------------------------------------------------------------------------------ every setting, every wrapper
+
+#: Bad values for every setting of the three wrappers. A setting added to a wrapper without a row here fails
+#: ``test_every_setting_has_bad_values``.
+BAD_VALUES: dict[str, list] = {
+    "k": [0, -1, 2.5, True, "5"],
+    "preset": ["chat", 3],
+    "alpha": [-1, -0.5, math.nan, math.inf, "0.5", True],
+    "top_m": [-1, 2.5, True, "3"],
+    "lexical": [-0.1, 1.5, math.nan, True, "0.3"],
+    "relation": [0.3, "context"],
+    "embedder": [object(), "minilm"],
+    "score_embedder": [object(), 3],
+    "pool_size": [0, -5, 2.5, True],
+    "store": ["x.sqlite", 3],
+    "expand": [-1, 1.5, True, 2],  # 2: without a store
+    "order": ["time", 1],
+    "outside": ["zero", None],
+    "doc_id_key": ["", 3, None, "position"],  # "position": the same as position_key
+    "position_key": ["", 3, "doc_id"],
+    "score_key": ["", 3],
+    "on_missing_position": ["skip", None, 3],
+}
+
+#: What each wrapper calls the number of results (the kit's words name it).
+K_NAMES = {"langchain": "k", "llama_index": "similarity_top_k", "postprocessor": "top_n"}
+FRAMEWORK_SETTINGS = {  # the settings each wrapper adds to its framework's base class
+    "langchain": set(FragRelRetriever.model_fields) - set(LangChainBase.model_fields) - {"base_retriever"},
+    "llama_index": set(inspect.signature(LlamaFragRelRetriever.__init__).parameters)
+    - {"self", "retriever", "callback_manager", "verbose"},
+    "postprocessor": set(FragRelPostprocessor.model_fields) - set(BaseNodePostprocessor.model_fields),
+}
+CASES = [
+    (framework, setting, value)
+    for framework, settings in FRAMEWORK_SETTINGS.items()
+    for setting in sorted(settings)
+    for value in BAD_VALUES[{"similarity_top_k": "k", "top_n": "k"}.get(setting, setting)]
+]
+
+
+def _kit_words(framework: str, setting: str, value: object) -> BaseException:
+    """The error the kit's own check gives for one bad value (the words every wrapper must show)."""
+    name = {"similarity_top_k": "k", "top_n": "k"}.get(setting, setting)
+    with pytest.raises((ValueError, TypeError)) as info:
+        if name == "k":
+            kit.check_k(value, setting)
+        elif name in ("embedder", "score_embedder", "expand") or value in ("position", "doc_id"):
+            kit.WrapperSettings.resolve(**{name: value})
+        else:
+            kit.field_checks([name], links=framework != "langchain")[name](value)
+    return info.value
+
+
+def test_every_setting_has_bad_values():
+    for framework, settings in FRAMEWORK_SETTINGS.items():
+        unknown = {s for s in settings if {"similarity_top_k": "k", "top_n": "k"}.get(s, s) not in BAD_VALUES}
+        assert not unknown, f"{framework}: no bad values for {sorted(unknown)}"
+    assert set(kit.SETTING_NAMES) <= set(BAD_VALUES)
+
+
+@pytest.mark.parametrize(("framework", "setting", "value"), CASES, ids=lambda v: _setting_id({"": v})[1:])
+def test_every_bad_setting_fails_in_every_wrapper_with_the_kits_words(framework, setting, value):
+    expected = _kit_words(framework, setting, value)
+    # a wrong value is a ValueError (pydantic's ValidationError is one); a wrong kind of object (a relation, a
+    # store, an embedder that is none) a TypeError: in every wrapper the same class and the kit's words
+    with pytest.raises(type(expected)) as info:
+        _build(framework, **{setting: value})
+    assert str(expected) in str(info.value)
+    if isinstance(expected, ValueError):
+        assert "Input should be" not in str(info.value)  # no pydantic constraint answers first
+
+
+def test_the_same_candidates_give_the_same_hits_through_all_three():
+    """Default settings, one pool with the base's scores and one without: the LangChain retriever, the LlamaIndex
+    retriever and the postprocessor return the same fragments in the same order with bit-identical scores."""
+    for scored in (True, False):
+        docs = _docs()
+        nodes = _nodes()
+        if scored:
+            docs = [
+                Document(d.page_content, metadata={**d.metadata, "score": n.score})
+                for d, n in zip(docs, nodes, strict=True)
+            ]
+        else:
+            nodes = [NodeWithScore(node=n.node) for n in nodes]
+        query = "which turns are about boats"
+        lc = FragRelRetriever(base_retriever=lambda q, docs=docs: docs).invoke(query)
+        li = LlamaFragRelRetriever(ListRetriever(nodes)).retrieve(query)
+        pp = FragRelPostprocessor().postprocess_nodes(nodes, query_str=query)
+        want = [(d.page_content, d.metadata["doc_id"], d.metadata["position"], *_scores(d.metadata)) for d in lc]
+        assert len(want) == 5
+        for got in (li, pp):
+            assert [
+                (
+                    n.node.get_content(),
+                    n.node.metadata["doc_id"],
+                    n.node.metadata["position"],
+                    *_scores(n.node.metadata),
+                )
+                for n in got
+            ] == want
+            assert [repr(n.score) for n in got] == [repr(d.metadata["relevance_score"]) for d in lc]
+
+
+def _scores(metadata: dict) -> tuple[str, ...]:
+    return tuple(repr(metadata[key]) for key in kit.SCORE_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("fragrel_integrations.core.conventions", "fragrel_integrations.core.kit"),
+        ("fragrel_integrations.core.tree.adapter", "fragrel_integrations.core.kit.tree"),
+    ],
+)
+def test_the_old_kit_paths_warn_and_re_export(old, new):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"import from {re.escape(new)}"):
+        module = importlib.import_module(old)
+    current = importlib.import_module(new)
+    assert module.__all__ and all(getattr(module, name) is getattr(current, name) for name in module.__all__)

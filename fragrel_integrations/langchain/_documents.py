@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-import numbers
 from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.documents import Document
 
-from ..core.conventions import SCORE_KEYS, score_metadata  # the keys written on every returned Document
-from ..core.types import Fragment, ScoredFragment, parse_position
+from ..core.kit import pool
+from ..core.kit.pool import DEFAULT_SCORE_KEYS
+from ..core.kit.settings import SCORE_KEYS, score_metadata  # the keys written on every returned Document
+from ..core.types import Fragment, ScoredFragment
 
 __all__ = [
     "DEFAULT_SCORE_KEYS",
@@ -23,9 +22,6 @@ __all__ = [
     "read_score",
     "with_scores",
 ]
-
-#: Metadata keys the reranker tries, in order, for a base retriever's score when ``score_key`` is not set.
-DEFAULT_SCORE_KEYS: tuple[str, ...] = ("relevance_score", "score")
 
 
 def check_documents(documents: object, what: str) -> list[Document]:
@@ -40,32 +36,17 @@ def check_documents(documents: object, what: str) -> list[Document]:
 
 def read_location(doc: Document, doc_id_key: str, position_key: str) -> tuple[str, int] | None:
     """``(doc_id, position)`` from the metadata, or None when either key is missing (or None)."""
-    doc_id = doc.metadata.get(doc_id_key)
-    position = doc.metadata.get(position_key)
-    if doc_id is None or position is None:
-        return None
-    return str(doc_id), parse_position(position, f"metadata[{position_key!r}]")
+    return pool.read_location(doc.metadata, doc_id_key, position_key)
 
 
 def read_score(doc: Document, score_key: str | None) -> float | None:
     """The base retriever's score from the metadata (``score_key``, or the first of DEFAULT_SCORE_KEYS found)."""
-    keys = DEFAULT_SCORE_KEYS if score_key is None else (score_key,)
-    for key in keys:
-        value = doc.metadata.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"metadata[{key!r}] must be a number (the base retriever's score), got {value!r}")
-        return float(value)
-    return None
+    return pool.read_score(doc.metadata, score_key)
 
 
 def isolated_key(doc: Document) -> str:
     """A document id of its own for a Document without position metadata (its id, else a content hash)."""
-    if doc.id is not None:
-        return f"fragrel:isolated:id:{doc.id}"
-    payload = json.dumps([doc.page_content, doc.metadata], sort_keys=True, default=repr)
-    return "fragrel:isolated:sha1:" + hashlib.sha1(payload.encode("utf-8")).hexdigest()
+    return pool.isolated_key(doc.id, doc.page_content, doc.metadata)
 
 
 def with_scores(doc: Document, hit: ScoredFragment) -> Document:

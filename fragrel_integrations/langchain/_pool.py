@@ -14,7 +14,6 @@ ranking it returns unchanged) and an ``EnsembleRetriever`` the weighted sum of i
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
@@ -24,27 +23,27 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableBinding
 from langchain_core.vectorstores import VectorStoreRetriever
 
-__all__ = ["BASE_SCORE_KEY", "default_pool_size", "oriented", "ranks_by_words", "sized_base", "takes_k"]
+from ..core.kit.pool import fuse_minmax, minmax_scores, oriented_scores
+
+__all__ = ["BASE_SCORE_KEY", "oriented", "ranks_by_words", "sized_base", "takes_k"]
 
 #: Metadata key under which a vector store's own relevance score reaches the re-ranker.
 BASE_SCORE_KEY = "fragrel_base_score"
 _SCORED_SEARCHES = ("similarity", "similarity_score_threshold")
 
 
-def default_pool_size(k: int) -> int:
-    """Candidates asked of the base when the user sets no ``pool_size``: ``max(10 * k, 50)``.
-
-    >>> default_pool_size(5), default_pool_size(10)
-    (50, 100)
-    """
-    return max(10 * k, 50)
-
-
 def takes_k(runnable: object) -> bool:
     """Whether ``runnable`` forwards invoke kwargs (such as ``k``) to a BaseRetriever that reads them."""
     while isinstance(runnable, RunnableBinding):
         runnable = runnable.bound
-    return isinstance(runnable, BaseRetriever) and bool(runnable._expects_other_args)
+    return isinstance(runnable, BaseRetriever) and _forwards_invoke_kwargs(runnable)
+
+
+def _forwards_invoke_kwargs(retriever: BaseRetriever) -> bool:
+    """The one place that reads LangChain internals: ``BaseRetriever`` forwards invoke kwargs only when its
+    ``_get_relevant_documents`` takes more than ``query`` and ``run_manager``, and records that in the class flag
+    ``_expects_other_args`` (set in ``__init_subclass__``); LangChain offers no public way to ask."""
+    return bool(type(retriever)._expects_other_args)
 
 
 def oriented(pairs: list[tuple[Document, float]]) -> list[tuple[Document, float]]:
@@ -54,10 +53,7 @@ def oriented(pairs: list[tuple[Document, float]]) -> list[tuple[Document, float]
     >>> [s for _, s in oriented([(Document("a"), 0.1), (Document("b"), 0.4)])]
     [-0.1, -0.4]
     """
-    scores = [s for _, s in pairs]
-    if len(scores) > 1 and scores[-1] > scores[0]:
-        return [(d, -s) for d, s in pairs]
-    return pairs
+    return [(d, s) for (d, _), s in zip(pairs, oriented_scores([s for _, s in pairs]), strict=True)]
 
 
 def _with_score(doc: Document, score: float) -> Document:
@@ -120,12 +116,7 @@ def minmax_member_scores(docs: list[Document]) -> np.ndarray:
     >>> minmax_member_scores([_with_score(Document("a"), 3.0), _with_score(Document("b"), 1.0)]).tolist()
     [1.0, 0.0]
     """
-    raw = [d.metadata.get(BASE_SCORE_KEY) for d in docs]
-    if any(s is None for s in raw):
-        return 1.0 - np.arange(len(docs), dtype=np.float64) / max(len(docs), 1)
-    s = np.asarray(raw, dtype=np.float64)
-    span = float(s.max() - s.min()) if s.size else 0.0
-    return (s - s.min()) / span if span > 0 else np.ones_like(s)
+    return minmax_scores([d.metadata.get(BASE_SCORE_KEY) for d in docs])
 
 
 class _ScoredFusionRetriever(BaseRetriever):
@@ -143,15 +134,12 @@ class _ScoredFusionRetriever(BaseRetriever):
         return doc.page_content if id_key is None else doc.metadata[id_key]
 
     def _fuse(self, lists: list[list[Document]]) -> list[Document]:
-        fused: dict[Any, float] = defaultdict(float)
+        lists = lists[: len(self.fusion.weights)]  # members without a weight do not count
         first: dict[Any, Document] = {}
-        for docs, weight in zip(lists, self.fusion.weights, strict=False):
-            for doc, score in zip(docs, minmax_member_scores(docs), strict=True):
-                key = self._key(doc)
-                fused[key] += weight * score
-                first.setdefault(key, doc)
-        ranked = sorted(fused, key=fused.__getitem__, reverse=True)
-        return [_with_score(first[key], fused[key]) for key in ranked]
+        for doc in (doc for docs in lists for doc in docs):
+            first.setdefault(self._key(doc), doc)
+        members = [[(self._key(d), d.metadata.get(BASE_SCORE_KEY)) for d in docs] for docs in lists]
+        return [_with_score(first[key], score) for key, score in fuse_minmax(members, self.fusion.weights)]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
         lists = [

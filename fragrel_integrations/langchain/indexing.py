@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from langchain_core.documents import Document
 
+from ..core.kit.settings import check_keys
 from ..core.store import FragmentStore
 from ..core.types import Fragment
 from ._documents import check_documents
@@ -40,11 +41,7 @@ def add_positions(
     if isinstance(documents, Document):
         raise TypeError("documents must be a list of Documents; wrap a single Document as [doc]")
     docs = check_documents(list(documents), "documents")
-    for name, key in (("doc_id_key", doc_id_key), ("position_key", position_key)):
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"{name} must be a non-empty string, got {key!r}")
-    if doc_id_key == position_key:
-        raise ValueError("doc_id_key and position_key must differ")
+    check_keys(doc_id_key, position_key)
     if store is not None and not isinstance(store, FragmentStore):
         raise TypeError(f"store must be a fragrel_integrations FragmentStore, got {type(store).__name__}")
     counters: dict[str, int] = {}

@@ -16,7 +16,8 @@ LangChain ``Document`` objects to core fragments and back, and wires LangChain c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Hashable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from functools import partial
 from typing import Any, Self
 
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
@@ -26,41 +27,21 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, R
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
 
-from ..core.inner_loop import (
-    ADAPTER_SETTINGS,
-    InnerLoopEngine,
-    InnerLoopError,
-    InnerLoopResult,
-    engine_for_adapter,
-    fragment_key,
-    scored_from_metadata,
-)
+from ..core.inner_loop import InnerLoopEngine
+from ..core.kit import inner_loop as kit
+from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
 from ._documents import check_documents, fragment_to_document, isolated_key, read_location, read_score, with_scores
 
 __all__ = ["InnerLoopRunnable"]
 
 
-def _question(value: object) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, Mapping) and "question" in value:
-        question = value["question"]
-        if not isinstance(question, str):
-            raise TypeError(f'input["question"] must be str, got {type(question).__name__}')
-        return question
-    raise TypeError(
-        f'InnerLoopRunnable takes a question string or {{"question": "..."}}, got {type(value).__name__}'
-        + (f" with keys {sorted(map(str, value))}" if isinstance(value, Mapping) else "")
-    )
-
-
 def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFragment:
     """A core fragment for a retrieved Document (its score, and FragRel's sub-scores when it carries them)."""
     doc_id, position = read_location(doc, doc_id_key, position_key) or (isolated_key(doc), 0)
-    score = read_score(doc, None)
-    score = 0.0 if score is None else score
-    return scored_from_metadata(Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), score, doc.metadata)
+    return kit.scored_from_metadata(
+        Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), read_score(doc, None), doc.metadata
+    )
 
 
 class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any]]):
@@ -119,18 +100,16 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     @model_validator(mode="after")
     def _build_engine(self) -> Self:
-        engine = engine_for_adapter(
+        engine = kit.engine_for_adapter(
             self.engine,
             self.model,
-            {name: getattr(self, name) for name in ADAPTER_SETTINGS},
+            {name: getattr(self, name) for name in kit.ADAPTER_SETTINGS},
             has_retriever=self.retriever is not None,
             model_arg="model",
             model_hint="a LangChain chat model",
             retriever_hint="any Runnable[str, list[Document]], e.g. vectorstore.as_retriever()",
         )
-        for name in ("doc_id_key", "position_key"):
-            if not getattr(self, name):
-                raise ValueError(f"{name} must be a non-empty metadata key")
+        check_key("doc_id_key", self.doc_id_key), check_key("position_key", self.position_key)
         self._core = engine
         return self
 
@@ -141,61 +120,26 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     # ---------------------------------------------------------------------------------------------- conversion
 
-    def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, dict[Hashable, Document]]:
+    def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list]]:
         """The engine for one call, retrieving through ``self.retriever`` with ``config`` (callbacks), and the
-        map from fragment keys back to the retriever's Documents."""
-        documents: dict[Hashable, Document] = {}
-        if self.retriever is None:
-            return self.core_engine, documents
+        conversion of hits back to the retriever's Documents (new Documents for the engine's own retriever)."""
         retriever = self.retriever
+        calls = (
+            None
+            if retriever is None
+            else (partial(retriever.invoke, config=config), partial(retriever.ainvoke, config=config))
+        )
+        return kit.bind_retriever(
+            self.core_engine,
+            calls,
+            lambda result: check_documents(result, "the retriever's result"),
+            lambda doc: _document_hit(doc, self.doc_id_key, self.position_key),
+            self._fresh,
+        )
 
-        def hits(result: object) -> list[ScoredFragment]:
-            out = []
-            for doc in check_documents(result, "the retriever's result"):
-                hit = _document_hit(doc, self.doc_id_key, self.position_key)
-                documents.setdefault(fragment_key(hit), doc)
-                out.append(hit)
-            return out
-
-        def retrieve(query: str) -> list[ScoredFragment]:
-            return hits(retriever.invoke(query, config))
-
-        async def aretrieve(query: str) -> list[ScoredFragment]:
-            return hits(await retriever.ainvoke(query, config))
-
-        return self.core_engine.with_retriever(retrieve, aretriever=aretrieve), documents
-
-    def _document(self, hit: ScoredFragment, documents: dict[Hashable, Document]) -> Document:
-        doc = documents.get(fragment_key(hit))
-        if doc is not None:
-            return doc
+    def _fresh(self, hit: ScoredFragment) -> Document:
         fresh = fragment_to_document(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
         return with_scores(fresh, hit)
-
-    def _output(self, result: InnerLoopResult, documents: dict[Hashable, Document]) -> dict[str, Any]:
-        rounds = [
-            {
-                "index": r.index,
-                "query": r.query,
-                "documents": [self._document(h, documents) for h in r.shown],
-                "retrieved": [self._document(h, documents) for h in r.retrieved],
-                "reply": r.reply,
-                "stm": r.stm,
-                "similarity": r.similarity,
-            }
-            for r in result.rounds
-        ]
-        return {
-            "question": result.question,
-            "answer": result.answer,
-            "converged": result.converged,
-            "stop_reason": result.stop_reason,
-            "rounds": rounds,
-            "documents": [self._document(h, documents) for h in result.fragments],
-        }
-
-    def _attach_output(self, exc: InnerLoopError, documents: dict[Hashable, Document]) -> None:
-        exc.output = self._output(exc.result, documents)  # type: ignore[attr-defined]
 
     # ---------------------------------------------------------------------------------------------- running
 
@@ -212,11 +156,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         self, input: str | dict[str, Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
         engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        try:
-            return self._output(engine.run(_question(input)), documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            return kit.result_dict(engine.run(kit.question_of(input, "InnerLoopRunnable")), documents)
 
     async def ainvoke(self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict:
         self._no_kwargs(kwargs)
@@ -226,11 +167,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         self, input: str | dict[str, Any], run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
         engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        try:
-            return self._output(await engine.arun(_question(input)), documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            return kit.result_dict(await engine.arun(kit.question_of(input, "InnerLoopRunnable")), documents)
 
     def stream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -244,12 +182,9 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         for question in inputs:  # noqa: B007 - a single input
             pass
         engine, documents = self._bind(config)
-        try:
-            for snapshot in engine.stream(_question(question)):
-                yield self._output(snapshot, documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            for snapshot in engine.stream(kit.question_of(question, "InnerLoopRunnable")):
+                yield kit.result_dict(snapshot, documents)
 
     async def astream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -268,9 +203,6 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         async for question in inputs:  # noqa: B007 - a single input
             pass
         engine, documents = self._bind(config)
-        try:
-            async for snapshot in engine.astream(_question(question)):
-                yield self._output(snapshot, documents)
-        except InnerLoopError as exc:
-            self._attach_output(exc, documents)
-            raise
+        with kit.attach_output(partial(kit.result_dict, items=documents)):
+            async for snapshot in engine.astream(kit.question_of(question, "InnerLoopRunnable")):
+                yield kit.result_dict(snapshot, documents)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal, Self
 
@@ -18,9 +18,11 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from .._adapters import split_kwargs
-from ..core import conventions as kit
+from ..core import kit
 from ..core.index import FragRelIndex
+from ..core.kit import pool
+from ..core.kit.args import split_kwargs
+from ..core.kit.pool import default_pool_size
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ..core.selection import check_k
@@ -33,7 +35,7 @@ from ._documents import (
     read_score,
     with_scores,
 )
-from ._pool import BASE_SCORE_KEY, default_pool_size, ranks_by_words, sized_base, takes_k
+from ._pool import BASE_SCORE_KEY, ranks_by_words, sized_base, takes_k
 from .indexing import add_positions
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
@@ -49,22 +51,9 @@ _MISSING_POSITION = (
 
 
 #: The settings kit's check of each field (run before pydantic's own type check, so the words are the kit's).
-_SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "k": kit.check_k,
-    "preset": kit.check_preset,
-    "alpha": kit.check_alpha_setting,
-    "top_m": kit.check_top_m_setting,
-    "lexical": kit.check_lexical,
-    "relation": kit.check_relation,
-    "pool_size": kit.check_pool_size,
-    "store": kit.check_store,
-    "expand": kit.check_expand,
-    "outside": kit.check_outside,
-    "order": kit.check_order,
-    "on_missing_position": lambda value: kit.check_on_missing_position(value, links=False),
-    "doc_id_key": partial(kit.check_key, "doc_id_key"),
-    "position_key": partial(kit.check_key, "position_key"),
-}
+_CHECKS = kit.field_checks(("k", "pool_size", "score_key", *kit.FIELD_SETTINGS), links=False)
+_INDEX_CHECKS = kit.field_checks(("k", "order", "budget_words"))
+_DOCS = kit.SETTING_DOCS
 
 
 class FragRelRetriever(BaseRetriever):
@@ -113,40 +102,22 @@ class FragRelRetriever(BaseRetriever):
     """Any Runnable[str, list[Document]] (typically ``vectorstore.as_retriever()``); a plain function is wrapped."""
     k: int = 5
     """Number of documents to return."""
-    preset: str = DEFAULT_PRESET
-    """Settings for a kind of text: "auto" (chosen per pool from what it looks like), "general", "story",
-    "dialogue", "haystack" or "multidoc"."""
-    alpha: float | None = None
-    """Weight of the environment score; None = the preset's."""
-    top_m: int | None = None
-    """How many of the best candidates lend support to their neighbours; None = the preset's, 0 = all."""
-    relation: Relation | None = None
-    """The fragment relation (core Relation); None = the preset's ``ContextRelation``."""
-    lexical: float | None = None
-    """Weight in [0, 1] of a BM25 score computed on the pool itself, fused with the base's scores (or ranking);
-    None = the preset's (0 for a base that already ranks by words: BM25, an ensemble with BM25), 0 = the base's
-    scores alone."""
-    embedder: Any = None
-    """Embeds the pool for a relation that needs embeddings (e.g. ``SemanticRelation``); it never scores the pool."""
-    score_embedder: Any = None
-    """Re-scores a score-less pool by its cosine instead of the base's ranking (your explicit choice)."""
-    pool_size: int | None = None
-    """Candidates to ask the base retriever for; None = ``max(10 * k, 50)``."""
-    store: Any = None
-    """FragmentStore holding every chunk (see ``add_positions(..., store=...)``), for neighbour expansion."""
-    expand: int | None = None
-    """Neighbour radius: stored fragments within ``expand`` positions of a candidate join the pool; None = 1 with a
-    ``store``, else 0."""
-    outside: Literal["floor", "ignore"] = "floor"
-    """Positions outside the pool count with the pool's lowest score ("floor") or not at all ("ignore")."""
-    doc_id_key: str = kit.DEFAULT_DOC_ID_KEY
-    position_key: str = kit.DEFAULT_POSITION_KEY
-    score_key: str | None = None
-    """Metadata key of the base score; None tries the store's relevance score, ``relevance_score``, ``score``."""
-    on_missing_position: Literal["raise", "error", "isolate"] = "raise"
-    """"raise" a ValueError naming the fix ("error" is its old spelling) or "isolate" (no environment)."""
-    order: Literal["score", "position"] | None = None
-    """"score" or "position" (document order); None = the preset's."""
+    preset: str = Field(DEFAULT_PRESET, description=_DOCS["preset"])
+    alpha: float | None = Field(None, description=_DOCS["alpha"])
+    top_m: int | None = Field(None, description=_DOCS["top_m"])
+    relation: Relation | None = Field(None, description=_DOCS["relation"])
+    lexical: float | None = Field(None, description=_DOCS["lexical"])
+    embedder: Any = Field(None, description=_DOCS["embedder"])
+    score_embedder: Any = Field(None, description=_DOCS["score_embedder"])
+    pool_size: int | None = Field(None, description=_DOCS["pool_size"])
+    store: Any = Field(None, description=_DOCS["store"])
+    expand: int | None = Field(None, description=_DOCS["expand"])
+    outside: Literal["floor", "ignore"] = Field("floor", description=_DOCS["outside"])
+    doc_id_key: str = Field(kit.DEFAULT_DOC_ID_KEY, description=_DOCS["doc_id_key"])
+    position_key: str = Field(kit.DEFAULT_POSITION_KEY, description=_DOCS["position_key"])
+    score_key: str | None = Field(None, description=_DOCS["score_key"])
+    on_missing_position: Literal["raise", "error", "isolate"] = Field("raise", description=_DOCS["on_missing_position"])
+    order: Literal["score", "position"] | None = Field(None, description=_DOCS["order"])
 
     _sized: dict[int, Any] = PrivateAttr(default_factory=dict)
     _warned: bool = PrivateAttr(default=False)
@@ -160,30 +131,14 @@ class FragRelRetriever(BaseRetriever):
             return RunnableLambda(value)  # a plain function query -> list[Document], as LCEL pipes accept
         return value
 
-    @field_validator(*_SETTING_CHECKS, mode="before")
+    @field_validator(*_CHECKS, mode="before")
     @classmethod
     def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
-        return _SETTING_CHECKS[info.field_name](value)  # the kit's check: the same words as in LlamaIndex
+        return _CHECKS[info.field_name](value)  # the kit's check: the same words as in LlamaIndex
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
-        settings = kit.WrapperSettings.resolve(
-            preset=self.preset,
-            relation=self.relation,
-            alpha=self.alpha,
-            top_m=self.top_m,
-            order=self.order,
-            lexical=self.lexical,
-            outside=self.outside,
-            embedder=self.embedder,
-            score_embedder=self.score_embedder,
-            store=self.store,
-            expand=self.expand,
-            doc_id_key=self.doc_id_key,
-            position_key=self.position_key,
-            on_missing_position=self.on_missing_position,
-            links=False,
-        )
+        settings = kit.WrapperSettings.of(self, links=False)
         self._settings = settings
         self._ranks_by_words = ranks_by_words(self.base_retriever)
         # the fields show the resolved settings (None with preset="auto": chosen per pool; top_m 0: all lend support)
@@ -198,6 +153,11 @@ class FragRelRetriever(BaseRetriever):
                 "the base itself and leave pool_size=None"
             )
         return self
+
+    @property
+    def settings(self) -> kit.WrapperSettings:
+        """The resolved, checked FragRel settings (the kit's :class:`WrapperSettings`)."""
+        return self._settings
 
     # ------------------------------------------------------------------------------------------------ helpers
 
@@ -236,7 +196,7 @@ class FragRelRetriever(BaseRetriever):
         self._check_pool(len(docs), k)
         fragments: list[Fragment] = []
         scores: list[float | None] = []
-        originals: dict[tuple[str, int], Document] = {}
+        kept: list[Document] = []
         for i, doc in enumerate(docs):
             location = read_location(doc, self.doc_id_key, self.position_key)
             if location is None:
@@ -252,24 +212,19 @@ class FragRelRetriever(BaseRetriever):
                 score = read_score(doc, self.score_key)
             scores.append(score)
             fragments.append(Fragment(doc.page_content, location[0], location[1], dict(doc.metadata)))
-            originals.setdefault(location, doc)
-        hits = self._settings.rerank(
+            kept.append(doc)
+        ranked = pool.rerank_pool(
+            self._settings,
             query,
+            kept,
             fragments,
             scores=None if all(s is None for s in scores) else scores,
             k=k,
             ranks_by_words=self._ranks_by_words,
+            neighbour=partial(fragment_to_document, doc_id_key=self.doc_id_key, position_key=self.position_key),
         )
-        logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(hits))
-        out = []
-        for hit in hits:
-            original = originals.get((hit.fragment.doc_id, hit.fragment.position))
-            if original is None:  # a neighbour fetched from the store
-                original = fragment_to_document(
-                    hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key
-                )
-            out.append(with_scores(original, hit))
-        return out
+        logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(ranked))
+        return [with_scores(doc, hit) for doc, hit in ranked]
 
     # ------------------------------------------------------------------------------------------------ retrieval
 
@@ -315,7 +270,7 @@ class FragRelIndexRetriever(BaseRetriever):
     index: FragRelIndex
     """The core index (holds the fragments, the relation, alpha and the scorer)."""
     k: int = 4
-    budget_words: int | None = Field(default=None, gt=0)
+    budget_words: int | None = None
     """Also stop when the returned fragments reach this many words."""
     order: Literal["score", "position"] = "score"
     doc_id_key: str = "doc_id"
@@ -323,10 +278,10 @@ class FragRelIndexRetriever(BaseRetriever):
 
     _documents: dict[tuple[str, int], Document] = PrivateAttr(default_factory=dict)
 
-    @field_validator("k", "order", mode="before")
+    @field_validator(*_INDEX_CHECKS, mode="before")
     @classmethod
     def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
-        return _SETTING_CHECKS[info.field_name](value)
+        return _INDEX_CHECKS[info.field_name](value)
 
     @model_validator(mode="after")
     def _check_keys(self) -> Self:

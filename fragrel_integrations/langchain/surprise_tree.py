@@ -19,35 +19,32 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, ValidationInfo, field_validator
 
+from ..core.kit import tree as kit
 from ..core.selection import check_k
 from ..core.tree import FIELDS, BuildReport, SurpriseTree, TreeHit, TreeRelation
-from ..core.tree.adapter import SEARCH_OPTIONS, abuild_tree, build_tree, hit_id, hit_metadata, search
 from ._documents import check_documents
 
 __all__ = ["SurpriseTreeRetriever", "hit_to_document"]
 
-_RETRIEVER_FIELDS = ("k", *SEARCH_OPTIONS)
+_RETRIEVER_FIELDS = ("k", *kit.SEARCH_OPTIONS)
 
 
 def hit_to_document(hit: TreeHit) -> Document:
-    """A Document for one retrieved tree text, with :func:`~fragrel_integrations.core.tree.adapter.hit_metadata`:
+    """A Document for one retrieved tree text, with :func:`~fragrel_integrations.core.kit.tree.hit_metadata`:
     ``tree_node_id``, ``tree_layer``, ``tree_field`` (text / summary / surprise), ``doc_id`` and ``position``
     (leaves) and ``relevance_score``."""
-    return Document(page_content=hit.text, metadata=hit_metadata(hit), id=hit_id(hit))
+    return Document(page_content=hit.text, metadata=kit.hit_metadata(hit), id=kit.hit_id(hit))
 
 
-def _documents_to_texts(
-    documents: Sequence[Document], source_key: str | None
-) -> tuple[list[str], list[str | None] | None, list[dict[str, Any]]]:
+def _tree_inputs(documents: Sequence[Document], source_key: str | None) -> dict[str, Any]:
     docs = check_documents(list(documents), "documents")
-    ids: list[str | None] = []
+    ids = []
     for d in docs:
         value = d.metadata.get(source_key) if source_key else None
         ids.append(str(value) if value is not None else d.id)
-    usable = all(v is not None for v in ids) and len(set(ids)) == len(ids)
-    return [d.page_content for d in docs], ids if usable else None, [dict(d.metadata) for d in docs]
+    return kit.tree_inputs([d.page_content for d in docs], ids, [dict(d.metadata) for d in docs])
 
 
 class SurpriseTreeRetriever(BaseRetriever):
@@ -64,25 +61,23 @@ class SurpriseTreeRetriever(BaseRetriever):
 
     tree: SurpriseTree
     """The core tree (holds the nodes, the embedder and, for inserts, the chat model)."""
-    k: int | None = Field(default=4, gt=0)
-    budget_tokens: int | None = Field(default=None, gt=0)
+    k: int | None = 4
+    budget_tokens: int | None = None
     """Also stop when the returned texts reach this many tokens."""
     mode: Literal["collapsed", "traversal"] = "collapsed"
     fields: tuple[str, ...] = FIELDS
     """Which node texts may be returned: any of ``text``, ``summary``, ``surprise``."""
-    width: int = Field(default=3, gt=0)
+    width: int = 3
     """Nodes kept per level in traversal mode."""
     relation: TreeRelation | None = None
     """FragRel over the tree (``TreeRelation()``: texts related by node, parent/child and chunk position)."""
-    alpha: float = Field(default=0.5, ge=0)
+    alpha: float = 0.5
     """Weight of the relation's environment score (FragRel default 0.5)."""
 
-    @field_validator("fields")
+    @field_validator(*kit.SEARCH_OPTIONS, "k", mode="before")
     @classmethod
-    def _check_fields(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value or not set(value) <= set(FIELDS):
-            raise ValueError(f"fields must be a non-empty subset of {FIELDS}, got {value!r}")
-        return value
+    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
+        return kit.SEARCH_CHECKS[info.field_name](value)  # the kit's check: the same words as in LlamaIndex
 
     @classmethod
     def from_texts(cls, texts: Sequence[str], **kwargs: Any) -> SurpriseTreeRetriever:
@@ -90,13 +85,13 @@ class SurpriseTreeRetriever(BaseRetriever):
         model: extractive summaries and surprise notes), ``embedder`` (a LangChain Embeddings; None = the embedded
         MiniLM), ``doc_ids``, ``metadatas``, retriever fields (``k``, ``mode``, ...) and :class:`SurpriseTree`
         keywords (``summariser="extractive"`` or ``"llm"``, ``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
-        tree, own = build_tree(texts, kwargs, _RETRIEVER_FIELDS)
+        tree, own = kit.build_tree(texts, kwargs, _RETRIEVER_FIELDS)
         return cls(tree=tree, **own)
 
     @classmethod
     async def afrom_texts(cls, texts: Sequence[str], **kwargs: Any) -> SurpriseTreeRetriever:
         """Async :meth:`from_texts` (summary calls via ``ainvoke`` with bounded concurrency)."""
-        tree, own = await abuild_tree(texts, kwargs, _RETRIEVER_FIELDS)
+        tree, own = await kit.abuild_tree(texts, kwargs, _RETRIEVER_FIELDS)
         return cls(tree=tree, **own)
 
     @classmethod
@@ -105,16 +100,14 @@ class SurpriseTreeRetriever(BaseRetriever):
     ) -> SurpriseTreeRetriever:
         """Like :meth:`from_texts` for Documents: one tree document each, metadata copied to its chunks; the
         document ids come from ``metadata[source_key]`` or ``Document.id`` when all are present and distinct."""
-        texts, ids, metas = _documents_to_texts(documents, source_key)
-        return cls.from_texts(texts, chat_model=chat_model, doc_ids=ids, metadatas=metas, **kwargs)
+        return cls.from_texts(chat_model=chat_model, **_tree_inputs(documents, source_key), **kwargs)
 
     @classmethod
     async def afrom_documents(
         cls, documents: Sequence[Document], *, chat_model: Any = None, source_key: str | None = "source", **kwargs: Any
     ) -> SurpriseTreeRetriever:
         """Async :meth:`from_documents`."""
-        texts, ids, metas = _documents_to_texts(documents, source_key)
-        return await cls.afrom_texts(texts, chat_model=chat_model, doc_ids=ids, metadatas=metas, **kwargs)
+        return await cls.afrom_texts(chat_model=chat_model, **_tree_inputs(documents, source_key), **kwargs)
 
     def add_documents(self, documents: Sequence[Document]) -> BuildReport:
         """Insert Documents into the tree (only the branches they join are re-summarised)."""
@@ -127,7 +120,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         return await self.tree.ainsert([d.page_content for d in docs], metadatas=[dict(d.metadata) for d in docs])
 
     def _search(self, query: str, k: int | None) -> list[Document]:
-        hits = search(self.tree, query, self.k if k is None else check_k(k), self)
+        hits = kit.search(self.tree, query, self.k if k is None else check_k(k), self)
         return [hit_to_document(h) for h in hits]
 
     def _get_relevant_documents(

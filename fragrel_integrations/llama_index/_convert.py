@@ -6,17 +6,17 @@ All scoring is the core's :func:`~fragrel_integrations.core.rerank.rerank`; this
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
-from ..core import conventions as kit
-from ..core.conventions import ORDERS, SCORE_KEYS, check_key, score_metadata
-from ..core.relations import Relation
+from ..core import kit
+from ..core.kit import pool
+from ..core.kit.settings import ORDERS, SCORE_KEYS, check_key, score_metadata
 from ..core.selection import check_k
 from ..core.types import Fragment, ScoredFragment, parse_position
 
@@ -27,12 +27,13 @@ __all__ = [
     "STORE_NODE_KEY",
     "NodeReranker",
     "check_key",
+    "check_nodes",
     "fragment_for_store",
     "node_doc_id",
     "node_from_fragment",
+    "node_links",
     "node_position",
     "related_id",
-    "resolve_k",
     "scored_node",
     "scoring_text",
 ]
@@ -48,16 +49,6 @@ _TAGGER_HINT = (
     "or tag_positions(nodes), or pass on_missing_position='links' (PREVIOUS/NEXT links between candidates) "
     "or 'isolate' (no environment for such nodes)"
 )
-
-
-def resolve_k(similarity_top_k: int | None, k: int | None, default: int | None) -> int | None:
-    """``similarity_top_k`` and its alias ``k``; both given must agree."""
-    similarity_top_k = check_k(similarity_top_k, "similarity_top_k")
-    k = check_k(k)
-    if similarity_top_k is not None and k is not None and similarity_top_k != k:
-        raise ValueError(f"similarity_top_k={similarity_top_k} and k={k} disagree: pass only one of them")
-    chosen = similarity_top_k if similarity_top_k is not None else k
-    return default if chosen is None else chosen
 
 
 def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
@@ -89,26 +80,23 @@ def related_id(node: BaseNode, rel: NodeRelationship) -> str | None:
     return info.node_id if isinstance(info, RelatedNodeInfo) else None
 
 
-def _link_keys(nodes: Sequence[BaseNode], missing: Sequence[int]) -> dict[int, tuple[str, int]]:
-    """Pseudo keys from PREVIOUS/NEXT links among the candidates: each run of linked candidates is one pseudo
-    document with consecutive positions; a candidate linked to no other candidate is alone in its run."""
-    first: dict[str, int] = {}
-    for i in missing:
-        first.setdefault(nodes[i].node_id, i)
-    heads = [i for i in first.values() if related_id(nodes[i], NodeRelationship.PREVIOUS) not in first]
-    keys: dict[str, tuple[str, int]] = {}
-    for h in heads:
-        run, pos, cur = f"fragrel-links:{nodes[h].node_id}", 0, h
-        while cur is not None and nodes[cur].node_id not in keys:
-            keys[nodes[cur].node_id] = (run, pos)
-            pos += 1
-            nxt = related_id(nodes[cur], NodeRelationship.NEXT)
-            cur = first.get(nxt) if nxt is not None else None
-    out = {}
-    for i in missing:  # nodes on a cycle of links (malformed) have no head: each stands alone
-        nid = nodes[i].node_id
-        out[i] = keys.setdefault(nid, (f"fragrel-links:{nid}", 0))
-    return out
+def node_links(nodes: Sequence[BaseNode]) -> dict[str, list[Any]]:
+    """The ids and PREVIOUS/NEXT ids of ``nodes``, for :func:`~fragrel_integrations.core.kit.pool.linked_keys` and
+    :func:`~fragrel_integrations.core.kit.pool.chain_order`."""
+    return {
+        "ids": [n.node_id for n in nodes],
+        "previous": [related_id(n, NodeRelationship.PREVIOUS) for n in nodes],
+        "following": [related_id(n, NodeRelationship.NEXT) for n in nodes],
+    }
+
+
+def check_nodes(items: object, what: str) -> list[NodeWithScore]:
+    """``items`` as a list of ``NodeWithScore`` or a TypeError naming ``what`` produced it."""
+    items = list(items)  # type: ignore[call-overload]
+    for i, item in enumerate(items):
+        if not isinstance(item, NodeWithScore):
+            raise TypeError(f"{what}[{i}] must be a NodeWithScore, got {type(item).__name__}")
+    return items
 
 
 def _with_hidden(keys: Sequence[str], extra: Sequence[str]) -> list[str]:
@@ -130,14 +118,6 @@ def scored_node(node: BaseNode, scored: ScoredFragment) -> BaseNode:
     )
 
 
-def _jsonable(value: object) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def scoring_text(node: BaseNode) -> str:
     """The text FragRel scores: what LlamaIndex embeds (``MetadataMode.EMBED``), so that embedder cosine and a
     vector index's own scores agree."""
@@ -147,8 +127,7 @@ def scoring_text(node: BaseNode) -> str:
 def fragment_for_store(node: BaseNode, doc_id: str, position: int) -> Fragment:
     """The :class:`Fragment` a :class:`FragmentStore` keeps for ``node``: its scoring text (as embedded), its
     JSON-serialisable metadata and, under ``"fragrel_node"``, its id, raw text, source document and hidden keys."""
-    metadata: dict[str, Any] = {k: v for k, v in node.metadata.items() if _jsonable(v)}
-    dropped = sorted(set(node.metadata) - set(metadata))
+    metadata, dropped = pool.jsonable_metadata(node.metadata)
     if dropped:
         logger.debug("node %s: metadata keys %s are not JSON-serialisable and were not stored", node.node_id, dropped)
     metadata[STORE_NODE_KEY] = {
@@ -195,82 +174,52 @@ class NodeReranker:
 
     @classmethod
     def build(cls, *, k: int | None = 5, ranks_by_words: bool = False, **settings: Any) -> NodeReranker:
-        """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.core.conventions.
+        """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.core.kit.
         WrapperSettings.resolve>`: the ``preset``'s defaults, ``expand`` 1 with a store)."""
         return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words)
 
-    @property
-    def relation(self) -> Relation | None:
-        return self.settings.relation
-
-    @property
-    def alpha(self) -> float | None:
-        return self.settings.alpha
-
-    @property
-    def doc_id_key(self) -> str:
-        return self.settings.doc_id_key
-
-    @property
-    def position_key(self) -> str:
-        return self.settings.position_key
-
-    @property
-    def on_missing_position(self) -> str:
-        return self.settings.on_missing_position
-
     def keys(self, nodes: Sequence[BaseNode]) -> list[tuple[str, int]]:
         """``(doc_id, position)`` of each node, with the configured fallback for nodes that lack one."""
-        keys: list[tuple[str, int] | None] = []
-        missing: list[int] = []
-        for i, node in enumerate(nodes):
-            doc_id, position = node_doc_id(node, self.doc_id_key), node_position(node, self.position_key)
-            if doc_id is None or position is None:
-                missing.append(i)
-                keys.append(None)
-            else:
-                keys.append((doc_id, position))
-        if missing:
-            if self.on_missing_position == "raise":
-                node = nodes[missing[0]]
-                what = self.position_key if node_doc_id(node, self.doc_id_key) is not None else self.doc_id_key
-                raise ValueError(
-                    f"{len(missing)} of {len(nodes)} nodes have no {what!r} metadata (e.g. node {node.node_id!r}): "
-                    + _TAGGER_HINT
-                )
-            if self.on_missing_position == "isolate":
-                filled = {i: (f"fragrel-isolated:{nodes[i].node_id}", 0) for i in missing}
-            else:
-                filled = _link_keys(nodes, missing)
-            for i, key in filled.items():
-                keys[i] = key
-        return keys  # type: ignore[return-value]
+        s = self.settings
+        located = [(node_doc_id(n, s.doc_id_key), node_position(n, s.position_key)) for n in nodes]
+
+        def error(missing: list[int]) -> ValueError:
+            node = nodes[missing[0]]
+            what = s.position_key if node_doc_id(node, s.doc_id_key) is not None else s.doc_id_key
+            return ValueError(
+                f"{len(missing)} of {len(nodes)} nodes have no {what!r} metadata (e.g. node {node.node_id!r}): "
+                + _TAGGER_HINT
+            )
+
+        return pool.fill_missing(
+            [None if doc_id is None or position is None else (doc_id, position) for doc_id, position in located],
+            s.on_missing_position,
+            isolated=lambda i: (f"fragrel-isolated:{nodes[i].node_id}", 0),
+            linked=lambda missing: pool.linked_keys(**node_links([nodes[i] for i in missing])),
+            error=error,
+        )
 
     def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
         """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified)."""
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
-        candidates = list(candidates)
-        for i, c in enumerate(candidates):
-            if not isinstance(c, NodeWithScore):
-                raise TypeError(f"candidates[{i}] must be a NodeWithScore, got {type(c).__name__}")
+        candidates = check_nodes(candidates, "candidates")
         if not candidates:
             return []
-        keys = self.keys([c.node for c in candidates])
+        nodes = [c.node for c in candidates]
         fragments = [
-            Fragment(scoring_text(c.node), doc_id, position, dict(c.node.metadata))
-            for c, (doc_id, position) in zip(candidates, keys, strict=True)
+            Fragment(scoring_text(node), doc_id, position, dict(node.metadata))
+            for node, (doc_id, position) in zip(nodes, self.keys(nodes), strict=True)
         ]
-        results = self.settings.rerank(
-            query, fragments, scores=[c.score for c in candidates], k=self.k, ranks_by_words=self.ranks_by_words
+        s = self.settings
+        ranked = pool.rerank_pool(
+            s,
+            query,
+            nodes,
+            fragments,
+            scores=[c.score for c in candidates],
+            k=self.k,
+            ranks_by_words=self.ranks_by_words,
+            neighbour=partial(node_from_fragment, doc_id_key=s.doc_id_key, position_key=s.position_key),
         )
-        by_key: dict[tuple[str, int], BaseNode] = {}
-        for c, key in zip(candidates, keys, strict=True):
-            by_key.setdefault(key, c.node)
-        out = []
-        for r in results:
-            node = by_key.get((r.fragment.doc_id, r.fragment.position))
-            if node is None:  # a neighbour that came from the store
-                node = node_from_fragment(r.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
-            out.append(NodeWithScore(node=scored_node(node, r), score=r.score))
-        return out
+        return [NodeWithScore(node=scored_node(node, hit), score=hit.score) for node, hit in ranked]

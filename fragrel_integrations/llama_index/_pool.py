@@ -12,20 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = [
-    "default_pool_size",
-    "ranks_by_words",
-    "sized_base",
-]
-
-
-def default_pool_size(k: int) -> int:
-    """Candidates asked of the base when the user sets no pool size: ``max(10 * k, 50)`` (as in LangChain).
-
-    >>> default_pool_size(5)
-    50
-    """
-    return max(10 * k, 50)
+__all__ = ["ranks_by_words", "sized_base"]
 
 
 def _corpus_size(retriever: Any) -> int | None:
@@ -40,7 +27,7 @@ def ranks_by_words(retriever: Any) -> bool:
     among its members (then the wrapper fuses no second BM25 score of the pool into its scores)."""
     if _corpus_size(retriever) is not None:
         return True
-    members = getattr(retriever, "_retrievers", None)
+    members = _fusion_members(retriever)
     return isinstance(members, list) and any(ranks_by_words(r) for r in members)
 
 
@@ -51,10 +38,25 @@ def sized_base(retriever: Any, n: int) -> Any | None:
     sized = copy.copy(retriever)
     limit = _corpus_size(retriever)
     sized.similarity_top_k = n if limit is None else min(n, limit)
-    members = getattr(retriever, "_retrievers", None)
+    members = _fusion_members(retriever)
     if isinstance(members, list):
-        sized._retrievers = [sized_base(r, n) or r for r in members]
+        _set_fusion_members(sized, [sized_base(r, n) or r for r in members])
         mode = getattr(retriever, "mode", None)
         if getattr(mode, "value", mode) == "reciprocal_rerank":
             sized.mode = type(mode)("relative_score") if not isinstance(mode, str) else "relative_score"
     return sized
+
+
+# The one place that touches LlamaIndex internals: ``QueryFusionRetriever`` keeps its members in ``_retrievers``
+# with no public accessor, and rebuilding it through its constructor would need its private ``_llm`` and
+# ``_retriever_weights`` too (re-normalising the weights could change them in the last bit).
+
+
+def _fusion_members(retriever: Any) -> Any:
+    """A fusion retriever's member retrievers (a list), else None."""
+    return getattr(retriever, "_retrievers", None)
+
+
+def _set_fusion_members(retriever: Any, members: list[Any]) -> None:
+    """Replace the members of a (copied) fusion retriever."""
+    retriever._retrievers = members

@@ -15,8 +15,10 @@ from typing import Any
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, NodeRelationship, TransformComponent
 
+from ..core.kit.pool import chain_order
+from ..core.kit.settings import check_keys
 from ..core.store import FragmentStore
-from ._convert import check_key, fragment_for_store, node_doc_id, related_id
+from ._convert import fragment_for_store, node_doc_id, node_links, related_id
 
 __all__ = ["PositionTagger", "tag_positions"]
 
@@ -28,28 +30,15 @@ def _document_order(nodes: list[BaseNode], doc_id: str, use_links: bool) -> list
     given (node parsers emit chunks in document order)."""
     if not use_links or len(nodes) < 2:
         return nodes
-    by_id = {n.node_id: n for n in nodes}
-    if len(by_id) != len(nodes):
+    if len({n.node_id for n in nodes}) != len(nodes):
         raise ValueError(f"document {doc_id!r} has repeated node ids: tag each node once")
-    heads = [n for n in nodes if related_id(n, NodeRelationship.PREVIOUS) not in by_id]
-    if len(heads) != 1:
-        logger.debug("document %r: PREVIOUS/NEXT links do not form one chain; keeping the given order", doc_id)
-        return nodes
-    chain: list[BaseNode] = []
-    seen: set[str] = set()
-    cur: BaseNode | None = heads[0]
-    while cur is not None and cur.node_id not in seen:
-        chain.append(cur)
-        seen.add(cur.node_id)
-        cur = by_id.get(related_id(cur, NodeRelationship.NEXT) or "")
-    if len(chain) != len(nodes):
+    order = chain_order(**node_links(nodes))
+    if not order:
         logger.debug(
-            "document %r: PREVIOUS/NEXT chain covers %d of %d nodes; keeping the given order",
-            doc_id,
-            len(chain),
-            len(nodes),
+            "document %r: PREVIOUS/NEXT links do not form one chain over its nodes; keeping the given order", doc_id
         )
         return nodes
+    chain = [nodes[i] for i in order]
     if related_id(chain[0], NodeRelationship.PREVIOUS) is not None:
         logger.warning(
             "document %r: its first tagged node has a PREVIOUS node that was not given; positions count from this "
@@ -83,8 +72,7 @@ def tag_positions(
     >>> [(n.metadata["doc_id"], n.metadata["position"]) for n in nodes]
     [('book', 0), ('book', 1)]
     """
-    check_key("doc_id_key", doc_id_key)
-    check_key("position_key", position_key)
+    check_keys(doc_id_key, position_key)
     if store is not None and not isinstance(store, FragmentStore):
         raise TypeError(f"store must be a fragrel_integrations.FragmentStore, got {type(store).__name__}")
     nodes = list(nodes)
@@ -146,8 +134,7 @@ class PositionTagger(TransformComponent):
         return "PositionTagger"
 
     def model_post_init(self, context: Any, /) -> None:
-        check_key("doc_id_key", self.doc_id_key)
-        check_key("position_key", self.position_key)
+        check_keys(self.doc_id_key, self.position_key)
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
         return tag_positions(

@@ -17,7 +17,8 @@ All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLo
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -27,17 +28,11 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from ..core.inner_loop import (
-    ADAPTER_SETTINGS,
-    InnerLoopEngine,
-    InnerLoopError,
-    InnerLoopResult,
-    engine_for_adapter,
-    fragment_key,
-    scored_from_metadata,
-)
+from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
+from ..core.kit import inner_loop as kit
+from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
-from ._convert import check_key, node_doc_id, node_from_fragment, node_position, scored_node
+from ._convert import check_nodes, node_doc_id, node_from_fragment, node_position, scored_node
 
 __all__ = ["InnerLoopQueryEngine"]
 
@@ -49,9 +44,8 @@ def _node_hit(item: NodeWithScore, doc_id_key: str, position_key: str) -> Scored
     node = item.node
     doc_id = node_doc_id(node, doc_id_key) or _UNLOCATED  # then the text alone tells nodes apart (dedupe)
     position = node_position(node, position_key)
-    score = 0.0 if item.score is None else float(item.score)
     fragment = Fragment(node.get_content(metadata_mode=MetadataMode.LLM), doc_id, 0 if position is None else position)
-    return scored_from_metadata(fragment, score, node.metadata)
+    return kit.scored_from_metadata(fragment, item.score, node.metadata)
 
 
 class InnerLoopQueryEngine(CustomQueryEngine):
@@ -110,10 +104,8 @@ class InnerLoopQueryEngine(CustomQueryEngine):
                 "retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=4)), "
                 f"got {type(retriever).__name__}"
             )
-        settings = dict(
-            zip(ADAPTER_SETTINGS, (max_loops, threshold, max_stm_tokens, dedupe, show_progress), strict=True)
-        )
-        core = engine_for_adapter(
+        settings = {name: value for name, value in locals().items() if name in kit.ADAPTER_SETTINGS}
+        core = kit.engine_for_adapter(
             engine,
             llm,
             settings,
@@ -127,11 +119,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
             retriever=retriever,
             llm=llm,
             engine=engine,
-            max_loops=max_loops,
-            threshold=threshold,
-            max_stm_tokens=max_stm_tokens,
-            dedupe=dedupe,
-            show_progress=show_progress,
+            **settings,
             doc_id_key=check_key("doc_id_key", doc_id_key),
             position_key=check_key("position_key", position_key),
             **kwargs,
@@ -145,41 +133,24 @@ class InnerLoopQueryEngine(CustomQueryEngine):
 
     # ---------------------------------------------------------------------------------------------- conversion
 
-    def _bind(self) -> tuple[InnerLoopEngine, dict[Hashable, NodeWithScore]]:
-        nodes: dict[Hashable, NodeWithScore] = {}
-        if self.retriever is None:
-            return self._core, nodes
-        retriever: BaseRetriever = self.retriever
+    def _bind(self) -> tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list[NodeWithScore]]]:
+        retriever = self.retriever
+        return kit.bind_retriever(
+            self._core,
+            None if retriever is None else (retriever.retrieve, retriever.aretrieve),
+            lambda result: check_nodes(result, "the retriever's result"),
+            lambda item: _node_hit(item, self.doc_id_key, self.position_key),
+            self._fresh,
+        )
 
-        def hits(result: list[NodeWithScore]) -> list[ScoredFragment]:
-            out = []
-            for i, item in enumerate(result):
-                if not isinstance(item, NodeWithScore):
-                    raise TypeError(f"the retriever's result[{i}] must be a NodeWithScore, got {type(item).__name__}")
-                hit = _node_hit(item, self.doc_id_key, self.position_key)
-                nodes.setdefault(fragment_key(hit), item)
-                out.append(hit)
-            return out
-
-        def retrieve(query: str) -> list[ScoredFragment]:
-            return hits(retriever.retrieve(query))
-
-        async def aretrieve(query: str) -> list[ScoredFragment]:
-            return hits(await retriever.aretrieve(query))
-
-        return self._core.with_retriever(retrieve, aretriever=aretrieve), nodes
-
-    def _node(self, hit: ScoredFragment, nodes: dict[Hashable, NodeWithScore]) -> NodeWithScore:
-        item = nodes.get(fragment_key(hit))
-        if item is not None:
-            return item
+    def _fresh(self, hit: ScoredFragment) -> NodeWithScore:
         node = node_from_fragment(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
         return NodeWithScore(node=scored_node(node, hit), score=hit.score)
 
-    def _response(self, result: InnerLoopResult, nodes: dict[Hashable, NodeWithScore]) -> Response:
+    def _response(self, result: InnerLoopResult, nodes: Callable[[Iterable[ScoredFragment]], list]) -> Response:
         return Response(
             response=result.answer,
-            source_nodes=[self._node(h, nodes) for h in result.fragments],
+            source_nodes=nodes(result.fragments),
             metadata={
                 "converged": result.converged,
                 "stop_reason": result.stop_reason,
@@ -192,16 +163,10 @@ class InnerLoopQueryEngine(CustomQueryEngine):
 
     def custom_query(self, query_str: str) -> Response:
         engine, nodes = self._bind()
-        try:
+        with kit.attach_output(partial(self._response, nodes=nodes)):
             return self._response(engine.run(query_str), nodes)
-        except InnerLoopError as exc:
-            exc.output = self._response(exc.result, nodes)  # type: ignore[attr-defined]
-            raise
 
     async def acustom_query(self, query_str: str) -> Response:
         engine, nodes = self._bind()
-        try:
+        with kit.attach_output(partial(self._response, nodes=nodes)):
             return self._response(await engine.arun(query_str), nodes)
-        except InnerLoopError as exc:
-            exc.output = self._response(exc.result, nodes)  # type: ignore[attr-defined]
-            raise

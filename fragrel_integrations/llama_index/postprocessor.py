@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
-from functools import partial
 from typing import Any, Literal
 
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, ValidationInfo, field_validator
@@ -13,7 +11,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from ..core import conventions as kit
+from ..core import kit
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ._convert import NodeReranker
@@ -24,21 +22,8 @@ dispatcher = get_dispatcher(__name__)
 
 #: The settings kit's check of each field, run before pydantic's own type check (so the words are the kit's); the
 #: rest are checked together when the postprocessor is built.
-_SETTING_CHECKS: dict[str, Callable[[Any], Any]] = {
-    "top_n": partial(kit.check_k, name="top_n"),
-    "relation": kit.check_relation,
-    "store": kit.check_store,
-    "preset": kit.check_preset,
-    "alpha": kit.check_alpha_setting,
-    "top_m": kit.check_top_m_setting,
-    "lexical": kit.check_lexical,
-    "expand": kit.check_expand,
-    "outside": kit.check_outside,
-    "order": kit.check_order,
-    "on_missing_position": kit.check_on_missing_position,
-    "doc_id_key": partial(kit.check_key, "doc_id_key"),
-    "position_key": partial(kit.check_key, "position_key"),
-}
+_CHECKS = kit.field_checks(("top_n", *kit.FIELD_SETTINGS))
+_DOCS = kit.SETTING_DOCS
 
 
 class FragRelPostprocessor(BaseNodePostprocessor):
@@ -59,82 +44,44 @@ class FragRelPostprocessor(BaseNodePostprocessor):
     """
 
     top_n: int | None = Field(default=5, description="Nodes to keep (None keeps them all, re-ordered).")
-    preset: str = Field(
-        default=DEFAULT_PRESET,
-        description="'auto' (each pool's kind of text), 'general', 'story', 'dialogue', 'haystack' or 'multidoc': "
-        "relation, alpha, top_m, order, lexical.",
-    )
-    alpha: float | None = Field(default=None, description="Weight of the environment score (default: the preset's).")
-    top_m: int | None = Field(
-        default=None, description="How many of the best nodes lend support (default: the preset's; 0: all)."
-    )
-    relation: Relation | None = Field(
-        default=None, exclude=True, description="Fragment relation (default: the preset's ContextRelation)."
-    )
-    lexical: float | None = Field(
-        default=None,
-        description="Weight in [0, 1] of a BM25 score computed on the nodes themselves, fused with their scores "
-        "(default: the preset's; 0: the node scores alone).",
-    )
-    embedder: Any = Field(
-        default=None,
-        exclude=True,
-        description="LlamaIndex BaseEmbedding or object with embed_documents/embed_query, for a relation that needs "
-        "embeddings (it never scores the nodes).",
-    )
-    score_embedder: Any = Field(
-        default=None,
-        exclude=True,
-        description="Re-scores nodes that come without a score by its cosine (default: their ranking).",
-    )
-    store: Any = Field(
-        default=None, exclude=True, description="FragmentStore written by PositionTagger, for neighbour expansion."
-    )
-    expand: int | None = Field(default=None, description="Neighbour radius in the store (default 1 with a store).")
-    order: Literal["score", "position"] | None = Field(
-        default=None, description="'score' or 'position' order (default: the preset's)."
-    )
-    outside: Literal["floor", "ignore"] = Field(
-        default="floor", description="Positions not among the nodes count with the lowest node score, or not at all."
-    )
-    doc_id_key: str = Field(default="doc_id", description="Metadata key of the document id.")
-    position_key: str = Field(default="position", description="Metadata key of the position.")
+    preset: str = Field(default=DEFAULT_PRESET, description=_DOCS["preset"])
+    alpha: float | None = Field(default=None, description=_DOCS["alpha"])
+    top_m: int | None = Field(default=None, description=_DOCS["top_m"])
+    relation: Relation | None = Field(default=None, exclude=True, description=_DOCS["relation"])
+    lexical: float | None = Field(default=None, description=_DOCS["lexical"])
+    embedder: Any = Field(default=None, exclude=True, description=_DOCS["embedder"])
+    score_embedder: Any = Field(default=None, exclude=True, description=_DOCS["score_embedder"])
+    store: Any = Field(default=None, exclude=True, description=_DOCS["store"])
+    expand: int | None = Field(default=None, description=_DOCS["expand"])
+    order: Literal["score", "position"] | None = Field(default=None, description=_DOCS["order"])
+    outside: Literal["floor", "ignore"] = Field(default="floor", description=_DOCS["outside"])
+    doc_id_key: str = Field(default=kit.DEFAULT_DOC_ID_KEY, description=_DOCS["doc_id_key"])
+    position_key: str = Field(default=kit.DEFAULT_POSITION_KEY, description=_DOCS["position_key"])
     on_missing_position: Literal["raise", "error", "isolate", "links"] = Field(
-        default="raise", description="What to do with nodes that have no position: 'raise', 'isolate' or 'links'."
+        default="raise", description=_DOCS["on_missing_position"]
     )
 
     @classmethod
     def class_name(cls) -> str:
         return "FragRelPostprocessor"
 
-    @field_validator(*_SETTING_CHECKS, mode="before")
+    @field_validator(*_CHECKS, mode="before")
     @classmethod
     def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
-        return _SETTING_CHECKS[info.field_name](value)  # the kit's check: the same words as in LangChain
+        return _CHECKS[info.field_name](value)  # the kit's check: the same words as in LangChain
 
     _warned: bool = PrivateAttr(default=False)
 
     def model_post_init(self, context: Any, /) -> None:
         self._reranker()  # validate the settings now, not at the first query
 
+    @property
+    def settings(self) -> kit.WrapperSettings:
+        """The resolved, checked FragRel settings (the kit's :class:`WrapperSettings`)."""
+        return kit.WrapperSettings.of(self)
+
     def _reranker(self) -> NodeReranker:
-        return NodeReranker.build(
-            preset=self.preset,
-            outside=self.outside,
-            relation=self.relation,
-            alpha=self.alpha,
-            top_m=self.top_m,
-            lexical=self.lexical,
-            k=self.top_n,
-            embedder=self.embedder,
-            score_embedder=self.score_embedder,
-            store=self.store,
-            expand=self.expand,
-            order=self.order,
-            doc_id_key=self.doc_id_key,
-            position_key=self.position_key,
-            on_missing_position=self.on_missing_position,
-        )
+        return NodeReranker(self.settings, self.top_n)
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None

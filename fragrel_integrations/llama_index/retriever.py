@@ -12,17 +12,27 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
-from .._adapters import split_kwargs
-from ..core.conventions import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys, check_order, check_pool_size
 from ..core.index import FragRelIndex
+from ..core.kit.args import split_kwargs
+from ..core.kit.pool import default_pool_size
+from ..core.kit.settings import (
+    DEFAULT_DOC_ID_KEY,
+    DEFAULT_POSITION_KEY,
+    SETTING_NAMES,
+    WrapperSettings,
+    check_keys,
+    check_order,
+    check_pool_size,
+    resolve_k,
+)
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
-from ._convert import NodeReranker, node_from_fragment, resolve_k, scored_node
-from ._pool import default_pool_size, ranks_by_words, sized_base
+from ._convert import NodeReranker, node_from_fragment, scored_node
+from ._pool import ranks_by_words, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
 
@@ -49,27 +59,10 @@ class FragRelRetriever(BaseRetriever):
     Args:
         retriever: the base LlamaIndex retriever.
         similarity_top_k: how many nodes to return (default 5); ``k`` is an alias.
-        preset: "auto" (default: each pool's kind of text, recognised from what it looks like), "general", "story"
-            (the paper's), "dialogue", "haystack" or "multidoc": ``relation``, ``alpha``, ``top_m``, ``order`` and
-            ``lexical`` for that kind of text (:mod:`fragrel_integrations.core.presets`); explicit arguments win.
-        alpha: weight of the environment score (default: the preset's).
-        top_m: how many of the best candidates lend support to their neighbours (default: the preset's; 0: all).
-        relation: a core relation (default: the preset's ``ContextRelation``).
-        lexical: weight in [0, 1] of the pool's own BM25 score in ``s_ind`` (default: the preset's; 0: the base's
-            scores alone).
-        embedder: a LlamaIndex ``BaseEmbedding`` or any object with ``embed_documents``/``embed_query``, for a
-            relation that needs embeddings (it never scores the pool).
-        score_embedder: an embedder whose cosine re-scores candidates that come without a score (instead of the
-            base's ranking).
-        pool_size: candidates to ask the base for (default ``max(10 * similarity_top_k, 50)``).
-        store: a :class:`~fragrel_integrations.FragmentStore` filled by ``PositionTagger(store=...)``; the stored
-            neighbours within ``expand`` positions (default 1 with a store) of each candidate join the pool.
-        order: ``"score"`` or ``"position"`` (document order, e.g. dialogue turns by time); default: the preset's.
-        outside: ``"floor"`` (default) or ``"ignore"``: how positions the base did not return count.
-        doc_id_key, position_key: metadata keys that hold the document id and the position.
-        on_missing_position: ``"raise"`` (default) when a node has no position; ``"isolate"`` gives such nodes
-            no environment (their score is the base score); ``"links"`` relates candidates that are chained by
-            LlamaIndex PREVIOUS/NEXT relationships (adjacent chunks only: gaps are not bridged).
+        preset, alpha, top_m, relation, lexical, embedder, score_embedder, pool_size, store, expand, order,
+            outside, doc_id_key, position_key, on_missing_position: the FragRel settings, the same in every
+            wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS` says what each means; ``.settings``
+            shows them resolved). ``embedder`` may be a LlamaIndex ``BaseEmbedding``.
 
     >>> index = VectorStoreIndex.from_documents(                                         # doctest: +SKIP
     ...     docs, transformations=[SentenceSplitter(), PositionTagger()], embed_model=MiniLMEmbedding())
@@ -107,24 +100,9 @@ class FragRelRetriever(BaseRetriever):
                 f"got {type(retriever).__name__}"
             )
         self._retriever = retriever
-        self._reranker = NodeReranker.build(
-            preset=preset,
-            outside=outside,
-            relation=relation,
-            alpha=alpha,
-            top_m=top_m,
-            lexical=lexical,
-            k=resolve_k(similarity_top_k, k, _DEFAULT_TOP_K),
-            ranks_by_words=ranks_by_words(retriever),
-            embedder=embedder,
-            score_embedder=score_embedder,
-            store=store,
-            expand=expand,
-            order=order,
-            doc_id_key=doc_id_key,
-            position_key=position_key,
-            on_missing_position=on_missing_position,
-        )
+        settings = {name: value for name, value in locals().items() if name in SETTING_NAMES}
+        k = resolve_k(similarity_top_k, k, _DEFAULT_TOP_K)
+        self._reranker = NodeReranker.build(k=k, ranks_by_words=ranks_by_words(retriever), **settings)
         pool_size = check_pool_size(pool_size)
         n = max(pool_size or default_pool_size(self._reranker.k or _DEFAULT_TOP_K), self._reranker.k or 1)
         sized = sized_base(retriever, n)
@@ -155,18 +133,23 @@ class FragRelRetriever(BaseRetriever):
         return self._retriever
 
     @property
+    def settings(self) -> WrapperSettings:
+        """The resolved, checked FragRel settings (the kit's :class:`WrapperSettings`)."""
+        return self._reranker.settings
+
+    @property
     def similarity_top_k(self) -> int:
         return int(self._reranker.k)  # type: ignore[arg-type]
 
     @property
     def alpha(self) -> float | None:
         """The environment weight (None with ``preset="auto"``: chosen per pool)."""
-        return self._reranker.alpha
+        return self.settings.alpha
 
     @property
     def relation(self) -> Relation | None:
         """The relation (None with ``preset="auto"``: chosen per pool)."""
-        return self._reranker.relation
+        return self.settings.relation
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         candidates = self._pool.retrieve(query_bundle)
@@ -180,10 +163,9 @@ class FragRelRetriever(BaseRetriever):
         return await asyncio.to_thread(self._reranker, candidates, query_bundle.query_str)
 
     def __repr__(self) -> str:
-        r = self._reranker
         return (
-            f"FragRelRetriever({type(self._retriever).__name__}, similarity_top_k={r.k}, alpha={r.alpha}, "
-            f"relation={r.relation!r})"
+            f"FragRelRetriever({type(self._retriever).__name__}, similarity_top_k={self._reranker.k}, "
+            f"alpha={self.alpha}, relation={self.relation!r})"
         )
 
 

@@ -22,39 +22,25 @@ from llama_index.core.extractors import BaseExtractor
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
-from ..core.relation_aware import check_alpha
-from ..core.selection import check_k
-from ..core.tree import (
-    FIELDS,
-    SUMMARISERS,
-    BuildReport,
-    ExtractiveSummariser,
-    Summariser,
-    SurpriseTree,
-    TreeHit,
-    TreeRelation,
-)
-from ..core.tree.adapter import SEARCH_OPTIONS, abuild_tree, build_tree, hit_id, hit_metadata, search
-from ..core.tree.tree import check_search
-from ..models.convert import optional_embedder
-from ._convert import resolve_k
+from ..core.kit import tree as kit
+from ..core.kit.settings import resolve_k
+from ..core.tree import FIELDS, BuildReport, ExtractiveSummariser, Summariser, SurpriseTree, TreeHit, TreeRelation
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
 
-_RETRIEVER_KWARGS = ("similarity_top_k", "k", *SEARCH_OPTIONS, "callback_manager", "verbose")
-_HIDDEN = ["tree_node_id", "tree_layer", "tree_field", "tree_children", "relevance_score", "doc_id", "position"]
+_RETRIEVER_KWARGS = ("similarity_top_k", "k", *kit.SEARCH_OPTIONS, "callback_manager", "verbose")
 
 
 def hit_to_node(hit: TreeHit) -> NodeWithScore:
     """A scored ``TextNode`` for one retrieved tree text (metadata as in the LangChain adapter:
-    :func:`~fragrel_integrations.core.tree.adapter.hit_metadata`; the tree keys are hidden from the embed and LLM
+    :func:`~fragrel_integrations.core.kit.tree.hit_metadata`; the tree keys are hidden from the embed and LLM
     views)."""
     text_node = TextNode(
-        id_=hit_id(hit),
+        id_=kit.hit_id(hit),
         text=hit.text,
-        metadata=hit_metadata(hit),
-        excluded_embed_metadata_keys=list(_HIDDEN),
-        excluded_llm_metadata_keys=list(_HIDDEN),
+        metadata=kit.hit_metadata(hit),
+        excluded_embed_metadata_keys=list(kit.HIT_KEYS),
+        excluded_llm_metadata_keys=list(kit.HIT_KEYS),
     )
     return NodeWithScore(node=text_node, score=hit.score)
 
@@ -64,12 +50,9 @@ def _from_documents(documents: Sequence[Document]) -> dict[str, Any]:
     for i, d in enumerate(documents):
         if not isinstance(d, Document):
             raise TypeError(f"documents[{i}] must be a llama_index Document, got {type(d).__name__}")
-    ids = [d.doc_id for d in documents]
-    return {
-        "texts": [d.text for d in documents],
-        "doc_ids": ids if len(set(ids)) == len(ids) else None,
-        "metadatas": [dict(d.metadata) for d in documents],
-    }
+    return kit.tree_inputs(
+        [d.text for d in documents], [d.doc_id for d in documents], [dict(d.metadata) for d in documents]
+    )
 
 
 class SurpriseTreeRetriever(BaseRetriever):
@@ -107,17 +90,11 @@ class SurpriseTreeRetriever(BaseRetriever):
             raise TypeError(
                 f"tree must be a SurpriseTree (or use SurpriseTreeRetriever.from_texts), got {type(tree).__name__}"
             )
-        fields = check_search(mode, fields)
         self.tree = tree
         self.similarity_top_k = resolve_k(similarity_top_k, k, 4)
-        self.budget_tokens = check_k(budget_tokens, "budget_tokens")
-        self.mode = mode
-        self.fields = fields
-        self.width = check_k(width, "width")
-        if relation is not None and not isinstance(relation, TreeRelation):
-            raise TypeError(f"relation must be a TreeRelation or None, got {type(relation).__name__}")
-        self.relation = relation
-        self.alpha = check_alpha(alpha)
+        for name, value in dict(budget_tokens=budget_tokens, mode=mode, fields=fields, width=width).items():
+            setattr(self, name, kit.SEARCH_CHECKS[name](value))
+        self.relation, self.alpha = kit.SEARCH_CHECKS["relation"](relation), kit.SEARCH_CHECKS["alpha"](alpha)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod
@@ -126,13 +103,13 @@ class SurpriseTreeRetriever(BaseRetriever):
         extractive summaries and surprise notes), ``embedder`` (a LlamaIndex embedding; None = the embedded
         MiniLM), ``doc_ids``, ``metadatas``, retriever arguments and :class:`SurpriseTree` keywords
         (``summariser="extractive"`` or ``"llm"``, ``chunk_tokens``, ``seed``, ``show_progress``, ...)."""
-        tree, own = build_tree(texts, kwargs, _RETRIEVER_KWARGS)
+        tree, own = kit.build_tree(texts, kwargs, _RETRIEVER_KWARGS)
         return cls(tree, **own)
 
     @classmethod
     async def afrom_texts(cls, texts: Sequence[str], **kwargs: Any) -> SurpriseTreeRetriever:
         """Async :meth:`from_texts` (summary calls via ``ainvoke`` with bounded concurrency)."""
-        tree, own = await abuild_tree(texts, kwargs, _RETRIEVER_KWARGS)
+        tree, own = await kit.abuild_tree(texts, kwargs, _RETRIEVER_KWARGS)
         return cls(tree, **own)
 
     @classmethod
@@ -158,7 +135,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         return await self.tree.ainsert(**_from_documents(documents))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return [hit_to_node(h) for h in search(self.tree, query_bundle.query_str, self.similarity_top_k, self)]
+        return [hit_to_node(h) for h in kit.search(self.tree, query_bundle.query_str, self.similarity_top_k, self)]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)
@@ -205,15 +182,16 @@ class SurpriseExtractor(BaseExtractor):
         show_progress: bool = False,
         **kwargs: Any,
     ) -> None:
-        if summariser is None:
-            summariser = "llm" if chat_model is not None else "extractive"
-        if summariser not in SUMMARISERS:
-            raise ValueError(f"summariser must be one of {SUMMARISERS} or None, got {summariser!r}")
-        if summariser == "llm" and chat_model is None:
-            raise ValueError(
-                "SurpriseExtractor(summariser='llm') needs a chat_model (a LlamaIndex LLM or any ChatModel); "
-                "use summariser='extractive' for model-free metadata"
-            )
+        summariser, leaf = kit.leaf_summariser(
+            chat_model,
+            summariser,
+            embedder,
+            "SurpriseExtractor",
+            summary_tokens=summary_tokens,
+            surprise_tokens=surprise_tokens,
+            max_concurrency=max_concurrency,
+            show_progress=show_progress,
+        )
         super().__init__(
             summariser=summariser,
             summary_tokens=summary_tokens,
@@ -222,23 +200,7 @@ class SurpriseExtractor(BaseExtractor):
             show_progress=show_progress,
             **kwargs,
         )
-        if summariser == "llm":
-            self._summariser = Summariser(
-                chat_model,
-                summary_tokens=summary_tokens,
-                surprise_tokens=surprise_tokens,
-                max_concurrency=max_concurrency,
-                show_progress=show_progress,
-            )
-            return
-        model = optional_embedder(embedder)
-        if model is None:
-            from ..models.local import default_embedder
-
-            model = default_embedder()
-        self._summariser = ExtractiveSummariser(
-            model, summary_tokens=summary_tokens, surprise_tokens=surprise_tokens, show_progress=show_progress
-        )
+        self._summariser = leaf
 
     @classmethod
     def class_name(cls) -> str:

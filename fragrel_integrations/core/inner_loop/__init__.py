@@ -26,10 +26,7 @@ holds every completed round.
 """
 
 # importable from here as before, outside __all__: the adapters' shared helpers and the retriever types
-from .engine import ADAPTER_SETTINGS as ADAPTER_SETTINGS
 from .engine import InnerLoopEngine
-from .engine import engine_for_adapter as engine_for_adapter
-from .engine import scored_from_metadata as scored_from_metadata
 from .metric import lcs_length, lcs_similarity, lcs_tokens
 from .prompts import DEFAULT_PROMPT_TEMPLATE, DEFAULT_SYSTEM_PROMPT, join_query
 from .types import AsyncRetriever as AsyncRetriever

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import numbers
 from collections.abc import AsyncIterator, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +16,6 @@ from ...models.chat import ChatModel, check_params, context_window
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
-from ..conventions import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
 from ..steps import ChatStep, Steps, adrive, drive
 from ..types import Fragment, ScoredFragment
 from .metric import lcs_similarity
@@ -42,7 +40,7 @@ from .types import (
     fragment_key,
 )
 
-__all__ = ["ADAPTER_SETTINGS", "InnerLoopEngine", "engine_for_adapter", "scored_from_metadata"]
+__all__ = ["InnerLoopEngine"]
 
 
 def _as_hits(items: object, source: str) -> list[ScoredFragment]:
@@ -124,58 +122,6 @@ def _resolve_retrievers(retriever: object, aretriever: object) -> tuple[SyncRetr
 
 
 # ------------------------------------------------------------------------------------------------ adapters
-
-ADAPTER_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe", "show_progress")
-"""The loop settings the LangChain and LlamaIndex adapters take next to (or instead of) a built engine."""
-
-
-def engine_for_adapter(
-    engine: object,
-    model: object,
-    settings: Mapping[str, Any],
-    *,
-    has_retriever: bool,
-    model_arg: str,
-    model_hint: str,
-    retriever_hint: str,
-) -> InnerLoopEngine:
-    """The core engine behind a framework adapter: ``engine`` with ``settings`` applied (those not None), or a
-    new engine for ``model``. ``model_arg`` is the adapter's name for the model argument (``"model"``,
-    ``"llm"``); the hints name what to pass in the errors (e.g. ``"a LlamaIndex LLM"``)."""
-    changes = {name: value for name, value in settings.items() if value is not None}
-    if engine is not None:
-        if not isinstance(engine, InnerLoopEngine):
-            raise TypeError(f"engine must be an InnerLoopEngine, got {type(engine).__name__}")
-        if model is not None:
-            raise ValueError(f"pass either engine=... or {model_arg}=..., not both: the engine already has its model")
-        core = engine.with_settings(**changes) if changes else engine
-        if not has_retriever and not (core.has_sync_retriever or core.has_async_retriever):
-            raise ValueError(f"the engine has no retriever: pass retriever=... ({retriever_hint})")
-        return core
-    if model is None:
-        raise ValueError(
-            f"{model_arg} is required: pass {model_hint} (or any ChatModel) as {model_arg}=..., "
-            "or a built engine=InnerLoopEngine(...)"
-        )
-    if not has_retriever:
-        raise ValueError(f"retriever is required: pass {retriever_hint} as retriever=...")
-    return InnerLoopEngine(None, model, **changes)
-
-
-def _number(value: object, default: float) -> float:
-    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else default
-
-
-def scored_from_metadata(fragment: Fragment, score: float, metadata: Mapping[str, Any]) -> ScoredFragment:
-    """A retrieved framework object as a core hit: ``score`` is its retriever's score; FragRel's independent and
-    environment scores are read back from ``metadata`` when a FragRel retriever put them there (else the score
-    and 0)."""
-    independent = _number(metadata.get(INDEPENDENT_SCORE_KEY), score)
-    environment = _number(metadata.get(ENVIRONMENT_SCORE_KEY), 0.0)
-    return ScoredFragment(fragment, score, independent, environment)
-
-
-# ------------------------------------------------------------------------------------------------ engine
 
 
 class InnerLoopEngine:

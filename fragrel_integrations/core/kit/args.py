@@ -1,4 +1,5 @@
-"""Small argument helpers the LangChain and LlamaIndex adapters share (no framework imported here)."""
+"""Small argument helpers the LangChain and LlamaIndex adapters share: a store or a path, an adapter's kwargs apart
+from the core's, a chat model a wrapper can wrap."""
 
 from __future__ import annotations
 

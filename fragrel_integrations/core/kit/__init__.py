@@ -1,0 +1,28 @@
+"""The adapter kit: everything the LangChain and LlamaIndex adapters share, framework-free.
+
+A small package with one module per concept rather than one file, because the concepts are used by different
+adapters and have different dependencies (the inner-loop helpers need the engine, the tree helpers the tree;
+neither belongs in the settings every FragRel wrapper imports):
+
+- :mod:`.settings` -- every setting of the FragRel wrappers (retrievers, postprocessor): one check per setting,
+  preset resolution and defaults (:class:`~.settings.WrapperSettings`), the missing-position policy and its
+  spellings, metadata key names and the score metadata written on every result;
+- :mod:`.pool` -- a candidate pool: locations read from metadata, the missing-position fallbacks (isolated
+  keys, PREVIOUS/NEXT runs), the base's scores, the re-ranking step that maps hits back to the framework's
+  items, and positions written at indexing time;
+- :mod:`.tree` -- the surprise-tree retrievers: their settings, building a tree, hits as metadata;
+- :mod:`.inner_loop` -- the inner-loop adapters: the engine behind an adapter, retrieved items as core hits;
+- :mod:`.args` -- small argument helpers (a store or a path, kwargs split between an adapter and the core).
+
+Each adapter declares its framework's fields, converts its framework's types and delegates here. This package
+imports only :mod:`.settings` eagerly (the engine imports the score keys; the other modules import the engine).
+
+>>> from fragrel_integrations.core import kit
+>>> kit.check_on_missing_position("error")
+'raise'
+"""
+
+from .settings import *  # noqa: F403
+from .settings import __all__ as _settings_all
+
+__all__ = list(_settings_all)

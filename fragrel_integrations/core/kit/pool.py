@@ -1,0 +1,235 @@
+"""A candidate pool as the FragRel wrappers see it: where each candidate sits, what its base scored it, how the
+re-ranked hits map back to the framework's items, and the numbers behind the size of the pool.
+
+Items are the framework's (LangChain Documents, LlamaIndex nodes); this module sees only their metadata, ids and
+links, so both frameworks apply the same missing-position fallbacks and the same score rules.
+
+>>> linked_keys(["a", "b", "c"], previous=[None, "a", None], following=["b", None, None])
+[('fragrel-links:a', 0), ('fragrel-links:a', 1), ('fragrel-links:c', 0)]
+>>> default_pool_size(5)
+50
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import numbers
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..types import Fragment, ScoredFragment, parse_position
+from .settings import WrapperSettings
+
+__all__ = [
+    "DEFAULT_SCORE_KEYS",
+    "Key",
+    "chain_order",
+    "default_pool_size",
+    "fill_missing",
+    "fuse_minmax",
+    "isolated_key",
+    "jsonable_metadata",
+    "linked_keys",
+    "minmax_scores",
+    "oriented_scores",
+    "read_location",
+    "read_score",
+    "rerank_pool",
+]
+
+T = TypeVar("T")
+Key = tuple[str, int]
+
+#: Metadata keys tried, in order, for a base retriever's score when the user names none.
+DEFAULT_SCORE_KEYS: tuple[str, ...] = ("relevance_score", "score")
+
+
+def default_pool_size(k: int) -> int:
+    """Candidates asked of the base when the user sets no ``pool_size``: ``max(10 * k, 50)``."""
+    return max(10 * k, 50)
+
+
+# ------------------------------------------------------------------------------------------------ locations
+
+
+def read_location(metadata: Mapping[str, Any], doc_id_key: str, position_key: str) -> Key | None:
+    """``(doc_id, position)`` from the metadata, or None when either key is missing (or None)."""
+    doc_id, position = metadata.get(doc_id_key), metadata.get(position_key)
+    if doc_id is None or position is None:
+        return None
+    return str(doc_id), parse_position(position, f"metadata[{position_key!r}]")
+
+
+def isolated_key(item_id: str | None, text: str, metadata: Mapping[str, Any]) -> str:
+    """A document id of its own for an item without position metadata (its id, else a content hash).
+
+    >>> isolated_key("7", "text", {})
+    'fragrel:isolated:id:7'
+    """
+    if item_id is not None:
+        return f"fragrel:isolated:id:{item_id}"
+    payload = json.dumps([text, metadata], sort_keys=True, default=repr)
+    return "fragrel:isolated:sha1:" + hashlib.sha1(payload.encode("utf-8")).hexdigest()
+
+
+def linked_keys(ids: Sequence[str], *, previous: Sequence[str | None], following: Sequence[str | None]) -> list[Key]:
+    """Pseudo keys from PREVIOUS/NEXT links among candidates (``on_missing_position="links"``): each run of
+    linked candidates is one pseudo document with consecutive positions; a candidate linked to no other candidate
+    (or on a malformed cycle of links) is alone in its run."""
+    first: dict[str, int] = {}
+    for j, item_id in enumerate(ids):
+        first.setdefault(item_id, j)
+    heads = [j for j in first.values() if previous[j] not in first]
+    keys: dict[str, Key] = {}
+    for head in heads:
+        run, position, cur = f"fragrel-links:{ids[head]}", 0, head
+        while cur is not None and ids[cur] not in keys:
+            keys[ids[cur]] = (run, position)
+            position += 1
+            nxt = following[cur]
+            cur = first.get(nxt) if nxt is not None else None
+    return [keys.setdefault(item_id, (f"fragrel-links:{item_id}", 0)) for item_id in ids]
+
+
+def fill_missing(
+    keys: Sequence[Key | None],
+    policy: str,
+    *,
+    isolated: Callable[[int], Key],
+    linked: Callable[[list[int]], list[Key]],
+    error: Callable[[list[int]], Exception],
+) -> list[Key]:
+    """``keys`` with the missing ones (None) filled by the ``on_missing_position`` policy: ``"raise"`` raises
+    ``error(missing indices)``, ``"isolate"`` uses ``isolated(i)``, ``"links"`` ``linked(missing indices)``."""
+    missing = [i for i, key in enumerate(keys) if key is None]
+    out = list(keys)
+    if missing:
+        if policy == "raise":
+            raise error(missing)
+        filled = [isolated(i) for i in missing] if policy == "isolate" else linked(missing)
+        for i, key in zip(missing, filled, strict=True):
+            out[i] = key
+    return out  # type: ignore[return-value]
+
+
+def chain_order(ids: Sequence[str], *, previous: Sequence[str | None], following: Sequence[str | None]) -> list[int]:
+    """The indices of ``ids`` in the order of their one PREVIOUS/NEXT chain, or [] when the links do not form one
+    chain that covers them all (then the given order is the reading order)."""
+    index = {item_id: i for i, item_id in enumerate(ids)}
+    heads = [i for i in range(len(ids)) if previous[i] not in index]
+    if len(heads) != 1:
+        return []
+    chain: list[int] = []
+    seen: set[int] = set()
+    cur: int | None = heads[0]
+    while cur is not None and cur not in seen:
+        chain.append(cur)
+        seen.add(cur)
+        cur = index.get(following[cur] or "")
+    return chain if len(chain) == len(ids) else []
+
+
+def jsonable_metadata(metadata: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The entries of ``metadata`` a FragmentStore can keep (JSON-serialisable), and the keys left out, sorted.
+
+    >>> jsonable_metadata({"a": 1, "b": object()})[1]
+    ['b']
+    """
+    kept = {}
+    for key, value in metadata.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        kept[key] = value
+    return kept, sorted(set(metadata) - set(kept))
+
+
+# ------------------------------------------------------------------------------------------------ scores
+
+
+def read_score(metadata: Mapping[str, Any], score_key: str | None) -> float | None:
+    """The base retriever's score from the metadata (``score_key``, or the first of DEFAULT_SCORE_KEYS found)."""
+    for key in DEFAULT_SCORE_KEYS if score_key is None else (score_key,):
+        value = metadata.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"metadata[{key!r}] must be a number (the base retriever's score), got {value!r}")
+        return float(value)
+    return None
+
+
+def oriented_scores(scores: Sequence[float]) -> list[float]:
+    """Raw store scores made "higher is better": a store lists its best match first, so scores that grow down the
+    list are distances and are negated (an affine change, which FragRel's ranking does not see).
+
+    >>> oriented_scores([0.1, 0.4])
+    [-0.1, -0.4]
+    """
+    if len(scores) > 1 and scores[-1] > scores[0]:
+        return [-s for s in scores]
+    return list(scores)
+
+
+def minmax_scores(raw: Sequence[float | None]) -> np.ndarray:
+    """One fusion member's scores min-max scaled to [0, 1] (its best 1, its last 0); its ranking ``1 - r/n`` when
+    it gives no scores.
+
+    >>> minmax_scores([3.0, 1.0]).tolist(), minmax_scores([None, None]).tolist()
+    ([1.0, 0.0], [1.0, 0.5])
+    """
+    if any(s is None for s in raw):
+        return 1.0 - np.arange(len(raw), dtype=np.float64) / max(len(raw), 1)
+    s = np.asarray(raw, dtype=np.float64)
+    span = float(s.max() - s.min()) if s.size else 0.0
+    return (s - s.min()) / span if span > 0 else np.ones_like(s)
+
+
+def fuse_minmax(
+    members: Sequence[Sequence[tuple[Hashable, float | None]]], weights: Sequence[float]
+) -> list[tuple[Hashable, float]]:
+    """Weighted min-max fusion of fusion members' ``(key, score)`` lists: ``sum_i weight_i * minmax_i(score)``
+    (0 where member ``i`` did not return the key), best first.
+
+    >>> members = [[("a", 2.0), ("b", 1.0)], [("b", 5.0), ("c", 1.0)]]
+    >>> [(key, float(score)) for key, score in fuse_minmax(members, [0.25, 0.75])]
+    [('b', 0.75), ('a', 0.25), ('c', 0.0)]
+    """
+    fused: dict[Hashable, float] = defaultdict(float)
+    for member, weight in zip(members, weights, strict=False):
+        for (key, _), score in zip(member, minmax_scores([s for _, s in member]), strict=True):
+            fused[key] += weight * score
+    ranked = sorted(fused, key=fused.__getitem__, reverse=True)
+    return [(key, fused[key]) for key in ranked]
+
+
+# ------------------------------------------------------------------------------------------------ re-ranking
+
+
+def rerank_pool(
+    settings: WrapperSettings,
+    query: str,
+    items: Sequence[T],
+    fragments: Sequence[Fragment],
+    *,
+    scores: Sequence[float | None] | None,
+    k: int | None,
+    ranks_by_words: bool,
+    neighbour: Callable[[Fragment], T],
+) -> list[tuple[T, ScoredFragment]]:
+    """Re-rank a pool (``fragments[i]`` is ``items[i]`` as a core fragment) with ``settings``; each hit with the
+    first item at its location, or ``neighbour(fragment)`` for a stored neighbour that joined the pool."""
+    hits = settings.rerank(query, fragments, scores=scores, k=k, ranks_by_words=ranks_by_words)
+    first: dict[Key, T] = {}
+    for item, fragment in zip(items, fragments, strict=True):
+        first.setdefault((fragment.doc_id, fragment.position), item)
+    out = []
+    for hit in hits:
+        item = first.get((hit.fragment.doc_id, hit.fragment.position))
+        out.append((neighbour(hit.fragment) if item is None else item, hit))
+    return out

@@ -1,0 +1,483 @@
+"""The settings kit of the FragRel wrappers: every setting the LangChain and LlamaIndex wrappers expose, checked once.
+
+Both frameworks' wrappers (LangChain ``FragRelRetriever``; LlamaIndex ``FragRelRetriever`` and
+``FragRelPostprocessor``) declare their fields, convert their framework's types and hand the settings to
+:meth:`WrapperSettings.resolve`, which fills the preset's defaults and checks each setting with the one check
+function below, so the same bad setting fails with the same words in every wrapper. Pydantic wrappers run the
+checks as ``mode="before"`` field validators (:func:`field_checks`) and read their fields back with
+:meth:`WrapperSettings.of`; :data:`SETTING_DOCS` holds what each setting means. This module also owns the
+missing-position policy and its spellings, the metadata key names and the score metadata written on every result.
+
+>>> from fragrel_integrations.core.types import Fragment, ScoredFragment
+>>> score_metadata(ScoredFragment(Fragment("a", "d", 0), 0.75, 0.5, 0.5))
+{'relevance_score': 0.75, 'fragrel_independent_score': 0.5, 'fragrel_environment_score': 0.5}
+>>> check_on_missing_position("error")
+'raise'
+>>> WrapperSettings.resolve(preset="dialogue").order
+'position'
+
+With ``preset="auto"`` (the default) the settings a user left unset are chosen for each candidate pool from what it
+looks like (:func:`~fragrel_integrations.core.presets.detect_preset`: dialogue, haystack, many documents, ...).
+Independent scores: the base's own scores (or its ranking when it gives none) fused with a BM25 score computed on
+the pool itself (``lexical``, :func:`~fragrel_integrations.core.rerank.lexical_fusion`); an ``embedder`` only
+serves a relation that needs embeddings, and re-scoring a score-less pool by cosine is its own argument
+(``score_embedder``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any, Literal
+
+from ..presets import AUTO, DEFAULT_PRESET, Preset
+from ..presets import preset as get_preset
+from ..relations import Relation
+from ..rerank import NeighbourSource, rerank
+from ..relation_aware import check_alpha
+from ..selection import check_k
+from ..types import Fragment, ScoredFragment
+
+__all__ = [
+    "DEFAULT_DOC_ID_KEY",
+    "DEFAULT_POSITION_KEY",
+    "ENVIRONMENT_SCORE_KEY",
+    "FIELD_SETTINGS",
+    "INDEPENDENT_SCORE_KEY",
+    "MISSING_POSITION_ALIASES",
+    "MISSING_POSITION_MODES",
+    "ORDERS",
+    "OUTSIDE_MODES",
+    "POOL_LEXICAL",
+    "RAISE_ON_MISSING_POSITION",
+    "RELEVANCE_SCORE_KEY",
+    "SCORE_KEYS",
+    "SETTING_DOCS",
+    "SETTING_NAMES",
+    "WrapperSettings",
+    "check_alpha_setting",
+    "check_expand",
+    "check_k",
+    "check_key",
+    "check_keys",
+    "check_lexical",
+    "check_on_missing_position",
+    "check_order",
+    "check_outside",
+    "check_pool_size",
+    "check_preset",
+    "check_relation",
+    "check_score_key",
+    "check_store",
+    "check_top_m_setting",
+    "field_checks",
+    "missing_position_policy",
+    "resolve_k",
+    "score_metadata",
+]
+
+#: Metadata keys written on every returned Document / node: the final score and FragRel's two parts.
+RELEVANCE_SCORE_KEY = "relevance_score"
+INDEPENDENT_SCORE_KEY = "fragrel_independent_score"
+ENVIRONMENT_SCORE_KEY = "fragrel_environment_score"
+SCORE_KEYS: tuple[str, str, str] = (RELEVANCE_SCORE_KEY, INDEPENDENT_SCORE_KEY, ENVIRONMENT_SCORE_KEY)
+
+#: Metadata keys that hold a fragment's document id and position, unless the user names others.
+DEFAULT_DOC_ID_KEY = "doc_id"
+DEFAULT_POSITION_KEY = "position"
+
+ORDERS: tuple[str, str] = ("score", "position")
+OUTSIDE_MODES: tuple[str, str] = ("floor", "ignore")
+
+#: ``on_missing_position``: ``"raise"`` a ValueError naming the fix, ``"isolate"`` (no environment for such a
+#: candidate) or ``"links"`` (LlamaIndex PREVIOUS/NEXT relationships; LangChain Documents have none).
+MISSING_POSITION_MODES: tuple[str, str, str] = ("raise", "isolate", "links")
+#: Old spellings, still accepted: ``"error"`` was the LangChain retriever's name for ``"raise"``.
+MISSING_POSITION_ALIASES: dict[str, str] = {"error": "raise"}
+RAISE_ON_MISSING_POSITION: tuple[str, str] = ("raise", "error")
+
+
+def score_metadata(hit: ScoredFragment) -> dict[str, float]:
+    """The three score entries an adapter adds to a returned item's metadata."""
+    return dict(zip(SCORE_KEYS, (hit.score, hit.independent_score, hit.environment_score), strict=True))
+
+
+# ------------------------------------------------------------------------------------------ one check per setting
+
+
+#: Weight of the pool's own BM25 score in the independent score, per preset (``lexical`` unset), chosen on the
+#: dev data (``benchmarks/results/wrapper_*_dev.md``).
+POOL_LEXICAL: dict[str, float] = {"general": 0.5, "dialogue": 0.5, "story": 0.5, "haystack": 0.5, "multidoc": 0.5}
+
+
+def check_preset(value: object) -> str:
+    """A preset name (``"auto"``, ``"general"``, ``"dialogue"``, ...); ValueError listing the names otherwise."""
+    if isinstance(value, Preset):
+        return value.name
+    if value != AUTO:
+        get_preset(value)  # type: ignore[arg-type]
+    return value  # type: ignore[return-value]
+
+
+def check_lexical(value: object) -> float | None:
+    """``lexical``: None (the preset's) or the weight in [0, 1] of the pool's own BM25 score in ``s_ind``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise ValueError(
+            f"lexical must be a number in [0, 1] (weight of a BM25 score computed on the candidate pool; 0: the "
+            f"base's scores alone) or None (the preset's), got {value!r}"
+        )
+    return float(value)
+
+
+def check_alpha_setting(value: object) -> float | None:
+    """``alpha``: None (the preset's) or a finite number >= 0.
+
+    >>> check_alpha_setting(-1)
+    Traceback (most recent call last):
+    ValueError: alpha must be a finite number >= 0, got -1.0
+    """
+    return None if value is None else check_alpha(value)
+
+
+def check_top_m_setting(value: object) -> int | None:
+    """``top_m``: None (the preset's), 0 (every candidate lends support) or a positive int."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"top_m must be an int >= 0 (how many of the best candidates lend support; 0: all) or None "
+            f"(the preset's), got {value!r}"
+        )
+    return int(value)
+
+
+def resolve_k(value: object, alias: object, default: int | None, name: str = "similarity_top_k") -> int | None:
+    """The number of results from a setting and its alias ``k`` (LlamaIndex's ``similarity_top_k``); both given
+    must agree; ``default`` when neither is.
+
+    >>> resolve_k(None, 3, 5), resolve_k(None, None, 5)
+    (3, 5)
+    """
+    value, alias = check_k(value, name), check_k(alias)
+    if value is not None and alias is not None and value != alias:
+        raise ValueError(f"{name}={value} and k={alias} disagree: pass only one of them")
+    chosen = value if value is not None else alias
+    return default if chosen is None else chosen
+
+
+def check_pool_size(value: object) -> int | None:
+    """``pool_size``: None (``max(10 * k, 50)``) or a positive int."""
+    return check_k(value, "pool_size")
+
+
+def check_expand(value: object) -> int | None:
+    """``expand``: None (1 with a store, else 0) or the neighbour radius, an int >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expand must be an int >= 0 (neighbour radius) or None (1 with a store), got {value!r}")
+    return value
+
+
+def check_order(value: object) -> str | None:
+    """``order``: None (the preset's), ``"score"`` or ``"position"`` (document order)."""
+    if value is not None and value not in ORDERS:
+        raise ValueError(f"order must be 'score' or 'position' (document order) or None (the preset's), got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_outside(value: object) -> str:
+    """``outside``: ``"floor"`` or ``"ignore"``."""
+    if value not in OUTSIDE_MODES:
+        raise ValueError(f"outside must be 'floor' or 'ignore', got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_on_missing_position(value: object, *, links: bool = True) -> str:
+    """The canonical ``on_missing_position`` (old spellings mapped); ``links=False`` where candidates carry no
+    PREVIOUS/NEXT relationships (LangChain Documents)."""
+    canonical = MISSING_POSITION_ALIASES.get(value, value) if isinstance(value, str) else value
+    if canonical not in MISSING_POSITION_MODES:
+        raise ValueError(
+            f"on_missing_position must be 'raise' (alias 'error'), 'isolate' or 'links' (LlamaIndex nodes), "
+            f"got {value!r}"
+        )
+    if canonical == "links" and not links:
+        raise ValueError(
+            "on_missing_position='links' follows LlamaIndex PREVIOUS/NEXT relationships, which LangChain Documents "
+            "do not have: use 'isolate', or write positions with add_positions"
+        )
+    return canonical  # type: ignore[return-value]
+
+
+def missing_position_policy(value: str) -> str:
+    """The canonical name of an ``on_missing_position`` value (aliases mapped; others returned as given)."""
+    return MISSING_POSITION_ALIASES.get(value, value)
+
+
+def check_key(name: str, value: object) -> str:
+    """A metadata key setting (``doc_id_key``, ``position_key``): a non-empty str."""
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty metadata key (str), got {value!r}")
+    return value
+
+
+def check_keys(doc_id_key: object, position_key: object) -> tuple[str, str]:
+    """Both metadata keys, checked, and different from each other."""
+    doc_id_key, position_key = check_key("doc_id_key", doc_id_key), check_key("position_key", position_key)
+    if doc_id_key == position_key:
+        raise ValueError(f"doc_id_key and position_key must differ, both are {doc_id_key!r}")
+    return doc_id_key, position_key
+
+
+def check_score_key(value: object) -> str | None:
+    """``score_key``: None (the store's relevance score, then ``relevance_score``, then ``score``) or the
+    metadata key that holds the base retriever's score."""
+    return None if value is None else check_key("score_key", value)
+
+
+def check_relation(value: object) -> Relation | None:
+    """``relation``: None (the preset's ``ContextRelation``) or a core :class:`Relation`."""
+    if value is not None and not isinstance(value, Relation):
+        raise TypeError(f"relation must be a Relation such as ContextRelation(0.3) or None, got {value!r}")
+    return value
+
+
+def check_store(value: object) -> NeighbourSource | None:
+    """``store``: None or a :class:`~fragrel_integrations.FragmentStore` (anything with ``neighbours(keys,
+    radius=)``)."""
+    if value is not None and not callable(getattr(value, "neighbours", None)):
+        raise TypeError(
+            "store must be a fragrel_integrations.FragmentStore (filled by add_positions(chunks, store=...) or "
+            f"PositionTagger(store=...)), got {type(value).__name__}"
+        )
+    return value  # type: ignore[return-value]
+
+
+def _check_embedder(value: object) -> Any:
+    from ...models.convert import optional_embedder
+
+    return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
+
+
+#: The settings :meth:`WrapperSettings.resolve` takes, by the name every wrapper gives them.
+SETTING_NAMES: tuple[str, ...] = (
+    "preset",
+    "relation",
+    "alpha",
+    "top_m",
+    "order",
+    "lexical",
+    "outside",
+    "embedder",
+    "score_embedder",
+    "store",
+    "expand",
+    "doc_id_key",
+    "position_key",
+    "on_missing_position",
+)
+
+
+#: What each setting means, in the words every wrapper shows (LangChain field and LlamaIndex ``Field`` descriptions).
+SETTING_DOCS: dict[str, str] = {
+    "preset": "Settings for a kind of text: 'auto' (chosen per pool from what it looks like), 'general', 'story', "
+    "'dialogue', 'haystack' or 'multidoc' (relation, alpha, top_m, order, lexical); explicit settings win.",
+    "alpha": "Weight of the environment score; None = the preset's.",
+    "top_m": "How many of the best candidates lend support to their neighbours; None = the preset's, 0 = all.",
+    "relation": "The fragment relation (a core Relation); None = the preset's ContextRelation.",
+    "lexical": "Weight in [0, 1] of a BM25 score computed on the pool itself, fused with the base's scores (or "
+    "ranking); None = the preset's (0 for a base that already ranks by words: BM25, a fusion with BM25), 0 = the "
+    "base's scores alone.",
+    "embedder": "Embeds the pool for a relation that needs embeddings (e.g. SemanticRelation); it never scores the "
+    "pool (a LangChain or LlamaIndex embedding, or any Embedder).",
+    "score_embedder": "Re-scores a score-less pool by its cosine instead of the base's ranking (your explicit choice).",
+    "pool_size": "Candidates to ask the base retriever for; None = max(10 * k, 50).",
+    "store": "FragmentStore holding every chunk (add_positions(..., store=...) or PositionTagger(store=...)), for "
+    "neighbour expansion.",
+    "expand": "Neighbour radius: stored fragments within expand positions of a candidate join the pool; None = 1 "
+    "with a store, else 0.",
+    "outside": "Positions outside the pool count with the pool's lowest score ('floor') or not at all ('ignore').",
+    "order": "'score' or 'position' (document order, e.g. dialogue turns by time); None = the preset's.",
+    "doc_id_key": "Metadata key of the document id.",
+    "position_key": "Metadata key of the position within the document.",
+    "score_key": "Metadata key of the base's score; None = the store's relevance score, then 'relevance_score', "
+    "then 'score'.",
+    "on_missing_position": "'raise' a ValueError naming the fix when a candidate has no position ('error' is its "
+    "old spelling), 'isolate' (no environment for it) or 'links' (LlamaIndex PREVIOUS/NEXT relationships between "
+    "candidates; adjacent chunks only).",
+}
+
+#: The settings a wrapper checks field by field (:func:`field_checks`); the embedders are checked by :meth:`resolve`.
+FIELD_SETTINGS: tuple[str, ...] = tuple(name for name in SETTING_NAMES if name not in ("embedder", "score_embedder"))
+
+
+def field_checks(names: Sequence[str], *, links: bool = True) -> dict[str, Callable[[Any], Any]]:
+    """The kit's check of each named wrapper field, for a pydantic ``mode="before"`` field validator (so a bad
+    value fails with the kit's words, not pydantic's). ``k``, ``top_n`` and ``pool_size`` count results or
+    candidates, ``budget_words`` the words of a core index's hits; ``links=False`` where candidates carry no
+    PREVIOUS/NEXT relationships.
+
+    >>> field_checks(["top_n"])["top_n"](0)
+    Traceback (most recent call last):
+    ValueError: top_n must be a positive int or None, got 0
+    """
+    checks: dict[str, Callable[[Any], Any]] = {
+        "k": check_k,
+        "top_n": partial(check_k, name="top_n"),
+        "pool_size": check_pool_size,
+        "budget_words": partial(check_k, name="budget_words"),
+        "preset": check_preset,
+        "alpha": check_alpha_setting,
+        "top_m": check_top_m_setting,
+        "lexical": check_lexical,
+        "relation": check_relation,
+        "store": check_store,
+        "expand": check_expand,
+        "outside": check_outside,
+        "order": check_order,
+        "on_missing_position": partial(check_on_missing_position, links=links),
+        "doc_id_key": partial(check_key, "doc_id_key"),
+        "position_key": partial(check_key, "position_key"),
+        "score_key": check_score_key,
+    }
+    return {name: checks[name] for name in names}
+
+
+# ------------------------------------------------------------------------------------------------ the settings
+
+
+@dataclass(frozen=True)
+class WrapperSettings:
+    """The resolved, checked FragRel settings of one wrapper; :meth:`rerank` scores a candidate pool with them.
+
+    ``top_m`` 0 means every candidate lends support; ``expand`` is the store neighbour radius. With
+    ``preset="auto"`` the settings the user left unset stay None and are chosen for each pool (:meth:`for_pool`).
+    """
+
+    preset: str
+    relation: Relation | None
+    alpha: float | None
+    top_m: int | None
+    order: Literal["score", "position"] | None
+    lexical: float | None
+    outside: Literal["floor", "ignore"]
+    embedder: Any
+    score_embedder: Any
+    store: NeighbourSource | None
+    expand: int
+    doc_id_key: str
+    position_key: str
+    on_missing_position: Literal["raise", "isolate", "links"]
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        preset: str | Preset = DEFAULT_PRESET,
+        relation: Relation | None = None,
+        alpha: float | None = None,
+        top_m: int | None = None,
+        order: str | None = None,
+        lexical: float | None = None,
+        outside: str = "floor",
+        embedder: object = None,
+        score_embedder: object = None,
+        store: object = None,
+        expand: int | None = None,
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
+        on_missing_position: str = "raise",
+        links: bool = True,
+    ) -> WrapperSettings:
+        """Check every setting and fill the unset ones from ``preset`` (``relation``, ``alpha``, ``top_m``,
+        ``order``, ``lexical``; with ``"auto"`` they are chosen per pool); ``expand`` defaults to 1 with a ``store``,
+        else 0; ``top_m=0`` lets every candidate lend support. ``links=False`` for a framework whose candidates
+        carry no PREVIOUS/NEXT relationships."""
+        name = check_preset(preset)
+        relation, alpha, top_m = check_relation(relation), check_alpha_setting(alpha), check_top_m_setting(top_m)
+        lexical = check_lexical(lexical)
+        order, outside = check_order(order), check_outside(outside)
+        store, expand = check_store(store), check_expand(expand)
+        if expand is None:
+            expand = 0 if store is None else 1
+        if expand > 0 and store is None:
+            raise ValueError(
+                "expand > 0 needs a store: fill a FragmentStore with add_positions(chunks, store=store) or "
+                "PositionTagger(store=store); or leave expand unset"
+            )
+        doc_id_key, position_key = check_keys(doc_id_key, position_key)
+        settings = cls(
+            preset=name,
+            relation=relation,
+            alpha=alpha,
+            top_m=top_m,
+            order=order,  # type: ignore[arg-type]
+            lexical=lexical,
+            outside=outside,  # type: ignore[arg-type]
+            embedder=_check_embedder(embedder),
+            score_embedder=_check_embedder(score_embedder),
+            store=store,
+            expand=expand,
+            doc_id_key=doc_id_key,
+            position_key=position_key,
+            on_missing_position=check_on_missing_position(on_missing_position, links=links),  # type: ignore[arg-type]
+        )
+        return settings if name == AUTO else settings.for_pool(())  # lexical: per base (for_pool)
+
+    @classmethod
+    def of(cls, wrapper: object, *, links: bool = True) -> WrapperSettings:
+        """:meth:`resolve` with every setting read from the attribute of the same name on ``wrapper`` (a
+        wrapper's fields; :data:`SETTING_NAMES`)."""
+        return cls.resolve(**{name: getattr(wrapper, name) for name in SETTING_NAMES}, links=links)
+
+    def for_pool(self, fragments: Sequence[Fragment], *, ranks_by_words: bool | None = None) -> WrapperSettings:
+        """These settings with the unset ones filled from the preset (for ``"auto"``: the preset of
+        ``fragments``, :func:`~fragrel_integrations.core.presets.detect_preset`). ``lexical`` is filled only when
+        ``ranks_by_words`` is given: 0 for a base that already ranks by the query's words (BM25, a hybrid
+        ensemble), else the preset's :data:`POOL_LEXICAL`."""
+        chosen = get_preset(self.preset, fragments)
+        lexical = self.lexical
+        if lexical is None and ranks_by_words is not None:
+            lexical = 0.0 if ranks_by_words else POOL_LEXICAL[chosen.name]
+        return replace(
+            self,
+            relation=chosen.relation() if self.relation is None else self.relation,
+            alpha=chosen.alpha if self.alpha is None else self.alpha,
+            top_m=(chosen.top_m or 0) if self.top_m is None else self.top_m,
+            order=chosen.order if self.order is None else self.order,
+            lexical=lexical,
+        )
+
+    def rerank(
+        self,
+        query: str,
+        fragments: Sequence[Fragment],
+        *,
+        scores: Sequence[float | None] | None,
+        k: int | None,
+        ranks_by_words: bool = False,
+    ) -> list[ScoredFragment]:
+        """:func:`~fragrel_integrations.core.rerank.rerank` of a candidate pool (best first) with these settings
+        (with ``preset="auto"``, those of the pool's kind of text); ``ranks_by_words``: the base already ranks by
+        the query's words (see :meth:`for_pool`)."""
+        s = self.for_pool(fragments, ranks_by_words=ranks_by_words)
+        return rerank(
+            query,
+            fragments,
+            relation=s.relation,  # type: ignore[arg-type]
+            alpha=s.alpha,  # type: ignore[arg-type]
+            k=k,
+            scores=scores,
+            embedder=s.embedder,
+            score_embedder=s.score_embedder,
+            store=s.store,
+            expand=s.expand,
+            order=s.order,  # type: ignore[arg-type]
+            outside=s.outside,
+            top_m=s.top_m or None,
+            lexical=s.lexical,  # type: ignore[arg-type]
+        )
