@@ -36,8 +36,8 @@ from llama_index.core.graph_stores.types import Triplet as LITriplet  # noqa: E4
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
 from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
 
-from ..core.kit.args import split_store_or_path  # noqa: E402
 from .._validation import check_positive_int  # noqa: E402
+from ..core.kit.args import split_store_or_path  # noqa: E402
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore  # noqa: E402
 from ..core.triplets.graph_view import TripletGraph  # noqa: E402
 from ..core.triplets.store import build_store  # noqa: E402

@@ -33,9 +33,9 @@ from typing import Any, Literal
 
 from ..presets import AUTO, DEFAULT_PRESET, Preset
 from ..presets import preset as get_preset
+from ..relation_aware import check_alpha
 from ..relations import Relation
 from ..rerank import NeighbourSource, rerank
-from ..relation_aware import check_alpha
 from ..selection import check_k
 from ..types import Fragment, ScoredFragment
 
