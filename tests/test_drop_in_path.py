@@ -14,9 +14,10 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever as LlamaBM25Retriever
 
 import fragrel_integrations.models.local as local
+from fragrel_integrations.core.kit.pool import minmax_scores
 from fragrel_integrations.core.presets import DEFAULT_PRESET, PRESETS, preset
 from fragrel_integrations.langchain import FragRelRetriever, add_positions
-from fragrel_integrations.langchain._pool import minmax_member_scores, oriented, sized_base
+from fragrel_integrations.langchain._pool import oriented, sized_base
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
 from fragrel_integrations.llama_index import FragRelRetriever as LlamaFragRelRetriever
 from fragrel_integrations.llama_index._pool import sized_base as llama_sized_base
@@ -102,8 +103,7 @@ def test_ensemble_members_are_sized_and_their_scores_fused():
 
 
 def test_minmax_member_scores_without_scores_use_ranks():
-    docs = [Document("a"), Document("b"), Document("c"), Document("d")]
-    assert minmax_member_scores(docs).tolist() == [1.0, 0.75, 0.5, 0.25]
+    assert minmax_scores([None, None, None, None]).tolist() == [1.0, 0.75, 0.5, 0.25]
 
 
 def test_general_preset_lets_only_the_top_m_lend_support():

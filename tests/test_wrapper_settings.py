@@ -260,3 +260,32 @@ def test_the_old_kit_paths_warn_and_re_export(old, new):
         module = importlib.import_module(old)
     current = importlib.import_module(new)
     assert module.__all__ and all(getattr(module, name) is getattr(current, name) for name in module.__all__)
+
+
+def test_kit_rerank_items_fills_missing_locations_by_the_policy():
+    from fragrel_integrations.core.kit.pool import rerank_items
+    from fragrel_integrations.core.types import Fragment
+
+    items = [("a", ("d", 0)), ("b", None), ("c", ("d", 1))]
+    common = dict(
+        locate=lambda item: item[1],
+        fragment=lambda item, key: Fragment(item[0], *key),
+        isolated=lambda i: (f"alone:{i}", 0),
+        error=lambda missing: ValueError(f"missing {missing}"),
+        scores=[3.0, 2.0, 1.0],
+        k=None,
+        ranks_by_words=False,
+        neighbour=lambda fragment: ("neighbour", None),
+    )
+    isolate = kit.WrapperSettings.resolve(preset="general", on_missing_position="isolate")
+    ranked = rerank_items(isolate, "q", items, **common)
+    assert {hit.fragment.text: (hit.fragment.doc_id, hit.fragment.position) for _, hit in ranked} == {
+        "a": ("d", 0),
+        "b": ("alone:1", 0),
+        "c": ("d", 1),
+    }
+    assert all(item[0] == hit.fragment.text for item, hit in ranked)  # each hit with its own item
+    with pytest.raises(ValueError, match=r"missing \[1\]"):
+        rerank_items(kit.WrapperSettings.resolve(preset="general"), "q", items, **common)
+    with pytest.raises(ValueError, match="PREVIOUS/NEXT"):
+        rerank_items(kit.WrapperSettings.resolve(preset="general", on_missing_position="links"), "q", items, **common)

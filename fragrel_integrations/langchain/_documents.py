@@ -8,18 +8,14 @@ from typing import Any
 from langchain_core.documents import Document
 
 from ..core.kit import pool
-from ..core.kit.pool import DEFAULT_SCORE_KEYS
-from ..core.kit.settings import SCORE_KEYS, score_metadata  # the keys written on every returned Document
+from ..core.kit.settings import score_metadata
 from ..core.types import Fragment, ScoredFragment
 
 __all__ = [
-    "DEFAULT_SCORE_KEYS",
-    "SCORE_KEYS",
     "check_documents",
     "fragment_to_document",
     "isolated_key",
     "read_location",
-    "read_score",
     "with_scores",
 ]
 
@@ -37,11 +33,6 @@ def check_documents(documents: object, what: str) -> list[Document]:
 def read_location(doc: Document, doc_id_key: str, position_key: str) -> tuple[str, int] | None:
     """``(doc_id, position)`` from the metadata, or None when either key is missing (or None)."""
     return pool.read_location(doc.metadata, doc_id_key, position_key)
-
-
-def read_score(doc: Document, score_key: str | None) -> float | None:
-    """The base retriever's score from the metadata (``score_key``, or the first of DEFAULT_SCORE_KEYS found)."""
-    return pool.read_score(doc.metadata, score_key)
 
 
 def isolated_key(doc: Document) -> str:

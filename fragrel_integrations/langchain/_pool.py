@@ -1,14 +1,10 @@
 """Ask a LangChain base retriever for a pool of ``n`` candidates, with its own scores where it has them.
 
-FragRel can only change *what* is returned if the base hands it more candidates than it returns. A
-``BaseRetriever`` forwards invoke kwargs only when its ``_get_relevant_documents`` takes them; most do not
-(``BM25Retriever`` silently ignores ``k``), so the pool size is set on a copy of the retriever instead:
-``search_kwargs["k"]`` of a vector-store retriever, the ``k`` field of retrievers that have one, and each member
-of an ``EnsembleRetriever``. The copy also hands over the base's own scores, so nothing needs re-embedding: a
-vector-store retriever that searches by similarity gives the store's relevance scores
-(``similarity_search_with_relevance_scores``), a ``BM25Retriever`` its BM25 scores (``vectorizer.get_scores``, the
-ranking it returns unchanged) and an ``EnsembleRetriever`` the weighted sum of its members' min-max scaled scores
-(the core index's hybrid score; its reciprocal rank fusion keeps only ranks, which FragRel gains little from).
+Most ``BaseRetriever`` classes ignore an invoke kwarg ``k``, so the pool size is set on a copy of the retriever:
+``search_kwargs["k"]`` of a vector-store retriever, the ``k`` field of retrievers that have one, and each member of
+an ``EnsembleRetriever``. The copy also hands over the base's own scores, so nothing needs re-embedding: a
+vector store's relevance scores, a ``BM25Retriever``'s BM25 scores (its ranking unchanged) and, for an
+``EnsembleRetriever``, the weighted sum of its members' min-max scaled scores instead of reciprocal rank fusion.
 """
 
 from __future__ import annotations
@@ -23,7 +19,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableBinding
 from langchain_core.vectorstores import VectorStoreRetriever
 
-from ..core.kit.pool import fuse_minmax, minmax_scores, oriented_scores
+from ..core.kit.pool import fuse_minmax, oriented_scores
 
 __all__ = ["BASE_SCORE_KEY", "oriented", "ranks_by_words", "sized_base", "takes_k"]
 
@@ -107,16 +103,6 @@ class _ScoredBM25Retriever(BaseRetriever):
             return b.invoke(query, {"callbacks": run_manager.get_child()})  # an index out of step: its ranking
         top = np.argsort(scores)[::-1][: b.k]  # the order rank-bm25's get_top_n returns
         return [_with_score(b.docs[i], scores[i]) for i in top]
-
-
-def minmax_member_scores(docs: list[Document]) -> np.ndarray:
-    """One member's scores min-max scaled to [0, 1] (its best 1, its last 0); its ranking ``1 - r/n`` when it
-    gives no scores.
-
-    >>> minmax_member_scores([_with_score(Document("a"), 3.0), _with_score(Document("b"), 1.0)]).tolist()
-    [1.0, 0.0]
-    """
-    return minmax_scores([d.metadata.get(BASE_SCORE_KEY) for d in docs])
 
 
 class _ScoredFusionRetriever(BaseRetriever):

@@ -17,6 +17,7 @@ Document without them is cited by its rank).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from langchain_core.documents import Document
@@ -65,8 +66,7 @@ def grounded_answer_runnable(
         chat = as_chat_model(model)
     core_embedder = None if embedder is None else as_embedder(embedder)
 
-    def fragments(docs: list[Document]) -> list[Fragment]:
-        return documents_to_fragments(docs, doc_id_key=doc_id_key, position_key=position_key)
+    fragments = partial(documents_to_fragments, doc_id_key=doc_id_key, position_key=position_key)
 
     def answer(question: str) -> GroundedAnswer:
         docs = retriever.invoke(question)

@@ -25,47 +25,43 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
 from langchain_core.runnables.config import patch_config
-from pydantic import ConfigDict, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..core.inner_loop import InnerLoopEngine
 from ..core.kit import inner_loop as kit
+from ..core.kit.pool import read_score
 from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
-from ._documents import check_documents, fragment_to_document, isolated_key, read_location, read_score, with_scores
+from ._documents import check_documents, fragment_to_document, isolated_key, read_location, with_scores
 
 __all__ = ["InnerLoopRunnable"]
+
+_DOCS = kit.ADAPTER_SETTING_DOCS
 
 
 def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFragment:
     """A core fragment for a retrieved Document (its score, and FragRel's sub-scores when it carries them)."""
     doc_id, position = read_location(doc, doc_id_key, position_key) or (isolated_key(doc), 0)
     return kit.scored_from_metadata(
-        Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), read_score(doc, None), doc.metadata
+        Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), read_score(doc.metadata, None), doc.metadata
     )
 
 
 class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any]]):
     """ILM-TR's inner loop over any LangChain retriever and chat model, as a ``Runnable``.
 
-    Each round retrieves with the question plus the short-term memory (STM), then the model rewrites the STM from
-    what was retrieved; the loop stops when consecutive memories agree (LCS similarity >= ``threshold``) or after
-    ``max_loops`` rounds. Input: a question string or ``{"question": ...}``. Output::
-
-        {"question": str, "answer": str (the final STM), "converged": bool, "stop_reason": str,
-         "rounds": [{"index", "query", "documents" (shown to the model), "retrieved" (all), "reply", "stm",
-                     "similarity"}, ...],
-         "documents": [the Documents shown to the model, each once]}
-
-    ``stream`` / ``astream`` yield that dict after every round (``stop_reason`` None until the last one, which
-    equals ``invoke``'s output). Returned Documents are the retriever's own (for an engine's core retriever:
-    new Documents with ``doc_id``, ``position`` and the FragRel scores in metadata).
+    Each round retrieves with the question plus the short-term memory (STM), then the model rewrites the STM;
+    the loop stops when consecutive memories agree (``threshold``) or after ``max_loops`` rounds. Input: a
+    question string or ``{"question": ...}``. Output: :func:`~fragrel_integrations.core.kit.inner_loop.result_dict`
+    (``answer`` is the final STM; ``rounds`` and ``documents`` hold the retriever's own Documents, or new ones with
+    ``doc_id``, ``position`` and the FragRel scores for an engine's core retriever). ``stream`` / ``astream``
+    yield it after every round (``stop_reason`` None until the last).
 
     Build it from ``retriever`` (any ``Runnable[str, list[Document]]``, or a function) and ``model`` (a LangChain
-    ``BaseChatModel``/``BaseLLM``, a LlamaIndex LLM or a :class:`~fragrel_integrations.models.chat.ChatModel`),
-    with the loop settings as fields; or pass a built core ``engine`` (custom prompts, budgets), optionally with a
-    LangChain ``retriever`` that replaces the engine's own. Settings given next to ``engine`` override its own.
-    If the retriever or the model raises, the :class:`InnerLoopError` carries the completed rounds in
-    ``.result`` (core types) and ``.output`` (this dict).
+    chat model or LLM, a LlamaIndex LLM or a :class:`~fragrel_integrations.models.chat.ChatModel`), or from a
+    built core ``engine`` (custom prompts, budgets; a ``retriever`` given too replaces its own; settings given
+    override its own). If the retriever or the model raises, the :class:`InnerLoopError` carries the completed
+    rounds in ``.result`` (core types) and ``.output`` (this dict).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -76,16 +72,11 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     """The answer model: LangChain chat model or LLM, LlamaIndex LLM, or our ChatModel."""
     engine: InnerLoopEngine | None = None
     """A built core engine (its model, prompts and settings are used); then leave ``model`` unset."""
-    max_loops: int | None = None
-    """Most rounds (engine default 5)."""
-    threshold: float | None = None
-    """LCS similarity of consecutive memories that counts as converged (engine default 0.9)."""
-    max_stm_tokens: int | None = None
-    """The model's output limit per round and the memory's size limit (engine default 256)."""
-    dedupe: bool | None = None
-    """Show each Document to the model only in the first round that retrieves it (engine default False)."""
-    show_progress: bool | None = None
-    """A progress bar over each question's rounds (engine default True; False hides it)."""
+    max_loops: int | None = Field(None, description=_DOCS["max_loops"])
+    threshold: float | None = Field(None, description=_DOCS["threshold"])
+    max_stm_tokens: int | None = Field(None, description=_DOCS["max_stm_tokens"])
+    dedupe: bool | None = Field(None, description=_DOCS["dedupe"])
+    show_progress: bool | None = Field(None, description=_DOCS["show_progress"])
     doc_id_key: str = "doc_id"
     position_key: str = "position"
 
@@ -155,9 +146,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     def _invoke(
         self, input: str | dict[str, Any], run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
-        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        with kit.attach_output(partial(kit.result_dict, items=documents)):
-            return kit.result_dict(engine.run(kit.question_of(input, "InnerLoopRunnable")), documents)
+        bound = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        return kit.run(bound, kit.question_of(input, "InnerLoopRunnable"), kit.result_dict)
 
     async def ainvoke(self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any) -> dict:
         self._no_kwargs(kwargs)
@@ -166,9 +156,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     async def _ainvoke(
         self, input: str | dict[str, Any], run_manager: AsyncCallbackManagerForChainRun, config: RunnableConfig
     ) -> dict[str, Any]:
-        engine, documents = self._bind(patch_config(config, callbacks=run_manager.get_child()))
-        with kit.attach_output(partial(kit.result_dict, items=documents)):
-            return kit.result_dict(await engine.arun(kit.question_of(input, "InnerLoopRunnable")), documents)
+        bound = self._bind(patch_config(config, callbacks=run_manager.get_child()))
+        return await kit.arun(bound, kit.question_of(input, "InnerLoopRunnable"), kit.result_dict)
 
     def stream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -181,10 +170,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         question = None
         for question in inputs:  # noqa: B007 - a single input
             pass
-        engine, documents = self._bind(config)
-        with kit.attach_output(partial(kit.result_dict, items=documents)):
-            for snapshot in engine.stream(kit.question_of(question, "InnerLoopRunnable")):
-                yield kit.result_dict(snapshot, documents)
+        yield from kit.stream(self._bind(config), kit.question_of(question, "InnerLoopRunnable"), kit.result_dict)
 
     async def astream(
         self, input: str | dict[str, Any], config: RunnableConfig | None = None, **kwargs: Any
@@ -202,7 +188,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         question = None
         async for question in inputs:  # noqa: B007 - a single input
             pass
-        engine, documents = self._bind(config)
-        with kit.attach_output(partial(kit.result_dict, items=documents)):
-            async for snapshot in engine.astream(kit.question_of(question, "InnerLoopRunnable")):
-                yield kit.result_dict(snapshot, documents)
+        async for chunk in kit.astream(
+            self._bind(config), kit.question_of(question, "InnerLoopRunnable"), kit.result_dict
+        ):
+            yield chunk

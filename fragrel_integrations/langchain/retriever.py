@@ -27,14 +27,7 @@ from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ._documents import (
-    check_documents,
-    fragment_to_document,
-    isolated_key,
-    read_location,
-    read_score,
-    with_scores,
-)
+from ._documents import check_documents, fragment_to_document, isolated_key, read_location, with_scores
 from ._pool import BASE_SCORE_KEY, ranks_by_words, sized_base, takes_k
 from .indexing import add_positions
 
@@ -57,37 +50,19 @@ _DOCS = kit.SETTING_DOCS
 
 
 class FragRelRetriever(BaseRetriever):
-    """Re-rank the documents of ANY base retriever with FragRel's relation-aware score.
+    """Re-rank the documents of ANY base retriever with FragRel's relation-aware score ``s_ind + alpha * s_env``.
 
-    ``s_rel = s_ind + alpha * s_env``. The base is asked for a pool of ``pool_size`` candidates (default
-    ``max(10 * k, 50)``: a copy of a vector-store retriever gets ``search_kwargs["k"]``, retrievers with a ``k``
-    field such as ``BM25Retriever`` get it set, an ``EnsembleRetriever`` passes it to each member), so FragRel
-    chooses *which* ``k`` documents come back, not only their order.
+    The base is asked for ``pool_size`` candidates on a copy (``search_kwargs["k"]`` of a vector-store retriever,
+    the ``k`` field of e.g. ``BM25Retriever``, each member of an ``EnsembleRetriever``), so FragRel chooses *which*
+    ``k`` documents come back. ``s_ind`` is the base's own score (a vector store's relevance score, else metadata
+    ``score_key``, else its ranking ``1 - rank/n``) fused with a BM25 score of the pool; no second model scores
+    behind your back. ``s_env`` comes from ``relation`` over ``doc_id`` / ``position`` metadata: write it with
+    :func:`~fragrel_integrations.langchain.add_positions` before indexing. The settings mean the same in every
+    wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS`; ``.settings`` shows them resolved).
 
-    ``s_ind`` starts from the base's own score, never a second model behind your back: a vector-store retriever's
-    relevance score (``similarity_search_with_relevance_scores``), else metadata ``score_key`` (by default
-    ``relevance_score``, then ``score``) when every candidate has one, else the base's ranking (``1 - rank/n``);
-    it is fused with a BM25 score computed on the pool itself (``lexical``). ``embedder`` only serves a relation
-    that needs embeddings; pass ``score_embedder`` to re-score score-less candidates by its cosine instead.
-    ``s_env`` is the relation-weighted mean of the other fragments' ``s_ind`` (by default the context relation
-    ``w_rel ** |position_i - position_j|`` within one document); positions the base did not return count with
-    the pool's lowest score (``outside="floor"``). Candidates need ``doc_id`` / ``position`` metadata: write it
-    with :func:`~fragrel_integrations.langchain.add_positions` before indexing.
-
-    ``preset`` picks ``relation``, ``alpha``, ``top_m``, ``order`` and ``lexical`` for a kind of text: ``"auto"``
-    (the default) recognises each pool's kind (turns with speakers, a few sentences from one long text, many short
-    documents) and uses its measured setting, else ``"general"`` (only the 10 best candidates lend support);
-    ``"story"`` (the paper's), ``"dialogue"``, ``"haystack"``, ``"multidoc"`` name one (see
-    :mod:`fragrel_integrations.core.presets`); explicit arguments win over it.
-
-    Returns copies of the base retriever's Documents (never the originals) with ``relevance_score`` (= s_rel),
-    ``fragrel_independent_score`` and ``fragrel_environment_score`` added, best first (or in document order with
-    ``order="position"``). ``k`` is a field and an invoke kwarg: ``retriever.invoke(query, k=2)``.
-
-    With ``store`` (a FragmentStore filled by ``add_positions(..., store=store)``) and ``expand=r``, the stored
-    neighbours within ``r`` positions of each candidate join the pool with the pool's lowest score.
-    ``on_missing_position="isolate"`` makes each Document without position metadata a one-fragment document of
-    its own instead of raising ValueError.
+    Returns copies of the base's Documents with ``relevance_score`` (= s_rel), ``fragrel_independent_score`` and
+    ``fragrel_environment_score`` added, best first (or in document order with ``order="position"``). ``k`` is a
+    field and an invoke kwarg: ``retriever.invoke(query, k=2)``.
 
     >>> from langchain_core.vectorstores import InMemoryVectorStore
     >>> from fragrel_integrations.langchain import MiniLMEmbeddings, add_positions
@@ -189,36 +164,32 @@ class FragRelRetriever(BaseRetriever):
                 stacklevel=4,
             )
 
+    def _base_score(self, doc: Document) -> tuple[Document, float | None]:
+        """``doc`` without the base's score that the sized copy put in its metadata, and that score (else the
+        ``score_key`` metadata)."""
+        if BASE_SCORE_KEY not in doc.metadata:
+            return doc, pool.read_score(doc.metadata, self.score_key)
+        metadata = dict(doc.metadata)
+        score = float(metadata.pop(BASE_SCORE_KEY))
+        return doc.model_copy(update={"metadata": metadata}), score
+
     def _rerank(self, query: str, documents: object, k: int) -> list[Document]:
         docs = check_documents(documents, "the base retriever's result")
         if not docs:
             return []
         self._check_pool(len(docs), k)
-        fragments: list[Fragment] = []
-        scores: list[float | None] = []
-        kept: list[Document] = []
-        for i, doc in enumerate(docs):
-            location = read_location(doc, self.doc_id_key, self.position_key)
-            if location is None:
-                if self._settings.on_missing_position == "raise":
-                    raise ValueError(
-                        _MISSING_POSITION.format(i=i, doc_id_key=self.doc_id_key, position_key=self.position_key)
-                    )
-                location = (isolated_key(doc), 0)
-            if BASE_SCORE_KEY in doc.metadata:
-                doc = doc.model_copy(update={"metadata": {**doc.metadata}})
-                score = float(doc.metadata.pop(BASE_SCORE_KEY))
-            else:
-                score = read_score(doc, self.score_key)
-            scores.append(score)
-            fragments.append(Fragment(doc.page_content, location[0], location[1], dict(doc.metadata)))
-            kept.append(doc)
-        ranked = pool.rerank_pool(
+        kept, scores = zip(*(self._base_score(doc) for doc in docs), strict=True)
+        ranked = pool.rerank_items(
             self._settings,
             query,
             kept,
-            fragments,
-            scores=None if all(s is None for s in scores) else scores,
+            locate=lambda doc: read_location(doc, self.doc_id_key, self.position_key),
+            fragment=lambda doc, key: Fragment(doc.page_content, *key, dict(doc.metadata)),
+            isolated=lambda i: (isolated_key(docs[i]), 0),  # the Document as the base returned it
+            error=lambda missing: ValueError(
+                _MISSING_POSITION.format(i=missing[0], doc_id_key=self.doc_id_key, position_key=self.position_key)
+            ),
+            scores=None if all(s is None for s in scores) else list(scores),
             k=k,
             ranks_by_words=self._ranks_by_words,
             neighbour=partial(fragment_to_document, doc_id_key=self.doc_id_key, position_key=self.position_key),
@@ -333,13 +304,6 @@ class FragRelIndexRetriever(BaseRetriever):
     ) -> list[Document]:
         k = self.k if k is None else check_k(k)
         hits = self.index.retrieve(query, k=k, budget_words=self.budget_words, order=self.order)
-        out = []
-        for hit in hits:
-            key = (hit.fragment.doc_id, hit.fragment.position)
-            original = self._documents.get(key)
-            if original is None:
-                original = fragment_to_document(
-                    hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key
-                )
-            out.append(with_scores(original, hit))
-        return out
+        fresh = partial(fragment_to_document, doc_id_key=self.doc_id_key, position_key=self.position_key)
+        found = [self._documents.get((h.fragment.doc_id, h.fragment.position)) for h in hits]  # from_documents'
+        return [with_scores(fresh(h.fragment) if d is None else d, h) for d, h in zip(found, hits, strict=True)]

@@ -19,7 +19,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, Callba
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
-from pydantic import ConfigDict, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from ..core.kit import tree as kit
 from ..core.selection import check_k
@@ -29,6 +29,7 @@ from ._documents import check_documents
 __all__ = ["SurpriseTreeRetriever", "hit_to_document"]
 
 _RETRIEVER_FIELDS = ("k", *kit.SEARCH_OPTIONS)
+_DOCS = kit.SEARCH_DOCS
 
 
 def hit_to_document(hit: TreeHit) -> Document:
@@ -62,17 +63,12 @@ class SurpriseTreeRetriever(BaseRetriever):
     tree: SurpriseTree
     """The core tree (holds the nodes, the embedder and, for inserts, the chat model)."""
     k: int | None = 4
-    budget_tokens: int | None = None
-    """Also stop when the returned texts reach this many tokens."""
-    mode: Literal["collapsed", "traversal"] = "collapsed"
-    fields: tuple[str, ...] = FIELDS
-    """Which node texts may be returned: any of ``text``, ``summary``, ``surprise``."""
-    width: int = 3
-    """Nodes kept per level in traversal mode."""
-    relation: TreeRelation | None = None
-    """FragRel over the tree (``TreeRelation()``: texts related by node, parent/child and chunk position)."""
-    alpha: float = 0.5
-    """Weight of the relation's environment score (FragRel default 0.5)."""
+    budget_tokens: int | None = Field(None, description=_DOCS["budget_tokens"])
+    mode: Literal["collapsed", "traversal"] = Field("collapsed", description=_DOCS["mode"])
+    fields: tuple[str, ...] = Field(FIELDS, description=_DOCS["fields"])
+    width: int = Field(3, description=_DOCS["width"])
+    relation: TreeRelation | None = Field(None, description=_DOCS["relation"])
+    alpha: float = Field(0.5, description=_DOCS["alpha"])
 
     @field_validator(*kit.SEARCH_OPTIONS, "k", mode="before")
     @classmethod

@@ -16,17 +16,14 @@ from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, No
 
 from ..core import kit
 from ..core.kit import pool
-from ..core.kit.settings import ORDERS, SCORE_KEYS, check_key, score_metadata
+from ..core.kit.settings import SCORE_KEYS, score_metadata
 from ..core.selection import check_k
 from ..core.types import Fragment, ScoredFragment, parse_position
 
 __all__ = [
-    "MISSING_POSITION_MODES",
-    "ORDERS",
     "SCORE_KEYS",
     "STORE_NODE_KEY",
     "NodeReranker",
-    "check_key",
     "check_nodes",
     "fragment_for_store",
     "node_doc_id",
@@ -41,7 +38,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 STORE_NODE_KEY = "fragrel_node"  # what a FragmentStore row keeps about its LlamaIndex node (id, source, hidden keys)
-MISSING_POSITION_MODES = (*kit.MISSING_POSITION_MODES, *kit.MISSING_POSITION_ALIASES)
 
 _TAGGER_HINT = (
     "tag the nodes when indexing with fragrel_integrations.llama_index.PositionTagger() (a transformation, "
@@ -72,6 +68,11 @@ def node_position(node: BaseNode, position_key: str) -> int | None:
             f"{exc}; re-tag the nodes with PositionTagger or set position_key to the metadata key that holds the "
             "position"
         ) from None
+
+
+def _location(node: BaseNode, doc_id_key: str, position_key: str) -> tuple[str, int] | None:
+    doc_id, position = node_doc_id(node, doc_id_key), node_position(node, position_key)
+    return None if doc_id is None or position is None else (doc_id, position)
 
 
 def related_id(node: BaseNode, rel: NodeRelationship) -> str | None:
@@ -105,13 +106,9 @@ def _with_hidden(keys: Sequence[str], extra: Sequence[str]) -> list[str]:
 
 def scored_node(node: BaseNode, scored: ScoredFragment) -> BaseNode:
     """A copy of ``node`` with the three FragRel scores in its metadata (hidden from the embed/LLM text)."""
-    metadata = {
-        **node.metadata,
-        **score_metadata(scored),
-    }
     return node.model_copy(
         update={
-            "metadata": metadata,
+            "metadata": {**node.metadata, **score_metadata(scored)},
             "excluded_embed_metadata_keys": _with_hidden(node.excluded_embed_metadata_keys, SCORE_KEYS),
             "excluded_llm_metadata_keys": _with_hidden(node.excluded_llm_metadata_keys, SCORE_KEYS),
         }
@@ -178,10 +175,15 @@ class NodeReranker:
         WrapperSettings.resolve>`: the ``preset``'s defaults, ``expand`` 1 with a store)."""
         return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words)
 
-    def keys(self, nodes: Sequence[BaseNode]) -> list[tuple[str, int]]:
-        """``(doc_id, position)`` of each node, with the configured fallback for nodes that lack one."""
+    def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
+        """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified)."""
+        if not isinstance(query, str):
+            raise TypeError(f"query must be str, got {type(query).__name__}")
+        candidates = check_nodes(candidates, "candidates")
+        if not candidates:
+            return []
+        nodes = [c.node for c in candidates]
         s = self.settings
-        located = [(node_doc_id(n, s.doc_id_key), node_position(n, s.position_key)) for n in nodes]
 
         def error(missing: list[int]) -> ValueError:
             node = nodes[missing[0]]
@@ -191,32 +193,15 @@ class NodeReranker:
                 + _TAGGER_HINT
             )
 
-        return pool.fill_missing(
-            [None if doc_id is None or position is None else (doc_id, position) for doc_id, position in located],
-            s.on_missing_position,
-            isolated=lambda i: (f"fragrel-isolated:{nodes[i].node_id}", 0),
-            linked=lambda missing: pool.linked_keys(**node_links([nodes[i] for i in missing])),
-            error=error,
-        )
-
-    def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
-        """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified)."""
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
-        candidates = check_nodes(candidates, "candidates")
-        if not candidates:
-            return []
-        nodes = [c.node for c in candidates]
-        fragments = [
-            Fragment(scoring_text(node), doc_id, position, dict(node.metadata))
-            for node, (doc_id, position) in zip(nodes, self.keys(nodes), strict=True)
-        ]
-        s = self.settings
-        ranked = pool.rerank_pool(
+        ranked = pool.rerank_items(
             s,
             query,
             nodes,
-            fragments,
+            locate=lambda n: _location(n, s.doc_id_key, s.position_key),
+            fragment=lambda node, key: Fragment(scoring_text(node), *key, dict(node.metadata)),
+            isolated=lambda i: (f"fragrel-isolated:{nodes[i].node_id}", 0),
+            linked=lambda missing: pool.linked_keys(**node_links([nodes[i] for i in missing])),
+            error=error,
             scores=[c.score for c in candidates],
             k=self.k,
             ranks_by_words=self.ranks_by_words,

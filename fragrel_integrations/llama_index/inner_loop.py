@@ -18,7 +18,6 @@ All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLo
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -63,8 +62,8 @@ class InnerLoopQueryEngine(CustomQueryEngine):
         llm: a LlamaIndex ``LLM``, a LangChain chat model or a :class:`~fragrel_integrations.models.chat.ChatModel`.
         engine: a built core :class:`InnerLoopEngine` (custom prompts, budgets); then leave ``llm`` unset. The
             settings below, when given, override the engine's.
-        max_loops, threshold, max_stm_tokens, dedupe: the loop settings (engine defaults 5, 0.9, 256, False).
-        show_progress: a progress bar over each question's rounds (engine default True; False hides it).
+        max_loops, threshold, max_stm_tokens, dedupe, show_progress: the loop settings
+            (:data:`~fragrel_integrations.core.kit.inner_loop.ADAPTER_SETTING_DOCS`).
         doc_id_key, position_key: node metadata keys for the fragment's location (used by ``dedupe``).
 
     If the retriever or the LLM raises, the :class:`InnerLoopError` carries the completed rounds in ``.result``
@@ -162,11 +161,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
     # ---------------------------------------------------------------------------------------------- querying
 
     def custom_query(self, query_str: str) -> Response:
-        engine, nodes = self._bind()
-        with kit.attach_output(partial(self._response, nodes=nodes)):
-            return self._response(engine.run(query_str), nodes)
+        return kit.run(self._bind(), query_str, self._response)
 
     async def acustom_query(self, query_str: str) -> Response:
-        engine, nodes = self._bind()
-        with kit.attach_output(partial(self._response, nodes=nodes)):
-            return self._response(await engine.arun(query_str), nodes)
+        return await kit.arun(self._bind(), query_str, self._response)

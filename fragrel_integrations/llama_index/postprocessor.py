@@ -29,14 +29,10 @@ _DOCS = kit.SETTING_DOCS
 class FragRelPostprocessor(BaseNodePostprocessor):
     """Re-score the nodes it is given with FragRel and keep the ``top_n`` best.
 
-    Same conversion and scoring as :class:`~fragrel_integrations.llama_index.FragRelRetriever`: node scores are
-    the independent scores (the node ranking when a node has none, or ``score_embedder`` cosine if you give one;
-    fused with a BM25 score on the nodes themselves, ``lexical``),
-    ``doc_id``/``position`` metadata give the context relation, and the returned copies carry ``relevance_score``,
-    ``fragrel_independent_score`` and ``fragrel_environment_score`` in metadata. A postprocessor cannot ask the
-    retriever for more: give the query engine ``similarity_top_k=50`` (its default is 2); it warns once when it
-    gets no more nodes than it keeps. Like LlamaIndex's rerankers it emits ``ReRankStartEvent`` and
-    ``ReRankEndEvent`` through the instrumentation dispatcher (``model_name`` is ``"fragrel:<preset>"``).
+    Scores and returned copies as :class:`~fragrel_integrations.llama_index.FragRelRetriever`'s, but it cannot
+    ask the retriever for more: give the query engine ``similarity_top_k=50`` (its default is 2); it warns once
+    when it gets no more nodes than it keeps. It emits ``ReRankStartEvent`` / ``ReRankEndEvent`` like LlamaIndex's
+    rerankers (``model_name`` is ``"fragrel:<preset>"``).
 
     >>> engine = index.as_query_engine(                                                   # doctest: +SKIP
     ...     similarity_top_k=50, node_postprocessors=[FragRelPostprocessor(top_n=5)], llm=llm)

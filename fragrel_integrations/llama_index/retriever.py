@@ -42,27 +42,15 @@ _DEFAULT_TOP_K = 5
 class FragRelRetriever(BaseRetriever):
     """Re-rank the nodes of ANY LlamaIndex retriever with FragRel: ``s_rel = s_ind + alpha * s_env``.
 
-    The wrapped ``retriever`` supplies the candidate pool: a copy of it is asked for ``pool_size`` nodes (default
-    ``max(10 * similarity_top_k, 50)``, set through its ``similarity_top_k``; a fusion retriever's members too), so
-    FragRel chooses which nodes come back. The independent score ``s_ind`` is the node score the base returns
-    (when a candidate has none, the base's ranking ``1 - rank/n``; ``score_embedder``'s cosine if you pass one),
-    fused with a BM25 score computed on the pool itself (``lexical``). Neighbours added from ``store`` get the
-    pool's lowest score; no model is loaded behind your back. The
-    environment ``s_env`` comes from ``relation`` (the ``preset``'s ``ContextRelation`` by default) over each
-    node's ``metadata["doc_id"]`` (or its source document id) and ``metadata["position"]``; positions the base did
-    not return count with the pool's lowest score (``outside="floor"``). Write the metadata at indexing time with
-    :class:`~fragrel_integrations.llama_index.PositionTagger`.
+    A copy of ``retriever`` is asked for ``pool_size`` nodes through its ``similarity_top_k`` (a fusion
+    retriever's members too), so FragRel chooses which nodes come back. ``s_ind`` is the base's node score (its
+    ranking ``1 - rank/n`` when a node has none) fused with a BM25 score of the pool; ``s_env`` comes from
+    ``relation`` over ``doc_id`` / ``position`` metadata (or the source document id): write it when indexing with
+    :class:`~fragrel_integrations.llama_index.PositionTagger`. Returned nodes are copies scored ``s_rel``, with
+    ``relevance_score``, ``fragrel_independent_score`` and ``fragrel_environment_score`` in their metadata.
 
-    Returned nodes are copies whose score is ``s_rel``, with ``relevance_score``, ``fragrel_independent_score``
-    and ``fragrel_environment_score`` in their metadata.
-
-    Args:
-        retriever: the base LlamaIndex retriever.
-        similarity_top_k: how many nodes to return (default 5); ``k`` is an alias.
-        preset, alpha, top_m, relation, lexical, embedder, score_embedder, pool_size, store, expand, order,
-            outside, doc_id_key, position_key, on_missing_position: the FragRel settings, the same in every
-            wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS` says what each means; ``.settings``
-            shows them resolved). ``embedder`` may be a LlamaIndex ``BaseEmbedding``.
+    ``similarity_top_k`` (alias ``k``, default 5) is how many nodes to return; the other settings mean the same in
+    every wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS`; ``.settings`` shows them resolved).
 
     >>> index = VectorStoreIndex.from_documents(                                         # doctest: +SKIP
     ...     docs, transformations=[SentenceSplitter(), PositionTagger()], embed_model=MiniLMEmbedding())

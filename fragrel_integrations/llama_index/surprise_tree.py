@@ -61,12 +61,8 @@ class SurpriseTreeRetriever(BaseRetriever):
     Args:
         tree: a built core tree (or use :meth:`from_texts` / :meth:`from_documents` and their async forms).
         similarity_top_k: how many texts to return (default 4); ``k`` is an alias.
-        budget_tokens: also stop when the returned texts reach this many tokens.
-        mode: ``"collapsed"`` (score every node text) or ``"traversal"`` (walk down from the roots).
-        fields: which node texts may be returned (``text``, ``summary``, ``surprise``).
-        width: nodes kept per level in traversal mode.
-        relation: FragRel over the tree (``TreeRelation()``: texts related by node, parent/child and chunk
-            position); ``alpha`` weighs its environment score (FragRel default 0.5).
+        budget_tokens, mode, fields, width, relation, alpha: the search settings, as in LangChain
+            (:data:`~fragrel_integrations.core.kit.tree.SEARCH_DOCS`).
 
     ``aretrieve`` runs the search in a worker thread, so it is safe inside a running event loop.
     """
@@ -148,14 +144,11 @@ class SurpriseExtractor(BaseExtractor):
     """Per-node summary and surprising facts as node metadata (``tree_summary``, ``tree_surprise``): the leaf
     step of the surprise tree as a LlamaIndex extractor, for ingestion pipelines.
 
-    ``summariser="llm"``: one call per node with the core prompt and parser
-    (:class:`~fragrel_integrations.core.tree.Summariser`): replies are cached by content, failed calls never stop
-    the pipeline (the summary is then the start of the node text), at most ``max_concurrency`` calls run at once.
-    ``summariser="extractive"``: no model call: the node's most central sentences as the summary and its novelty
-    outliers as the surprise (:class:`~fragrel_integrations.core.tree.ExtractiveSummariser`), the sentences
-    embedded with ``embedder`` (a LlamaIndex embedding or any Embedder; None = the embedded MiniLM) and counted
-    with the offline token estimate. ``summariser=None`` (the default) picks ``"llm"`` when a ``chat_model`` is
-    given, else ``"extractive"``, as the tree does. ``report`` accumulates the counts.
+    ``summariser="llm"``: one call per node with the core :class:`~fragrel_integrations.core.tree.Summariser`
+    (replies cached by content, failed calls never stop the pipeline, at most ``max_concurrency`` at once);
+    ``"extractive"``: no model call (:class:`~fragrel_integrations.core.tree.ExtractiveSummariser`, sentences
+    embedded with ``embedder``; None = the embedded MiniLM); None (the default): ``"llm"`` when a ``chat_model``
+    is given, else ``"extractive"``, as the tree does. ``report`` accumulates the counts.
 
     >>> from llama_index.core.schema import TextNode
     >>> from fragrel_integrations.testing import ScriptedChatModel

@@ -10,7 +10,7 @@ retrieved items as core hits (and back), and the partial output an error carries
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -20,18 +20,32 @@ from .settings import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
 
 __all__ = [
     "ADAPTER_SETTINGS",
+    "ADAPTER_SETTING_DOCS",
+    "arun",
+    "astream",
     "attach_output",
     "bind_retriever",
     "engine_for_adapter",
     "question_of",
     "result_dict",
+    "run",
     "scored_from_metadata",
+    "stream",
 ]
 
 T = TypeVar("T")
 
 ADAPTER_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe", "show_progress")
 """The loop settings the LangChain and LlamaIndex adapters take next to (or instead of) a built engine."""
+
+#: What each loop setting means (None: the engine's own value, or its default).
+ADAPTER_SETTING_DOCS: dict[str, str] = {
+    "max_loops": "Most rounds (engine default 5).",
+    "threshold": "LCS similarity of consecutive memories that counts as converged (engine default 0.9).",
+    "max_stm_tokens": "The model's output limit per round and the memory's size limit (engine default 256).",
+    "dedupe": "Show each retrieved text to the model only in the first round that retrieves it (default False).",
+    "show_progress": "A progress bar over each question's rounds (engine default True; False hides it).",
+}
 
 
 def engine_for_adapter(
@@ -128,6 +142,42 @@ def attach_output(output: Callable[[InnerLoopResult], object]) -> Iterator[None]
     except InnerLoopError as exc:
         exc.output = output(exc.result)  # type: ignore[attr-defined]
         raise
+
+
+Bound = tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list[Any]]]
+"""What :func:`bind_retriever` returns: the engine for one call and the conversion of hits to framework items."""
+Output = Callable[[InnerLoopResult, Callable[[Iterable[ScoredFragment]], list[Any]]], T]
+"""The adapter's output of a loop result, given the conversion of hits (e.g. :func:`result_dict`)."""
+
+
+def run(bound: Bound, question: str, output: Output[T]) -> T:
+    """Run the bound engine on ``question``; its ``output``, which an :class:`InnerLoopError` carries too."""
+    engine, items = bound
+    with attach_output(lambda result: output(result, items)):
+        return output(engine.run(question), items)
+
+
+async def arun(bound: Bound, question: str, output: Output[T]) -> T:
+    """Async :func:`run`."""
+    engine, items = bound
+    with attach_output(lambda result: output(result, items)):
+        return output(await engine.arun(question), items)
+
+
+def stream(bound: Bound, question: str, output: Output[T]) -> Iterator[T]:
+    """:func:`run`, yielding the ``output`` of each round's snapshot (the last one is the final result)."""
+    engine, items = bound
+    with attach_output(lambda result: output(result, items)):
+        for snapshot in engine.stream(question):
+            yield output(snapshot, items)
+
+
+async def astream(bound: Bound, question: str, output: Output[T]) -> AsyncIterator[T]:
+    """Async :func:`stream`."""
+    engine, items = bound
+    with attach_output(lambda result: output(result, items)):
+        async for snapshot in engine.astream(question):
+            yield output(snapshot, items)
 
 
 def question_of(value: object, adapter: str) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "oriented_scores",
     "read_location",
     "read_score",
+    "rerank_items",
     "rerank_pool",
 ]
 
@@ -233,3 +234,33 @@ def rerank_pool(
         item = first.get((hit.fragment.doc_id, hit.fragment.position))
         out.append((neighbour(hit.fragment) if item is None else item, hit))
     return out
+
+
+def _no_links(missing: list[int]) -> list[Key]:
+    raise ValueError("on_missing_position='links' needs items with PREVIOUS/NEXT links (LlamaIndex nodes)")
+
+
+def rerank_items(
+    settings: WrapperSettings,
+    query: str,
+    items: Sequence[T],
+    *,
+    locate: Callable[[T], Key | None],
+    fragment: Callable[[T, Key], Fragment],
+    isolated: Callable[[int], Key],
+    error: Callable[[list[int]], Exception],
+    linked: Callable[[list[int]], list[Key]] | None = None,
+    **options: Any,
+) -> list[tuple[T, ScoredFragment]]:
+    """:func:`rerank_pool` over framework items: ``locate(item)`` reads its ``(doc_id, position)`` (None: missing,
+    filled by :func:`fill_missing` with ``isolated`` / ``linked`` / ``error``), ``fragment(item, key)`` is the item
+    as a core fragment; ``options`` are :func:`rerank_pool`'s (``scores``, ``k``, ``ranks_by_words``, ``neighbour``)."""
+    keys = fill_missing(
+        [locate(item) for item in items],
+        settings.on_missing_position,
+        isolated=isolated,
+        linked=linked or _no_links,
+        error=error,
+    )
+    fragments = [fragment(item, key) for item, key in zip(items, keys, strict=True)]
+    return rerank_pool(settings, query, items, fragments, **options)

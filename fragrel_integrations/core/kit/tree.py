@@ -22,6 +22,7 @@ from .args import split_kwargs
 __all__ = [
     "HIT_KEYS",
     "SEARCH_CHECKS",
+    "SEARCH_DOCS",
     "SEARCH_OPTIONS",
     "abuild_tree",
     "build_tree",
@@ -67,6 +68,16 @@ SEARCH_CHECKS: dict[str, Callable[[Any], Any]] = {
     "width": partial(check_k, name="width"),
     "relation": check_tree_relation,
     "alpha": check_alpha,
+}
+
+#: What each search setting of a surprise-tree retriever means, in the words both adapters show.
+SEARCH_DOCS: dict[str, str] = {
+    "budget_tokens": "Also stop when the returned texts reach this many tokens.",
+    "mode": "'collapsed' (every node text competes) or 'traversal' (walk down from the roots).",
+    "fields": "Which node texts may be returned: any of 'text', 'summary', 'surprise'.",
+    "width": "Nodes kept per level in traversal mode.",
+    "relation": "FragRel over the tree (TreeRelation(): texts related by node, parent/child and chunk position).",
+    "alpha": "Weight of the relation's environment score (FragRel default 0.5).",
 }
 
 
