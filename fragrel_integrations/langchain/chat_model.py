@@ -117,13 +117,7 @@ class FragRelChatModel(BaseChatModel):
 
     @property
     def _bridge(self) -> ChatBridge:
-        return ChatBridge(
-            self.model,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            stop=self.stop,
-            wrapper="FragRelChatModel",
-        )
+        return ChatBridge.of(self, "FragRelChatModel")
 
     # -- identity ------------------------------------------------------------------------------------------------
     @property

@@ -35,7 +35,7 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
 from .._validation import check_min_int  # noqa: E402
-from ..core.scm.index import StoreIndexAdapter, check_entry, check_filter, first_hits, probe_ids  # noqa: E402
+from ..core.scm.index import StoreIndexAdapter, check_entry, check_filter, first_hits  # noqa: E402
 from ..core.scm.stream import check_session  # noqa: E402
 from ..core.scm.types import MemoryItem  # noqa: E402
 
@@ -138,9 +138,6 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         return results
 
     def _probe(self, session_id: str) -> set[str]:
-        def ids_of(start: int, stop: int) -> set[str]:
-            return {self.entry_id(session_id, i) for i in range(start, stop)}
-
         def found(ids: list[str]) -> set[str]:
             try:
                 docs = self.vectorstore.get_by_ids(ids)
@@ -148,4 +145,4 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
                 return set()
             return {doc.id for doc in docs if doc.id in set(ids)}
 
-        return probe_ids(ids_of, found)
+        return self.probe_session(session_id, found)

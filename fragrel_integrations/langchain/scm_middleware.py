@@ -37,7 +37,13 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.store.base import BaseStore  # noqa: E402
 
 from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
-from ..core.scm.turns import build_memory, check_optional_session, resolve_run_session  # noqa: E402
+from ..core.scm.turns import (  # noqa: E402
+    build_memory,
+    check_optional_session,
+    is_final_reply,
+    last_turn,
+    resolve_run_session,
+)
 from ..models.base import Embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
 
@@ -58,20 +64,13 @@ class SCMState(AgentState):
     scm_session: NotRequired[Annotated[dict[str, str], PrivateStateAttr, _merge]]
 
 
-def _last_human(messages: Sequence[AnyMessage]) -> int | None:
-    for i in range(len(messages) - 1, -1, -1):
-        if isinstance(messages[i], HumanMessage):
-            return i
-    return None
-
-
-def _final_reply(messages: Sequence[AnyMessage], start: int) -> str | None:
-    for message in reversed(messages[start:]):
-        if isinstance(message, AIMessage) and not message.tool_calls:
-            text = str(message.text).strip()
-            if text:
-                return text
-    return None
+def _last_turn(messages: Sequence[AnyMessage]) -> tuple[int | None, str | None]:
+    """The last human message's position and the final AI reply after it (see ``core.scm.turns.last_turn``)."""
+    turn = []
+    for m in messages:
+        role = "user" if isinstance(m, HumanMessage) else "assistant" if isinstance(m, AIMessage) else m.type
+        turn.append((role, text := str(m.text), is_final_reply(role, text, bool(getattr(m, "tool_calls", None)))))
+    return last_turn(turn)
 
 
 class SCMMiddleware(AgentMiddleware):
@@ -147,12 +146,12 @@ class SCMMiddleware(AgentMiddleware):
 
     def _start(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str] | None:
         messages = state.get("messages", [])
-        i = _last_human(messages)
-        if i is None:
-            return None
-        return str(messages[i].text), self.resolve_session(runtime)
+        i = _last_turn(messages)[0]
+        return None if i is None else (str(messages[i].text), self.resolve_session(runtime))
 
-    def _update(self, context: SCMContext) -> dict[str, Any]:
+    def _update(self, context: SCMContext | None) -> dict[str, Any]:
+        if context is None:  # nothing to remember for; drop a block left by an earlier run of the thread
+            return {"scm_memory": {self.name: ""}}
         return {
             "scm_memory": {self.name: self.memory.memory_prompt(context)},
             "scm_observation": {self.name: context.observation},
@@ -165,11 +164,8 @@ class SCMMiddleware(AgentMiddleware):
 
     def _finish(self, state: Mapping[str, Any], runtime: Any) -> tuple[str, str, str] | None:
         messages = state.get("messages", [])
-        i = _last_human(messages)
-        if i is None:
-            return None
-        reply = _final_reply(messages, i + 1)
-        if reply is None:
+        i, reply = _last_turn(messages)
+        if i is None or reply is None:
             return None
         observation = self._own(state, "scm_observation") or str(messages[i].text)
         session = self._own(state, "scm_session") or self.resolve_session(runtime)
@@ -182,7 +178,7 @@ class SCMMiddleware(AgentMiddleware):
             base = request.system_prompt
             changes["system_message"] = SystemMessage(f"{base}\n\n{memory}" if base else memory)
         if not self.keep_history:
-            i = _last_human(request.messages)
+            i = _last_turn(request.messages)[0]
             if i:
                 changes["messages"] = list(request.messages[i:])
         return request.override(**changes) if changes else request
@@ -191,15 +187,11 @@ class SCMMiddleware(AgentMiddleware):
 
     def before_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
         start = self._start(state, runtime)
-        if start is None:  # nothing to remember for; drop a block left by an earlier run of the thread
-            return {"scm_memory": {self.name: ""}}
-        return self._update(self.memory.prepare(start[0], session_id=start[1]))
+        return self._update(None if start is None else self.memory.prepare(start[0], session_id=start[1]))
 
     async def abefore_agent(self, state: SCMState, runtime: Any) -> dict[str, Any] | None:
         start = self._start(state, runtime)
-        if start is None:  # nothing to remember for; drop a block left by an earlier run of the thread
-            return {"scm_memory": {self.name: ""}}
-        return self._update(await self.memory.aprepare(start[0], session_id=start[1]))
+        return self._update(None if start is None else await self.memory.aprepare(start[0], session_id=start[1]))
 
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
         return handler(self._request(request))

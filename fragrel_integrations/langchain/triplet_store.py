@@ -47,11 +47,11 @@ from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
 from ..core.triplets.views import (  # noqa: E402
-    apply_puts,
     core_triplet_store,
     get_item,
     list_namespaces,
     read_facts,
+    run_batch,
     search_items,
     write_fact,
 )
@@ -91,36 +91,27 @@ class TripletMemoryStore(BaseStore):
     # -- LangGraph BaseStore ---------------------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run get/search/put/list-namespaces operations in order (puts of one batch share one transaction)."""
-        ops = list(ops)
-        results: list[Result] = [None] * len(ops)
-        pending: list[tuple[int, PutOp]] = []
-        for i, op in enumerate(ops):
-            if isinstance(op, PutOp):
-                pending.append((i, op))
-                continue
-            self._flush(pending)
-            pending = []
-            if isinstance(op, GetOp):
-                fields = get_item(self.core, tuple(op.namespace), op.key)
-                results[i] = None if fields is None else Item(**fields)
-            elif isinstance(op, SearchOp):
-                found = search_items(self.core, tuple(op.namespace_prefix), op.query, op.filter, op.offset, op.limit)
-                results[i] = [SearchItem(**fields, score=score) for fields, score in found]
-            elif isinstance(op, ListNamespacesOp):
-                conditions = [(c.path, c.match_type) for c in op.match_conditions or ()]
-                results[i] = list_namespaces(self.core, conditions, op.max_depth, op.offset, op.limit)
-            else:
-                raise TypeError(f"unknown store operation {type(op).__name__}")
-        self._flush(pending)
-        return results
+        return run_batch(self.core, list(ops), self._put, self._read, self.hard_delete)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async :meth:`batch` (the database work runs in a worker thread)."""
         return await asyncio.to_thread(self.batch, list(ops))
 
-    def _flush(self, puts: list[tuple[int, PutOp]]) -> None:
-        items = [(tuple(op.namespace), op.key, op.value, op.index is not False) for _, op in puts]
-        apply_puts(self.core, items, self.hard_delete)
+    @staticmethod
+    def _put(op: Op) -> tuple[tuple[str, ...], str, dict[str, Any] | None, bool] | None:
+        return (tuple(op.namespace), op.key, op.value, op.index is not False) if isinstance(op, PutOp) else None
+
+    def _read(self, op: Op) -> Result:
+        if isinstance(op, GetOp):
+            fields = get_item(self.core, tuple(op.namespace), op.key)
+            return None if fields is None else Item(**fields)
+        if isinstance(op, SearchOp):
+            found = search_items(self.core, tuple(op.namespace_prefix), op.query, op.filter, op.offset, op.limit)
+            return [SearchItem(**fields, score=score) for fields, score in found]
+        if isinstance(op, ListNamespacesOp):
+            conditions = [(c.path, c.match_type) for c in op.match_conditions or ()]
+            return list_namespaces(self.core, conditions, op.max_depth, op.offset, op.limit)
+        raise TypeError(f"unknown store operation {type(op).__name__}")
 
     # -- views ---------------------------------------------------------------------------------------------------
     def as_kv_store(self, namespace: Sequence[str] = ("kv",)) -> TripletKVStore:
@@ -206,23 +197,15 @@ def make_memory_tools(
     def memory_read(subject: str = "", relation: str = "", object: str = "") -> str:
         return read_facts(store, ns, subject, relation, object)
 
-    async def amemory_write(subject: str, relation: str, object: str) -> str:
-        return await asyncio.to_thread(memory_write, subject, relation, object)
-
-    async def amemory_read(subject: str = "", relation: str = "", object: str = "") -> str:
-        return await asyncio.to_thread(memory_read, subject, relation, object)
-
     return [
         StructuredTool.from_function(
             func=memory_write,
-            coroutine=amemory_write,
             name="memory_write",
             description="Store one fact in long-term memory as a (subject, relation, object) triplet.",
             args_schema=_WriteArgs,
         ),
         StructuredTool.from_function(
             func=memory_read,
-            coroutine=amemory_read,
             name="memory_read",
             description=(
                 "Look facts up in long-term memory. Give one or two of subject, relation, object and leave the "

@@ -12,7 +12,7 @@ converts messages and delegates to :class:`~fragrel_integrations.models.chat.bri
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.base.llms.types import (
@@ -144,9 +144,7 @@ class FragRelLLM(FunctionCallingLLM):
 
     @property
     def _bridge(self) -> ChatBridge:
-        return ChatBridge(
-            self.model, temperature=self.temperature, max_tokens=self.max_tokens, stop=self.stop, wrapper="FragRelLLM"
-        )
+        return ChatBridge.of(self, "FragRelLLM")
 
     @property
     def metadata(self) -> LLMMetadata:
@@ -190,14 +188,6 @@ class FragRelLLM(FunctionCallingLLM):
         bridge = self._bridge
         return self._chat_response(await bridge.ainvoke(to_role_messages(messages), bridge.params(kwargs)))
 
-    def _pieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> Iterator[str]:
-        bridge = self._bridge
-        return bridge.pieces(sent, bridge.params(kwargs))
-
-    def _apieces(self, sent: list[dict[str, str]], kwargs: dict[str, Any]) -> AsyncIterator[str]:
-        bridge = self._bridge
-        return bridge.apieces(sent, bridge.params(kwargs))
-
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """:meth:`chat` as a stream: token by token when the wrapped model streams (llama.cpp, OpenAI-compatible
@@ -210,7 +200,7 @@ class FragRelLLM(FunctionCallingLLM):
             if tool_response is not None:
                 yield tool_response
                 return
-            for text, piece in accumulate(self._pieces(sent, kwargs)):
+            for text, piece in accumulate(self._bridge.pieces(sent, self._bridge.params(kwargs))):
                 yield self._chat_response(text, piece)
 
         return gen()
@@ -225,7 +215,7 @@ class FragRelLLM(FunctionCallingLLM):
             if tool_response is not None:
                 yield tool_response
                 return
-            async for text, piece in aaccumulate(self._apieces(sent, kwargs)):
+            async for text, piece in aaccumulate(self._bridge.apieces(sent, self._bridge.params(kwargs))):
                 yield self._chat_response(text, piece)
 
         return gen()
@@ -249,7 +239,7 @@ class FragRelLLM(FunctionCallingLLM):
         sent = self._prompt(prompt)
 
         def gen() -> CompletionResponseGen:
-            for text, piece in accumulate(self._pieces(sent, kwargs)):
+            for text, piece in accumulate(self._bridge.pieces(sent, self._bridge.params(kwargs))):
                 yield CompletionResponse(text=text, delta=piece)
 
         return gen()
@@ -260,7 +250,7 @@ class FragRelLLM(FunctionCallingLLM):
         sent = self._prompt(prompt)
 
         async def gen() -> CompletionResponseAsyncGen:
-            async for text, piece in aaccumulate(self._apieces(sent, kwargs)):
+            async for text, piece in aaccumulate(self._bridge.apieces(sent, self._bridge.params(kwargs))):
                 yield CompletionResponse(text=text, delta=piece)
 
         return gen()

@@ -42,7 +42,6 @@ from ..core.scm.index import (
     check_search,
     check_vector,
     default_entry_id,
-    first_hits,
 )
 from ..core.scm.stream import check_session
 from ..core.scm.types import MemoryItem
@@ -127,15 +126,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         )
         nodes = list(result.nodes or [])
         ids = list(result.ids or [node.node_id for node in nodes])
-        similarities = list(result.similarities or [])
-        candidates = (
-            (
-                self.hit_index(nodes[n].metadata if n < len(nodes) else None, node_id, session_id),
-                float(similarities[n]) if n < len(similarities) else 0.0,
-            )
-            for n, node_id in enumerate(ids)
-        )
-        return first_hits(candidates, k)
+        return self.ranked_hits(session_id, ids, [node.metadata for node in nodes], list(result.similarities or []), k)
 
     def delete_session(self, session_id: str) -> None:
         """Delete every node of the session (``vector_store.delete(f"scm:{session_id}")``)."""

@@ -1,12 +1,10 @@
 """SCM memory as a LlamaIndex ``BaseMemory``: usable by ``SimpleChatEngine``, ``CondensePlusContextChatEngine``
 and agents wherever they accept a ``memory=``.
 
-It converts ``ChatMessage`` objects and delegates to the core
-:class:`~fragrel_integrations.core.scm.SelfControlledMemory`: ``put`` of a user message opens a turn, ``put`` of
-the assistant's final reply (text, no tool calls) closes it and stores the interaction (tool calls and results in
-between are not stored; see :class:`~fragrel_integrations.core.scm.turns.OpenTurn`); ``get(input=...)`` returns a
-system message with the memory block for ``input`` (or the open turn), then the open turn's messages - nothing
-else of the transcript; ``get_all`` returns the session's stored stream as user/assistant messages.
+It converts ``ChatMessage`` objects and delegates to :class:`~fragrel_integrations.core.scm.turns.SessionTurns`:
+the assistant's final reply closes the turn a user message opened and stores it (see
+:class:`~fragrel_integrations.core.scm.turns.OpenTurn`); ``get(input=...)`` returns the memory block for ``input``
+(or the open turn) as a system message, then the open turn's messages - nothing else of the transcript.
 
 >>> from llama_index.core.chat_engine import SimpleChatEngine
 >>> from llama_index.core.llms import MockLLM
@@ -33,24 +31,17 @@ from llama_index.core.memory.types import BaseMemory
 
 from .._validation import check_text
 from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
-from ..core.scm.turns import OpenTurn, build_memory, check_optional_session, is_final_reply
+from ..core.scm.turns import (
+    OpenTurn,
+    SessionTurns,
+    build_path_memory,
+    check_optional_session,
+    is_final_reply,
+    memory_session,
+)
 from ..models.base import Embedder
 
 __all__ = ["SCMMemory"]
-
-
-def build_core(
-    memory: SelfControlledMemory | None = None,
-    *,
-    llm: Any = None,
-    path: str | Path = ":memory:",
-    embedder: Embedder | Any | None = None,
-    **memory_kwargs: Any,
-) -> SelfControlledMemory:
-    """The core memory of :class:`SCMMemory` and ``SCMMemoryBlock``: ``memory`` itself, or one built from ``llm``
-    (the controller), ``path`` (the SQLite stream), ``embedder`` and other :class:`SelfControlledMemory` keywords."""
-    streams = {"path": None if str(path) == ":memory:" else path}
-    return build_memory(memory, model=llm, model_arg="llm", streams=streams, embedder=embedder, **memory_kwargs)
 
 
 def turn_message(message: ChatMessage) -> tuple[str, str, bool]:
@@ -78,9 +69,7 @@ class SCMMemory(BaseMemory):
 
     session_id: str = Field(default=DEFAULT_SESSION, description="The SCM session (conversation) id.")
 
-    _core: SelfControlledMemory = PrivateAttr()
-    _open: OpenTurn[ChatMessage] = PrivateAttr(default_factory=OpenTurn)
-    _cached: tuple[tuple[str, str, int], SCMContext] | None = PrivateAttr(default=None)
+    _turns: SessionTurns[ChatMessage] = PrivateAttr()
 
     def __init__(
         self,
@@ -94,16 +83,11 @@ class SCMMemory(BaseMemory):
     ) -> None:
         check_optional_session(session_id)
         shared = memory is not None or str(path) != ":memory:"
-        memory = build_core(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
-        if session_id is None:
-            if shared:
-                raise ValueError(
-                    "session_id is required when the stream is shared (a path= file or a memory= object): pass "
-                    "SCMMemory(..., session_id='<user or conversation id>'), one per user or conversation"
-                )
-            session_id = DEFAULT_SESSION  # a private in-memory stream: no one else can read this session
-        super().__init__(session_id=session_id)
-        self._core = memory
+        turns: SessionTurns[ChatMessage] = SessionTurns(
+            build_path_memory(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
+        )
+        super().__init__(session_id=memory_session(session_id, shared, "SCMMemory"))
+        self._turns = turns
 
     @classmethod
     def class_name(cls) -> str:
@@ -120,113 +104,73 @@ class SCMMemory(BaseMemory):
     @property
     def core(self) -> SelfControlledMemory:
         """The core SCM memory every call delegates to."""
-        return self._core
-
-    # ------------------------------------------------------------------------------------------- conversion
-
-    def _observation(self, input: str | None) -> str | None:
-        if input is not None:
-            if not isinstance(input, str):
-                raise TypeError(f"input must be str or None, got {type(input).__name__}")
-            return input
-        return self._open.observation()
-
-    def _key(self, observation: str) -> tuple[str, str, int]:
-        return (self.session_id, observation, self._core.stream.count(self.session_id))
+        return self._turns.memory
 
     def _messages(self, context: SCMContext | None) -> list[ChatMessage]:
-        prompt = self._core.memory_prompt(context) if context is not None else ""
+        prompt = self.core.memory_prompt(context) if context is not None else ""
         system = [ChatMessage(role=MessageRole.SYSTEM, content=prompt)] if prompt else []
-        return [*system, *self._open.originals()]
+        return [*system, *self._turns.open.originals()]
 
-    def _close(self, message: ChatMessage) -> tuple[str, str] | None:
-        """Add ``message`` to the open turn; return (observation, reply) when it completes the turn."""
+    def _message(self, message: ChatMessage) -> tuple[str, str, bool, ChatMessage]:
         if not isinstance(message, ChatMessage):
             raise TypeError(f"message must be a llama_index ChatMessage, got {type(message).__name__}")
-        return self._open.add(*turn_message(message), message)
+        return (*turn_message(message), message)
 
     # ------------------------------------------------------------------------------------------- BaseMemory
 
     def get(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
         """The memory system message for ``input`` (or the open turn), then the open turn's messages."""
-        observation = self._observation(input)
-        if observation is None:
-            return self._messages(None)
-        key = self._key(observation)
-        if self._cached is None or self._cached[0] != key:
-            self._cached = (key, self._core.prepare(observation, session_id=self.session_id))
-        return self._messages(self._cached[1])
+        return self._messages(self._turns.context(self.session_id, input))
 
     async def aget(self, input: str | None = None, **kwargs: Any) -> list[ChatMessage]:
-        observation = self._observation(input)
-        if observation is None:
-            return self._messages(None)
-        key = self._key(observation)
-        if self._cached is None or self._cached[0] != key:
-            self._cached = (key, await self._core.aprepare(observation, session_id=self.session_id))
-        return self._messages(self._cached[1])
+        return self._messages(await self._turns.acontext(self.session_id, input))
 
     def get_all(self) -> list[ChatMessage]:
         """The session's stored interactions as user/assistant messages, then the open turn."""
         out: list[ChatMessage] = []
-        for item in self._core.history(self.session_id):
+        for item in self.core.history(self.session_id):
             out.append(ChatMessage(role=MessageRole.USER, content=item.observation))
             out.append(ChatMessage(role=MessageRole.ASSISTANT, content=item.response))
-        return [*out, *self._open.originals()]
+        return [*out, *self._turns.open.originals()]
 
     async def aget_all(self) -> list[ChatMessage]:
         return self.get_all()
 
     def put(self, message: ChatMessage) -> None:
         """Add a message; the assistant's final reply writes the finished interaction to the stream."""
-        done = self._close(message)
-        if done is not None:
-            self._core.record(done[0], done[1], session_id=self.session_id)
+        self._turns.add(self.session_id, *self._message(message))
 
     async def aput(self, message: ChatMessage) -> None:
-        done = self._close(message)
-        if done is not None:
-            await self._core.arecord(done[0], done[1], session_id=self.session_id)
+        await self._turns.aadd(self.session_id, *self._message(message))
 
     async def aput_messages(self, messages: list[ChatMessage]) -> None:
         for message in messages:
             await self.aput(message)
 
-    def _replacement(self, messages: Iterable[ChatMessage]) -> tuple[list[tuple[str, str]], OpenTurn[ChatMessage]]:
-        """The interactions ``messages`` form and the turn left open after them, worked out and checked before
-        anything is deleted: a message that is not a ChatMessage (TypeError) or text a stream cannot store
-        (ValueError) names its position, and the stored turns stay as they were."""
+    def _plan(self, messages: Iterable[ChatMessage]) -> tuple[list[tuple[str, str]], OpenTurn[ChatMessage]]:
+        """The :meth:`SessionTurns.plan` of ``messages``, checked before anything is deleted: a message that is not
+        a ChatMessage (TypeError) or text a stream cannot store (ValueError) names its position."""
         if isinstance(messages, str | bytes | ChatMessage) or not isinstance(messages, Iterable):
             raise TypeError(f"messages must be a list of llama_index ChatMessage, got {type(messages).__name__}")
-        messages = list(messages)
+        converted = []
         for i, message in enumerate(messages):
             if not isinstance(message, ChatMessage):
                 raise TypeError(f"messages[{i}] must be a llama_index ChatMessage, got {type(message).__name__}")
-            check_text(turn_message(message)[1], f"messages[{i}]'s text")
-        turn: OpenTurn[ChatMessage] = OpenTurn()
-        return [done for m in messages if (done := turn.add(*turn_message(m), m)) is not None], turn
+            converted.append((*turn_message(message), message))
+            check_text(converted[-1][1], f"messages[{i}]'s text")
+        return SessionTurns.plan(converted)
 
     def set(self, messages: list[ChatMessage]) -> None:
         """Replace the session's stream with ``messages`` (each user/assistant pair becomes an interaction).
         Every message is checked first: a bad one raises and leaves the stored turns as they were."""
-        turns, left_open = self._replacement(messages)
-        self.reset()
-        for observation, reply in turns:
-            self._core.record(observation, reply, session_id=self.session_id)
-        self._open = left_open
+        self._turns.replace(self.session_id, self._plan(messages))
 
     async def aset(self, messages: list[ChatMessage]) -> None:
-        turns, left_open = self._replacement(messages)
-        await self.areset()
-        for observation, reply in turns:
-            await self._core.arecord(observation, reply, session_id=self.session_id)
-        self._open = left_open
+        await self._turns.areplace(self.session_id, self._plan(messages))
 
     def reset(self) -> None:
         """Forget the session: its stored interactions and the open turn."""
-        self._core.clear(self.session_id)
-        self._open = OpenTurn()
-        self._cached = None
+        self._turns.reset(self.session_id)
 
     async def areset(self) -> None:
         self.reset()

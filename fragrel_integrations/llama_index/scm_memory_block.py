@@ -32,23 +32,16 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory import BaseMemoryBlock
 
 from ..core.scm import SelfControlledMemory
-from ..core.scm.turns import collect_turns, queued_memory_text
+from ..core.scm.turns import block_session, build_path_memory, collect_turns, queued_memory_text
 from ..models.base import Embedder
-from .scm_memory import build_core, turn_message
+from .scm_memory import turn_message
 
 __all__ = ["SCMMemoryBlock"]
 
 
 def _session(block_kwargs: dict[str, Any], messages: list[ChatMessage] | None) -> str:
-    session = block_kwargs.get("session_id")
-    if session is None:
-        session = next((m.additional_kwargs.get("session_id") for m in messages or [] if m.additional_kwargs), None)
-    if not isinstance(session, str) or not session:
-        raise ValueError(
-            "SCMMemoryBlock is keyed by the Memory's session_id: use it inside "
-            "llama_index.core.memory.Memory(memory_blocks=[...]), or pass session_id=... to aget/aput"
-        )
-    return session
+    sessions = (m.additional_kwargs.get("session_id") for m in messages or [] if m.additional_kwargs)
+    return block_session(block_kwargs.get("session_id"), sessions, "SCMMemoryBlock")
 
 
 class SCMMemoryBlock(BaseMemoryBlock[str]):
@@ -86,7 +79,7 @@ class SCMMemoryBlock(BaseMemoryBlock[str]):
             raise TypeError(f"name must be a non-empty str, got {name!r}")
         if isinstance(priority, bool) or not isinstance(priority, int) or priority < 0:
             raise TypeError(f"priority must be an int >= 0 (0: never truncated), got {priority!r}")
-        core = build_core(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
+        core = build_path_memory(memory, llm=llm, path=path, embedder=embedder, **memory_kwargs)
         super().__init__(name=name, priority=priority, accept_short_term_memory=accept_short_term_memory)
         self._core = core
 

@@ -49,7 +49,7 @@ from ..models.convert import optional_embedder  # noqa: E402
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
 
 
-def _node_from_record(rec: NodeRecord | str) -> LabelledNode:
+def _node(rec: NodeRecord | str) -> LabelledNode:
     if isinstance(rec, str):  # an implicit entity: a term without a stored node
         return EntityNode(name=rec)
     if rec.kind == "chunk":
@@ -99,18 +99,15 @@ class TripletGraphStore(PropertyGraphStore):
         return self.graph.hard_delete
 
     def _triplets(self, records: list[TripletRecord]) -> list[LITriplet]:
-        known = {i: _node_from_record(r) for i, r in self.graph.known_nodes(records).items()}
-        out = []
-        for r in records:
-            subj = known.get(r.t1) or EntityNode(name=r.t1)
-            obj = known.get(r.t3) or EntityNode(name=r.t3)
-            out.append((subj, Relation(label=r.t2, source_id=r.t1, target_id=r.t3, properties=dict(r.payload)), obj))
-        return out
+        return [
+            (_node(s), Relation(label=r.t2, source_id=r.t1, target_id=r.t3, properties=dict(r.payload)), _node(o))
+            for s, r, o in self.graph.with_nodes(records)
+        ]
 
     # -- PropertyGraphStore API ------------------------------------------------------------------------------
     def get(self, properties: dict | None = None, ids: list[str] | None = None) -> list[LabelledNode]:
         """Stored nodes, and entity nodes for every term used in a triplet (filtered by ids / properties)."""
-        return [_node_from_record(n) for n in self.graph.nodes(properties, ids)]
+        return [_node(n) for n in self.graph.nodes(properties, ids)]
 
     def get_triplets(
         self,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import operator
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -419,6 +419,31 @@ class StoreIndexAdapter:
             return read_index(hit_id[len(prefix) :]) if hit_id.startswith(prefix) else None
         owner = self._ids.owner(hit_id)
         return owner[1] if owner is not None and owner[0] == session_id else None
+
+    def probe_session(self, session_id: str, found: Callable[[list[str]], set[str]]) -> set[str]:
+        """The ids of ``session_id``'s entries a store holds, probing :meth:`entry_id` ids in blocks (see
+        :func:`probe_ids`); ``found(ids)`` returns those of ``ids`` the store holds."""
+        return probe_ids(lambda start, stop: {self.entry_id(session_id, i) for i in range(start, stop)}, found)
+
+    def ranked_hits(
+        self,
+        session_id: str,
+        ids: Sequence[str],
+        metadatas: Sequence[Mapping[str, Any] | None],
+        scores: Sequence[float],
+        k: int,
+    ) -> list[tuple[int, float]]:
+        """The first ``k`` hits of ``session_id`` (see :func:`first_hits`) in a store's result: the hits' ``ids``,
+        with their ``metadatas`` and ``scores`` where the store returned them (shorter lists: the rest have none;
+        a hit without a score scores 0.0)."""
+        candidates = (
+            (
+                self.hit_index(metadatas[n] if n < len(metadatas) else None, hit_id, session_id),
+                float(scores[n]) if n < len(scores) else 0.0,
+            )
+            for n, hit_id in enumerate(ids)
+        )
+        return first_hits(candidates, k)
 
     def __repr__(self) -> str:
         return (

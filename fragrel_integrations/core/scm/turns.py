@@ -13,23 +13,28 @@ sees flushed messages in batches).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ...models.convert import optional_embedder
-from .memory import SelfControlledMemory
+from .memory import DEFAULT_SESSION, SelfControlledMemory
 from .prompts import render_memory_block
 from .stream import MemoryStream
 from .types import SCMContext
 
 __all__ = [
     "OpenTurn",
+    "SessionTurns",
+    "block_session",
     "build_memory",
+    "build_path_memory",
     "check_optional_session",
     "check_run_session",
     "collect_turns",
     "is_final_reply",
+    "last_turn",
+    "memory_session",
     "queued_memory_text",
     "resolve_run_session",
 ]
@@ -80,6 +85,20 @@ def build_memory(
     return SelfControlledMemory(model, stream=stream, embedder=optional_embedder(embedder), **memory_kwargs)
 
 
+def build_path_memory(
+    memory: SelfControlledMemory | None,
+    *,
+    llm: Any = None,
+    path: str | Path = ":memory:",
+    embedder: Any = None,
+    **memory_kwargs: Any,
+) -> SelfControlledMemory:
+    """:func:`build_memory` for an adapter (LlamaIndex's ``SCMMemory`` and ``SCMMemoryBlock``) whose controller is
+    ``llm=`` and whose only stream argument is ``path`` (a SQLite file; ``":memory:"``: an in-memory stream)."""
+    streams = {"path": None if str(path) == ":memory:" else path}
+    return build_memory(memory, model=llm, model_arg="llm", streams=streams, embedder=embedder, **memory_kwargs)
+
+
 def check_optional_session(session_id: object) -> str | None:
     """A session id given to an adapter: a non-empty str, or None (the adapter then finds or defaults it).
 
@@ -89,6 +108,40 @@ def check_optional_session(session_id: object) -> str | None:
     if session_id is not None and (not isinstance(session_id, str) or not session_id):
         raise TypeError(f"session_id must be a non-empty str or None, got {session_id!r}")
     return session_id
+
+
+def memory_session(session_id: object, shared: bool, adapter: str) -> str:
+    """The session of a chat memory object: ``session_id`` (a non-empty str), else ``"default"`` for a private
+    in-memory stream; a ``shared`` stream (a file or a memory= object) needs one, so users never meet in one.
+
+    >>> memory_session(None, False, "SCMMemory"), memory_session("ana", True, "SCMMemory")
+    ('default', 'ana')
+    """
+    check_optional_session(session_id)
+    if session_id is not None:
+        return session_id
+    if shared:
+        raise ValueError(
+            "session_id is required when the stream is shared (a path= file or a memory= object): pass "
+            f"{adapter}(..., session_id='<user or conversation id>'), one per user or conversation"
+        )
+    return DEFAULT_SESSION  # a private in-memory stream: no one else can read this session
+
+
+def block_session(given: object, message_sessions: Iterable[object], adapter: str) -> str:
+    """The session of a memory block's call: ``given`` (the call's ``session_id``), else the first of
+    ``message_sessions`` (the ``session_id`` of each message that carries extra keywords).
+
+    >>> block_session(None, ["ana", "bo"], "SCMMemoryBlock")
+    'ana'
+    """
+    session = given if given is not None else next(iter(message_sessions), None)
+    if not isinstance(session, str) or not session:
+        raise ValueError(
+            f"{adapter} is keyed by the Memory's session_id: use it inside "
+            "llama_index.core.memory.Memory(memory_blocks=[...]), or pass session_id=... to aget/aput"
+        )
+    return session
 
 
 def check_run_session(value: object, where: str) -> str:
@@ -172,6 +225,115 @@ class OpenTurn(Generic[M]):
         elif observation is not None:
             self.messages.append((role, text, original))
         return None
+
+
+class SessionTurns(Generic[M]):
+    """The session plumbing of a chat memory that sees messages one by one (LlamaIndex's ``SCMMemory``): the open
+    turn, the context prepared for an observation (reused until the observation or the stream changes), and
+    recording, replacing or forgetting the session's turns. The adapter converts each message to
+    ``(role, text, final)`` and passes its session id to every call.
+
+    >>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+    >>> model = ScriptedChatModel(lambda m: "yes" if "yes or no" in m[-1]["content"] else "A summary.")
+    >>> turns = SessionTurns(SelfControlledMemory(model, embedder=HashingEmbedder(dim=64)))
+    >>> turns.add("ana", "user", "Hi, I am Ana.", False, None), turns.add("ana", "assistant", "Hello!", True, None)
+    (False, True)
+    >>> turns.context("ana", "Who am I?").flash.observation
+    'Hi, I am Ana.'
+    """
+
+    def __init__(self, memory: SelfControlledMemory) -> None:
+        self.memory = memory
+        self.open: OpenTurn[M] = OpenTurn()
+        self._cached: tuple[tuple[str, str, int], SCMContext] | None = None
+
+    def observation(self, input: object) -> str | None:
+        """``input`` (a str), else the open turn's observation (None: nothing to prepare the memory for)."""
+        if input is not None:
+            if not isinstance(input, str):
+                raise TypeError(f"input must be str or None, got {type(input).__name__}")
+            return input
+        return self.open.observation()
+
+    def _cache(self, session_id: str, observation: str) -> tuple[tuple[str, str, int], SCMContext | None]:
+        key = (session_id, observation, self.memory.stream.count(session_id))
+        return key, self._cached[1] if self._cached is not None and self._cached[0] == key else None
+
+    def context(self, session_id: str, input: object = None) -> SCMContext | None:
+        """The prepared context for ``input`` (or the open turn) in ``session_id``; None without an observation."""
+        observation = self.observation(input)
+        if observation is None:
+            return None
+        key, context = self._cache(session_id, observation)
+        if context is None:
+            context = self.memory.prepare(observation, session_id=session_id)
+            self._cached = (key, context)
+        return context
+
+    async def acontext(self, session_id: str, input: object = None) -> SCMContext | None:
+        """:meth:`context`, preparing with the memory's async methods."""
+        observation = self.observation(input)
+        if observation is None:
+            return None
+        key, context = self._cache(session_id, observation)
+        if context is None:
+            context = await self.memory.aprepare(observation, session_id=session_id)
+            self._cached = (key, context)
+        return context
+
+    def add(self, session_id: str, role: str, text: str, final: bool, original: M) -> bool:
+        """Add a message to the open turn; record the interaction it completes (True when it did)."""
+        done = self.open.add(role, text, final, original)
+        if done is not None:
+            self.memory.record(done[0], done[1], session_id=session_id)
+        return done is not None
+
+    async def aadd(self, session_id: str, role: str, text: str, final: bool, original: M) -> bool:
+        """:meth:`add`, recording with the memory's async methods."""
+        done = self.open.add(role, text, final, original)
+        if done is not None:
+            await self.memory.arecord(done[0], done[1], session_id=session_id)
+        return done is not None
+
+    @staticmethod
+    def plan(messages: Iterable[tuple[str, str, bool, M]]) -> tuple[list[tuple[str, str]], OpenTurn[M]]:
+        """The interactions ``(role, text, final, original)`` messages form and the turn left open after them."""
+        turn: OpenTurn[M] = OpenTurn()
+        return [done for message in messages if (done := turn.add(*message)) is not None], turn
+
+    def replace(self, session_id: str, plan: tuple[list[tuple[str, str]], OpenTurn[M]]) -> None:
+        """Forget the session, record the :meth:`plan`'s interactions and keep its open turn."""
+        self.reset(session_id)
+        for observation, reply in plan[0]:
+            self.memory.record(observation, reply, session_id=session_id)
+        self.open = plan[1]
+
+    async def areplace(self, session_id: str, plan: tuple[list[tuple[str, str]], OpenTurn[M]]) -> None:
+        """:meth:`replace`, recording with the memory's async methods."""
+        self.reset(session_id)
+        for observation, reply in plan[0]:
+            await self.memory.arecord(observation, reply, session_id=session_id)
+        self.open = plan[1]
+
+    def reset(self, session_id: str) -> None:
+        """Forget the session's stored interactions, the open turn and the cached context."""
+        self.memory.clear(session_id)
+        self.open = OpenTurn()
+        self._cached = None
+
+
+def last_turn(messages: Sequence[tuple[str, str, bool]]) -> tuple[int | None, str | None]:
+    """The position of the last user message of ``(role, text, final)`` messages (None: there is none) and the
+    stripped text of the last final reply after it (None: not answered yet).
+
+    >>> last_turn([("user", "Hi", False), ("assistant", " Hello! ", True), ("user", "Bye", False)])
+    (2, None)
+    """
+    user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i][0] == "user"), None)
+    if user is None:
+        return None, None
+    replies = [text.strip() for _, text, final in messages[user + 1 :] if final]
+    return user, replies[-1] if replies else None
 
 
 def collect_turns(

@@ -71,6 +71,14 @@ class TripletGraph:
         ids = sorted({r.t1 for r in records} | {r.t3 for r in records})
         return {r.id: r for r in self.node_records(ids)}
 
+    def with_nodes(
+        self, records: Iterable[TripletRecord]
+    ) -> list[tuple[NodeRecord | str, TripletRecord, NodeRecord | str]]:
+        """``(subject, record, object)`` per record: each end's stored node, else its term (an implicit entity)."""
+        records = list(records)
+        known = self.known_nodes(records)
+        return [(known.get(r.t1) or r.t1, r, known.get(r.t3) or r.t3) for r in records]
+
     def nodes(self, properties: dict[str, Any] | None = None, ids: list[str] | None = None) -> list[NodeRecord | str]:
         """Stored nodes and (by name) the implicit entities of every term used in a triplet, filtered by ``ids``
         or ``properties`` (an implicit entity has no properties)."""

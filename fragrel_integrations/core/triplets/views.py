@@ -53,6 +53,7 @@ __all__ = [
     "read_pattern",
     "record_value",
     "relation_key",
+    "run_batch",
     "search_documents",
     "search_items",
     "search_records",
@@ -419,6 +420,30 @@ def apply_puts(
             put_document(core, ns, key, dict(value), index, hard_delete)
     if writes:
         core.write_many(writes)
+
+
+def run_batch(
+    core: TripletStore,
+    ops: Sequence[Any],
+    put_of: Callable[[Any], tuple[Namespace, str, dict[str, Any] | None, bool] | None],
+    read: Callable[[Any], Any],
+    hard_delete: bool,
+) -> list[Any]:
+    """Run a key-value store's batch of operations in order: each run of puts (``put_of(op)``: the put's
+    ``(namespace, key, value, index)``, None for any other operation) goes through :func:`apply_puts` as one batch
+    before the next operation, which ``read(op)`` answers; one result per operation (None for a put)."""
+    results: list[Any] = [None] * len(ops)
+    pending: list[tuple[Namespace, str, dict[str, Any] | None, bool]] = []
+    for i, op in enumerate(ops):
+        put = put_of(op)
+        if put is not None:
+            pending.append(put)
+            continue
+        apply_puts(core, pending, hard_delete)
+        pending = []
+        results[i] = read(op)
+    apply_puts(core, pending, hard_delete)
+    return results
 
 
 # ------------------------------------------------------------------------------------------------- tools

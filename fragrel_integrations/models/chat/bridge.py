@@ -186,6 +186,13 @@ class ChatBridge:
         self.temperature, self.max_tokens, self.stop = check_params(temperature, max_tokens, stop)
         self.wrapper = wrapper
 
+    @classmethod
+    def of(cls, wrapper: Any, name: str) -> ChatBridge:
+        """The bridge of a framework wrapper (named ``name`` in errors) with the fields ``model``, ``temperature``,
+        ``max_tokens`` and ``stop``."""
+        params = {key: getattr(wrapper, key) for key in ("temperature", "max_tokens", "stop")}
+        return cls(wrapper.model, **params, wrapper=name)
+
     # -- parameters and checks -----------------------------------------------------------------------------------
     def params(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """The generation keywords of one call: ``overrides`` (``temperature``/``max_tokens``/``stop``) over the
