@@ -34,7 +34,9 @@ WRITE = {"subject": "Ann", "relation": "lives in", "object": "Lisbon"}
 READ = {"subject": "Dan Jaffe", "relation": "works at", "object": ""}
 
 
-class TestMemoryWriteToolUnit(ToolsUnitTests):
+class _WriteTool:
+    """The memory_write tool and an example call (shared by its unit and integration suites)."""
+
     @property
     def tool_constructor(self):
         return _tools()["memory_write"]
@@ -44,17 +46,7 @@ class TestMemoryWriteToolUnit(ToolsUnitTests):
         return WRITE
 
 
-class TestMemoryWriteToolIntegration(ToolsIntegrationTests):
-    @property
-    def tool_constructor(self):
-        return _tools()["memory_write"]
-
-    @property
-    def tool_invoke_params_example(self) -> dict:
-        return WRITE
-
-
-class TestMemoryReadToolUnit(ToolsUnitTests):
+class _ReadTool:
     @property
     def tool_constructor(self):
         return _tools()["memory_read"]
@@ -64,17 +56,7 @@ class TestMemoryReadToolUnit(ToolsUnitTests):
         return READ
 
 
-class TestMemoryReadToolIntegration(ToolsIntegrationTests):
-    @property
-    def tool_constructor(self):
-        return _tools()["memory_read"]
-
-    @property
-    def tool_invoke_params_example(self) -> dict:
-        return READ
-
-
-class TestMiniLMEmbeddingsUnit(EmbeddingsUnitTests):
+class _MiniLM:
     @property
     def embeddings_class(self):
         return MiniLMEmbeddings
@@ -82,19 +64,31 @@ class TestMiniLMEmbeddingsUnit(EmbeddingsUnitTests):
     @property
     def embedding_model_params(self) -> dict:
         return {"show_progress": False}
+
+
+class TestMemoryWriteToolUnit(_WriteTool, ToolsUnitTests):
+    pass
+
+
+class TestMemoryWriteToolIntegration(_WriteTool, ToolsIntegrationTests):
+    pass
+
+
+class TestMemoryReadToolUnit(_ReadTool, ToolsUnitTests):
+    pass
+
+
+class TestMemoryReadToolIntegration(_ReadTool, ToolsIntegrationTests):
+    pass
+
+
+class TestMiniLMEmbeddingsUnit(_MiniLM, EmbeddingsUnitTests):
+    pass
 
 
 @pytest.mark.slow
-class TestMiniLMEmbeddingsIntegration(EmbeddingsIntegrationTests):
+class TestMiniLMEmbeddingsIntegration(_MiniLM, EmbeddingsIntegrationTests):
     """The real embedded all-MiniLM-L6-v2 (shipped in a package: offline)."""
-
-    @property
-    def embeddings_class(self):
-        return MiniLMEmbeddings
-
-    @property
-    def embedding_model_params(self) -> dict:
-        return {"show_progress": False}
 
 
 # ------------------------------------------------------------------------------------------ LlamaIndex events
