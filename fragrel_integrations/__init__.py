@@ -1,9 +1,10 @@
 """fragrel-integrations: relation-aware retrieval and memory for LangChain and LlamaIndex.
 
 Framework adapters live in :mod:`fragrel_integrations.langchain` and :mod:`fragrel_integrations.llama_index`;
-importing this package imports neither framework and loads no model. The other four components and their
-main types are importable from here too, loaded on first access (``SurpriseTree`` needs the surprise tree's
-optional dependencies only when it is used):
+importing this package imports neither framework and loads no model. Every name of the core facade
+(:mod:`fragrel_integrations.core`: the index, scorers, relations, splitters, grounded answers) is importable
+from here; the other four components and their main types too, loaded on first access (``SurpriseTree`` needs
+the surprise tree's optional dependencies only when it is used):
 
 >>> from fragrel_integrations import FragRelIndex, InnerLoopEngine, SelfControlledMemory, SurpriseTree, TripletStore
 """
@@ -12,27 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import core
 from ._lazy import lazy_exports
-from .core import (
-    BM25Scorer,
-    CallableRelation,
-    CompositeRelation,
-    ContextRelation,
-    DenseScorer,
-    Fragment,
-    FragmentLayout,
-    FragmentStore,
-    FragRelIndex,
-    HybridScorer,
-    Relation,
-    ScoredFragment,
-    SemanticRelation,
-    relation_aware_scores,
-    rerank,
-    split_lines,
-    split_turns,
-    split_words,
-)
+from .core import *  # noqa: F403  (the whole core facade: its __all__ is added to this one below)
 from .models.base import Embedder
 
 if TYPE_CHECKING:
@@ -44,36 +27,19 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
-    "BM25Scorer",
-    "CallableRelation",
-    "CompositeRelation",
-    "ContextRelation",
-    "DenseScorer",
     "Embedder",
-    "FragRelIndex",
-    "Fragment",
-    "FragmentLayout",
-    "FragmentStore",
-    "HybridScorer",
     "InnerLoopEngine",
     "InnerLoopResult",
     "MemoryItem",
-    "Relation",
-    "ScoredFragment",
     "SelfControlledMemory",
-    "SemanticRelation",
     "SurpriseTree",
     "TreeConfig",
     "TreeHit",
     "Triplet",
     "TripletStore",
     "__version__",
-    "relation_aware_scores",
-    "rerank",
-    "split_lines",
-    "split_turns",
-    "split_words",
 ]
+__all__ += core.__all__
 
 # the other components, imported on first access: name -> the module that defines it
 _LAZY = {

@@ -23,6 +23,11 @@ __all__ = [
     "terminal_safe",
 ]
 
+#: The ``retrieve-code`` options passed to :func:`~.core.code.index.from_repository` as they are (each
+#: option's ``dest`` is the parameter's name).
+INDEX_OPTIONS = (
+    "scorer", "alpha", "threshold", "fragment_lines", "stride", "cache", "languages", "max_file_bytes", "max_file_lines"
+)  # fmt: skip
 #: Control characters (C0, DEL, C1) other than newline and tab: ESC, BEL, CR, CSI ... drive or overwrite a terminal.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -55,7 +60,11 @@ def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fragment-lines", type=int, default=20, help="lines per window (default 20)")
     parser.add_argument("--stride", type=int, default=10, help="lines between window starts (default 10)")
     parser.add_argument(
-        "--language", action="append", default=None, help="index only this language (repeatable; default all)"
+        "--language",
+        action="append",
+        dest="languages",
+        default=None,
+        help="index only this language (repeatable; default all)",
     )
     parser.add_argument(
         "--cache",
@@ -159,20 +168,8 @@ def retrieve_code(args: argparse.Namespace) -> str:
         from .models.local import default_embedder
 
         embedder = default_embedder()
-    index = from_repository(
-        args.repo,
-        scorer=args.scorer,
-        embedder=embedder,
-        alpha=args.alpha,
-        threshold=args.threshold,
-        fragment_lines=args.fragment_lines,
-        stride=args.stride,
-        cache=args.cache,
-        languages=args.language,
-        max_file_bytes=args.max_file_bytes,
-        max_file_lines=args.max_file_lines,
-        show_progress=not args.quiet,
-    )
+    options = {name: getattr(args, name) for name in INDEX_OPTIONS}
+    index = from_repository(args.repo, embedder=embedder, show_progress=not args.quiet, **options)
     hits = index.retrieve(context, k=args.k)
     if args.prompt:
         return build_prompt(context, hits)

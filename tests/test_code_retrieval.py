@@ -230,6 +230,25 @@ def test_cli_retrieve_code(tmp_path, capsys):
     assert "not a directory" in capsys.readouterr().err
 
 
+def test_cli_retrieve_code_passes_every_index_option(tmp_path, capsys):
+    import inspect
+
+    from fragrel_integrations.cli_code import INDEX_OPTIONS
+    from fragrel_integrations.core.code.build import build_code_index
+    from fragrel_integrations.core.code.loader import load_repository
+
+    accepted = set(inspect.signature(build_code_index).parameters)
+    accepted |= set(inspect.signature(load_repository).parameters)
+    assert set(INDEX_OPTIONS) <= accepted
+    root = make_python_repo(tmp_path)
+    (root / "web.js").write_text("function ping() { return pong(); }\n")
+    only_js = ["--language", "javascript"]
+    assert main(["retrieve-code", str(root), "ping()", "-k", "20", "--json", "--quiet", *only_js]) == 0
+    assert {hit["path"] for hit in json.loads(capsys.readouterr().out)} == {"web.js"}
+    assert main(["retrieve-code", str(root), "ping()", "-k", "20", "--json", "--quiet", "--stride", "5"]) == 0
+    assert {"web.js", "pkg/cycle.py"} <= {hit["path"] for hit in json.loads(capsys.readouterr().out)}
+
+
 def test_fragrel_index_from_repository_is_the_code_index(tmp_path):
     root = make_call_repo(tmp_path)
     query = "def run(data):\n    return "

@@ -55,3 +55,17 @@ def test_the_package_itself_imports_no_deprecated_path():
 
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+
+
+def test_lenient_triplets_from_the_controller_warns_and_is_the_lenient_one():
+    from fragrel_integrations.core.triplets import controller, lenient
+
+    with pytest.warns(DeprecationWarning, match=r"core\.triplets\.lenient"):
+        value = controller.lenient_triplets
+    assert value is lenient.lenient_triplets
+    assert set(controller.__all__) == {
+        "DEFAULT_MAX_REPLY_CHARS",
+        "AnswerResult",
+        "MemorizeResult",
+        "TripletMemoryController",
+    }

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from fragrel_integrations.core.scm import SCMStream
 from fragrel_integrations.core.triplets import Triplet, TripletMemoryController, TripletStore
-from fragrel_integrations.core.triplets.controller import lenient_triplets
+from fragrel_integrations.core.triplets.lenient import lenient_triplets
 from fragrel_integrations.core.triplets.text_api import (
     MAX_TERM_CHARS,
     MemoryCallError,

@@ -143,6 +143,12 @@ def test_bad_input_names_the_fix():
         grounded_answer(QUESTION, [3], ScriptedChatModel(["x"]))
     with pytest.raises(ValueError, match="max_sentences"):
         select_evidence(QUESTION, BOOK, max_sentences=0)
+    with pytest.raises(ValueError, match="max_tokens"):
+        grounded_answer(QUESTION, BOOK, ScriptedChatModel(["x"]), max_tokens=0)
+    with pytest.raises(TypeError, match="max_sentence"):  # a misspelt setting is not ignored
+        grounded_answer(QUESTION, BOOK, ScriptedChatModel(["x"]), max_sentence=2)
+    with pytest.raises(TypeError, match="max_sentence"):
+        asyncio.run(agrounded_answer(QUESTION, BOOK, ScriptedChatModel(["x"]), max_sentence=2))
     empty = grounded_answer(QUESTION, [], ScriptedChatModel([]))
     assert empty.text is None and empty.evidence == ()
 

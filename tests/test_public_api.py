@@ -21,22 +21,27 @@ def test_top_level_all_is_pinned():
             "FragmentLayout",
             "FragmentStore",
             "FragRelIndex",
+            "GroundedAnswer",
             "HybridScorer",
             "InnerLoopEngine",
             "InnerLoopResult",
             "MemoryItem",
             "Relation",
             "ScoredFragment",
+            "Scorer",
             "SelfControlledMemory",
             "SemanticRelation",
+            "StagedHybridScorer",
             "SurpriseTree",
             "TreeConfig",
             "TreeHit",
             "Triplet",
             "TripletStore",
             "__version__",
+            "grounded_answer",
             "relation_aware_scores",
             "rerank",
+            "select",
             "split_lines",
             "split_turns",
             "split_words",
@@ -44,6 +49,8 @@ def test_top_level_all_is_pinned():
     )
     for name in fragrel_integrations.__all__:
         assert hasattr(fragrel_integrations, name), name
+    # the top level re-exports the whole core facade (one list, so the two cannot drift)
+    assert set(fragrel_integrations.core.__all__) <= set(fragrel_integrations.__all__)
 
 
 def test_import_has_no_side_effects():

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fragrel_integrations.core.triplets import TripletMemoryController, TripletStore, parse_calls
-from fragrel_integrations.core.triplets.controller import READ_EXAMPLES, lenient_triplets
+from fragrel_integrations.core.triplets.controller_prompts import READ_EXAMPLES
+from fragrel_integrations.core.triplets.lenient import lenient_triplets
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -43,6 +43,7 @@ from .types import Fragment, ScoredFragment
 
 __all__ = [
     "ANSWER_PROMPT",
+    "AnswerSettings",
     "Evidence",
     "GroundedAnswer",
     "agrounded_answer",
@@ -433,52 +434,37 @@ def grounded_answer_steps(
     return GroundedAnswer(question, text, ordered, reply, bool(kwargs))
 
 
+class AnswerSettings(TypedDict, total=False):
+    """The keyword settings of :func:`grounded_answer` and :func:`agrounded_answer` (the keyword parameters of
+    :func:`grounded_answer_steps`, with their defaults there)."""
+
+    embedder: Embedder | None
+    max_sentences: int
+    max_tokens: int
+    constrain: bool
+    options: dict[str, Any] | None
+
+
 def grounded_answer(
-    question: str,
-    hits: Sequence[ScoredFragment | Fragment | str],
-    model: Any,
-    *,
-    embedder: Embedder | None = None,
-    max_sentences: int = 3,
-    max_tokens: int = 48,
-    constrain: bool = False,
-    options: dict[str, Any] | None = None,
+    question: str, hits: Sequence[ScoredFragment | Fragment | str], model: Any, **settings: Unpack[AnswerSettings]
 ) -> GroundedAnswer:
     """Answer ``question`` from the retrieved ``hits`` with ``model`` (anything with ``invoke(messages, ...)``),
     returning only an answer the evidence supports (see the module docstring).
 
-    ``embedder`` ranks sentences with the hybrid score (None: BM25 alone); ``max_sentences`` evidence sentences
-    go to the model; ``constrain=True`` asks a model that enforces llama.cpp grammars for a quote of the evidence
-    (:func:`span_grammar`; off by default: with SmolLM2-135M it quoted the wrong words and took several times
-    longer, benchmarks/results/book_answers.md); ``options`` are more keyword arguments
-    for ``model.invoke`` (e.g. ``seed``).
+    ``embedder`` ranks sentences with the hybrid score (None, the default: BM25 alone); ``max_sentences`` (3)
+    evidence sentences go to the model, which may reply ``max_tokens`` (48) tokens; ``constrain=True`` asks a
+    model that enforces llama.cpp grammars for a quote of the evidence (:func:`span_grammar`; off by default: with
+    SmolLM2-135M it quoted the wrong words and took several times longer, benchmarks/results/book_answers.md);
+    ``options`` are more keyword arguments for ``model.invoke`` (e.g. ``seed``). An unknown setting is a TypeError.
     """
-    return drive(
-        grounded_answer_steps(
-            question, hits, model, embedder=embedder, max_sentences=max_sentences, max_tokens=max_tokens,
-            constrain=constrain, options=options,
-        )
-    )  # fmt: skip
+    return drive(grounded_answer_steps(question, hits, model, **settings))
 
 
 async def agrounded_answer(
-    question: str,
-    hits: Sequence[ScoredFragment | Fragment | str],
-    model: Any,
-    *,
-    embedder: Embedder | None = None,
-    max_sentences: int = 3,
-    max_tokens: int = 48,
-    constrain: bool = False,
-    options: dict[str, Any] | None = None,
+    question: str, hits: Sequence[ScoredFragment | Fragment | str], model: Any, **settings: Unpack[AnswerSettings]
 ) -> GroundedAnswer:
     """Async :func:`grounded_answer` (the model by ``ainvoke``, the embedder in a worker thread)."""
-    return await adrive(
-        grounded_answer_steps(
-            question, hits, model, embedder=embedder, max_sentences=max_sentences, max_tokens=max_tokens,
-            constrain=constrain, options=options,
-        )
-    )  # fmt: skip
+    return await adrive(grounded_answer_steps(question, hits, model, **settings))
 
 
 def _check_question(question: object) -> None:

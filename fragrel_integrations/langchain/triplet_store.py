@@ -43,7 +43,7 @@ from pydantic import BaseModel, Field  # noqa: E402
 from .._validation import check_positive_int  # noqa: E402
 from ..core.kit.args import split_store_or_path  # noqa: E402
 from ..core.triplets import Triplet, TripletStore  # noqa: E402
-from ..core.triplets.controller import DEFAULT_MAX_TERM_CHARS  # noqa: E402
+from ..core.triplets.lenient import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
 from ..core.triplets.types import namespace_tuple  # noqa: E402
 from ..core.triplets.views import (  # noqa: E402

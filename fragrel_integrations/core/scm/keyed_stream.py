@@ -24,9 +24,8 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from ..._closing import Closing
 from ..._validation import check_min_int
-from .stream import check_session, check_turn
+from .stream import BaseMemoryStream, check_session
 from .types import MemoryItem
 
 __all__ = [
@@ -211,7 +210,7 @@ def merge_new(session_id: str, cached: Cached, new: Iterable[Entry], read_at: fl
     )
 
 
-class KeyedStoreStream(Closing):
+class KeyedStoreStream(BaseMemoryStream):
     """An SCM memory stream (:class:`~fragrel_integrations.core.scm.MemoryStream`) in a key-value store with
     namespaces: the store's ``search(ns, limit=, offset=, filter=)``, ``put(ns, key, value, index=False)`` and
     ``list_namespaces(prefix=, max_depth=, limit=, offset=)``, plus two batch operations a subclass supplies
@@ -334,18 +333,10 @@ class KeyedStoreStream(Closing):
 
     # ------------------------------------------------------------------------------------------- stream
 
-    def append(
-        self,
-        session_id: str,
-        observation: str,
-        response: str,
-        *,
-        summary: str = "",
-        embedding: np.ndarray | None = None,
+    def _write(
+        self, session_id: str, observation: str, response: str, summary: str, vector: np.ndarray | None
     ) -> MemoryItem:
-        """Write one interaction at the end of the session's stream and return it (with its index)."""
         ns = self._ns(session_id)
-        vector = check_turn(observation, response, summary, embedding)
         with self._lock:
             current = self._read(session_id)
             slot = current.order[-1][0] + 1 if current.order else 0

@@ -32,7 +32,7 @@ from ..._validation import check_text, stored_int, stored_vectors
 from ..triplets.sqlite_backend import SQLiteBackend
 from .types import MemoryItem
 
-__all__ = ["MemoryStream", "SCMStream", "check_session", "check_turn"]
+__all__ = ["BaseMemoryStream", "MemoryStream", "SCMStream", "check_session", "check_turn"]
 
 
 @runtime_checkable
@@ -142,7 +142,32 @@ def _row(row: tuple, path: str) -> MemoryItem:
         ) from exc
 
 
-class SCMStream(Closing):
+class BaseMemoryStream(Closing):
+    """The part every stream of this package shares: :meth:`append` checks the session id and the turn
+    (:func:`check_session`, :func:`check_turn`), then the subclass's ``_write(session_id, observation, response,
+    summary, vector)`` stores it and returns the :class:`MemoryItem` (with its index)."""
+
+    def append(
+        self,
+        session_id: str,
+        observation: str,
+        response: str,
+        *,
+        summary: str = "",
+        embedding: np.ndarray | None = None,
+    ) -> MemoryItem:
+        """Write one interaction at the end of the session's stream and return it (with its index)."""
+        session_id = check_session(session_id)
+        vector = check_turn(observation, response, summary, embedding)
+        return self._write(session_id, observation, response, summary, vector)
+
+    def _write(
+        self, session_id: str, observation: str, response: str, summary: str, vector: np.ndarray | None
+    ) -> MemoryItem:
+        raise NotImplementedError
+
+
+class SCMStream(BaseMemoryStream):
     """A persistent memory stream (``path``: a SQLite file, or ``":memory:"`` for a throw-away stream).
 
     Every method takes the ``session_id``; sessions never see each other's interactions. A ``path`` that is
@@ -171,18 +196,9 @@ class SCMStream(Closing):
                 f"stream ({_COLUMNS}); it is another application's table or a damaged file. Give another path"
             )
 
-    def append(
-        self,
-        session_id: str,
-        observation: str,
-        response: str,
-        *,
-        summary: str = "",
-        embedding: np.ndarray | None = None,
+    def _write(
+        self, session_id: str, observation: str, response: str, summary: str, vector: np.ndarray | None
     ) -> MemoryItem:
-        """Write one interaction at the end of the session's stream and return it (with its index)."""
-        check_session(session_id)
-        vector = check_turn(observation, response, summary, embedding)
         blob = None if vector is None else vector.astype("<f4").tobytes()
         dim = 0 if vector is None else int(vector.size)
         created = time.time()

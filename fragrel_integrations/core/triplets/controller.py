@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..._deprecation import moved_attributes
 from ..._validation import check_positive_int
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
@@ -60,25 +61,15 @@ from .controller_prompts import (
     check_examples,
     with_examples,
 )
-from .lenient import DEFAULT_MAX_TERM_CHARS, lenient_scan, lenient_triplets
+from .lenient import DEFAULT_MAX_TERM_CHARS, lenient_scan
 from .store import TripletStore, TripletWrite
 from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls
 from .types import Triplet, TripletRecord, namespace_tuple
 
-__all__ = [
-    "DEFAULT_MAX_REPLY_CHARS",
-    "DEFAULT_MAX_TERM_CHARS",
-    "READ_EXAMPLES",
-    "READ_FORMAT",
-    "READ_SYSTEM_PROMPT",
-    "WRITE_EXAMPLES",
-    "WRITE_FORMAT",
-    "WRITE_SYSTEM_PROMPT",
-    "AnswerResult",
-    "MemorizeResult",
-    "TripletMemoryController",
-    "lenient_triplets",
-]
+__all__ = ["DEFAULT_MAX_REPLY_CHARS", "AnswerResult", "MemorizeResult", "TripletMemoryController"]
+
+# The prompts, examples and formats live in .controller_prompts (still importable from here, which uses them).
+__getattr__ = moved_attributes(__name__, "fragrel_integrations.core.triplets.lenient", ["lenient_triplets"])
 
 logger = logging.getLogger(__name__)
 
