@@ -158,6 +158,20 @@ def test_llama_index_validation_and_options():
         LIRetriever(tree, similarity_top_k=2, k=3)
     walk = LIRetriever(tree, k=10, mode="traversal", width=1).retrieve("cat kitten purr")
     assert {n.node.metadata["doc_id"] for n in walk if n.node.metadata["tree_layer"] == 0} == {"cats"}
+    with pytest.raises(TypeError, match=r"\['widht'\].*'width'"):  # a misspelt setting is not ignored
+        LIRetriever(tree, widht=2)  # type: ignore[call-arg]
+
+
+def test_both_retrievers_default_to_the_cores_search_settings():
+    import inspect
+
+    from fragrel_integrations.core.kit.tree import SEARCH_DEFAULTS, SEARCH_OPTIONS
+
+    tree = _tree()
+    core = inspect.signature(SurpriseTree.retrieve).parameters
+    lc, li = LCRetriever(tree=tree), LIRetriever(tree)
+    for name in SEARCH_OPTIONS:
+        assert getattr(lc, name) == getattr(li, name) == core[name].default == SEARCH_DEFAULTS[name], name
 
 
 def test_llama_index_from_documents_and_insert():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Unpack
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
@@ -24,7 +24,7 @@ from pydantic import Field, PrivateAttr
 
 from ..core.kit import tree as kit
 from ..core.kit.settings import resolve_k
-from ..core.tree import FIELDS, BuildReport, ExtractiveSummariser, Summariser, SurpriseTree, TreeHit, TreeRelation
+from ..core.tree import BuildReport, ExtractiveSummariser, Summariser, SurpriseTree, TreeHit
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
 
@@ -62,7 +62,9 @@ class SurpriseTreeRetriever(BaseRetriever):
         tree: a built core tree (or use :meth:`from_texts` / :meth:`from_documents` and their async forms).
         similarity_top_k: how many texts to return (default 4); ``k`` is an alias.
         budget_tokens, mode, fields, width, relation, alpha: the search settings, as in LangChain
-            (:data:`~fragrel_integrations.core.kit.tree.SEARCH_DOCS`).
+            (:class:`~fragrel_integrations.core.kit.tree.TreeSearch`: meanings in ``SEARCH_DOCS``, defaults those
+            of :meth:`SurpriseTree.retrieve <fragrel_integrations.core.tree.SurpriseTree.retrieve>`); another
+            keyword is a TypeError.
 
     ``aretrieve`` runs the search in a worker thread, so it is safe inside a running event loop.
     """
@@ -73,14 +75,9 @@ class SurpriseTreeRetriever(BaseRetriever):
         similarity_top_k: int | None = None,
         *,
         k: int | None = None,
-        budget_tokens: int | None = None,
-        mode: Literal["collapsed", "traversal"] = "collapsed",
-        fields: Sequence[str] = FIELDS,
-        width: int = 3,
-        relation: TreeRelation | None = None,
-        alpha: float = 0.5,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
+        **search: Unpack[kit.TreeSearch],
     ) -> None:
         if not isinstance(tree, SurpriseTree):
             raise TypeError(
@@ -88,9 +85,8 @@ class SurpriseTreeRetriever(BaseRetriever):
             )
         self.tree = tree
         self.similarity_top_k = resolve_k(similarity_top_k, k, 4)
-        for name, value in dict(budget_tokens=budget_tokens, mode=mode, fields=fields, width=width).items():
-            setattr(self, name, kit.SEARCH_CHECKS[name](value))
-        self.relation, self.alpha = kit.SEARCH_CHECKS["relation"](relation), kit.SEARCH_CHECKS["alpha"](alpha)
+        for name, value in kit.search_settings(search).items():
+            setattr(self, name, value)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @classmethod

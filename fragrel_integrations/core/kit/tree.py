@@ -7,9 +7,10 @@ call (:func:`search`). Building a tree from texts is :func:`build_tree` / :func:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from ...models.convert import optional_embedder
 from ..relation_aware import check_alpha
@@ -22,8 +23,10 @@ from .args import split_kwargs
 __all__ = [
     "HIT_KEYS",
     "SEARCH_CHECKS",
+    "SEARCH_DEFAULTS",
     "SEARCH_DOCS",
     "SEARCH_OPTIONS",
+    "TreeSearch",
     "abuild_tree",
     "build_tree",
     "check_fields",
@@ -33,6 +36,7 @@ __all__ = [
     "hit_metadata",
     "leaf_summariser",
     "search",
+    "search_settings",
     "tree_inputs",
 ]
 
@@ -124,8 +128,37 @@ def leaf_summariser(
     return summariser, ExtractiveSummariser(model, **options)
 
 
+class TreeSearch(TypedDict, total=False):
+    """The search settings of a surprise-tree retriever besides ``k`` (meanings: :data:`SEARCH_DOCS`; defaults:
+    :data:`SEARCH_DEFAULTS`, those of :meth:`SurpriseTree.retrieve`, which receives them)."""
+
+    budget_tokens: int | None
+    mode: Literal["collapsed", "traversal"]
+    fields: Sequence[str]
+    width: int
+    relation: TreeRelation | None
+    alpha: float
+
+
 #: The retrieval settings an adapter holds besides ``k`` (passed on to :meth:`SurpriseTree.retrieve`).
-SEARCH_OPTIONS = ("budget_tokens", "mode", "fields", "width", "relation", "alpha")
+SEARCH_OPTIONS: tuple[str, ...] = tuple(TreeSearch.__annotations__)
+#: Each search setting's default: the one :meth:`SurpriseTree.retrieve` declares.
+SEARCH_DEFAULTS: dict[str, Any] = {
+    name: inspect.signature(SurpriseTree.retrieve).parameters[name].default for name in SEARCH_OPTIONS
+}
+
+
+def search_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Every search setting, checked (:data:`SEARCH_CHECKS`), the missing ones at their defaults; an unknown
+    name is a TypeError listing the settings.
+
+    >>> search_settings({"mode": "traversal"})["mode"], search_settings({})["width"]
+    ('traversal', 3)
+    """
+    unknown = sorted(set(settings) - set(SEARCH_OPTIONS))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown}: the search settings are {list(SEARCH_OPTIONS)}")
+    return {name: SEARCH_CHECKS[name](settings.get(name, SEARCH_DEFAULTS[name])) for name in SEARCH_OPTIONS}
 
 
 def hit_metadata(hit: TreeHit) -> dict[str, Any]:
