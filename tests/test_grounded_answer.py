@@ -193,3 +193,12 @@ def test_langchain_runnable_cites_document_metadata_and_runs_async():
     assert [(f.doc_id, f.position) for f in documents_to_fragments(docs)] == [("crusoe.txt", 40), ("retrieved", 1)]
     with pytest.raises(TypeError, match="Document"):
         documents_to_fragments(["not a document"])
+    retriever = RunnableLambda(lambda q: docs)
+    with pytest.raises(TypeError, match="max_sentence"):  # checked when the chain is built, not at the first call
+        grounded_answer_runnable(retriever, model, max_sentence=2)
+    with pytest.raises(ValueError, match="max_tokens"):
+        grounded_answer_runnable(retriever, model, max_tokens=0)
+    with pytest.raises(TypeError, match="constrain"):
+        grounded_answer_runnable(retriever, model, constrain="yes")
+    with pytest.raises(TypeError, match="options"):
+        grounded_answer_runnable(retriever, model, options=["seed", 1])

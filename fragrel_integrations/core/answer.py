@@ -26,7 +26,7 @@ True
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict, Unpack
 
@@ -48,6 +48,7 @@ __all__ = [
     "GroundedAnswer",
     "agrounded_answer",
     "answer_messages",
+    "check_answer_settings",
     "grounded_answer",
     "grounded_answer_steps",
     "select_evidence",
@@ -411,8 +412,9 @@ def grounded_answer_steps(
 ) -> Steps[GroundedAnswer]:
     """The workflow of :func:`grounded_answer` (run it with :func:`~.steps.drive` or :func:`~.steps.adrive`)."""
     _check_question(question)
-    check_positive_int(max_sentences, "max_sentences")
-    check_positive_int(max_tokens, "max_tokens")
+    check_answer_settings(
+        {"max_sentences": max_sentences, "max_tokens": max_tokens, "constrain": constrain, "options": options}
+    )
     fragments = _fragments(hits)
     evidence = yield from _evidence_steps(question, fragments, embedder, max_sentences)
     if not evidence:
@@ -443,6 +445,27 @@ class AnswerSettings(TypedDict, total=False):
     max_tokens: int
     constrain: bool
     options: dict[str, Any] | None
+
+
+def check_answer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """``settings`` (:class:`AnswerSettings`) checked before any call, e.g. when a chain is built: an unknown name
+    is a TypeError listing the settings, a bad value a ValueError / TypeError naming it. Returns a copy.
+
+    >>> check_answer_settings({"max_tokens": 32})
+    {'max_tokens': 32}
+    """
+    known = sorted(AnswerSettings.__optional_keys__)
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown}: the answer settings are {known}")
+    for name in ("max_sentences", "max_tokens"):
+        if name in settings:
+            check_positive_int(settings[name], name)
+    if not isinstance(settings.get("constrain", False), bool):
+        raise TypeError(f"constrain must be True or False, got {settings['constrain']!r}")
+    if not isinstance(settings.get("options") or {}, Mapping):
+        raise TypeError(f"options must be a dict of keyword arguments for model.invoke, got {settings['options']!r}")
+    return dict(settings)
 
 
 def grounded_answer(

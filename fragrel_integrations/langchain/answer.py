@@ -24,7 +24,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableLambda
 
-from ..core.answer import GroundedAnswer, agrounded_answer, grounded_answer
+from ..core.answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
 from ..core.types import Fragment
 from ..models.convert import as_chat_model, as_embedder
 from ._documents import check_documents, read_location
@@ -57,7 +57,9 @@ def grounded_answer_runnable(
     model such as ``LlamaCppChatModel``; None: the embedded SmolLM2), keeping only a supported answer.
     ``embedder`` (e.g. ``MiniLMEmbeddings()``) ranks the evidence sentences with the hybrid score (None: BM25);
     ``options`` go to :func:`~fragrel_integrations.core.answer.grounded_answer` (``max_sentences``, ``max_tokens``,
-    ``constrain``). ``.invoke(question).format()`` is the text ``fragrel ask`` prints."""
+    ``constrain``, ``options``; checked here: a misspelt one is a TypeError now, not at the first question).
+    ``.invoke(question).format()`` is the text ``fragrel ask`` prints."""
+    options = check_answer_settings(options)
     if model is None:
         from ..models.llama_cpp_chat import default_chat_model
 
