@@ -202,3 +202,52 @@ def test_langchain_runnable_cites_document_metadata_and_runs_async():
         grounded_answer_runnable(retriever, model, constrain="yes")
     with pytest.raises(TypeError, match="options"):
         grounded_answer_runnable(retriever, model, options=["seed", 1])
+
+
+def _crusoe_engine(model, **kwargs):
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+    from llama_index.core.query_engine import RetrieverQueryEngine
+    from llama_index.core.schema import TextNode
+
+    from fragrel_integrations.llama_index import GroundedSynthesizer
+
+    nodes = [TextNode(text=f.text, metadata={"doc_id": f.doc_id, "position": f.position}) for f in BOOK]
+    nodes.append(TextNode(text="The goats ran up the hill. It rained for days."))  # no position: cited by rank
+    index = VectorStoreIndex(nodes, embed_model=MockEmbedding(embed_dim=8))
+    synthesizer = GroundedSynthesizer(model, embed_model=HashingEmbedder(), **kwargs)
+    return RetrieverQueryEngine(index.as_retriever(similarity_top_k=3), response_synthesizer=synthesizer)
+
+
+def test_llama_index_query_engine_replies_only_with_a_supported_cited_answer():
+    from llama_index.core.base.response.schema import Response, StreamingResponse
+
+    model = ScriptedChatModel(["Friday", "Saber", "Friday"])
+    engine = _crusoe_engine(model)
+    response = engine.query(QUESTION)
+    assert isinstance(response, Response) and len(response.source_nodes) == 3
+    assert str(response).startswith("Friday") and "(crusoe.txt, fragment 40, sentence 2)" in str(response)
+    assert "Friday" in model.calls[0]["messages"][1]["content"]  # the evidence went to the model
+    unsupported = asyncio.run(engine.aquery(QUESTION))  # "Saber" is nowhere in the nodes: never the reply
+    assert "Saber" not in str(unsupported) and "does not state" in str(unsupported)
+    streamed = _crusoe_engine(ScriptedChatModel(["Friday"]), streaming=True).query(QUESTION)
+    assert isinstance(streamed, StreamingResponse)
+    assert "".join(streamed.response_gen).startswith("Friday")
+
+
+def test_llama_index_synthesizer_cites_by_rank_and_checks_its_settings_when_built():
+    from llama_index.core.schema import NodeWithScore, TextNode
+
+    from fragrel_integrations.llama_index import GroundedSynthesizer
+
+    synthesizer = GroundedSynthesizer(ScriptedChatModel(["Poll", "Poll"]), max_sentences=1)
+    node = NodeWithScore(node=TextNode(text="Her parrot was called Poll."), score=0.5)
+    assert "(retrieved, fragment 0, sentence 1)" in str(synthesizer.synthesize("What was the parrot called?", [node]))
+    direct = synthesizer.get_response("What was the parrot called?", ["Her parrot was called Poll."])
+    assert direct.startswith("Poll\n") and "(retrieved, fragment 0, sentence 1)" in direct
+    with pytest.raises(TypeError, match="max_sentence"):
+        GroundedSynthesizer(ScriptedChatModel([]), max_sentence=2)
+    with pytest.raises(ValueError, match="max_tokens"):
+        GroundedSynthesizer(ScriptedChatModel([]), max_tokens=0)
+    with pytest.raises(TypeError, match=r"nodes\[0\]"):
+        synthesizer.synthesize("q", ["not a node"])

@@ -160,6 +160,7 @@ def test_public_names():
         "FragRelLLM",
         "FragRelPostprocessor",
         "FragRelRetriever",
+        "GroundedSynthesizer",
         "InnerLoopQueryEngine",
         "MiniLMEmbedding",
         "PositionTagger",

@@ -15,7 +15,6 @@ __all__ = [
     "check_documents",
     "fragment_to_document",
     "isolated_key",
-    "read_location",
     "with_scores",
 ]
 
@@ -28,11 +27,6 @@ def check_documents(documents: object, what: str) -> list[Document]:
         if not isinstance(doc, Document):
             raise TypeError(f"{what}[{i}] must be a langchain_core Document, got {type(doc).__name__}")
     return list(documents)
-
-
-def read_location(doc: Document, doc_id_key: str, position_key: str) -> tuple[str, int] | None:
-    """``(doc_id, position)`` from the metadata, or None when either key is missing (or None)."""
-    return pool.read_location(doc.metadata, doc_id_key, position_key)
 
 
 def isolated_key(doc: Document) -> str:

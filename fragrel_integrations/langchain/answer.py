@@ -24,10 +24,10 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableLambda
 
-from ..core.answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
+from ..core.answer import GroundedAnswer
+from ..core.kit.answer import AnswerStep, cited_fragments
 from ..core.types import Fragment
-from ..models.convert import as_chat_model, as_embedder
-from ._documents import check_documents, read_location
+from ._documents import check_documents
 
 __all__ = ["documents_to_fragments", "grounded_answer_runnable"]
 
@@ -37,11 +37,8 @@ def documents_to_fragments(
 ) -> list[Fragment]:
     """Core fragments for retrieved Documents, in their order (``doc_id``/``position`` from the metadata; a
     Document without them gets doc_id ``"retrieved"`` and its rank as position)."""
-    out = []
-    for rank, doc in enumerate(check_documents(documents, "the retriever's result")):
-        doc_id, position = read_location(doc, doc_id_key, position_key) or ("retrieved", rank)
-        out.append(Fragment(doc.page_content, doc_id, position))
-    return out
+    docs = check_documents(documents, "the retriever's result")
+    return cited_fragments(((d.page_content, d.metadata) for d in docs), doc_id_key, position_key)
 
 
 def grounded_answer_runnable(
@@ -59,23 +56,13 @@ def grounded_answer_runnable(
     ``options`` go to :func:`~fragrel_integrations.core.answer.grounded_answer` (``max_sentences``, ``max_tokens``,
     ``constrain``, ``options``; checked here: a misspelt one is a TypeError now, not at the first question).
     ``.invoke(question).format()`` is the text ``fragrel ask`` prints."""
-    options = check_answer_settings(options)
-    if model is None:
-        from ..models.llama_cpp_chat import default_chat_model
-
-        chat = default_chat_model()
-    else:
-        chat = as_chat_model(model)
-    core_embedder = None if embedder is None else as_embedder(embedder)
-
+    step = AnswerStep.of(model, embedder, options, doc_id_key=doc_id_key, position_key=position_key)
     fragments = partial(documents_to_fragments, doc_id_key=doc_id_key, position_key=position_key)
 
     def answer(question: str) -> GroundedAnswer:
-        docs = retriever.invoke(question)
-        return grounded_answer(question, fragments(docs), chat, embedder=core_embedder, **options)
+        return step.answer(question, fragments(retriever.invoke(question)))
 
     async def aanswer(question: str) -> GroundedAnswer:
-        docs = await retriever.ainvoke(question)
-        return await agrounded_answer(question, fragments(docs), chat, embedder=core_embedder, **options)
+        return await step.aanswer(question, fragments(await retriever.ainvoke(question)))
 
     return RunnableLambda(answer, afunc=aanswer, name="GroundedAnswer")

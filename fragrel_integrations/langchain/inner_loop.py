@@ -29,10 +29,10 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_vali
 
 from ..core.inner_loop import InnerLoopEngine
 from ..core.kit import inner_loop as kit
-from ..core.kit.pool import read_score
+from ..core.kit.pool import read_location, read_score
 from ..core.kit.settings import check_key
 from ..core.types import Fragment, ScoredFragment
-from ._documents import check_documents, fragment_to_document, isolated_key, read_location, with_scores
+from ._documents import check_documents, fragment_to_document, isolated_key, with_scores
 
 __all__ = ["InnerLoopRunnable"]
 
@@ -41,7 +41,7 @@ _DOCS = kit.ADAPTER_SETTING_DOCS
 
 def _document_hit(doc: Document, doc_id_key: str, position_key: str) -> ScoredFragment:
     """A core fragment for a retrieved Document (its score, and FragRel's sub-scores when it carries them)."""
-    doc_id, position = read_location(doc, doc_id_key, position_key) or (isolated_key(doc), 0)
+    doc_id, position = read_location(doc.metadata, doc_id_key, position_key) or (isolated_key(doc), 0)
     return kit.scored_from_metadata(
         Fragment(doc.page_content, doc_id, position, dict(doc.metadata)), read_score(doc.metadata, None), doc.metadata
     )

@@ -27,7 +27,7 @@ from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ._documents import check_documents, fragment_to_document, isolated_key, read_location, with_scores
+from ._documents import check_documents, fragment_to_document, isolated_key, with_scores
 from ._pool import BASE_SCORE_KEY, ranks_by_words, sized_base, takes_k
 from .indexing import add_positions
 
@@ -183,7 +183,7 @@ class FragRelRetriever(BaseRetriever):
             self._settings,
             query,
             kept,
-            locate=lambda doc: read_location(doc, self.doc_id_key, self.position_key),
+            locate=lambda doc: pool.read_location(doc.metadata, self.doc_id_key, self.position_key),
             fragment=lambda doc, key: Fragment(doc.page_content, *key, dict(doc.metadata)),
             isolated=lambda i: (isolated_key(docs[i]), 0),  # the Document as the base returned it
             error=lambda missing: ValueError(
@@ -284,10 +284,10 @@ class FragRelIndexRetriever(BaseRetriever):
         doc_id_key = fields.get("doc_id_key", "doc_id")
         position_key = fields.get("position_key", "position")
         docs = check_documents(list(documents), "documents")
-        located = [read_location(d, doc_id_key, position_key) for d in docs]
+        located = [pool.read_location(d.metadata, doc_id_key, position_key) for d in docs]
         if all(loc is None for loc in located):
             docs = add_positions(docs, doc_id_key=doc_id_key, position_key=position_key, source_key=source_key)
-            located = [read_location(d, doc_id_key, position_key) for d in docs]
+            located = [pool.read_location(d.metadata, doc_id_key, position_key) for d in docs]
         elif any(loc is None for loc in located):
             missing = next(i for i, loc in enumerate(located) if loc is None)
             raise ValueError(

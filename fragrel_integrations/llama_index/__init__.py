@@ -1,7 +1,8 @@
 """LlamaIndex components (install with ``pip install 'fragrel-integrations[llama-index]'``).
 
 - :class:`FragRelRetriever` wraps any LlamaIndex retriever and re-ranks its nodes with FragRel.
-- :class:`FragRelPostprocessor` does the same as a node postprocessor inside a query engine.
+- :class:`FragRelPostprocessor` does the same as a node postprocessor inside a query engine;
+  :class:`GroundedSynthesizer` makes the engine's reply an answer the retrieved nodes support, cited.
 - :class:`FragRelIndexRetriever` is a retriever over a core ``FragRelIndex`` (texts in, no vector store).
 - :class:`PositionTagger` / :func:`tag_positions` write ``doc_id`` and ``position`` into node metadata.
 - :class:`TripletGraphStore` is a ``PropertyGraphStore`` over the RET-LLM triplet memory;
@@ -24,6 +25,7 @@ from .._optional import require
 
 require("llama_index.core", "llama-index")
 
+from .answer import GroundedSynthesizer  # noqa: E402
 from .embeddings import MiniLMEmbedding  # noqa: E402
 from .indexing import PositionTagger, tag_positions  # noqa: E402
 from .inner_loop import InnerLoopQueryEngine  # noqa: E402
@@ -42,6 +44,7 @@ __all__ = [
     "FragRelLLM",
     "FragRelPostprocessor",
     "FragRelRetriever",
+    "GroundedSynthesizer",
     "InnerLoopQueryEngine",
     "MiniLMEmbedding",
     "PositionTagger",

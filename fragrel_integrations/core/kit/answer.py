@@ -1,0 +1,98 @@
+"""What the LangChain and LlamaIndex grounded-answer steps share (no framework is imported here).
+
+An adapter turns its retrieved items into ``(text, metadata)`` pairs; :func:`cited_fragments` makes the
+fragments the evidence is cited by, and :class:`AnswerStep` holds the model, the evidence embedder and the checked
+settings of :func:`~fragrel_integrations.core.answer.grounded_answer`.
+
+>>> from fragrel_integrations.testing import ScriptedChatModel
+>>> step = AnswerStep.of(ScriptedChatModel(["Poll"]), None, {"max_sentences": 1})
+>>> hits = cited_fragments([("The parrot was called Poll.", {"doc_id": "crusoe", "position": 7})])
+>>> step.answer("What was the parrot called?", hits).format().splitlines()[0]
+'Poll'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from ...models.base import Embedder
+from ...models.chat import ChatModel
+from ...models.convert import as_chat_model, as_embedder
+from ..answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
+from ..types import Fragment
+from .pool import read_location
+
+__all__ = ["AnswerStep", "cited_fragments"]
+
+Item = tuple[str, Mapping[str, Any]]
+_RETRIEVED: ContextVar[list[Item] | None] = ContextVar("fragrel_retrieved_items", default=None)
+
+
+def cited_fragments(
+    items: Iterable[Item], doc_id_key: str = "doc_id", position_key: str = "position"
+) -> list[Fragment]:
+    """Fragments for retrieved ``(text, metadata)`` pairs, in their order: ``doc_id``/``position`` from the
+    metadata (as the position taggers write them), else doc_id ``"retrieved"`` and the item's rank."""
+    out = []
+    for rank, (text, metadata) in enumerate(items):
+        doc_id, position = read_location(metadata, doc_id_key, position_key) or ("retrieved", rank)
+        out.append(Fragment(text, doc_id, position))
+    return out
+
+
+@dataclass(frozen=True)
+class AnswerStep:
+    """A chat model, the evidence embedder (None: BM25 alone), the checked answer settings and the metadata keys
+    that cite a retrieved item."""
+
+    model: ChatModel
+    embedder: Embedder | None
+    settings: dict[str, Any]
+    doc_id_key: str = "doc_id"
+    position_key: str = "position"
+
+    @classmethod
+    def of(cls, model: Any, embedder: Any, settings: Mapping[str, Any], **keys: str) -> AnswerStep:
+        """Convert any framework's model and embedding (None: the embedded SmolLM2; no embedder) and check the
+        settings now (:func:`~fragrel_integrations.core.answer.check_answer_settings`), not at the first question;
+        ``keys``: ``doc_id_key``, ``position_key``."""
+        if model is None:
+            from ...models.llama_cpp_chat import default_chat_model
+
+            model = default_chat_model()
+        checked = check_answer_settings(settings)
+        return cls(as_chat_model(model), None if embedder is None else as_embedder(embedder), checked, **keys)
+
+    def fragments(self, items: Iterable[Item]) -> list[Fragment]:
+        """:func:`cited_fragments` with this step's keys."""
+        return cited_fragments(items, self.doc_id_key, self.position_key)
+
+    @contextmanager
+    def retrieved(self, items: Iterable[Item]) -> Iterator[None]:
+        """Within the block (this thread or task), :meth:`text_fragments` cites texts by these items' metadata: for
+        a framework that hands the answer step only the texts."""
+        token = _RETRIEVED.set(list(items))
+        try:
+            yield
+        finally:
+            _RETRIEVED.reset(token)
+
+    def text_fragments(self, texts: Sequence[str]) -> list[Fragment]:
+        """Fragments for ``texts``: the items of :meth:`retrieved` when there are as many (their texts without the
+        framework's metadata header, cited by their metadata), else ``texts`` cited by rank."""
+        items = _RETRIEVED.get()
+        if items is None or len(items) != len(texts):
+            return cited_fragments((text, {}) for text in texts)
+        return self.fragments(items)
+
+    def answer(self, question: str, fragments: list[Fragment]) -> GroundedAnswer:
+        """:func:`~fragrel_integrations.core.answer.grounded_answer` with this step's model and settings."""
+        return grounded_answer(question, fragments, self.model, embedder=self.embedder, **self.settings)
+
+    async def aanswer(self, question: str, fragments: list[Fragment]) -> GroundedAnswer:
+        """Async :meth:`answer`."""
+        return await agrounded_answer(question, fragments, self.model, embedder=self.embedder, **self.settings)
