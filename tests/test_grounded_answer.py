@@ -240,9 +240,11 @@ def test_llama_index_synthesizer_cites_by_rank_and_checks_its_settings_when_buil
 
     from fragrel_integrations.llama_index import GroundedSynthesizer
 
-    synthesizer = GroundedSynthesizer(ScriptedChatModel(["Poll", "Poll"]), max_sentences=1)
+    synthesizer = GroundedSynthesizer(ScriptedChatModel(["Poll", "Poll", "Poll"]), max_sentences=1)
     node = NodeWithScore(node=TextNode(text="Her parrot was called Poll."), score=0.5)
     assert "(retrieved, fragment 0, sentence 1)" in str(synthesizer.synthesize("What was the parrot called?", [node]))
+    wrapped = NodeWithScore(node=TextNode(text="Her parrot\nwas called\n Poll."), score=0.5)
+    assert "“Her parrot was called Poll.”" in str(synthesizer.synthesize("What was the parrot called?", [wrapped]))
     direct = synthesizer.get_response("What was the parrot called?", ["Her parrot was called Poll."])
     assert direct.startswith("Poll\n") and "(retrieved, fragment 0, sentence 1)" in direct
     with pytest.raises(TypeError, match="max_sentence"):

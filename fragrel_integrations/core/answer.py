@@ -167,8 +167,9 @@ class GroundedAnswer:
         return self.text is not None
 
     def format(self) -> str:
-        """The answer and its quoted, cited evidence, or "not stated" and the closest evidence."""
-        quotes = "\n".join(f"  “{e.quote}” ({e.citation()})" for e in self.evidence)
+        """The answer and its quoted, cited evidence, or "not stated" and the closest evidence (each quote on one
+        line: the text's line breaks are shown as spaces)."""
+        quotes = "\n".join(f"  “{' '.join(e.quote.split())}” ({e.citation()})" for e in self.evidence)
         if self.text is None:
             head = "The retrieved text does not state an answer to this question."
             return f"{head}\nClosest passages:\n{quotes}" if quotes else head
