@@ -180,6 +180,16 @@ def test_single_loop():
     assert (result.answer, result.stop_reason, result.converged) == ("In the garden.", "max_loops", False)
 
 
+def test_an_answer_the_shown_fragments_do_not_support_is_marked_when_printed():
+    supported = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["In the garden."]), max_loops=1).run(QUESTION)
+    assert supported.supported and supported.format() == "In the garden." and supported.to_dict()["supported"]
+    guess = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["On the Moon with Zed."]), max_loops=1).run(QUESTION)
+    assert not guess.supported and guess.answer == "On the Moon with Zed."
+    assert guess.format() == "Not supported by the retrieved text (the model's answer): On the Moon with Zed."
+    empty = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["  "]), max_loops=1).run(QUESTION)
+    assert empty.format() == "The retrieved text does not state an answer to this question."
+
+
 def test_empty_retrieval():
     model = ScriptedChatModel(["Unknown: nothing was found about the apple."], cycle=True)
     result = InnerLoopEngine(fixed([]), model).run(QUESTION)

@@ -342,8 +342,9 @@ def test_llama_index_end_to_end_with_a_vector_index_and_mock_llm():
     assert isinstance(engine, CustomQueryEngine)
     response = engine.query(QUESTION)
     assert isinstance(response, Response)
-    assert response.response == "text text text text text text"
     meta = response.metadata
+    assert meta["answer"] == "text text text text text text" and meta["supported"] is False  # the mock's words
+    assert response.response == "Not supported by the retrieved text (the model's answer): " + meta["answer"]
     assert meta["converged"] and meta["stop_reason"] == "converged" and meta["n_rounds"] == 2
     trace = json.loads(json.dumps(meta["inner_loop"]))
     assert [r["index"] for r in trace["rounds"]] == [1, 2]
@@ -367,13 +368,13 @@ def test_llama_index_scripted_model_sees_the_nodes_and_the_memory():
 
 
 async def test_llama_index_aquery_uses_aretrieve_and_the_async_llm():
-    retriever = LIListRetriever(li_nodes()[:3])
+    retriever = LIListRetriever(li_nodes()[:4])
     model = ScriptedChatModel([ANSWER], cycle=True)
     response = await InnerLoopQueryEngine(retriever, model).aquery(QUESTION)
-    assert str(response) == ANSWER and response.metadata["converged"]
+    assert str(response) == ANSWER and response.metadata["converged"] and response.metadata["supported"]
     assert {mode for mode, _ in retriever.calls} == {"async"}
     response = await InnerLoopQueryEngine(li_vector_retriever(), MockLLM(max_tokens=3)).aquery(QUESTION)
-    assert str(response) == "text text text"
+    assert response.metadata["answer"] == "text text text" and str(response).startswith("Not supported")
 
 
 def test_llama_index_dedupe_and_limits():

@@ -148,9 +148,11 @@ class InnerLoopQueryEngine(CustomQueryEngine):
 
     def _response(self, result: InnerLoopResult, nodes: Callable[[Iterable[ScoredFragment]], list]) -> Response:
         return Response(
-            response=result.answer,
+            response=result.format(),
             source_nodes=nodes(result.fragments),
             metadata={
+                "answer": result.answer,
+                "supported": result.supported,
                 "converged": result.converged,
                 "stop_reason": result.stop_reason,
                 "n_rounds": len(result.rounds),

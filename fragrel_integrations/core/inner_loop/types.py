@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..answer import supported_by
 from ..types import Fragment, ScoredFragment
 
 __all__ = [
@@ -67,7 +68,8 @@ def _fragment_dict(hit: ScoredFragment) -> dict[str, Any]:
 class InnerLoopResult:
     """The outcome (or, while streaming, the state) of a run.
 
-    ``answer`` is the current STM. ``stop_reason`` is None while the loop is still running (streamed
+    ``answer`` is the current STM (:meth:`format` marks it when the retrieved text does not support it).
+    ``stop_reason`` is None while the loop is still running (streamed
     snapshots), then one of ``"converged"``, ``"max_loops"``, ``"empty_reply"``, or ``"error"`` (only in
     :attr:`InnerLoopError.result`).
     """
@@ -96,11 +98,28 @@ class InnerLoopResult:
                     out.append(hit)
         return out
 
+    @property
+    def supported(self) -> bool:
+        """Whether the fragments shown to the model support :attr:`answer`
+        (:func:`~fragrel_integrations.core.answer.supported_by`: at least half its new content words, and every
+        name and number, occur in them)."""
+        return supported_by(self.answer, [hit.fragment.text for hit in self.fragments], self.question) is not None
+
+    def format(self) -> str:
+        """The answer to print: :attr:`answer` when :attr:`supported`, else marked as not supported by the
+        retrieved text (a small model's memory is often a guess)."""
+        if self.supported:
+            return self.answer
+        if not self.answer.strip():
+            return "The retrieved text does not state an answer to this question."
+        return f"Not supported by the retrieved text (the model's answer): {self.answer}"
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable trace of the run."""
         return {
             "question": self.question,
             "answer": self.answer,
+            "supported": self.supported,
             "converged": self.converged,
             "stop_reason": self.stop_reason,
             "rounds": [r.to_dict() for r in self.rounds],

@@ -197,8 +197,9 @@ def question_of(value: object, adapter: str) -> str:
 
 def result_dict(result: InnerLoopResult, items: Callable[[Iterable[ScoredFragment]], list[Any]]) -> dict[str, Any]:
     """A loop result as a plain dict whose retrieved texts are the framework's items (``items`` converts hits):
-    ``question``, ``answer``, ``converged``, ``stop_reason``, ``rounds`` (``index``, ``query``, ``documents``
-    shown to the model, ``retrieved``, ``reply``, ``stm``, ``similarity``) and ``documents`` (each shown once)."""
+    ``question``, ``answer``, ``supported``, ``converged``, ``stop_reason``, ``rounds`` (``index``, ``query``,
+    ``documents`` shown to the model, ``retrieved``, ``reply``, ``stm``, ``similarity``) and ``documents`` (each
+    shown once)."""
     rounds = [
         {
             "index": r.index,
@@ -214,6 +215,7 @@ def result_dict(result: InnerLoopResult, items: Callable[[Iterable[ScoredFragmen
     return {
         "question": result.question,
         "answer": result.answer,
+        "supported": result.supported,
         "converged": result.converged,
         "stop_reason": result.stop_reason,
         "rounds": rounds,
