@@ -220,7 +220,7 @@ def _crusoe_engine(model, **kwargs):
 
 
 def test_llama_index_query_engine_replies_only_with_a_supported_cited_answer():
-    from llama_index.core.base.response.schema import Response, StreamingResponse
+    from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
 
     model = ScriptedChatModel(["Friday", "Saber", "Friday"])
     engine = _crusoe_engine(model)
@@ -233,6 +233,14 @@ def test_llama_index_query_engine_replies_only_with_a_supported_cited_answer():
     streamed = _crusoe_engine(ScriptedChatModel(["Friday"]), streaming=True).query(QUESTION)
     assert isinstance(streamed, StreamingResponse)
     assert "".join(streamed.response_gen).startswith("Friday")
+    engine = _crusoe_engine(ScriptedChatModel(["Friday"]), streaming=True)
+    astreamed = asyncio.run(engine.aquery(QUESTION))
+    assert isinstance(astreamed, AsyncStreamingResponse)
+
+    async def collect():
+        return "".join([token async for token in astreamed.async_response_gen()])
+
+    assert asyncio.run(collect()).startswith("Friday")
 
 
 def test_llama_index_synthesizer_cites_by_rank_and_checks_its_settings_when_built():

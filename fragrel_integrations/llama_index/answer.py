@@ -15,7 +15,7 @@ Evidence:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core import Settings
@@ -23,7 +23,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from ..core.kit.answer import AnswerStep
+from ..core.kit.answer import AnswerStep, aone_chunk, one_chunk
 from ._convert import check_nodes
 from .llm import FragRelLLM
 
@@ -42,7 +42,7 @@ class GroundedSynthesizer(BaseSynthesizer):
     :class:`~fragrel_integrations.llama_index.PositionTagger` writes them; else by rank); ``settings`` are
     :class:`~fragrel_integrations.core.answer.AnswerSettings` (``max_sentences``, ``max_tokens``, ...), checked
     here. The reply is :meth:`GroundedAnswer.format() <fragrel_integrations.core.answer.GroundedAnswer.format>`;
-    with ``streaming=True`` it comes as one chunk, after the support check.
+    with ``streaming=True`` it comes as one chunk (async: an async stream), after the support check.
     """
 
     def __init__(
@@ -66,14 +66,13 @@ class GroundedSynthesizer(BaseSynthesizer):
     def _update_prompts(self, prompts_dict: dict[str, Any]) -> None:
         return None
 
-    def _reply(self, text: str) -> str | Generator[str, None, None]:
-        return (part for part in [text]) if self._streaming else text
-
     def get_response(self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any) -> Any:
-        return self._reply(self._step.answer(query_str, self._step.text_fragments(text_chunks)).format())
+        text = self._step.answer(query_str, self._step.text_fragments(text_chunks)).format()
+        return one_chunk(text) if self._streaming else text
 
     async def aget_response(self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any) -> Any:
-        return self._reply((await self._step.aanswer(query_str, self._step.text_fragments(text_chunks))).format())
+        text = (await self._step.aanswer(query_str, self._step.text_fragments(text_chunks))).format()
+        return aone_chunk(text) if self._streaming else text
 
     def synthesize(self, query: Any, nodes: list[NodeWithScore], *args: Any, **kwargs: Any) -> Any:
         with self._step.retrieved(_items(nodes)):

@@ -13,7 +13,7 @@ settings of :func:`~fragrel_integrations.core.answer.grounded_answer`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from ..answer import GroundedAnswer, agrounded_answer, check_answer_settings, gr
 from ..types import Fragment
 from .pool import read_location
 
-__all__ = ["AnswerStep", "cited_fragments"]
+__all__ = ["AnswerStep", "aone_chunk", "cited_fragments", "one_chunk"]
 
 Item = tuple[str, Mapping[str, Any]]
 _RETRIEVED: ContextVar[list[Item] | None] = ContextVar("fragrel_retrieved_items", default=None)
@@ -42,6 +42,16 @@ def cited_fragments(
         doc_id, position = read_location(metadata, doc_id_key, position_key) or ("retrieved", rank)
         out.append(Fragment(text, doc_id, position))
     return out
+
+
+def one_chunk(text: str) -> Iterator[str]:
+    """``text`` as a stream of one chunk (a grounded answer streams only after its support check)."""
+    yield text
+
+
+async def aone_chunk(text: str) -> AsyncIterator[str]:
+    """Async :func:`one_chunk`."""
+    yield text
 
 
 @dataclass(frozen=True)
