@@ -12,6 +12,7 @@ neither belongs in the settings every FragRel wrapper imports):
   items, and positions written at indexing time;
 - :mod:`.tree` -- the surprise-tree retrievers: their settings, building a tree, hits as metadata;
 - :mod:`.inner_loop` -- the inner-loop adapters: the engine behind an adapter, retrieved items as core hits;
+- :mod:`.answer` -- the grounded-answer steps: retrieved items as cited fragments, the model and its settings;
 - :mod:`.args` -- small argument helpers (a store or a path, kwargs split between an adapter and the core).
 
 Each adapter declares its framework's fields, converts its framework's types and delegates here. This package
