@@ -6,13 +6,14 @@ the repository. Embeddings are cached as ``.npy`` (+ a ``.json`` list of text ha
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
 import platform
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -400,3 +401,22 @@ def machine_info(loadavg_start: str) -> dict[str, object]:
 def write_json(path: Path, obj: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=1, sort_keys=False) + "\n")
+
+
+def save_results(stem: str, result: dict, report: Callable[[dict], str]) -> str:
+    """Write ``results/<stem>.json`` first (a report error loses no measurement), then print the report and write
+    it to ``results/<stem>.md`` under the command line (``result["command"]``); returns the report."""
+    write_json(RESULTS_DIR / f"{stem}.json", result)
+    text = report(result)
+    print(text)
+    (RESULTS_DIR / f"{stem}.md").write_text(f"`{result['command']}`\n\n{text}\n")
+    return text
+
+
+def book_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of the whole-book question benchmarks: ``--part`` (dev: Jane Eyre, heldout: Robinson
+    Crusoe, ``benchmarks/data/book_questions.json``) and ``--data`` (default :func:`default_data_dir`)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=("dev", "heldout"), default="dev")
+    ap.add_argument("--data", type=Path, default=None)
+    return ap

@@ -32,12 +32,12 @@ import numpy as np
 from _common import (
     BENCH_DIR,
     REPO_ROOT,
-    RESULTS_DIR,
     CachedEmbedder,
+    book_parser,
     default_data_dir,
     loadavg,
     machine_info,
-    write_json,
+    save_results,
 )
 from bench_book_questions import first_rank, gold_fragments
 
@@ -253,9 +253,7 @@ def report(result: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=("dev", "heldout"), default="dev")
-    ap.add_argument("--data", type=Path, default=None)
+    ap = book_parser(__doc__)
     ap.add_argument("--candidates", type=lambda s: [int(x) for x in s.split(",")], default=[16, 32, 48, 64, 96])
     ap.add_argument("--answer-candidates", type=int, default=32, help="the staged setting the answers use")
     ap.add_argument("--sentences", type=int, default=3, help="evidence sentences given to the model")
@@ -281,11 +279,7 @@ def main() -> None:
         args.candidates.append(args.answer_candidates)
     result = run(args)
     result["command"] = "python benchmarks/bench_book_answers.py " + " ".join(sys.argv[1:])
-    stem = args.out or f"book_answers_{args.part}"
-    write_json(RESULTS_DIR / f"{stem}.json", result)  # before the report: a report error loses no measurement
-    text = report(result)
-    print(text)
-    (RESULTS_DIR / f"{stem}.md").write_text(f"`{result['command']}`\n\n{text}\n")
+    save_results(args.out or f"book_answers_{args.part}", result, report)
 
 
 if __name__ == "__main__":
