@@ -14,6 +14,7 @@ from .core.scorers import CODE_SCORER_NAMES
 from .core.types import ScoredFragment
 
 __all__ = [
+    "INDEX_OPTIONS",
     "add_json_argument",
     "add_retrieve_code_arguments",
     "code_hit_dict",

@@ -202,6 +202,8 @@ def test_langchain_runnable_cites_document_metadata_and_runs_async():
         grounded_answer_runnable(retriever, model, constrain="yes")
     with pytest.raises(TypeError, match="options"):
         grounded_answer_runnable(retriever, model, options=["seed", 1])
+    with pytest.raises(ValueError, match="position_key"):
+        grounded_answer_runnable(retriever, model, position_key=["position"])
 
 
 def _crusoe_engine(model, **kwargs):
@@ -259,5 +261,9 @@ def test_llama_index_synthesizer_cites_by_rank_and_checks_its_settings_when_buil
         GroundedSynthesizer(ScriptedChatModel([]), max_sentence=2)
     with pytest.raises(ValueError, match="max_tokens"):
         GroundedSynthesizer(ScriptedChatModel([]), max_tokens=0)
+    with pytest.raises(ValueError, match="doc_id_key"):  # metadata keys are checked when it is built
+        GroundedSynthesizer(ScriptedChatModel([]), doc_id_key="")
+    with pytest.raises(ValueError, match="must differ"):
+        GroundedSynthesizer(ScriptedChatModel([]), doc_id_key="k", position_key="k")
     with pytest.raises(TypeError, match=r"nodes\[0\]"):
         synthesizer.synthesize("q", ["not a node"])

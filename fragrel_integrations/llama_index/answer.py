@@ -58,7 +58,7 @@ class GroundedSynthesizer(BaseSynthesizer):
         llm = Settings.llm if llm is None else llm
         step = AnswerStep.of(llm, embed_model, settings, doc_id_key=doc_id_key, position_key=position_key)
         super().__init__(llm=llm if isinstance(llm, LLM) else FragRelLLM(model=step.model), streaming=streaming)
-        self._step = step
+        self._step, self._stream = step, streaming
 
     def _get_prompts(self) -> dict[str, Any]:
         return {}  # the prompt is core.answer.ANSWER_PROMPT, fitted to the evidence
@@ -68,11 +68,11 @@ class GroundedSynthesizer(BaseSynthesizer):
 
     def get_response(self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any) -> Any:
         text = self._step.answer(query_str, self._step.text_fragments(text_chunks)).format()
-        return one_chunk(text) if self._streaming else text
+        return one_chunk(text) if self._stream else text
 
     async def aget_response(self, query_str: str, text_chunks: Sequence[str], **response_kwargs: Any) -> Any:
         text = (await self._step.aanswer(query_str, self._step.text_fragments(text_chunks))).format()
-        return aone_chunk(text) if self._streaming else text
+        return aone_chunk(text) if self._stream else text
 
     def synthesize(self, query: Any, nodes: list[NodeWithScore], *args: Any, **kwargs: Any) -> Any:
         with self._step.retrieved(_items(nodes)):

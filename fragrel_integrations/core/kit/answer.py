@@ -25,6 +25,7 @@ from ...models.convert import as_chat_model, as_embedder
 from ..answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
 from ..types import Fragment
 from .pool import read_location
+from .settings import check_keys
 
 __all__ = ["AnswerStep", "aone_chunk", "cited_fragments", "one_chunk"]
 
@@ -66,16 +67,18 @@ class AnswerStep:
     position_key: str = "position"
 
     @classmethod
-    def of(cls, model: Any, embedder: Any, settings: Mapping[str, Any], **keys: str) -> AnswerStep:
+    def of(cls, model: Any, embedder: Any, settings: Mapping[str, Any], **keys: object) -> AnswerStep:
         """Convert any framework's model and embedding (None: the embedded SmolLM2; no embedder) and check the
         settings now (:func:`~fragrel_integrations.core.answer.check_answer_settings`), not at the first question;
-        ``keys``: ``doc_id_key``, ``position_key``."""
+        ``keys``: ``doc_id_key``, ``position_key`` (checked: non-empty and different)."""
         if model is None:
             from ...models.llama_cpp_chat import default_chat_model
 
             model = default_chat_model()
         checked = check_answer_settings(settings)
-        return cls(as_chat_model(model), None if embedder is None else as_embedder(embedder), checked, **keys)
+        doc_id_key, position_key = check_keys(keys.get("doc_id_key", "doc_id"), keys.get("position_key", "position"))
+        embedder = None if embedder is None else as_embedder(embedder)
+        return cls(as_chat_model(model), embedder, checked, doc_id_key, position_key)
 
     def fragments(self, items: Iterable[Item]) -> list[Fragment]:
         """:func:`cited_fragments` with this step's keys."""
