@@ -92,7 +92,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         check_entry(item, text)
         doc_id = self.entry_id(item.session_id, item.index)
         self.vectorstore.add_texts([text], metadatas=[self.entry_metadata(item)], ids=[doc_id])
-        self._ids.add(item.session_id, item.index, doc_id)
+        self.added_ids.add(item.session_id, item.index, doc_id)
 
     def search(
         self, session_id: str, query: str, embedding: np.ndarray | None = None, k: int = 4
@@ -110,10 +110,10 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
     def delete_session(self, session_id: str) -> None:
         """Delete the session's documents (see the class docstring for how they are found)."""
         check_session(session_id)
-        ids = self._ids.of(session_id) | self._probe(session_id)
+        ids = self.added_ids.of(session_id) | self._probe(session_id)
         if ids:
             self.vectorstore.delete(ids=sorted(ids))
-        self._ids.forget(session_id)
+        self.added_ids.forget(session_id)
 
     # ------------------------------------------------------------------------------------------- helpers
 

@@ -105,7 +105,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         )
         self.vector_store.add([node])
         if self.make_id is not default_entry_id:
-            self._ids.add(item.session_id, item.index, node_id)  # node id -> (session, index), for custom ids
+            self.added_ids.add(item.session_id, item.index, node_id)  # node id -> (session, index), for custom ids
 
     def search(self, session_id: str, query: str, embedding: np.ndarray, k: int) -> list[tuple[int, float]]:
         """At most ``k`` ``(interaction index, similarity)`` of ``session_id``, best first."""
@@ -132,4 +132,4 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         """Delete every node of the session (``vector_store.delete(f"scm:{session_id}")``)."""
         check_session(session_id)
         self.vector_store.delete(self.source_id(session_id))
-        self._ids.forget(session_id)
+        self.added_ids.forget(session_id)

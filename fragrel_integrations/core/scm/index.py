@@ -392,7 +392,8 @@ class StoreIndexAdapter:
             session_key, index_key, fetch_k, make_id
         )
         self._store_name = type(store).__name__
-        self._ids = EntryIds()
+        #: The entry ids this object added, with their (session, index): what a store that returns ids only is read by.
+        self.added_ids = EntryIds()
 
     def entry_id(self, session_id: str, index: int) -> str:
         """The checked id of a turn's entry (``make_id(session_id, index)``)."""
@@ -417,7 +418,7 @@ class StoreIndexAdapter:
         if self.make_id is default_entry_id:
             prefix = f"scm:{session_id}:"
             return read_index(hit_id[len(prefix) :]) if hit_id.startswith(prefix) else None
-        owner = self._ids.owner(hit_id)
+        owner = self.added_ids.owner(hit_id)
         return owner[1] if owner is not None and owner[0] == session_id else None
 
     def probe_session(self, session_id: str, found: Callable[[list[str]], set[str]]) -> set[str]:
