@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(fn(args._model, prompt, int(args.threads))))
         return 0
 
-    from fragrel_integrations.models.llama_cpp_chat import smollm2_gguf_path
+    from fragrel_integrations.models.transformers_chat import smollm2_gguf_path
 
     models = {"SmolLM2-135M-Instruct Q4_1": str(smollm2_gguf_path())}
     formats = {"SmolLM2-135M-Instruct Q4_1": None}  # the chat template inside the GGUF

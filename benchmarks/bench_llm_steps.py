@@ -45,7 +45,7 @@ def _data(args: argparse.Namespace) -> Path:
 
 
 def _model() -> Any:
-    from fragrel_integrations.models.llama_cpp_chat import default_chat_model
+    from fragrel_integrations.models.transformers_chat import default_chat_model
 
     return default_chat_model()
 
