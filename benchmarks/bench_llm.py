@@ -183,7 +183,12 @@ def speed_llama_cpp(model_path: str, prompt: str, threads: int) -> dict:
     import llama_cpp
 
     t1 = time.perf_counter()
-    llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
+    from fragrel_integrations.models.llama_cpp_chat import portable_loading
+
+    with portable_loading():  # no AMX-repacked weights: those fault on hosts that report AMX without allowing it
+        llm = llama_cpp.Llama(
+            model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
     t2 = time.perf_counter()
     tokens = llm.tokenize(prompt.encode(), add_bos=True)
     start = time.perf_counter()
