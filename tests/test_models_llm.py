@@ -137,9 +137,15 @@ def server_model(llm_server):
 
 
 def test_openai_adapter_end_to_end(server_model, embedded_llm):
+    from fragrel_integrations.models import LlamaCppChatModel
+
     answer = server_model.invoke(KITCHEN, max_tokens=24, temperature=0)
     assert "kitchen" in answer.lower()
-    assert answer == embedded_llm.invoke(KITCHEN, max_tokens=24, temperature=0)  # same weights, greedy
+    in_process = LlamaCppChatModel(n_ctx=2048)  # the server's runtime and weights, in this process
+    try:
+        assert answer == in_process.invoke(KITCHEN, max_tokens=24, temperature=0)  # greedy: the same reply
+    finally:
+        in_process.close()
     cut = server_model.invoke(COUNT, max_tokens=40, temperature=0, stop=["5"])
     assert "4" in cut and "5" not in cut
     short = server_model.invoke(COUNT, max_tokens=3, temperature=0)

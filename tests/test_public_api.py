@@ -103,6 +103,7 @@ def test_models_all_is_pinned_and_lazy():
         "ResponseCache",
         "RetryPolicy",
         "RetryingChatModel",
+        "TransformersChatModel",
         "abatch",
         "as_chat_model",
         "as_embedder",
