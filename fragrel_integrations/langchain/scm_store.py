@@ -47,7 +47,7 @@ class LangGraphStoreStream(KeyedStoreStream):
     """
 
     def __init__(
-        self, store: BaseStore, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
+        self, store: BaseStore, *, namespace: str | tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
     ) -> None:
         if not isinstance(store, BaseStore):
             raise TypeError(

@@ -41,6 +41,7 @@ __all__ = [
     "entries",
     "merge_new",
     "new_key",
+    "owned_namespace",
     "seq",
     "session_label",
     "slot_of",
@@ -111,14 +112,33 @@ def session_label(session_id: str) -> str:
 
 
 def check_namespace(namespace: object) -> tuple[str, ...]:
+    """``namespace`` as a tuple of labels (a str is ONE label, never split into characters); ValueError/TypeError
+    naming the rule otherwise."""
+    if isinstance(namespace, str):
+        namespace = (namespace,)
     if not isinstance(namespace, tuple) or not namespace:
-        raise TypeError(f"namespace must be a non-empty tuple of str, got {namespace!r}")
+        raise TypeError(f"namespace must be a str (one label) or a non-empty tuple of str, got {namespace!r}")
     for label in namespace:
         if not isinstance(label, str) or not label or "." in label or "\x00" in label:
             raise ValueError(f"namespace labels must be non-empty str without '.' or NUL, got {label!r}")
     if namespace[0] == "langgraph":
         raise ValueError("the namespace cannot start with 'langgraph' (reserved by LangGraph)")
     return namespace
+
+
+def owned_namespace(name: str | None, namespace: str | tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The namespace of a stream owned by an adapter called ``name`` (e.g. a LangChain ``SCMMiddleware``):
+    ``namespace`` if given (a str is one label), else one derived from ``name`` (None: the default owner, whose
+    stream keeps :data:`DEFAULT_NAMESPACE`), so that two owners on one store never share a stream by accident.
+
+    >>> owned_namespace(None), owned_namespace("work"), owned_namespace("x", "shared")
+    (('fragrel', 'scm'), ('fragrel', 'scm:work'), ('shared',))
+    """
+    if namespace is not None:
+        return check_namespace(namespace)
+    if name is None:
+        return DEFAULT_NAMESPACE
+    return (DEFAULT_NAMESPACE[0], f"{DEFAULT_NAMESPACE[1]}:{session_label(name)}")
 
 
 def created_of(item: Any) -> float | None:
@@ -240,7 +260,9 @@ class KeyedStoreStream(BaseMemoryStream):
     :meth:`count` always reads the whole session.
     """
 
-    def __init__(self, store: Any, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100) -> None:
+    def __init__(
+        self, store: Any, *, namespace: str | tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
+    ) -> None:
         check_min_int(page_size, "page_size", 1)
         self.store = store
         self.namespace = check_namespace(namespace)
