@@ -382,7 +382,7 @@ def test_a_lone_surrogate_is_a_value_error_naming_its_position_at_every_triplet_
         "get_nodes": lambda: store.get_nodes([SURROGATE]),
         "delete_nodes": lambda: store.delete_nodes([SURROGATE]),
     }
-    for name, call in calls.items():
+    for call in calls.values():
         with pytest.raises(ValueError, match="position 3, a lone surrogate"):
             call()
     assert store.count() == 1  # nothing lost
