@@ -197,7 +197,7 @@ def _item_keys(per_fragment: list[list[str | None]]) -> set[str]:
 def _cycles_of_fields(sequence: list[str]) -> bool:
     """Whether the labels in ``sequence`` repeat as records do: cut at each occurrence of the first label, every
     part holds distinct labels in one fixed order (``name, age, city, name, age, city``; ``Q, A, Q, A``), over
-    at least two parts; two labels only count as fields when they look like fields (``Q``/``A``,
+    at least two parts, at least 80% of them all the labels; two labels only count as fields when they look like fields (``Q``/``A``,
     ``question``/``answer``): two people who take turns are a dialogue."""
     first = sequence[0]
     parts: list[list[str]] = []
@@ -211,6 +211,8 @@ def _cycles_of_fields(sequence: list[str]) -> bool:
     if any(label not in order for p in parts for label in p):
         return False
     if any([order[label] for label in p] != sorted(order[label] for label in p) for p in parts):
+        return False
+    if sum(len(p) == len(order) for p in parts) < 0.8 * len(parts):  # records hold (nearly) every field
         return False
     distinct = set(sequence)
     return len(distinct) >= 3 or all(_field_like(label) for label in distinct)
