@@ -179,9 +179,9 @@ def _line_labels(fragment: Fragment) -> list[str | None]:
 
 def _item_keys(per_fragment: list[list[str | None]]) -> set[str]:
     """Labels that recur once per item: in at least 80% of the fragments of two or more lines (at least two
-    such fragments, and half of all), exactly once in each -- the fields of records (CSV rows as "key: value" lines, FAQ entries,
-    a reader's ``file_path:`` header), not speakers (who speak several times in a stretch of dialogue, or alone
-    in a one-line turn)."""
+    such fragments, and half of all), exactly once in each -- the fields of records (CSV rows as "key: value"
+    lines, FAQ entries, a reader's ``file_path:`` header), not speakers (who speak several times in a stretch
+    of dialogue, or alone in a one-line turn)."""
     items = [labels for labels in per_fragment if len(labels) >= 2]
     if len(items) < max(2, 0.5 * len(per_fragment)):  # records are items of several lines (most fragments)
         return set()
@@ -197,8 +197,8 @@ def _item_keys(per_fragment: list[list[str | None]]) -> set[str]:
 def _cycles_of_fields(sequence: list[str]) -> bool:
     """Whether the labels in ``sequence`` repeat as records do: cut at each occurrence of the first label, every
     part holds distinct labels in one fixed order (``name, age, city, name, age, city``; ``Q, A, Q, A``), over
-    at least two parts, at least 80% of them all the labels; two labels only count as fields when they look like fields (``Q``/``A``,
-    ``question``/``answer``): two people who take turns are a dialogue."""
+    at least two parts, at least 80% of them all the labels; two labels only count as fields when they look
+    like fields (``Q``/``A``, ``question``/``answer``): two people who take turns are a dialogue."""
     first = sequence[0]
     parts: list[list[str]] = []
     for label in sequence:
