@@ -223,7 +223,9 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
     text = book_text(data, args.file)
     window_words = "auto" if args.window_words is None else args.window_words
     kwargs: dict[str, Any] = {"relation": relation, "alpha": alpha, "scorer": args.scorer, "top_m": top_m}
-    embedder = user_embedder(args)
+    needs_embeddings = args.scorer in ("dense", "hybrid") or relation.needs_embeddings
+    # BM25 alone reads no embeddings: an --embed-model folder is not loaded (its options are still checked)
+    embedder = user_embedder(args) if needs_embeddings or not args.embed_model else None
     if embedder is not None:
         kwargs["embedder"] = embedder
     if args.dense_candidates < 0:
@@ -239,7 +241,6 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
             **kwargs,
         )
 
-    needs_embeddings = args.scorer in ("dense", "hybrid") or relation.needs_embeddings
     if not needs_embeddings:  # BM25 alone: no embedder is loaded, nothing is cached
         return build()
     model = None if embedder is None else embedder_id(embedder)

@@ -168,6 +168,8 @@ def test_retrieve_with_bm25_never_loads_an_embedder(tmp_path):
         "from fragrel_integrations.cli import main\n"
         f"code = main(['retrieve', {str(book)!r}, 'who killed the captain', '--scorer', 'bm25', '--json', '--quiet',"
         f" '--cache-dir', {str(tmp_path / 'cache')!r}])\n"
+        f"assert code == main(['retrieve', {str(book)!r}, 'who killed the captain', '--scorer', 'bm25', '--json',"
+        f" '--quiet', '--embed-model', {str(tmp_path)!r}]) == 0\n"  # a model folder given: still not loaded
         "names = ('torch', 'sentence_transformers', 'transformers', 'fragrel_integrations.models.local')\n"
         "loaded = [m for m in names if m in sys.modules]\n"
         "print(json.dumps({'code': code, 'loaded': loaded}))\n"
