@@ -68,7 +68,8 @@ def check_cosine(value: object, name: str, *, what: str = "a cosine") -> float:
 
 
 def check_query(query: object, *, what: str = "query") -> str:
-    """``query`` if it is a str holding something besides whitespace; TypeError or ValueError naming the fix.
+    """``query`` if it is a str holding something besides whitespace and no lone surrogate (:func:`check_text`);
+    TypeError or ValueError naming the fix. Every retriever, wrapper and the CLI check a query with it.
 
     >>> check_query("  ")
     Traceback (most recent call last):
@@ -82,7 +83,7 @@ def check_query(query: object, *, what: str = "query") -> str:
             f"the {what} is {'empty' if not query else 'blank'}: give the text to retrieve for (a question, or the "
             "code before the cursor)"
         )
-    return query
+    return check_text(query, f"the {what}")
 
 
 def check_text(value: object, name: str) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._validation import check_text
 from .cli_code import add_json_argument, add_retrieve_code_arguments, format_ranked, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
@@ -34,7 +35,7 @@ from .core.presets import AUTO, DEFAULT_PRESET, PRESET_NAMES, Preset, preset
 from .core.relations import Relation
 from .core.staged import DEFAULT_CANDIDATES
 from .core.types import Fragment
-from .models.base import embedder_id, embedder_window_tokens
+from .models.base import embedder_id, embedder_identity, embedder_window_tokens
 
 __all__ = ["build_parser", "main"]
 
@@ -222,19 +223,13 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
     text = book_text(data, args.file)
     window_words = "auto" if args.window_words is None else args.window_words
     kwargs: dict[str, Any] = {"relation": relation, "alpha": alpha, "scorer": args.scorer, "top_m": top_m}
-    embedder = user_embedder(args)
+    needs_embeddings = args.scorer in ("dense", "hybrid") or relation.needs_embeddings
+    # BM25 alone reads no embeddings: an --embed-model folder is not loaded (its options are still checked)
+    embedder = user_embedder(args) if needs_embeddings or not args.embed_model else None
     if embedder is not None:
         kwargs["embedder"] = embedder
     if args.dense_candidates < 0:
         raise ValueError(f"--dense-candidates must be >= 0 (0: embed the whole file), got {args.dense_candidates}")
-    model = None if embedder is None else embedder_id(embedder)
-    settings = {
-        "fragment_words": fragment_words,
-        "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
-        "embed_window_tokens": embedder_window_tokens(embedder or _default_embedder()),
-    }
-    if args.scorer == "hybrid" and not relation.needs_embeddings and args.dense_candidates:
-        return staged_index(args, data, text, settings, kwargs, model)
 
     def build() -> FragRelIndex:
         return FragRelIndex.from_texts(
@@ -246,8 +241,17 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
             **kwargs,
         )
 
-    needs_embeddings = args.scorer in ("dense", "hybrid") or relation.needs_embeddings
-    if args.no_cache or not needs_embeddings:
+    if not needs_embeddings:  # BM25 alone: no embedder is loaded, nothing is cached
+        return build()
+    model = None if embedder is None else embedder_id(embedder)
+    settings = {
+        "fragment_words": fragment_words,
+        "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
+        "embed_window_tokens": embedder_window_tokens(embedder or _default_embedder()),
+    }
+    if args.scorer == "hybrid" and not relation.needs_embeddings and args.dense_candidates:
+        return staged_index(args, data, text, settings, kwargs, model)
+    if args.no_cache:
         return build()
     return cached_index(
         build,
@@ -276,7 +280,9 @@ def staged_index(
     model: str | None,
 ) -> FragRelIndex:
     """The index whose hybrid score embeds only BM25's best fragments per question; their vectors are kept in
-    a :class:`~fragrel_integrations.core.staged.WindowVectorFile` keyed like :func:`cached_index`'s files."""
+    a :class:`~fragrel_integrations.core.staged.WindowVectorFile` keyed like :func:`cached_index`'s files and
+    recording the embedder's identity; a file that does not match or cannot be read is rebuilt (one logged
+    line)."""
     from .core.splitters import split_words
     from .core.staged import StagedHybridScorer, WindowVectorFile
 
@@ -288,14 +294,17 @@ def staged_index(
     options = {
         "candidates": args.dense_candidates,
         "window_words": settings["window_words"],
-        "embedder": kwargs.get("embedder"),
+        "embedder": kwargs.get("embedder") or _default_embedder(),
     }
     if args.no_cache:
         scorer = StagedHybridScorer(texts, **options)
     else:
         path, key, _ = cache_location(data, name=name, settings=settings, cache_dir=args.cache_dir, model=model)
         try:
-            store = WindowVectorFile(path.with_suffix(".vectors"), key=key, n_fragments=len(fragments))
+            identity = embedder_identity(options["embedder"])  # one probe embedding: the model behind the name
+            store = WindowVectorFile(
+                path.with_suffix(".vectors"), key=key, n_fragments=len(fragments), identity=identity, rebuild=True
+            )
             scorer = StagedHybridScorer(texts, store=store, **options)
         except ValueError as exc:
             print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
@@ -599,13 +608,23 @@ def _quiet_model_loading() -> None:
 
 
 def _check_inputs(args: argparse.Namespace) -> None:
-    """Refuse an empty or blank question and an empty, blank or binary book before any model is loaded."""
+    """Refuse an empty or blank question, one with a byte that is not UTF-8 (the shell passes it on as a lone
+    surrogate) and an empty, blank or binary book before any model is loaded."""
     question = getattr(args, "question", None)
     if question is not None and not question.strip():
         raise ValueError(
             f"the question is {'empty' if not question else 'blank'}: give the question to answer, e.g. "
             f'fragrel {args.command} BOOK.txt "Who was shipwrecked?"'
         )
+    if question is not None:
+        try:
+            check_text(question, "the question")
+        except ValueError:
+            at = next(i for i, c in enumerate(question) if "\ud800" <= c <= "\udfff")
+            raise ValueError(
+                f"the question holds a byte that is not UTF-8 (character {at}): type it in UTF-8, or run under a "
+                "UTF-8 locale (e.g. LANG=C.UTF-8)"
+            ) from None
     if getattr(args, "file", None) is not None:
         book_text(_read_bytes(args.file), args.file)
 

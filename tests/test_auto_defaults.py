@@ -33,7 +33,9 @@ def no_model(monkeypatch):
 def _turns(n=30, speaker=True):
     words = ["boat", "goat", "lunch", "sail", "rain", "trip"]
     return [
-        Fragment(f"{'Ann: ' if speaker else ''}we talked about the {words[i % 6]} on day {i}", "chat", i)
+        Fragment(
+            f"{('Ann: ', 'Bob: ')[i % 2] if speaker else ''}we talked about the {words[i % 6]} on day {i}", "chat", i
+        )
         for i in range(n)
     ]
 
@@ -196,3 +198,98 @@ def test_a_scoreless_pool_is_ranked_whole_when_its_bm25_is_fused():
     assert frags[40] in [h.fragment for h in fused]
     ranks_only = rerank("blue boat sailed", frags, relation=relation, k=5, lexical=0.0)
     assert frags[40] not in [h.fragment for h in ranks_only]
+
+
+# ------------------------------------------------------------------------------------------ round 4 (issue 36)
+
+CSV_HEAD = ("name", "city", "job")
+CSV_ROWS = [("Ann", "Porto", "baker"), ("Bob", "Lyon", "pilot"), ("Cy", "Oslo", "nurse"), ("Di", "Rome", "chef")]
+
+
+def _records(kind: str) -> list[Fragment]:
+    """Records as loaders give them, one item per fragment."""
+    if kind == "csv rows (LangChain CSVLoader)":
+        texts = ["\n".join(f"{k}: {v}" for k, v in zip(CSV_HEAD, row, strict=True)) for row in CSV_ROWS * 3]
+    elif kind == "csv lines":
+        texts = [",".join(CSV_HEAD)] + [",".join(row) for row in CSV_ROWS * 3]
+    elif kind == "faq":
+        texts = [f"Q: How do I reset password {i}?\nA: Open the settings page and choose reset {i}." for i in range(12)]
+    elif kind == "json lines":
+        texts = [f'{{"question": "what is item {i}", "answer": "item {i} is a tool"}}' for i in range(12)]
+    elif kind == "key: value blocks":
+        texts = [
+            f"Title: Book {i}\nAuthor: Writer {i}\nYear: {1900 + i}\nSummary: a story of {i} days" for i in range(12)
+        ]
+    else:  # SimpleDirectoryReader's metadata header before the node text
+        texts = [
+            f"file_path: /data/notes/day{i}.txt\nfile_name: day{i}.txt\n\nWe walked to the harbour on day {i}."
+            for i in range(12)
+        ]
+    return [Fragment(t, "file", i) for i, t in enumerate(texts)]
+
+
+RECORD_KINDS = [
+    "csv rows (LangChain CSVLoader)",
+    "csv lines",
+    "faq",
+    "json lines",
+    "key: value blocks",
+    "file_path header",
+]
+
+
+@pytest.mark.parametrize("kind", RECORD_KINDS)
+def test_records_are_not_dialogue(kind):
+    fragments = _records(kind)
+    assert detect_kind(fragments) != "dialogue"
+    assert preset("auto", fragments).order == "score"  # the best hit stays first
+    # one fragment per line (what the CLI reads of a file) is read the same way
+    lines = [
+        Fragment(line, "file", i)
+        for i, line in enumerate(x for f in fragments for x in f.text.splitlines() if x.strip())
+    ]
+    assert detect_kind(lines) != "dialogue"
+
+
+def _sample_chats() -> list[list[Fragment]]:
+    """The sample chats of the repository (samples/dialogues.json) as "Name: text" turns, one per fragment."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[1] / "samples" / "dialogues.json").read_text("utf-8"))
+    chats = []
+    for d in data["dialogues"]:
+        turns = [line for t in d["turns"] for line in (f"{d['user']}: {t['user']}", f"Assistant: {t['assistant']}")]
+        chats.append([Fragment(t, d["id"], i) for i, t in enumerate(turns)])
+    return chats
+
+
+def test_chats_are_dialogue_even_behind_a_metadata_header():
+    for chat in _sample_chats():
+        assert detect_kind(chat) == "dialogue"
+        assert detect_kind(chat[::3]) == "dialogue"  # a candidate pool: some turns, out of order
+        header = [Fragment(f"file_path: /chats/{f.doc_id}.txt\n\n{f.text}", f.doc_id, f.position) for f in chat]
+        assert detect_kind(header) == "dialogue"
+        block = [Fragment("\n".join(f.text for f in chat), chat[0].doc_id, 0)]  # a whole transcript in one node
+        assert detect_kind(block) == "dialogue"
+    irc = [
+        Fragment(f"[10:{i:02d}] {('ann', 'bob', 'cy')[i % 3 if i % 4 else 0]}: message {i}", "irc", i)
+        for i in range(20)
+    ]
+    assert detect_kind(irc) == "dialogue"
+    # one speaker alone, or names that never recur (titles of articles), is not a dialogue
+    assert detect_kind([Fragment(f"Ann: note {i}", "me", i) for i in range(6)]) != "dialogue"
+    titles = [Fragment(f"Scott Derrickson {i}: an American director.", f"t{i}", 0) for i in range(10)]
+    assert detect_kind(titles) == "multidoc"
+
+
+def test_auto_keeps_the_best_faq_hit_first():
+    faq = [
+        Fragment("Q: How do I change my email address?\nA: Open your profile and edit the email field.", "faq", 0),
+        Fragment("Q: How do I delete my account?\nA: Write to support and ask for deletion.", "faq", 1),
+        Fragment("Q: How do I reset my password?\nA: Choose 'forgot password' on the login page.", "faq", 2),
+        Fragment("Q: Can I pay by invoice?\nA: Yes, for yearly plans.", "faq", 3),
+    ]
+    settings = kit.WrapperSettings.resolve(preset="auto")
+    hits = settings.rerank("how do I reset my password", faq, scores=[0.2, 0.3, 0.9, 0.1], k=3)
+    assert hits[0].fragment.position == 2 and settings.for_pool(faq).order == "score"

@@ -151,3 +151,47 @@ def test_the_library_refuses_an_empty_query(book):
         with pytest.raises(ValueError, match=r"the query is (empty|blank): give the text to retrieve for"):
             index.retrieve(query)
     assert index.retrieve("captain", k=1)
+
+
+# ------------------------------------------------------------------------------------------ round 4 (issue 36)
+
+
+def test_retrieve_with_bm25_never_loads_an_embedder(tmp_path):
+    """--scorer bm25 reads no embeddings: neither the embedded model nor torch / sentence-transformers is
+    imported (checked in a fresh process's ``sys.modules``)."""
+    from pathlib import Path
+
+    book = tmp_path / "book.txt"
+    book.write_text("Robinson was shipwrecked on an island. " * 200 + "The cook killed the captain.", encoding="utf-8")
+    script = (
+        "import sys, json\n"
+        "from fragrel_integrations.cli import main\n"
+        f"code = main(['retrieve', {str(book)!r}, 'who killed the captain', '--scorer', 'bm25', '--json', '--quiet',"
+        f" '--cache-dir', {str(tmp_path / 'cache')!r}])\n"
+        f"assert code == main(['retrieve', {str(book)!r}, 'who killed the captain', '--scorer', 'bm25', '--json',"
+        f" '--quiet', '--embed-model', {str(tmp_path)!r}]) == 0\n"  # a model folder given: still not loaded
+        "names = ('torch', 'sentence_transformers', 'transformers', 'fragrel_integrations.models.local')\n"
+        "loaded = [m for m in names if m in sys.modules]\n"
+        "print(json.dumps({'code': code, 'loaded': loaded}))\n"
+    )
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or root}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"code": 0, "loaded": []}, done.stderr[-2000:]
+    assert "captain" in done.stdout and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("command", ["retrieve", "ask"])
+def test_a_question_with_a_non_utf8_byte_is_one_clear_error_line(tmp_path, capsys, command):
+    """The shell hands a byte that is not UTF-8 on as a lone surrogate (surrogateescape)."""
+    book = tmp_path / "book.txt"
+    book.write_text("Robinson was shipwrecked on an island.", encoding="utf-8")
+    question = b"who was shipwrecked \xff?".decode("utf-8", "surrogateescape")
+    code = main([command, str(book), question, "--scorer", "bm25"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "not UTF-8 (character 20)" in err and "LANG=C.UTF-8" in err and "Traceback" not in err

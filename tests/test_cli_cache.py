@@ -6,6 +6,7 @@ import json
 import logging
 import sqlite3
 
+import numpy as np
 import pytest
 from conftest import BagOfWordsEmbedder
 
@@ -106,16 +107,82 @@ def test_staged_default_embeds_only_candidates_and_caches_them_as_they_accumulat
     assert [h["score"] for h in every] == pytest.approx([h["score"] for h in full], abs=1e-6)
 
 
-def test_unreadable_vector_cache_is_reported_and_left_alone(model, book, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "damage",
+    [b"", b"not a vector file" * 20, "truncated"],
+    ids=["empty-failed-first-write", "junk", "truncated"],
+)
+def test_an_unreadable_vector_cache_is_rebuilt_with_one_logged_line(model, book, tmp_path, capsys, damage):
     cache = tmp_path / "cache"
     first, _ = ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache))
     [entry] = cache.iterdir()
-    entry.write_bytes(b"not a vector file" * 20)
+    entry.write_bytes(entry.read_bytes()[:1500] if damage == "truncated" else damage)
     again, err = ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache))
-    assert again == first and "ignoring the cache file" in err and "not a FragRel vector cache" in err
-    assert entry.read_bytes() == b"not a vector file" * 20
+    assert again == first and "ignoring the cache file" not in err
+    assert (
+        err.count("\n") == 1 and err.startswith("fragrel: warning: rebuilding the vector cache") and entry.name in err
+    )
+    embedded = model.n_texts
+    third, err = ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache))
+    assert third == first and model.n_texts == embedded and "warning" not in err  # the rebuilt file is read
     code = main(["retrieve", str(book), "q", "--dense-candidates", "-1"])
     assert code == 2 and "--dense-candidates" in capsys.readouterr().err
+
+
+def test_another_sqlite_database_at_the_vector_cache_path_is_reported_and_left_alone(model, book, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    first, _ = ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache))
+    [entry] = cache.iterdir()
+    entry.unlink()
+    conn = sqlite3.connect(entry)
+    conn.execute("CREATE TABLE mine (x)")
+    conn.commit()
+    conn.close()
+    again, err = ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache))
+    assert again == first and "ignoring the cache file" in err and "not a FragRel vector cache" in err
+    assert sqlite3.connect(entry).execute("SELECT name FROM sqlite_master").fetchall() == [("mine",)]
+
+
+class OtherModel(CountingEmbedder):
+    """The same model id (the same URL and name), another model behind it."""
+
+    def __init__(self, dim: int, seed: int = 0) -> None:
+        super().__init__()
+        self.dim, self.seed = dim, seed
+
+    def embed_documents(self, texts):
+        self.n_texts += sum(t != IDENTITY_PROBE for t in texts)
+        rng = np.random.default_rng([self.seed, *(sum(map(ord, t)) for t in texts)])
+        vectors = rng.standard_normal((len(texts), self.dim))
+        return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("dim", [64, 256], ids=["other-dimension", "same-dimension"])
+def test_the_vector_cache_records_its_embedder_and_is_rebuilt_for_another(book, tmp_path, capsys, monkeypatch, dim):
+    """A served model replaced behind the same name: its vectors are never mixed with the cached ones."""
+    cache = tmp_path / "cache"
+    first = CountingEmbedder()
+    monkeypatch.setattr(local, "default_embedder", lambda: first)
+    monkeypatch.setattr(local, "default_embedder_id", lambda: first.model_id)
+    ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache), "--dense-candidates", "3")
+    [entry] = cache.iterdir()
+    with sqlite3.connect(entry) as conn:
+        recorded = json.loads(dict(conn.execute("SELECT key, value FROM header"))["embedder_identity"])
+    assert recorded["id"] == "counting-test-model" and recorded["dim"] == 256 and len(recorded["fingerprint"]) == 32
+    other = OtherModel(dim, seed=1)
+    monkeypatch.setattr(local, "default_embedder", lambda: other)
+    hits, err = ask_retrieve(
+        capsys, book, "who killed the captain", "--cache-dir", str(cache), "--dense-candidates", "3"
+    )
+    assert err.count("\n") == 1 and "rebuilding the vector cache" in err
+    assert ("256-dimensional" if dim == 64 else "fingerprint") in err
+    assert other.n_texts > 0  # its own vectors, none of the first model's
+    with sqlite3.connect(entry) as conn:
+        dims = {d for (d,) in conn.execute("SELECT dim FROM vectors")}
+        recorded = json.loads(dict(conn.execute("SELECT key, value FROM header"))["embedder_identity"])
+    assert dims == {dim} and recorded["dim"] == dim
+    full, _ = ask_retrieve(capsys, book, "who killed the captain", "--no-cache", "--dense-candidates", "3")
+    assert hits == full  # exactly what a run without a cache gives
 
 
 def test_xdg_cache_home_and_no_cache(model, book, tmp_path, capsys, monkeypatch):

@@ -109,3 +109,93 @@ def test_a_saved_tree_refuses_another_embedder_of_the_same_class_and_dimension(n
         with caplog.at_level(logging.WARNING, logger="fragrel_integrations.core.tree.tree"):
             assert len(load_tree(path, embedder=HashingEmbedder(dim=32)).leaves()) == 2
         assert "does not record the embedder" in caplog.text
+
+
+# ------------------------------------------------------------------------------------------ round 4 (issue 36)
+
+BAD_QUERIES = {"empty": ("", "empty"), "blank": (" \n\t", "blank"), "surrogate": ("who\ud800?", "position 3")}
+
+
+def _wrappers():
+    """Every retrieving wrapper of both frameworks, as ``name -> (sync call, async call)`` taking the query."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from llama_index.core.retrievers import BaseRetriever as LIBase
+    from test_tree_core import fake_reply
+
+    from fragrel_integrations.core.triplets import Triplet, TripletStore
+    from fragrel_integrations.langchain import InnerLoopRunnable
+    from fragrel_integrations.langchain import SurpriseTreeRetriever as LCTree
+    from fragrel_integrations.llama_index import FragRelRetriever as LIFragRel
+    from fragrel_integrations.llama_index import InnerLoopQueryEngine
+    from fragrel_integrations.llama_index import SurpriseTreeRetriever as LITree
+    from fragrel_integrations.llama_index.triplet_graph_store import TripletMemoryRetriever
+    from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
+
+    emb = HashingEmbedder(dim=64)
+    docs = [Document(t, metadata={"doc_id": "d", "position": i}) for i, t in enumerate(["a cat sat", "a dog ran"])]
+    nodes = [NodeWithScore(node=TextNode(text=d.page_content, metadata=d.metadata), score=1.0) for d in docs]
+    calls = []
+
+    class LIList(LIBase):
+        def _retrieve(self, query_bundle):
+            calls.append(query_bundle.query_str)
+            return nodes
+
+    def lc_base(q):
+        calls.append(q)
+        return docs
+
+    lc = FragRelRetriever(base_retriever=lc_base, embedder=emb)
+    li = LIFragRel(LIList(), embedder=emb)
+    post = FragRelPostprocessor(embedder=emb)
+    tree_options = {"embedder": emb, "show_progress": False}
+    lc_tree = LCTree.from_texts(["Cats purr.", "Dogs bark."], chat_model=ScriptedChatModel(fake_reply), **tree_options)
+    li_tree = LITree.from_texts(["Cats purr.", "Dogs bark."], chat_model=ScriptedChatModel(fake_reply), **tree_options)
+    store = TripletStore(embedder=emb)
+    store.write(Triplet("Ann", "lives in", "Paris"))
+    triplets = TripletMemoryRetriever(store)
+    loop = InnerLoopRunnable(retriever=lc_base, model=FakeListChatModel(responses=["x"]))
+    engine = InnerLoopQueryEngine(retriever=LIList(), llm=ScriptedChatModel(["x"], cycle=True))
+    return calls, {
+        "lc FragRelRetriever": (lc.invoke, lc.ainvoke),
+        "li FragRelRetriever": (li.retrieve, li.aretrieve),
+        "li FragRelPostprocessor": (lambda q: post.postprocess_nodes(nodes, query_str=q), None),
+        "lc SurpriseTreeRetriever": (lc_tree.invoke, lc_tree.ainvoke),
+        "li SurpriseTreeRetriever": (li_tree.retrieve, li_tree.aretrieve),
+        "li TripletMemoryRetriever": (triplets.retrieve, triplets.aretrieve),
+        "lc InnerLoopRunnable": (loop.invoke, loop.ainvoke),
+        "li InnerLoopQueryEngine": (engine.query, engine.aquery),
+    }
+
+
+@pytest.mark.parametrize("bad", list(BAD_QUERIES), ids=list(BAD_QUERIES))
+async def test_every_wrapper_refuses_an_empty_blank_or_unencodable_query_before_its_base(bad):
+    query, words = BAD_QUERIES[bad]
+    calls, wrappers = _wrappers()
+    for name, (sync, asynchronous) in wrappers.items():
+        with pytest.raises(ValueError, match=words):
+            sync(query)
+        if asynchronous is not None:
+            with pytest.raises(ValueError, match=words):
+                await asynchronous(query)
+        assert calls == [], name  # the base never saw it
+    assert wrappers["lc FragRelRetriever"][0]("cat") and calls == ["cat"]  # a real query still works
+
+
+def test_a_lone_surrogate_is_refused_by_the_index_and_the_embedder_helpers():
+    from fragrel_integrations.models.base import embed_documents, embed_query, embed_windows
+    from fragrel_integrations.testing import HashingEmbedder
+
+    emb = HashingEmbedder(dim=16)
+    with pytest.raises(ValueError, match=r"texts\[1\] contains '\\ud800' at position 2"):
+        embed_documents(emb, ["fine", "ab\ud800"])
+    with pytest.raises(ValueError, match=r"texts\[1\] contains '\\ud800' at position 2"):
+        embed_windows(emb, ["fine", "ab\ud800"], window_words=2)
+    with pytest.raises(ValueError, match="the query contains '\\\\ud800' at position 0"):
+        embed_query(emb, "\ud800")
+    with pytest.raises(ValueError, match=r"fragments\[1\].text contains '\\udc80' at position 1"):
+        FragRelIndex.from_fragments(["a cat", "a\udc80dog"], scorer="bm25")
+    index = FragRelIndex.from_fragments(["a cat", "a dog"], scorer="bm25")
+    with pytest.raises(ValueError, match="the query contains '\\\\udc80' at position 4"):
+        index.retrieve("cat \udc80")
+    assert index.retrieve("cat", k=1)[0].fragment.text == "a cat"

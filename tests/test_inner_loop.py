@@ -442,12 +442,12 @@ def test_threshold_one_is_allowed():
 @pytest.mark.parametrize("question", ["", "   \n"])
 def test_empty_question(question):
     engine = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["a"]))
-    with pytest.raises(ValueError, match="question is empty"):
+    with pytest.raises(ValueError, match=r"question is (empty|blank)"):
         engine.run(question)
 
 
 async def test_empty_question_async():
-    with pytest.raises(ValueError, match="question is empty"):
+    with pytest.raises(ValueError, match=r"question is (empty|blank)"):
         await InnerLoopEngine(fixed(STORY), ScriptedChatModel(["a"])).arun("")
 
 

@@ -320,7 +320,7 @@ def test_langchain_bad_construction_and_input():
         loop.invoke({"query": QUESTION})
     with pytest.raises(TypeError, match="question string"):
         loop.invoke(42)
-    with pytest.raises(ValueError, match="question is empty"):
+    with pytest.raises(ValueError, match=r"question is (empty|blank)"):
         loop.invoke("  ")
     with pytest.raises(TypeError, match="no extra call arguments"):
         loop.invoke(QUESTION, k=3)
@@ -428,7 +428,7 @@ def test_llama_index_bad_construction():
         InnerLoopQueryEngine(LIListRetriever([]), ScriptedChatModel(["a"]), threshold=2)
     with pytest.raises(ValueError, match="not both"):
         InnerLoopQueryEngine(LIListRetriever([]), ScriptedChatModel(["a"]), engine=InnerLoopEngine(None, MockLLM()))
-    with pytest.raises(ValueError, match="question is empty"):
+    with pytest.raises(ValueError, match=r"question is (empty|blank)"):
         InnerLoopQueryEngine(LIListRetriever([]), ScriptedChatModel(["a"])).query("")
 
 

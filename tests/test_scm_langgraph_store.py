@@ -17,7 +17,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
-from fragrel_integrations.core.scm import MemoryStream, SCMStream, SelfControlledMemory, keyed_stream
+from fragrel_integrations.core.scm import MemoryStream, SCMStream, SelfControlledMemory
 from fragrel_integrations.core.scm.keyed_stream import stamp
 from fragrel_integrations.langchain import scm_store
 from fragrel_integrations.langchain.scm_middleware import SCMMiddleware
@@ -184,9 +184,7 @@ class CountingStore(InMemoryStore):
         return super().batch(ops)
 
 
-def test_items_are_cached_and_only_new_keys_are_read(monkeypatch):
-    # the late-write search returns what was written since shortly before the previous read: none of these
-    monkeypatch.setattr(keyed_stream, "LATE_SECONDS", 0.0)
+def test_items_are_cached_and_only_new_keys_are_read():
     store = CountingStore()
     stream = LangGraphStoreStream(store, page_size=50)
     fill(stream, "s", 120)
@@ -196,13 +194,13 @@ def test_items_are_cached_and_only_new_keys_are_read(monkeypatch):
     again = stream.items("s")
     assert again is not first and all(a is b for a, b in zip(again, first, strict=True))  # decoded once
     # one batch: the first and last cached items by key, and a search for what was written since the last one
-    assert store.calls == [["GetOp", "GetOp", "SearchOp", "SearchOp"]]  # the next turns, the late writes
+    assert store.calls == [["GetOp", "GetOp", "SearchOp", "SearchOp"]]  # the next turns, the count past the cache
     stream.append("s", "new", "reply", embedding=np.ones(3))
     store.calls.clear()
     items = stream.items("s")
     assert [i.index for i in items] == list(range(121)) and items[-1].observation == "new"
     assert all(a is b for a, b in zip(items[:120], first, strict=True))
-    assert store.calls == [["GetOp", "GetOp", "SearchOp", "SearchOp"]]  # the next turns, the late writes
+    assert store.calls == [["GetOp", "GetOp", "SearchOp", "SearchOp"]]  # the next turns, the count past the cache
     items.append("not stored")  # the caller's list is a copy
     assert len(stream.items("s")) == 121
 
@@ -353,8 +351,9 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(TypeError, match="BaseStore"):
         LangGraphStoreStream({})  # type: ignore[arg-type]
     store = InMemoryStore()
+    assert LangGraphStoreStream(store, namespace="fragrel").namespace == ("fragrel",)  # a str is one label
     with pytest.raises(TypeError, match="namespace"):
-        LangGraphStoreStream(store, namespace="fragrel")  # type: ignore[arg-type]
+        LangGraphStoreStream(store, namespace=["fragrel"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="labels"):
         LangGraphStoreStream(store, namespace=("a.b",))
     with pytest.raises(ValueError, match="langgraph"):

@@ -20,6 +20,7 @@ pytest.importorskip("langgraph.store.memory")
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
+from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
@@ -305,3 +306,97 @@ def test_a_lone_surrogate_in_a_session_id_is_refused_before_anything_is_written(
     with pytest.raises(ValueError, match="lone surrogate"):
         middleware.memory.record("hi", "hello", session_id="bo\udfff")
     assert stream.sessions() == [] and middleware.memory.stream.sessions() == []
+
+
+# ------------------------------------------------------------------------------------------ round 4 (issue 36)
+
+
+class _Delegate(BaseStore):
+    """Another process's view of ``inner`` (its own object, so its own lock); ``before_put`` runs once before
+    its next write lands: the stall during which other writers get ahead."""
+
+    def __init__(self, inner, before_put=None) -> None:
+        self.inner, self.before_put = inner, before_put
+
+    def batch(self, ops):
+        ops = list(ops)
+        if self.before_put is not None and any(isinstance(op, PutOp) and op.value is not None for op in ops):
+            hook, self.before_put = self.before_put, None
+            hook()
+        return self.inner.batch(ops)
+
+    async def abatch(self, ops):
+        return self.batch(ops)
+
+
+@pytest.mark.parametrize("behind", [61.0, 3600.0, 86400.0 * 30])
+def test_a_stalled_writer_with_a_clock_far_behind_is_seen_by_a_cached_reader(monkeypatch, behind):
+    from types import SimpleNamespace
+
+    from fragrel_integrations.core.scm import keyed_stream
+
+    store = InMemoryStore()
+    reader, others = LangGraphStoreStream(store), LangGraphStoreStream(store)
+    for i in range(2):
+        others.append("s", f"b {i}", "r")
+    assert len(reader.items("s")) == 2
+
+    def stall() -> None:  # while the skewed writer waits, others write 6 turns and the reader caches them
+        for i in range(2, 8):
+            others.append("s", f"b {i}", "r")
+        assert len(reader.items("s")) == 8
+
+    real_value = keyed_stream.turn_value
+
+    def skewed_value(*args, **kwargs):  # the writer's clock is `behind` seconds late (injected, no sleep)
+        with monkeypatch.context() as m:
+            m.setattr(keyed_stream, "time", SimpleNamespace(time=lambda: time.time() - behind))
+            return real_value(*args, **kwargs)
+
+    monkeypatch.setattr(keyed_stream, "turn_value", skewed_value)
+    writer = LangGraphStoreStream(_Delegate(store, stall))
+    writer.append("s", "a late", "r")
+    monkeypatch.setattr(keyed_stream, "turn_value", real_value)
+    cached = [i.observation for i in reader.items("s")]
+    fresh = [i.observation for i in LangGraphStoreStream(store).items("s")]
+    assert "a late" in cached and cached == fresh and len(cached) == 9
+    # a raw late write (another process's layout, a stamp from a clock a month behind) is seen too
+    stale = real_value("raw late", "r", "", None, 1)
+    store.put((*NS, "s"), new_key(1), {**stale, "written": "0" * 17, "created": 1.0}, index=False)
+    assert [i.observation for i in reader.items("s")] == [i.observation for i in LangGraphStoreStream(store).items("s")]
+    assert "raw late" in [i.observation for i in reader.items("s")]
+
+
+def test_two_named_middlewares_on_one_store_each_own_their_stream():
+    store = InMemoryStore()
+    options = {"model": controller(), "store": store, "embedder": HashingEmbedder(dim=16)}
+    work, home = SCMMiddleware(name="work", **options), SCMMiddleware(name="home", **options)
+    default = SCMMiddleware(**options)
+    work.memory.record("the deadline is Friday", "noted", session_id="s")
+    home.memory.record("the cat is called Tom", "noted", session_id="s")
+    default.memory.record("plain", "ok", session_id="s")
+    assert [i.observation for i in work.memory.history("s")] == ["the deadline is Friday"]
+    assert [i.observation for i in home.memory.history("s")] == ["the cat is called Tom"]
+    assert [i.observation for i in default.memory.history("s")] == ["plain"]  # the default keeps its namespace
+    assert LangGraphStoreStream(store).items("s")[0].observation == "plain"
+    spaces = {tuple(ns) for ns in store.list_namespaces()}
+    assert spaces == {("fragrel", "scm:work", "s"), ("fragrel", "scm:home", "s"), ("fragrel", "scm", "s")}
+    # sharing is explicit: the same namespace, as a str (one label) or a tuple
+    a = SCMMiddleware(name="a", namespace="team", **options)
+    b = SCMMiddleware(name="b", namespace=("team",), **options)
+    a.memory.record("shared fact", "ok", session_id="s")
+    assert [i.observation for i in b.memory.history("s")] == ["shared fact"]
+    with pytest.raises(ValueError, match=r"namespace= .* with store="):
+        SCMMiddleware(model=controller(), namespace="x")
+    with pytest.raises(ValueError, match="labels"):
+        SCMMiddleware(name="a", namespace=("a.b",), **options)
+
+
+def test_two_named_middlewares_in_one_agent_do_not_store_each_turn_twice():
+    store = InMemoryStore()
+    options = {"model": controller(), "store": store, "embedder": HashingEmbedder(dim=16)}
+    middlewares = [SCMMiddleware(name="work", **options), SCMMiddleware(name="home", **options)]
+    agent = create_agent(GenericFakeChatModel(messages=iter([AIMessage("hello")] * 4)), middleware=middlewares)
+    agent.invoke({"messages": [("user", "hi there")]}, {"configurable": {"thread_id": "t1"}})
+    for middleware in middlewares:
+        assert [i.observation for i in middleware.memory.history("t1")] == ["hi there"]

@@ -362,3 +362,42 @@ def test_cli_does_not_send_the_environment_key_to_a_local_server(book, monkeypat
                      server.base_url, "--embed-api-key", "sk-given"]) == 0  # fmt: skip
     keys = set(_auth(server))
     assert keys == {f"Bearer {PLACEHOLDER_KEY}", "Bearer sk-given"}
+
+
+@pytest.mark.parametrize("kind", ["chat", "embedder"])
+def test_a_slow_name_lookup_ends_within_the_deadline_and_says_so(kind, monkeypatch):
+    """A 10 s DNS lookup (a sleeping resolver, no network) under timeout=1: the call ends within about the
+    deadline and the error names the name resolution, not the server."""
+    import socket
+    import threading
+
+    release = threading.Event()
+    looked_up = []
+
+    def slow_getaddrinfo(host, *args, **kwargs):
+        looked_up.append(host)
+        release.wait(10)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow_getaddrinfo)
+    monkeypatch.delenv("HTTP_PROXY", raising=False)
+    monkeypatch.delenv("HTTPS_PROXY", raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+    monkeypatch.delenv("http_proxy", raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    monkeypatch.delenv("all_proxy", raising=False)
+    url = "http://slow-dns.example.invalid:8080/v1"
+    if kind == "chat":
+        model = OpenAIChatModel("m", base_url=url, timeout=1)
+        call = lambda: model.invoke("hi")  # noqa: E731
+    else:
+        emb = OpenAIEmbedder("m", base_url=url, timeout=1)
+        call = lambda: emb.embed_query("hi")  # noqa: E731
+    start = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError, match=r"name resolution of 'slow-dns\.example\.invalid'.*timed out"):
+            call()
+        assert time.monotonic() - start < 2.5
+        assert looked_up and looked_up[0] == "slow-dns.example.invalid"
+    finally:
+        release.set()

@@ -316,3 +316,101 @@ def test_an_scm_stream_refuses_another_applications_scm_items_table(tmp_path):
     with pytest.raises(ValueError, match=r"other\.db.*scm_items.*\['id', 'note'\]"):
         SCMStream(path)
     assert sqlite3.connect(path).execute("SELECT note FROM scm_items").fetchall() == [("keep me",)]
+
+
+# ------------------------------------------------------------------------------------------ round 4 (issue 36)
+
+SURROGATE = "caf\ud800e"
+
+
+def _lc_store():
+    pytest.importorskip("langgraph")
+    from fragrel_integrations.langchain import TripletMemoryStore
+
+    return TripletMemoryStore(embedder=HashingEmbedder(dim=32))
+
+
+FACT = {"subject": "Ann", "relation": "lives in", "object": "Paris"}
+
+
+def test_a_str_namespace_is_one_label_in_every_view_sync():
+    store = _lc_store()
+    store.put("ab", "k", FACT)
+    assert store.get(("a", "b"), "k") is None  # never split into characters
+    assert tuple(store.get("ab", "k").namespace) == ("ab",) and store.get(("ab",), "k") is not None
+    assert [tuple(i.namespace) for i in store.search("ab")] == [("ab",)]
+    assert store.search(("a",)) == [] and store.search("a") == []
+    assert store.list_namespaces() == [("ab",)]
+    assert store.list_namespaces(prefix="ab") == [("ab",)] and store.list_namespaces(prefix=("a",)) == []
+    assert store.list_namespaces(suffix="ab") == [("ab",)] and store.list_namespaces(suffix="b") == []
+    assert [(tuple(i.namespace), i.key) for i in store.search("ab", query="Ann")] == [(("ab",), "k")]
+    store.delete(("a", "b"), "k")  # another namespace: nothing deleted
+    assert store.get("ab", "k") is not None
+    store.delete("ab", "k")
+    assert store.get("ab", "k") is None and store.get(("ab",), "k") is None
+
+
+async def test_a_str_namespace_is_one_label_in_every_view_async():
+    store = _lc_store()
+    await store.aput("cd", "k", FACT)
+    assert await store.aget(("c", "d"), "k") is None
+    assert tuple((await store.aget("cd", "k")).namespace) == ("cd",)
+    assert [tuple(i.namespace) for i in await store.asearch("cd")] == [("cd",)]
+    assert await store.alist_namespaces(prefix="cd") == [("cd",)]
+    assert await store.alist_namespaces(prefix=("c",)) == []
+    await store.adelete("cd", "k")
+    assert await store.aget("cd", "k") is None
+
+
+def test_the_kv_view_and_tools_keep_a_str_namespace_whole():
+    store = _lc_store()
+    kv = store.as_kv_store("ab")
+    kv.mset([("k", Triplet("Ann", "likes", "tea"))])
+    assert store.core.get("k", namespace=("ab",)) is not None and store.core.get("k", namespace=("a", "b")) is None
+
+
+def test_a_lone_surrogate_is_a_value_error_naming_its_position_at_every_triplet_entry_point():
+    store = TripletStore(embedder=HashingEmbedder(dim=32))
+    store.write(Triplet("Ann", "lives in", "Paris"), key="k")
+    calls = {
+        "get": lambda: store.get(SURROGATE),
+        "get_many": lambda: store.get_many(["k", SURROGATE]),
+        "delete": lambda: store.delete(SURROGATE),
+        "read": lambda: store.read(SURROGATE, "lives in"),
+        "search": lambda: store.search(SURROGATE),
+        "namespace": lambda: store.records(namespace=("x", SURROGATE)),
+        "get_nodes": lambda: store.get_nodes([SURROGATE]),
+        "delete_nodes": lambda: store.delete_nodes([SURROGATE]),
+    }
+    for call in calls.values():
+        with pytest.raises(ValueError, match="position 3, a lone surrogate"):
+            call()
+    assert store.count() == 1  # nothing lost
+
+
+def test_a_lone_surrogate_in_the_langgraph_and_graph_stores_is_a_value_error():
+    store = _lc_store()
+    for call in (
+        lambda: store.put(("x",), "k", {**FACT, "object": SURROGATE}),
+        lambda: store.get(("x",), SURROGATE),
+        lambda: store.search(("x",), query=SURROGATE),
+        lambda: store.put((SURROGATE,), "k", FACT),
+    ):
+        with pytest.raises(ValueError, match="position 3, a lone surrogate"):
+            call()
+    pytest.importorskip("llama_index.core")
+    from llama_index.core.graph_stores.types import EntityNode, Relation
+    from llama_index.core.vector_stores.types import VectorStoreQuery
+
+    from fragrel_integrations.llama_index import TripletGraphStore
+
+    graph = TripletGraphStore(embedder=HashingEmbedder(dim=32))
+    for call in (
+        lambda: graph.upsert_nodes([EntityNode(name=SURROGATE)]),
+        lambda: graph.upsert_relations([Relation(label="likes", source_id="Ann", target_id=SURROGATE)]),
+        lambda: graph.get(ids=[SURROGATE]),
+        lambda: graph.get_rel_map([EntityNode(name=SURROGATE)]),
+        lambda: graph.vector_query(VectorStoreQuery(query_str=SURROGATE, similarity_top_k=2)),
+    ):
+        with pytest.raises(ValueError, match="position 3, a lone surrogate"):
+            call()

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._validation import check_query
+from .._validation import check_query, check_text
 from ..models.base import (
     Embedder,
     check_embeddings,
@@ -39,6 +39,7 @@ def _check_fragments(fragments: Sequence[Fragment]) -> list[Fragment]:
     for i, f in enumerate(fragments):
         if not isinstance(f, Fragment):
             raise TypeError(f"fragments[{i}] must be a Fragment, got {type(f).__name__}")
+        check_text(f.text, f"fragments[{i}].text")
         key = (f.doc_id, f.position)
         if key in seen:
             raise ValueError(

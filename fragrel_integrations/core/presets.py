@@ -127,23 +127,131 @@ KIND_PRESETS: dict[str, str] = {
     "other": "general",
 }
 
-# "Caroline: ...", "Dr. Smith: ...", "USER: ...", "[10:32] bob: ..." at the start of a line
-_SPEAKER = re.compile(r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?[A-Za-z][\w.'-]*(?: [A-Za-z][\w.'-]*){0,2}:\s+\S")
+# "Caroline: ...", "Dr. Smith: ...", "USER: ...", "[10:32] bob: ..." at the start of a line: a speaker or a key
+_SPEAKER = re.compile(r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?([A-Za-z][\w.'-]*(?: [A-Za-z][\w.'-]*){0,2}):\s+\S")
+#: Labels that name a field of a record rather than a person (besides one-letter labels and identifiers with
+#: ``_`` or a digit, e.g. SimpleDirectoryReader's ``file_path``).
+_FIELD_WORDS = frozenset(
+    (
+        "question",
+        "answer",
+        "title",
+        "id",
+        "key",
+        "value",
+        "name",
+        "url",
+        "source",
+        "date",
+        "time",
+        "type",
+        "category",
+        "tags",
+        "text",
+        "content",
+        "summary",
+        "author",
+        "subject",
+        "from",
+        "to",
+        "cc",
+        "label",
+        "year",
+        "price",
+        "description",
+    )
+)
+
+
+def _field_like(label: str) -> bool:
+    return len(label) == 1 or "_" in label or any(c.isdigit() for c in label) or label in _FIELD_WORDS
+
+
+def _line_labels(fragment: Fragment) -> list[str | None]:
+    """The label (case-folded) of each non-blank line of ``fragment``, None for a line without one."""
+    out: list[str | None] = []
+    for line in fragment.text.splitlines():
+        if line.strip():
+            m = _SPEAKER.match(line)
+            out.append(m[1].casefold() if m else None)
+    return out
+
+
+def _item_keys(per_fragment: list[list[str | None]]) -> set[str]:
+    """Labels that recur once per item: in at least 80% of the fragments of two or more lines (at least two
+    such fragments, and half of all), exactly once in each -- the fields of records (CSV rows as "key: value"
+    lines, FAQ entries, a reader's ``file_path:`` header), not speakers (who speak several times in a stretch
+    of dialogue, or alone in a one-line turn)."""
+    items = [labels for labels in per_fragment if len(labels) >= 2]
+    if len(items) < max(2, 0.5 * len(per_fragment)):  # records are items of several lines (most fragments)
+        return set()
+    counts = [Counter(label for label in labels if label is not None) for labels in items]
+    names = {name for c in counts for name in c}
+    return {
+        n
+        for n in names
+        if sum(c.get(n) == 1 for c in counts) >= 0.8 * len(items) and all(c.get(n, 0) <= 1 for c in counts)
+    }
+
+
+def _cycles_of_fields(sequence: list[str]) -> bool:
+    """Whether the labels in ``sequence`` repeat as records do: cut at each occurrence of the first label, every
+    part holds distinct labels in one fixed order (``name, age, city, name, age, city``; ``Q, A, Q, A``), over
+    at least two parts, at least 80% of them all the labels; two labels only count as fields when they look
+    like fields (``Q``/``A``, ``question``/``answer``): two people who take turns are a dialogue."""
+    first = sequence[0]
+    parts: list[list[str]] = []
+    for label in sequence:
+        if label == first or not parts:
+            parts.append([])
+        parts[-1].append(label)
+    if len(parts) < 2 or any(len(set(p)) != len(p) for p in parts):
+        return False
+    order = {label: i for i, label in enumerate(max(parts, key=len))}
+    if any(label not in order for p in parts for label in p):
+        return False
+    if any([order[label] for label in p] != sorted(order[label] for label in p) for p in parts):
+        return False
+    if sum(len(p) == len(order) for p in parts) < 0.8 * len(parts):  # records hold (nearly) every field
+        return False
+    distinct = set(sequence)
+    return len(distinct) >= 3 or all(_field_like(label) for label in distinct)
+
+
+def _is_dialogue(fragments: Sequence[Fragment]) -> bool:
+    """Speaker names start at least half of the lines, recur, and alternate between at least two speakers; the
+    keys of records (which repeat once per item, or cycle in one fixed order) are not speakers."""
+    ordered = sorted(fragments, key=lambda f: (f.doc_id, f.position))
+    per_fragment = [_line_labels(f) for f in ordered]
+    keys = _item_keys(per_fragment)
+    lines = [label for labels in per_fragment for label in labels if label is None or label not in keys]
+    speakers = [label for label in lines if label is not None]
+    if not speakers or len(speakers) < 0.5 * len(lines):
+        return False
+    counts = Counter(speakers)
+    if len(counts) < 2 or counts.most_common(1)[0][1] < 2:
+        return False
+    return not _cycles_of_fields(speakers)
 
 
 def detect_kind(fragments: Sequence[Fragment]) -> str:
     """The kind of text a set of fragments looks like: ``"dialogue"``, ``"multidoc"``, ``"haystack"``,
     ``"narrative"`` or ``"other"``.
 
-    - dialogue: at least half of the lines start with a speaker (``"Name: ..."``), as chat turns and transcripts do;
+    - dialogue: at least half of the lines start with a speaker (``"Name: ..."``), as chat turns and transcripts
+      do, and the speakers recur and alternate (two or more); "key: value" lines of records are not speakers:
+      keys that repeat once per item (CSV rows, FAQ ``Q:``/``A:`` entries, a reader's ``file_path:`` header) or
+      cycle in one fixed order;
     - multidoc: three or more documents, none holding half of the fragments (many short documents);
     - haystack: mostly one document of short fragments (a median of at most 40 words) spread thinly over it (they
       span at least three times as many positions as there are of them: a few sentences found in a long text);
     - narrative: mostly one document of long fragments (a median of 100 words or more);
     - other: none of these.
 
-    >>> detect_kind([Fragment(f"Ann: hi {i}", "chat", i) for i in range(4)])
+    >>> detect_kind([Fragment(f"{('Ann', 'Bob')[i % 2]}: hi {i}", "chat", i) for i in range(4)])
     'dialogue'
+    >>> detect_kind([Fragment(f"Q: question {i}?\\nA: answer {i}", "faq", i) for i in range(4)])
+    'other'
     >>> detect_kind([Fragment("Some sentence.", f"article{i}", 0) for i in range(5)])
     'multidoc'
     >>> detect_kind([Fragment("A short sentence.", "book", 10 * i) for i in range(6)])
@@ -152,8 +260,7 @@ def detect_kind(fragments: Sequence[Fragment]) -> str:
     fragments = list(fragments)
     if not fragments:
         return "other"
-    lines = [line for f in fragments for line in f.text.splitlines() if line.strip()]
-    if lines and sum(bool(_SPEAKER.match(line)) for line in lines) >= 0.5 * len(lines):
+    if _is_dialogue(fragments):
         return "dialogue"
     docs = Counter(f.doc_id for f in fragments)
     main, n_main = docs.most_common(1)[0]
@@ -173,7 +280,7 @@ def detect_preset(fragments: Sequence[Fragment]) -> str:
     """The name of the preset ``preset="auto"`` uses for ``fragments``: :data:`KIND_PRESETS` of
     :func:`detect_kind`.
 
-    >>> detect_preset([Fragment(f"Ann: hi {i}", "chat", i) for i in range(4)])
+    >>> detect_preset([Fragment(f"{('Ann', 'Bob')[i % 2]}: hi {i}", "chat", i) for i in range(4)])
     'dialogue'
     """
     return KIND_PRESETS[detect_kind(fragments)]

@@ -23,28 +23,36 @@ number of fragments it equals the full hybrid score.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import logging
+import os
 import sqlite3
+import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from .._sqlite import connect
-from .._validation import check_positive_int
+from .._validation import check_positive_int, stored_json
 from ..models.base import (
     Embedder,
     check_embeddings,
     check_window_words,
     embed_query,
     embed_windows,
+    identity_mismatch,
     normalise_rows,
     window_words_for,
 )
 from .scorers import BM25Scorer, Scorer, minmax
 
 __all__ = ["DEFAULT_CANDIDATES", "StagedHybridScorer", "WindowVectorFile"]
+
+logger = logging.getLogger(__name__)
 
 #: Fragments the dense half reads per query by default: on the dev book questions (Jane Eyre, 500-word fragments)
 #: the staged score keeps the full hybrid's hit@5 (benchmarks/results/book_answers.md).
@@ -180,9 +188,13 @@ class WindowVectorFile:
     """Fragment window vectors kept in one SQLite file, added to as queries embed more fragments.
 
     ``key`` (e.g. a hash of the text, the model and the splitting) is written into a new file and checked on
-    every open: a file made for other content, model or settings raises ValueError, as does a file that is not
-    one of these. Several processes may add to one file at once (SQLite's locking; a fragment written twice keeps
-    its first vectors).
+    every open, and so is ``identity``, the :func:`~fragrel_integrations.models.base.embedder_identity` of the
+    embedder whose vectors the file holds (its id, dimension and probe fingerprint, as a saved index records):
+    a file made for other content, settings or another model (one behind the same name included) raises
+    ValueError, as does a file that cannot be read. With ``rebuild=True`` such a file is replaced by an empty
+    cache instead, with one logged warning (a SQLite database of something else is never replaced). A new file
+    is written to a temporary file and moved into place, so a failed first write leaves no empty file. Several
+    processes may add to one file at once (SQLite's locking; a fragment written twice keeps its first vectors).
 
     >>> import tempfile
     >>> store = WindowVectorFile(Path(tempfile.mkdtemp()) / "book.vectors", key="k1", n_fragments=3)
@@ -191,16 +203,33 @@ class WindowVectorFile:
     {2: (2, 4)}
     """
 
-    def __init__(self, path: str | Path, *, key: str, n_fragments: int) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        key: str,
+        n_fragments: int,
+        identity: Mapping[str, Any] | None = None,
+        rebuild: bool = False,
+    ) -> None:
         if not isinstance(key, str) or not key:
             raise ValueError("key must be a non-empty string naming the content, model and settings")
         self.path = Path(path).expanduser()
         self.key = key
         self.n_fragments = check_positive_int(n_fragments, "n_fragments")
+        if identity is not None:
+            identity_mismatch(identity, identity)  # ValueError unless it is an embedder_identity() record
+        self.identity = None if identity is None else dict(identity)
         if self.path.is_dir():
             raise ValueError(f"{self.path} is a directory: give a file path for the vector cache")
         if self.path.exists():
-            self._check()
+            try:
+                self._check()
+            except ValueError as exc:
+                if not (rebuild and self._ours()):
+                    raise
+                logger.warning("rebuilding the vector cache: %s", exc)
+                self._create()
 
     def _header(self) -> dict[str, str]:
         try:
@@ -212,12 +241,59 @@ class WindowVectorFile:
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.path} is not a FragRel vector cache ({exc})") from None
 
+    def _ours(self) -> bool:
+        """Whether the file at the path may be replaced: a vector cache (of any key, damaged or not), or a file
+        that holds no SQLite tables at all (empty, truncated, not a database) -- never another database."""
+        try:
+            conn = connect(self.path, read_only=True)
+            try:
+                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if "header" not in tables:
+                    return not tables
+                row = conn.execute("SELECT value FROM header WHERE key = 'format'").fetchone()
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError:
+            return True
+        return row is not None and row[0] == _FORMAT
+
     def _check(self) -> None:
         head = self._header()
         if head.get("format") != _FORMAT:
             raise ValueError(f"{self.path} is not a FragRel vector cache (format {head.get('format')!r})")
         if head.get("key") != self.key or head.get("n_fragments") != str(self.n_fragments):
             raise ValueError(f"{self.path} was made for another text, model or settings (its key differs)")
+        if self.identity is None:
+            return
+        raw = head.get("embedder_identity")
+        if raw is None:
+            raise ValueError(f"{self.path} does not record the embedder that built it")
+        why = identity_mismatch(stored_json(raw, f"{self.path}: the recorded embedder"), self.identity)
+        if why is not None:
+            raise ValueError(f"{self.path} was {why}")
+
+    def _create(self) -> None:
+        """Write an empty cache (schema and header) to a temporary file, then move it to the path in one step."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        header = {"format": _FORMAT, "key": self.key, "n_fragments": str(self.n_fragments)}
+        if self.identity is not None:
+            header["embedder_identity"] = json.dumps(self.identity, sort_keys=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            conn = connect(tmp)
+            try:
+                with conn:
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                    conn.executemany("INSERT INTO header VALUES (?, ?)", list(header.items()))
+            finally:
+                conn.close()
+            os.replace(tmp, self.path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
     def read(self) -> dict[int, np.ndarray]:
         """Every stored fragment's window vectors (empty when the file does not exist yet)."""
@@ -247,20 +323,22 @@ class WindowVectorFile:
             block = np.ascontiguousarray(check_embeddings(v, np.shape(v)[0], source=f"vectors[{i}]"), dtype="<f4")
             if not 0 <= int(i) < self.n_fragments:
                 raise ValueError(f"fragment index {i} is outside 0..{self.n_fragments - 1}")
+            if self.identity is not None and block.shape[1] != self.identity["dim"]:
+                raise ValueError(
+                    f"vectors[{i}] has {block.shape[1]} dimensions; the embedder has {self.identity['dim']}"
+                )
             rows.append((int(i), block.shape[0], block.shape[1], block.tobytes()))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         new = not self.path.exists()
-        conn = connect(self.path, timeout=30.0)
         try:
-            with conn:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                header = {"format": _FORMAT, "key": self.key, "n_fragments": str(self.n_fragments)}
-                conn.executemany("INSERT OR IGNORE INTO header VALUES (?, ?)", list(header.items()))
-                conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?, ?)", rows)
+            if new:
+                self._create()
+            conn = connect(self.path, timeout=30.0)
+            try:
+                with conn:
+                    conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?, ?)", rows)
+            finally:
+                conn.close()
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.path}: cannot write the vector cache ({exc})") from None
-        finally:
-            conn.close()
         if new:
             self._check()  # another process may have created it first, for another key

@@ -202,6 +202,7 @@ class FragRelRetriever(BaseRetriever):
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None, **kwargs: Any
     ) -> list[Document]:
+        kit.check_query(query)
         k = self.k if k is None else check_k(k)
         base, base_kwargs = self._base(k, kwargs)
         config: RunnableConfig = {"callbacks": run_manager.get_child()}
@@ -216,6 +217,7 @@ class FragRelRetriever(BaseRetriever):
         k: int | None = None,
         **kwargs: Any,
     ) -> list[Document]:
+        kit.check_query(query)
         k = self.k if k is None else check_k(k)
         base, base_kwargs = self._base(k, kwargs)
         config: RunnableConfig = {"callbacks": run_manager.get_child()}

@@ -37,6 +37,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.store.base import BaseStore  # noqa: E402
 
 from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
+from ..core.scm.keyed_stream import owned_namespace  # noqa: E402
 from ..core.scm.turns import (  # noqa: E402
     build_memory,
     check_optional_session,
@@ -82,7 +83,11 @@ class SCMMiddleware(AgentMiddleware):
             ``relation``, ``index`` - e.g. :class:`~fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex`).
         path: SQLite file of the stream (default: a throw-away in-memory stream; several processes may share one).
         store: a LangGraph ``BaseStore`` instead (the one you give ``create_agent(store=...)``), through
-            :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream`.
+            :class:`~fragrel_integrations.langchain.scm_store.LangGraphStoreStream`. Each middleware owns its
+            stream there: its namespace comes from its ``name`` (``("fragrel", "scm")`` for the default name,
+            ``("fragrel", "scm:<name>")`` for another), or from ``namespace``.
+        namespace: the store namespace of the stream (a str is one label, or a tuple of labels); only with
+            ``store``. Two middlewares share one stream only when given the same namespace.
         stream: any built :class:`~fragrel_integrations.core.scm.MemoryStream` instead.
         session_id: a fixed session; None reads it from the run (see the module docstring).
         keep_history: show the model the thread's whole history (True) or only the current turn plus the memory.
@@ -104,19 +109,23 @@ class SCMMiddleware(AgentMiddleware):
         session_id: str | None = None,
         keep_history: bool = False,
         name: str | None = None,
+        namespace: str | tuple[str, ...] | None = None,
         **memory_kwargs: Any,
     ) -> None:
         super().__init__()
         if name is not None and (not isinstance(name, str) or not name.strip() or any(c in name for c in ":|")):
             raise TypeError(f"name must be a non-empty str without ':' or '|' (LangGraph node names), got {name!r}")
         self._name = type(self).__name__ if name is None else name
+        if namespace is not None and store is None:
+            raise ValueError("namespace= is the stream's place in a LangGraph store: pass it with store=")
+        ns = owned_namespace(name, namespace)
         self.memory = build_memory(
             memory,
             model=model,
             model_arg="model",
             streams={"path": path, "store": store, "stream": stream},
             embedder=embedder,
-            convert=lambda name, value: LangGraphStoreStream(value) if name == "store" else value,
+            convert=lambda arg, value: LangGraphStoreStream(value, namespace=ns) if arg == "store" else value,
             **memory_kwargs,
         )
         self.session_id = check_optional_session(session_id)

@@ -47,7 +47,7 @@ class LangGraphStoreStream(KeyedStoreStream):
     """
 
     def __init__(
-        self, store: BaseStore, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
+        self, store: BaseStore, *, namespace: str | tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
     ) -> None:
         if not isinstance(store, BaseStore):
             raise TypeError(
@@ -57,9 +57,14 @@ class LangGraphStoreStream(KeyedStoreStream):
         super().__init__(store, namespace=namespace, page_size=page_size)
 
     def _batch_ends(
-        self, ns: tuple[str, ...], keys: tuple[str, str], refresh: bool, filters: Sequence[dict[str, Any]]
+        self,
+        ns: tuple[str, ...],
+        keys: tuple[str, str],
+        refresh: bool,
+        searches: Sequence[tuple[dict[str, Any] | None, int]],
     ) -> list[Any]:
-        ops = [GetOp(ns, key, refresh) for key in keys] + [SearchOp(ns, f, self.page_size, 0) for f in filters]
+        ops = [GetOp(ns, key, refresh) for key in keys]
+        ops += [SearchOp(ns, f, self.page_size, offset) for f, offset in searches]
         first, last, *pages = self.store.batch(ops)
         return [first if isinstance(first, Item) else None, last if isinstance(last, Item) else None, *pages]
 

@@ -99,17 +99,21 @@ class TripletMemoryStore(BaseStore):
 
     @staticmethod
     def _put(op: Op) -> tuple[tuple[str, ...], str, dict[str, Any] | None, bool] | None:
-        return (tuple(op.namespace), op.key, op.value, op.index is not False) if isinstance(op, PutOp) else None
+        if not isinstance(op, PutOp):
+            return None
+        return namespace_tuple(op.namespace), op.key, op.value, op.index is not False
 
     def _read(self, op: Op) -> Result:
         if isinstance(op, GetOp):
-            fields = get_item(self.core, tuple(op.namespace), op.key)
+            fields = get_item(self.core, namespace_tuple(op.namespace), op.key)
             return None if fields is None else Item(**fields)
         if isinstance(op, SearchOp):
-            found = search_items(self.core, tuple(op.namespace_prefix), op.query, op.filter, op.offset, op.limit)
+            found = search_items(
+                self.core, namespace_tuple(op.namespace_prefix), op.query, op.filter, op.offset, op.limit
+            )
             return [SearchItem(**fields, score=score) for fields, score in found]
         if isinstance(op, ListNamespacesOp):
-            conditions = [(c.path, c.match_type) for c in op.match_conditions or ()]
+            conditions = [(namespace_tuple(c.path), c.match_type) for c in op.match_conditions or ()]
             return list_namespaces(self.core, conditions, op.max_depth, op.offset, op.limit)
         raise TypeError(f"unknown store operation {type(op).__name__}")
 

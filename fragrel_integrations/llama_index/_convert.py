@@ -177,8 +177,7 @@ class NodeReranker:
 
     def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
         """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified)."""
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        kit.check_query(query)
         candidates = check_nodes(candidates, "candidates")
         if not candidates:
             return []

@@ -23,6 +23,7 @@ from ..core.kit.settings import (
     check_keys,
     check_order,
     check_pool_size,
+    check_query,
     resolve_k,
 )
 from ..core.presets import DEFAULT_PRESET
@@ -140,11 +141,13 @@ class FragRelRetriever(BaseRetriever):
         return self.settings.relation
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        check_query(query_bundle.query_str)
         candidates = self._pool.retrieve(query_bundle)
         self._check_pool(len(candidates))
         return self._reranker(candidates, query_bundle.query_str)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        check_query(query_bundle.query_str)
         candidates = await self._pool.aretrieve(query_bundle)
         self._check_pool(len(candidates))
         # Embedding a few candidates is CPU work: keep it off the event loop.

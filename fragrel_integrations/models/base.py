@@ -9,7 +9,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_text
 
 __all__ = [
     "IDENTITY_PROBE",
@@ -97,7 +97,7 @@ def embed_documents(
             "wrap framework models with fragrel_integrations.models.as_embedder"
         )
     check_positive_int(batch_size, "batch_size")
-    texts = list(texts)
+    texts = [check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]  # no lone surrogate reaches a tokenizer
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     parts = []
@@ -115,6 +115,7 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     """Embed one query and validate it: a finite float32 vector."""
     if not isinstance(text, str):
         raise TypeError(f"query must be str, got {type(text).__name__}")
+    check_text(text, "the query")
     return check_embeddings(np.asarray(embedder.embed_query(text), dtype=np.float32)[None, :], 1)[0]
 
 
@@ -325,7 +326,8 @@ def embed_windows(
     Score a text by the best of its windows with ``np.maximum.reduceat(window_vectors @ q, offsets)``
     (:class:`~fragrel_integrations.core.scorers.DenseScorer` does).
     """
-    windows, offsets = split_windows(list(texts), window_words)
+    texts = [check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
+    windows, offsets = split_windows(texts, window_words)
     vectors = embed_documents(embedder, windows, batch_size=batch_size, show_progress=show_progress)
     return vectors, offsets
 

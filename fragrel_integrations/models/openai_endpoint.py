@@ -19,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import json
 import os
 import socket
 import threading
 import time
 import urllib.parse
+import urllib.request
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
@@ -40,6 +42,7 @@ __all__ = [
     "explain_status",
     "read_json",
     "resolve_endpoint",
+    "resolve_within",
     "short_repr",
     "sync_http_client",
     "timeout_error",
@@ -228,6 +231,33 @@ def sync_http_client(openai: Any) -> Any:
     return _deadline_client_class(openai.DefaultHttpxClient)(limits=limits)
 
 
+def resolve_within(base_url: str, seconds: float) -> None:
+    """Look up the host of ``base_url`` in a worker thread, waiting at most ``seconds``: a slow name lookup
+    (which no socket timeout bounds) is a TimeoutError saying so, inside the request's deadline. The answer
+    lands in the system's resolver cache for the request itself; a failed lookup is left to the request to
+    report. Skipped for an IP address, ``localhost`` and when a proxy is configured (the proxy resolves it)."""
+    _, host, port = _origin(base_url)
+    if not host or host == "localhost" or urllib.request.getproxies():
+        return
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(host)
+        return
+    done = threading.Event()
+
+    def lookup() -> None:
+        with contextlib.suppress(OSError, UnicodeError):
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        done.set()
+
+    threading.Thread(target=lookup, name="fragrel-resolve", daemon=True).start()
+    if not done.wait(max(0.0, seconds)):
+        raise TimeoutError(
+            f"name resolution of {host!r} (the OpenAI-compatible server at {base_url}) timed out: no answer "
+            f"within the request's {seconds:.3g}s; check the host name and your DNS, or raise timeout=... "
+            "(--timeout in the CLI)"
+        )
+
+
 # ------------------------------------------------------------------------------------------------ errors
 def timeout_error(base_url: str, timeout: float, attempts: int) -> TimeoutError:
     """The error for a request that did not finish within its deadline."""
@@ -324,6 +354,12 @@ class ServerCalls:
         own = deadline is None
         deadline = Deadline(self.timeout) if deadline is None else deadline
         attempts = 0
+        try:
+            resolve_within(self.base_url, deadline.remaining())
+        except TimeoutError:
+            if own:
+                deadline.close()
+            raise
 
         def attempt() -> Any:
             nonlocal attempts

@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..._validation import check_min_int
+from ..._validation import check_min_int, check_query
 from ...models.chat import ChatModel, check_params, context_window
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
@@ -82,11 +82,7 @@ def _check_threshold(value: object) -> float:
 
 
 def _check_question(question: object) -> str:
-    if not isinstance(question, str):
-        raise TypeError(f"question must be str, got {type(question).__name__}")
-    if not question.strip():
-        raise ValueError("question is empty: pass the user's question as a non-blank string")
-    return question.strip()
+    return check_query(question, what="question").strip()
 
 
 def _is_async_function(fn: object) -> bool:

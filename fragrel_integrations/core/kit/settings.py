@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
+from ..._validation import check_query
 from ..presets import AUTO, DEFAULT_PRESET, Preset
 from ..presets import preset as get_preset
 from ..relation_aware import check_alpha
@@ -67,6 +68,7 @@ __all__ = [
     "check_outside",
     "check_pool_size",
     "check_preset",
+    "check_query",
     "check_relation",
     "check_score_key",
     "check_store",

@@ -30,7 +30,6 @@ from .types import MemoryItem
 
 __all__ = [
     "DEFAULT_NAMESPACE",
-    "LATE_SECONDS",
     "RACE_SLOTS",
     "Cached",
     "Entry",
@@ -41,6 +40,7 @@ __all__ = [
     "entries",
     "merge_new",
     "new_key",
+    "owned_namespace",
     "seq",
     "session_label",
     "slot_of",
@@ -55,10 +55,6 @@ FIELDS = ("observation", "response", "summary")
 DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
 #: How far below the last cached slot a read looks for a write that another process made late.
 RACE_SLOTS = 4
-#: A cached read also fetches every item written (by its ``written`` stamp) since this many seconds before the
-#: previous read: a write that claimed an old slot (its process stalled between reading and writing while others
-#: wrote more than :data:`RACE_SLOTS` turns) is still found, unless its put took longer than this to land.
-LATE_SECONDS = 60.0
 
 _LOCKS_GUARD = threading.Lock()
 _LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
@@ -111,14 +107,33 @@ def session_label(session_id: str) -> str:
 
 
 def check_namespace(namespace: object) -> tuple[str, ...]:
+    """``namespace`` as a tuple of labels (a str is ONE label, never split into characters); ValueError/TypeError
+    naming the rule otherwise."""
+    if isinstance(namespace, str):
+        namespace = (namespace,)
     if not isinstance(namespace, tuple) or not namespace:
-        raise TypeError(f"namespace must be a non-empty tuple of str, got {namespace!r}")
+        raise TypeError(f"namespace must be a str (one label) or a non-empty tuple of str, got {namespace!r}")
     for label in namespace:
         if not isinstance(label, str) or not label or "." in label or "\x00" in label:
             raise ValueError(f"namespace labels must be non-empty str without '.' or NUL, got {label!r}")
     if namespace[0] == "langgraph":
         raise ValueError("the namespace cannot start with 'langgraph' (reserved by LangGraph)")
     return namespace
+
+
+def owned_namespace(name: str | None, namespace: str | tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The namespace of a stream owned by an adapter called ``name`` (e.g. a LangChain ``SCMMiddleware``):
+    ``namespace`` if given (a str is one label), else one derived from ``name`` (None: the default owner, whose
+    stream keeps :data:`DEFAULT_NAMESPACE`), so that two owners on one store never share a stream by accident.
+
+    >>> owned_namespace(None), owned_namespace("work"), owned_namespace("x", "shared")
+    (('fragrel', 'scm'), ('fragrel', 'scm:work'), ('shared',))
+    """
+    if namespace is not None:
+        return check_namespace(namespace)
+    if name is None:
+        return DEFAULT_NAMESPACE
+    return (DEFAULT_NAMESPACE[0], f"{DEFAULT_NAMESPACE[1]}:{session_label(name)}")
 
 
 def created_of(item: Any) -> float | None:
@@ -176,6 +191,7 @@ class Cached(NamedTuple):
     order: list[tuple[int, float, str]]
     items: list[MemoryItem]
     read_at: float = 0.0  # when the read that produced it started (time.time())
+    total: int = 0  # items the store held under the session's namespace then, of any kind (its own count)
 
 
 def turn_value(observation: str, response: str, summary: str, vector: np.ndarray | None, slot: int) -> dict[str, Any]:
@@ -231,16 +247,20 @@ class KeyedStoreStream(BaseMemoryStream):
 
     Reads: :meth:`items` keeps each session's items in memory. Each call asks the store, in one batch, for the first
     and last cached items (their ``created`` must match, so a clear elsewhere is noticed), for items whose ``seq``
-    is at least the last cached slot less :data:`RACE_SLOTS`, and for items ``written`` since :data:`LATE_SECONDS`
-    before the previous read (a writer that stalled between reading and writing claims an old slot; both fields are
-    text, so the comparison is right in every store). Only new items are decoded; a new item that sorts before the
-    last cached one makes the call read the whole session (in pages of ``page_size``). A deletion in the middle of a
-    session that keeps its first and last items is not noticed while the cache lasts (:meth:`close` drops it). A
-    store with a default TTL (``ttl_config["default_ttl"]``) keeps no cache: every call reads the whole session.
+    is at least the last cached slot less :data:`RACE_SLOTS` (the next turns; text, so the comparison is right in
+    every store), and for the items past the number the session's namespace held at the previous read (a search
+    from that offset, in the store's own order). When more items were added than the turn search found -- a
+    writer that stalled between reading and writing claimed an old slot, whatever its clock said -- or fewer (a
+    deletion), or a new item sorts before the last cached one, the call reads the whole session (in pages of
+    ``page_size``). No wall-clock time is compared, so writers with skewed clocks are seen at once. Only new items
+    are decoded. A store with a default TTL (``ttl_config["default_ttl"]``) keeps no cache: every call reads the
+    whole session.
     :meth:`count` always reads the whole session.
     """
 
-    def __init__(self, store: Any, *, namespace: tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100) -> None:
+    def __init__(
+        self, store: Any, *, namespace: str | tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
+    ) -> None:
         check_min_int(page_size, "page_size", 1)
         self.store = store
         self.namespace = check_namespace(namespace)
@@ -255,10 +275,15 @@ class KeyedStoreStream(BaseMemoryStream):
     # ------------------------------------------------------------------------------------------- store batches
 
     def _batch_ends(
-        self, ns: tuple[str, ...], keys: tuple[str, str], refresh: bool, filters: Sequence[dict[str, Any]]
+        self,
+        ns: tuple[str, ...],
+        keys: tuple[str, str],
+        refresh: bool,
+        searches: Sequence[tuple[dict[str, Any] | None, int]],
     ) -> list[Any]:
         """One store batch: get the two ``keys`` (refreshing their TTL if ``refresh``), then search ``ns`` once
-        per filter of ``filters`` (``limit=page_size``); returns the two items (None: not found), then the pages."""
+        per ``(filter, offset)`` of ``searches`` (``limit=page_size``); returns the two items (None: not found),
+        then the pages."""
         raise NotImplementedError
 
     def _batch_delete(self, ns: tuple[str, ...], keys: list[str]) -> None:
@@ -270,53 +295,57 @@ class KeyedStoreStream(BaseMemoryStream):
     def _ns(self, session_id: str) -> tuple[str, ...]:
         return (*self.namespace, session_label(check_session(session_id)))
 
-    def _search_all(self, ns: tuple[str, ...], **kwargs: Any) -> list[Entry]:
-        """Every stream item of one session namespace (optionally filtered), paging through ``store.search``."""
+    def _scan(self, ns: tuple[str, ...], offset: int = 0, **kwargs: Any) -> tuple[list[Entry], int]:
+        """The stream items of one session namespace (optionally filtered) from ``offset`` on, paging through
+        ``store.search``, and how many items of any kind the pages held."""
         found: list[Entry] = []
-        offset = 0
+        seen = 0
         while True:
-            page = self.store.search(ns, limit=self.page_size, offset=offset, **kwargs)
+            page = self.store.search(ns, limit=self.page_size, offset=offset + seen, **kwargs)
             found.extend(entries(ns, page))
+            seen += len(page)
             if len(page) < self.page_size:
-                return found
-            offset += len(page)
+                return found, seen
+
+    def _search_all(self, ns: tuple[str, ...], **kwargs: Any) -> list[Entry]:
+        """Every stream item of one session namespace (optionally filtered)."""
+        return self._scan(ns, **kwargs)[0]
 
     def _read_all(self, session_id: str, ns: tuple[str, ...]) -> Cached:
         read_at = time.time()
-        found = sorted(self._search_all(ns))
+        found, total = self._scan(ns)
+        found.sort()
         return Cached(
-            [e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)], read_at
+            [e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)], read_at, total
         )
 
     def _read_new(self, session_id: str, ns: tuple[str, ...], cached: Cached) -> Cached | None:
         """The cached items plus those written since, or None when the cache is stale: its first or last item is
-        gone or was rewritten (``created`` differs), or an item appeared before its last one."""
+        gone or was rewritten (``created`` differs), an item appeared before its last one, or the store holds
+        another number of items than the cache accounts for (a late write to an old slot, a deletion)."""
         first, last = cached.order[0], cached.order[-1]
         config = getattr(self.store, "ttl_config", None) or {}
         refresh = bool(config.get("refresh_on_read", True))  # as BaseStore.get does by default
         read_at = time.time()
-        filters = (
-            {"seq": {"$gte": seq(max(0, last[0] - RACE_SLOTS))}},  # the turns after the last cached one
-            {"written": {"$gte": stamp(cached.read_at - LATE_SECONDS)}},  # and any late write to an old slot
-        )
+        turns = {"seq": {"$gte": seq(max(0, last[0] - RACE_SLOTS))}}  # the turns after the last cached one
         try:
-            results = self._batch_ends(ns, (first[2], last[2]), refresh, filters)
+            # and the items past the cached count, in the store's own order: how many were added since
+            results = self._batch_ends(ns, (first[2], last[2]), refresh, [(turns, 0), (None, cached.total)])
         except (TypeError, ValueError):  # a store that cannot compare a foreign item's value: read everything
             return None
         for (_, created, _), found in zip((first, last), results[:2], strict=True):
             if found is None or created_of(found) != created:
                 return None
-        new: list[Entry] = []
-        for flt, page in zip(filters, results[2:], strict=True):
-            page = page if isinstance(page, list) else []
-            if len(page) < self.page_size:
-                new.extend(entries(ns, page))
-                continue
-            try:
-                new.extend(self._search_all(ns, filter=flt))
-            except (TypeError, ValueError):
-                return None
-        return merge_new(session_id, cached, new, read_at)
+        page, beyond = (p if isinstance(p, list) else [] for p in results[2:])
+        try:
+            new = entries(ns, page) if len(page) < self.page_size else self._search_all(ns, filter=turns)
+            added = len(beyond) if len(beyond) < self.page_size else self._scan(ns, cached.total)[1]
+        except (TypeError, ValueError):
+            return None
+        merged = merge_new(session_id, cached, new, read_at)
+        if merged is None or len(merged.order) - len(cached.order) != added:
+            return None  # something the turn search cannot see changed: whatever the writers' clocks said
+        return merged._replace(total=cached.total + added)
 
     def _read(self, session_id: str) -> Cached:
         """The session in order (from the cache plus what is new where possible); caller holds the lock."""
@@ -346,7 +375,7 @@ class KeyedStoreStream(BaseMemoryStream):
             item = MemoryItem(session_id, len(current.items), observation, response, summary, vector, created)
             if self._cache_items:
                 order, items = [*current.order, (slot, created, key)], [*current.items, item]
-                self._cache[session_id] = Cached(order, items, current.read_at)
+                self._cache[session_id] = Cached(order, items, current.read_at, current.total + 1)
         return item
 
     def items(self, session_id: str) -> list[MemoryItem]:

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..._validation import stored_json
+from ..._validation import check_text, stored_json
 from .backend import StorageBackend
 from .rows import dump_payload
 from .types import Namespace, decode_namespace, encode_namespace, namespace_tuple
@@ -45,6 +45,8 @@ class NodeTable:
         for n in nodes:
             if not isinstance(n, NodeRecord):
                 raise TypeError(f"put_nodes takes NodeRecord objects, got {type(n).__name__}")
+            for field in ("id", "label", "kind", "text"):
+                check_text(getattr(n, field), f"node {field}")
             rows.append((enc, n.id, n.label, n.kind, n.text, dump_payload(n.properties)))
         if not rows:
             return

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ..._validation import check_cosine, check_min_int, stored_json
+from ..._validation import check_cosine, check_min_int, check_text, stored_json
 from ...models.base import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
 from .lsh import RandomHyperplaneLSH
@@ -64,6 +64,13 @@ __all__ = [
 
 
 _T = TypeVar("_T")
+
+
+def _check_ids(ids: Sequence[str]) -> list[str]:
+    """``ids`` as a list, each a str that SQLite can store (:func:`~fragrel_integrations._validation.check_text`)."""
+    if isinstance(ids, str):
+        raise TypeError("ids must be a list of str, not one str")
+    return [check_text(i, f"ids[{n}]") for n, i in enumerate(ids)]
 
 
 def _open_backend(backend: StorageBackend | str | Path) -> StorageBackend:
@@ -288,20 +295,20 @@ class TripletStore:
         still see the fact. A hard delete removes every version for good (use it for erasure requests).
         Returns the number of triplet rows affected; deleting something absent returns 0.
         """
-        return self._writer.delete(key, triplet, namespace, hard, at)
+        return self._writer.delete(None if key is None else check_text(key, "key"), triplet, namespace, hard, at)
 
     # ------------------------------------------------------------------------------------------ reading
     def get(
         self, key: str, *, namespace: str | Sequence[str] | None = None, as_of: Time = None
     ) -> TripletRecord | None:
         """The triplet stored under ``key`` (current, or valid at ``as_of``), or None."""
-        return self._reader.get(key, namespace, as_of)
+        return self._reader.get(check_text(key, "key"), namespace, as_of)
 
     def get_many(
         self, keys: Sequence[str], *, namespace: str | Sequence[str] | None = None
     ) -> list[TripletRecord | None]:
         """Current records for ``keys`` (``None`` where absent), in order; one query per chunk."""
-        return self._reader.get_many(keys, namespace)
+        return self._reader.get_many([check_text(k, f"keys[{i}]") for i, k in enumerate(keys)], namespace)
 
     def read(
         self,
@@ -389,7 +396,7 @@ class TripletStore:
         self, ids: Sequence[str] | None = None, *, namespace: str | Sequence[str] | None = None
     ) -> list[NodeRecord]:
         """Stored node attributes (all of the namespace, or those with ``ids``)."""
-        return self._nodes.get(ids, namespace)
+        return self._nodes.get(None if ids is None else _check_ids(ids), namespace)
 
     def node_namespaces(self, *, kind: str | None = None) -> list[Namespace]:
         """Distinct namespaces holding node attributes (of ``kind``, or any), sorted."""
@@ -397,7 +404,7 @@ class TripletStore:
 
     def delete_nodes(self, ids: Sequence[str], *, namespace: str | Sequence[str] | None = None) -> int:
         """Delete the nodes with ``ids``; the number deleted."""
-        return self._nodes.delete(ids, namespace)
+        return self._nodes.delete(_check_ids(ids), namespace)
 
     # ------------------------------------------------------------------------------------------ lifecycle
     def optimize(self) -> None:

@@ -39,6 +39,7 @@ def normalize_term(text: str) -> str:
     """
     if not isinstance(text, str):
         raise TypeError(f"a triplet term must be str, got {type(text).__name__}")
+    check_text(text, "a triplet term")
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
@@ -204,6 +205,7 @@ def namespace_tuple(namespace: str | Sequence[str] | None) -> Namespace:
             raise ValueError(f"namespace labels must be non-empty, got {out!r}")
         if _NS_SEP in label or "\x00" in label:
             raise ValueError("namespace labels must not contain the \\x1f or NUL characters")
+        check_text(label, "a namespace label")
     return out
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import check_query
 from ...models.base import embed_documents, embed_query
 from .nodes import NodeRecord
 from .store import TripletStore, TripletWrite
@@ -139,8 +140,9 @@ def matches(value: dict[str, Any], flt: dict[str, Any] | None) -> bool:
 
 
 def namespace_matches(ns: tuple[str, ...], path: Sequence[str], match_type: str) -> bool:
-    """Whether ``ns`` starts (``match_type="prefix"``) or ends (``"suffix"``) with ``path``; ``*`` matches any."""
-    path = tuple(path)
+    """Whether ``ns`` starts (``match_type="prefix"``) or ends (``"suffix"``) with ``path``; ``*`` matches any
+    (a str ``path`` is one label, as everywhere)."""
+    path = (path,) if isinstance(path, str) else tuple(path)
     if len(path) > len(ns):
         return False
     part = ns[: len(path)] if match_type == "prefix" else ns[len(ns) - len(path) :]
@@ -162,8 +164,8 @@ def read_pattern(query: str) -> tuple[str | None, str | None, str | None] | None
 
 def lookup(core: TripletStore, query: str, namespace: Namespace, k: int) -> list[TripletRecord]:
     """At most ``k`` triplets for ``query``: a read pattern reads (exact, else fuzzy; best score first), free text
-    is matched against every stored term."""
-    pattern = read_pattern(query)
+    is matched against every stored term. A blank query is a ValueError (:func:`check_query`)."""
+    pattern = read_pattern(check_query(query))
     if pattern is not None:
         records = core.read(*pattern, namespace=namespace)
         return sorted(records, key=lambda r: (-r.score, r.id))[:k]
