@@ -32,7 +32,7 @@ from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
 from ._convert import NodeReranker, node_from_fragment, scored_node
-from ._pool import ranks_by_words, sized_base
+from ._pool import ranks_by_words, score_kind, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
 
@@ -90,7 +90,9 @@ class FragRelRetriever(BaseRetriever):
         self._retriever = retriever
         settings = {name: value for name, value in locals().items() if name in SETTING_NAMES}
         k = resolve_k(similarity_top_k, k, _DEFAULT_TOP_K)
-        self._reranker = NodeReranker.build(k=k, ranks_by_words=ranks_by_words(retriever), **settings)
+        self._reranker = NodeReranker.build(
+            k=k, ranks_by_words=ranks_by_words(retriever), score_kind=score_kind(retriever), **settings
+        )
         pool_size = check_pool_size(pool_size)
         n = max(pool_size or default_pool_size(self._reranker.k or _DEFAULT_TOP_K), self._reranker.k or 1)
         sized = sized_base(retriever, n)
