@@ -314,6 +314,7 @@ def test_real_index_retriever_from_texts_matches_index(minilm):
 def test_public_names_are_pinned():
     assert fl.__all__ == [
         "FragRelChatModel",
+        "FragRelCompressor",
         "FragRelIndexRetriever",
         "FragRelRetriever",
         "InnerLoopRunnable",

@@ -242,7 +242,7 @@ def test_position_tagger_in_ingestion_pipeline_fills_store():
     assert len(store) == len(nodes)
     for n in nodes:
         stored = store.get(n.metadata["doc_id"], n.metadata["position"])
-        assert stored is not None and stored.text == n.get_content(metadata_mode=MetadataMode.EMBED)
+        assert stored is not None and stored.text == n.get_content(metadata_mode=MetadataMode.NONE)
         assert stored.metadata["fragrel_node"]["text"] == n.text and stored.metadata["title"] == n.metadata["title"]
         assert stored.metadata["fragrel_node"]["id"] == n.node_id
         assert stored.metadata["fragrel_node"]["ref_doc_id"] == n.ref_doc_id
@@ -407,14 +407,20 @@ def test_expansion_through_store(index, store, bow_embedder):
         FragRelRetriever(base, expand=1)
 
 
-def test_fallback_cosine_equals_vector_index_scores(index, embed_model):
+def test_fallback_cosine_scores_the_node_content_without_its_metadata_header(index, embed_model):
     pool = index.as_retriever(similarity_top_k=8).retrieve(QUERY)
     unscored = [NodeWithScore(node=n.node, score=None) for n in pool]
     got = FragRelRetriever(ListRetriever(unscored), similarity_top_k=8, alpha=0.0, score_embedder=embed_model).retrieve(
         QUERY
     )
-    assert [n.node.node_id for n in got] == [n.node.node_id for n in pool]
-    np.testing.assert_allclose([n.score for n in got], [n.score for n in pool], atol=1e-6)
+    # the text LangChain's page_content would hold: no "title: ..." header (the same text in both frameworks)
+    texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in pool]
+    q = np.asarray(embed_model.get_query_embedding(QUERY))
+    d = np.asarray(embed_model.get_text_embedding_batch(texts))
+    cosine = d @ q / (np.linalg.norm(d, axis=1) * np.linalg.norm(q))
+    expected = {n.node.node_id: c for n, c in zip(pool, cosine, strict=True)}
+    np.testing.assert_allclose([n.score for n in got], [expected[n.node.node_id] for n in got], atol=1e-6)
+    assert [n.score for n in got] == sorted((n.score for n in got), reverse=True)
 
 
 def test_llama_index_embedding_is_adapted(bow_embedder, embed_model):

@@ -25,7 +25,7 @@ from langchain_core.vectorstores import VectorStoreRetriever
 
 from ..core.kit.pool import fuse_minmax, oriented_scores
 
-__all__ = ["BASE_SCORE_KEY", "oriented", "post_filters", "ranks_by_words", "sized_base", "takes_k"]
+__all__ = ["BASE_SCORE_KEY", "oriented", "pool_advice", "post_filters", "ranks_by_words", "sized_base", "takes_k"]
 
 #: Metadata key under which a vector store's own relevance score reaches the re-ranker.
 BASE_SCORE_KEY = "fragrel_base_score"
@@ -239,6 +239,23 @@ class _ScoredVectorStoreRetriever(VectorStoreRetriever):
             return [_with_score(d, s) for d, s in await self._ascored(query, self.search_kwargs | kwargs)]
         except NotImplementedError:
             return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
+
+
+def pool_advice(base: Any, n: int) -> str:
+    """What would give a FragRel wrapper over ``base`` a larger pool than it got when it asked for ``n``: the knob
+    that limits it (a score threshold, a filter), else the base's own number of results."""
+    name = type(base).__name__
+    if isinstance(base, VectorStoreRetriever):
+        search = base.search_kwargs
+        if base.search_type == "similarity_score_threshold":
+            return f"the store returned fewer than {n} above score_threshold={search.get('score_threshold')}: lower it"
+        if search.get("filter") is not None:
+            raised = " and fetch_k" if post_filters(base.vectorstore) else ""
+            return f"its filter let fewer than {n} through (k{raised} were raised already): widen the filter"
+        return f"the store holds fewer than {n} documents (k was raised already)"
+    if sized_base(base, n) is not None:
+        return f"{name} returned fewer than {n} (its k was raised already): it holds no more"
+    return f"make {name} return more (e.g. k=50) or pass pool_size with a retriever that has a k / search_kwargs field"
 
 
 def sized_base(base: Any, n: int) -> Any | None:

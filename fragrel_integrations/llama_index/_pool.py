@@ -73,7 +73,7 @@ def _qdrant_kind(store: Any) -> str | None:
     """A Qdrant collection's distance, as the server reports it (None when the collection does not exist yet)."""
     try:
         vectors = store.client.get_collection(store.collection_name).config.params.vectors
-    except Exception:  # noqa: BLE001 - no collection yet, or an async-only client: the rule decides
+    except Exception:
         return None
     if isinstance(vectors, dict):
         vectors = vectors.get(getattr(store, "dense_vector_name", None)) or next(iter(vectors.values()), None)
@@ -98,7 +98,7 @@ def store_score_kind(store: Any) -> str | None:
 
 def score_kind(retriever: Any) -> str | None:
     """What the node scores of ``retriever`` are: its vector store's (a ``VectorIndexRetriever``), else None."""
-    store = _vector_store(retriever)
+    store = _store_of(retriever)
     return None if store is None else store_score_kind(store)
 
 
@@ -108,7 +108,7 @@ def score_kind(retriever: Any) -> str | None:
 # ``_retriever_weights`` too (re-normalising the weights could change them in the last bit).
 
 
-def _vector_store(retriever: Any) -> Any:
+def _store_of(retriever: Any) -> Any:
     """A ``VectorIndexRetriever``'s vector store (it keeps it in ``_vector_store``, with no public accessor)."""
     return getattr(retriever, "_vector_store", None)
 

@@ -13,6 +13,7 @@ links, so both frameworks apply the same missing-position fallbacks and the same
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import numbers
 from collections import defaultdict
@@ -206,7 +207,7 @@ def oriented_scores(scores: Sequence[float | None], kind: str | None = None) -> 
     if any(s is None for s in values):
         return values
     if kind is None:
-        ascending = all(a <= b for a, b in zip(values, values[1:], strict=False))  # type: ignore[operator]
+        ascending = all(a <= b for a, b in itertools.pairwise(values))  # type: ignore[operator]
         kind = "distance" if ascending and values and values[-1] > values[0] else "similarity"  # type: ignore[operator]
     convert = _TO_SIMILARITY[kind]
     return [convert(float(s)) for s in values]  # type: ignore[arg-type]
