@@ -132,7 +132,7 @@ class Recorder(BaseCallbackHandler):
 
 
 def key(doc: Document) -> tuple[str, int]:
-    return doc.metadata["doc_id"], doc.metadata["position"]
+    return doc.metadata["fragrel_doc_id"], doc.metadata["fragrel_position"]
 
 
 # ----------------------------------------------------------------------------------------------- real model
@@ -225,7 +225,7 @@ def test_real_scores_equal_core_rerank(vectorstore, minilm):
     pool = vs.similarity_search(query, k=8)
     expected = rerank(
         query,
-        [Fragment(d.page_content, d.metadata["doc_id"], d.metadata["position"]) for d in pool],
+        [Fragment(d.page_content, d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"]) for d in pool],
         relation=ContextRelation(0.3),
         alpha=0.5,
         k=5,
@@ -304,7 +304,7 @@ def test_real_index_retriever_from_texts_matches_index(minilm):
     hits = retriever.index.retrieve("Where did Mara hide the key?", k=3, order="position")
     got = retriever.invoke("Where did Mara hide the key?")
     assert [d.page_content for d in got] == [h.text for h in hits]
-    assert [d.metadata["position"] for d in got] == sorted(d.metadata["position"] for d in got)
+    assert [d.metadata["fragrel_position"] for d in got] == sorted(d.metadata["fragrel_position"] for d in got)
     assert [d.metadata["relevance_score"] for d in got] == [h.score for h in hits]
 
 
@@ -372,7 +372,7 @@ def test_add_positions_composes_with_inmemory_vectorstore():
     assert hit.page_content == STORY[4] and key(hit) == ("story.txt", 4)
     retriever = FragRelRetriever(base_retriever=vs.as_retriever(), pool_size=6, k=3, embedder=BagOfWords())
     got = retriever.invoke("iron key washed up among the kelp")
-    assert len(got) == 3 and all(isinstance(d.metadata["position"], int) for d in got)
+    assert len(got) == 3 and all(isinstance(d.metadata["fragrel_position"], int) for d in got)
     # the vector store's own documents are not mutated
     assert "relevance_score" not in vs.get_by_ids([got[0].id])[0].metadata
 
@@ -515,7 +515,7 @@ def test_missing_position_error_and_isolate_mode():
     got = isolated.invoke("q")
     assert len(got) == len(mixed)
     for d in got:
-        if "doc_id" not in d.metadata:  # an isolated document: base score, empty environment, metadata as given
+        if "fragrel_doc_id" not in d.metadata:  # an isolated document: base score, empty environment, metadata as given
             assert d.metadata["fragrel_environment_score"] == 0.0
             assert d.metadata["relevance_score"] == d.metadata["score"]
             assert set(d.metadata) == {
@@ -527,7 +527,7 @@ def test_missing_position_error_and_isolate_mode():
     note = next(d for d in got if d.page_content == loose[0].page_content)
     assert note.metadata["relevance_score"] == note.metadata["fragrel_independent_score"] == 0.95
     # positioned documents still get their environment from each other (not from the isolated ones)
-    positioned = {key(d): d for d in got if "doc_id" in d.metadata}
+    positioned = {key(d): d for d in got if "fragrel_doc_id" in d.metadata}
     expected = rerank(
         "q",
         [Fragment(d.page_content, *key(d)) for d in docs],
@@ -705,7 +705,7 @@ def test_index_retriever_wraps_a_core_index():
     got = retriever.invoke("letters")
     hits = index.retrieve("letters", k=2)
     assert [d.page_content for d in got] == [h.text for h in hits]
-    assert [(d.metadata["doc_id"], d.metadata["position"]) for d in got] == [
+    assert [(d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"]) for d in got] == [
         (h.fragment.doc_id, h.fragment.position) for h in hits
     ]
     assert FragRelIndexRetriever(index=index, budget_words=12, k=10).invoke("letters")

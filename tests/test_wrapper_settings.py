@@ -157,8 +157,8 @@ BAD_VALUES: dict[str, list] = {
     "expand": [-1, 1.5, True, 2],  # 2: without a store
     "order": ["time", 1],
     "outside": ["zero", None],
-    "doc_id_key": ["", 3, None, "position"],  # "position": the same as position_key
-    "position_key": ["", 3, "doc_id"],
+    "doc_id_key": ["", 3, None, kit.DEFAULT_POSITION_KEY],  # the same as position_key
+    "position_key": ["", 3, kit.DEFAULT_DOC_ID_KEY],
     "score_key": ["", 3],
     "on_missing_position": ["skip", None, 3],
 }
@@ -185,7 +185,7 @@ def _kit_words(framework: str, setting: str, value: object) -> BaseException:
     with pytest.raises((ValueError, TypeError)) as info:
         if name == "k":
             kit.check_k(value, setting)
-        elif name in ("embedder", "score_embedder", "expand") or value in ("position", "doc_id"):
+        elif name in ("embedder", "score_embedder", "expand") or value in (kit.DEFAULT_POSITION_KEY, kit.DEFAULT_DOC_ID_KEY):
             kit.WrapperSettings.resolve(**{name: value})
         else:
             kit.field_checks([name], links=framework != "langchain")[name](value)
@@ -228,14 +228,14 @@ def test_the_same_candidates_give_the_same_hits_through_all_three():
         lc = FragRelRetriever(base_retriever=lambda q, docs=docs: docs).invoke(query)
         li = LlamaFragRelRetriever(ListRetriever(nodes)).retrieve(query)
         pp = FragRelPostprocessor().postprocess_nodes(nodes, query_str=query)
-        want = [(d.page_content, d.metadata["doc_id"], d.metadata["position"], *_scores(d.metadata)) for d in lc]
+        want = [(d.page_content, d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"], *_scores(d.metadata)) for d in lc]
         assert len(want) == 5
         for got in (li, pp):
             assert [
                 (
                     n.node.get_content(),
-                    n.node.metadata["doc_id"],
-                    n.node.metadata["position"],
+                    n.node.metadata["fragrel_doc_id"],
+                    n.node.metadata["fragrel_position"],
                     *_scores(n.node.metadata),
                 )
                 for n in got

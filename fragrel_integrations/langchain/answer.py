@@ -26,6 +26,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 
 from ..core.answer import GroundedAnswer
 from ..core.kit.answer import AnswerStep, cited_fragments
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.types import Fragment
 from ._documents import check_documents
 
@@ -33,7 +34,7 @@ __all__ = ["documents_to_fragments", "grounded_answer_runnable"]
 
 
 def documents_to_fragments(
-    documents: list[Document], *, doc_id_key: str = "doc_id", position_key: str = "position"
+    documents: list[Document], *, doc_id_key: str = DEFAULT_DOC_ID_KEY, position_key: str = DEFAULT_POSITION_KEY
 ) -> list[Fragment]:
     """Core fragments for retrieved Documents, in their order (``doc_id``/``position`` from the metadata; a
     Document without them gets doc_id ``"retrieved"`` and its rank as position)."""
@@ -46,8 +47,8 @@ def grounded_answer_runnable(
     model: Any = None,
     *,
     embedder: Any = None,
-    doc_id_key: str = "doc_id",
-    position_key: str = "position",
+    doc_id_key: str = DEFAULT_DOC_ID_KEY,
+    position_key: str = DEFAULT_POSITION_KEY,
     **options: Any,
 ) -> Runnable[str, GroundedAnswer]:
     """A Runnable that retrieves with ``retriever`` and answers with ``model`` (a LangChain chat model, a core

@@ -22,6 +22,7 @@ from ..core.index import FragRelIndex
 from ..core.kit import pool
 from ..core.kit.args import split_kwargs
 from ..core.kit.pool import default_pool_size
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.selection import check_k
 from ..core.types import Fragment
 from ._documents import check_documents, fragment_to_document, with_scores
@@ -168,8 +169,8 @@ class FragRelIndexRetriever(BaseRetriever):
     budget_words: int | None = None
     """Also stop when the returned fragments reach this many words."""
     order: Literal["score", "position"] = "score"
-    doc_id_key: str = "doc_id"
-    position_key: str = "position"
+    doc_id_key: str = DEFAULT_DOC_ID_KEY
+    position_key: str = DEFAULT_POSITION_KEY
 
     _documents: dict[tuple[str, int], Document] = PrivateAttr(default_factory=dict)
 
@@ -205,8 +206,8 @@ class FragRelIndexRetriever(BaseRetriever):
         document ids from ``source_key``); if all have it, it is used; a mix raises ValueError.
         """
         fields, index_kwargs = split_kwargs(kwargs, cls.model_fields)
-        doc_id_key = fields.get("doc_id_key", "doc_id")
-        position_key = fields.get("position_key", "position")
+        doc_id_key = fields.get("doc_id_key", DEFAULT_DOC_ID_KEY)
+        position_key = fields.get("position_key", DEFAULT_POSITION_KEY)
         docs = check_documents(list(documents), "documents")
         located = [pool.read_location(d.metadata, doc_id_key, position_key) for d in docs]
         if all(loc is None for loc in located):

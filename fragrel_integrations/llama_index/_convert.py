@@ -48,8 +48,9 @@ _TAGGER_HINT = (
 
 
 def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
-    """``metadata[doc_id_key]`` if set, else the id of the node's SOURCE document (``ref_doc_id``)."""
-    value = node.metadata.get(doc_id_key)
+    """``metadata[doc_id_key]`` if set (a default key also under its old name), else the id of the node's SOURCE
+    document (``ref_doc_id``)."""
+    value = kit.read_key(node.metadata, doc_id_key)
     if value is not None:
         return str(value)
     source = node.relationships.get(NodeRelationship.SOURCE)
@@ -58,6 +59,7 @@ def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
 
 def node_position(node: BaseNode, position_key: str) -> int | None:
     """``metadata[position_key]`` as an int (ints that went through a vector store as ``3.0`` or ``"3"`` too)."""
+    position_key = kit.stored_key(node.metadata, position_key)
     value = node.metadata.get(position_key)
     if value is None:
         return None
@@ -138,7 +140,9 @@ def fragment_for_store(node: BaseNode, doc_id: str, position: int) -> Fragment:
     return Fragment(scoring_text(node), doc_id, position, metadata)
 
 
-def node_from_fragment(fragment: Fragment, *, doc_id_key: str = "doc_id", position_key: str = "position") -> TextNode:
+def node_from_fragment(
+    fragment: Fragment, *, doc_id_key: str = kit.DEFAULT_DOC_ID_KEY, position_key: str = kit.DEFAULT_POSITION_KEY
+) -> TextNode:
     """A :class:`TextNode` for a core fragment (a stored neighbour, or a hit of a core index)."""
     metadata = dict(fragment.metadata)
     info = metadata.pop(STORE_NODE_KEY, None)

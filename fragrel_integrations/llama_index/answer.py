@@ -24,6 +24,7 @@ from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from ..core.kit.answer import AnswerStep, aone_chunk, one_chunk
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ._convert import check_nodes
 from .llm import FragRelLLM
 
@@ -50,8 +51,8 @@ class GroundedSynthesizer(BaseSynthesizer):
         llm: Any = None,
         *,
         embed_model: Any = None,
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
         streaming: bool = False,
         **settings: Any,
     ) -> None:

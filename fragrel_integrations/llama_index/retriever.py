@@ -166,7 +166,7 @@ class FragRelIndexRetriever(BaseRetriever):
     as ``TextNode`` objects with ``doc_id``/``position`` and the three scores in metadata.
 
     >>> retriever = FragRelIndexRetriever.from_texts([book_text], fragment_words=500)   # doctest: +SKIP
-    >>> retriever.retrieve("Who found the footprint?")[0].node.metadata["position"]     # doctest: +SKIP
+    >>> retriever.retrieve("Who found the footprint?")[0].node.metadata["fragrel_position"]  # doctest: +SKIP
     """
 
     def __init__(
@@ -177,8 +177,8 @@ class FragRelIndexRetriever(BaseRetriever):
         k: int | None = None,
         budget_words: int | None = None,
         order: Literal["score", "position"] = "score",
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:

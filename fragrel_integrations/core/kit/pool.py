@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..types import Fragment, ScoredFragment, parse_position
-from .settings import WrapperSettings
+from .settings import WrapperSettings, read_key, stored_key
 
 __all__ = [
     "DEFAULT_SCORE_KEYS",
@@ -61,8 +61,10 @@ def default_pool_size(k: int) -> int:
 
 
 def read_location(metadata: Mapping[str, Any], doc_id_key: str, position_key: str) -> Key | None:
-    """``(doc_id, position)`` from the metadata, or None when either key is missing (or None)."""
-    doc_id, position = metadata.get(doc_id_key), metadata.get(position_key)
+    """``(doc_id, position)`` from the metadata, or None when either key is missing (or None); a default key is
+    also read under its old name (:data:`~fragrel_integrations.core.kit.settings.LEGACY_KEYS`)."""
+    doc_id, position_key = read_key(metadata, doc_id_key), stored_key(metadata, position_key)
+    position = metadata.get(position_key)
     if doc_id is None or position is None:
         return None
     return str(doc_id), parse_position(position, f"metadata[{position_key!r}]")
