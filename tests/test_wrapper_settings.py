@@ -185,7 +185,10 @@ def _kit_words(framework: str, setting: str, value: object) -> BaseException:
     with pytest.raises((ValueError, TypeError)) as info:
         if name == "k":
             kit.check_k(value, setting)
-        elif name in ("embedder", "score_embedder", "expand") or value in (kit.DEFAULT_POSITION_KEY, kit.DEFAULT_DOC_ID_KEY):
+        elif name in ("embedder", "score_embedder", "expand") or value in (
+            kit.DEFAULT_POSITION_KEY,
+            kit.DEFAULT_DOC_ID_KEY,
+        ):
             kit.WrapperSettings.resolve(**{name: value})
         else:
             kit.field_checks([name], links=framework != "langchain")[name](value)
@@ -228,7 +231,10 @@ def test_the_same_candidates_give_the_same_hits_through_all_three():
         lc = FragRelRetriever(base_retriever=lambda q, docs=docs: docs).invoke(query)
         li = LlamaFragRelRetriever(ListRetriever(nodes)).retrieve(query)
         pp = FragRelPostprocessor().postprocess_nodes(nodes, query_str=query)
-        want = [(d.page_content, d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"], *_scores(d.metadata)) for d in lc]
+        want = [
+            (d.page_content, d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"], *_scores(d.metadata))
+            for d in lc
+        ]
         assert len(want) == 5
         for got in (li, pp):
             assert [
