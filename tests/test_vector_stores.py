@@ -378,6 +378,25 @@ def _li_qdrant(distance: str):
     return build
 
 
+def _li_milvus(metric: str):
+    def build(vectors, tmp):
+        pytest.importorskip("llama_index.vector_stores.milvus")
+        pytest.importorskip("milvus_lite")
+        from llama_index.vector_stores.milvus import MilvusVectorStore
+
+        uri = str(tmp / f"milvus-{metric}.db")
+        return _li_index(vectors, MilvusVectorStore(uri=uri, dim=DIM, similarity_metric=metric, overwrite=True))
+
+    return build
+
+
+def _li_lancedb(vectors, tmp):
+    pytest.importorskip("llama_index.vector_stores.lancedb")
+    from llama_index.vector_stores.lancedb import LanceDBVectorStore
+
+    return _li_index(vectors, LanceDBVectorStore(uri=str(tmp / "lancedb")))
+
+
 def _li_simple(vectors):
     return _li_index(vectors)
 
@@ -389,16 +408,22 @@ LI_STORES = {
     "qdrant-cosine": (_li_qdrant("COSINE"), "similarity"),
     "qdrant-euclid": (_li_qdrant("EUCLID"), "l2"),
     "simple": (_li_simple, "similarity"),
+    "milvus-l2": (_li_milvus("L2"), "squared_l2"),
+    "milvus-ip": (_li_milvus("IP"), "similarity"),
+    "lancedb": (_li_lancedb, "similarity"),
 }
+#: The stores that keep files (built in a temporary folder).
+_ON_DISK = ("milvus-l2", "milvus-ip", "lancedb")
 
 
 @pytest.fixture(scope="module")
-def li_indexes(vectors):
+def li_indexes(vectors, tmp_path_factory):
     built = {}
 
     def get(name):
         if name not in built:
-            built[name] = LI_STORES[name][0](vectors)
+            build = LI_STORES[name][0]
+            built[name] = build(vectors, tmp_path_factory.mktemp(name)) if name in _ON_DISK else build(vectors)
         return built[name]
 
     return get

@@ -91,8 +91,8 @@ def store_score_kind(store: Any) -> str | None:
         return _MILVUS_KINDS.get(str(getattr(store, "similarity_metric", "")).upper())
     if name == "QdrantVectorStore":
         return _qdrant_kind(store)
-    if name in ("SimpleVectorStore", "ChromaVectorStore"):
-        return "similarity"  # cosine; Chroma's wrapper turns its distances into exp(-d)
+    if name in ("SimpleVectorStore", "ChromaVectorStore", "LanceDBVectorStore"):
+        return "similarity"  # cosine; the Chroma and LanceDB wrappers turn their distances into exp(-d)
     return None
 
 
