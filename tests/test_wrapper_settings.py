@@ -12,7 +12,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever as LangChainBase
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from fragrel_integrations import FragmentStore
 from fragrel_integrations.core import kit
@@ -247,6 +247,34 @@ def test_the_same_candidates_give_the_same_hits_through_all_three():
                 for n in got
             ] == want
             assert [repr(n.score) for n in got] == [repr(d.metadata["relevance_score"]) for d in lc]
+
+
+def test_identical_candidates_with_visible_metadata_give_identical_results_in_all_three():
+    """Candidates whose metadata LlamaIndex shows as a "key: value" header (as every node's ``get_content()`` has by
+    default): the preset detector and the scores see the node content alone, the text a LangChain Document holds,
+    so the three entry points choose the same preset and return the same top 5 with the same scores."""
+    texts = [
+        f"turn {i}: the {w} crossed the bay before noon while the harbour master counted the crates"
+        for i, w in enumerate(["ferry", "barge", "yacht", "ferry", "tug", "ferry", "dinghy", "barge", "ferry", "sloop"])
+    ]
+    shown = {"speaker": "Ann", "session_date": "8 May 2023"}  # not excluded: part of the node's header
+    scores = [0.9 - 0.05 * i for i in range(len(texts))]
+    docs = add_positions(
+        [Document(t, metadata={**shown, "source": "chat", "score": s}) for t, s in zip(texts, scores, strict=True)]
+    )
+    nodes = tag_positions(
+        [TextNode(text=t, id_=f"n{i}", metadata=dict(shown)) for i, t in enumerate(texts)], default_doc_id="chat"
+    )
+    assert nodes[0].get_content(MetadataMode.EMBED).startswith("speaker: Ann")  # the header LlamaIndex embeds
+    pool = [NodeWithScore(node=n, score=s) for n, s in zip(nodes, scores, strict=True)]
+    query = "when did the ferry cross the bay"
+    lc = FragRelRetriever(base_retriever=lambda q: docs).invoke(query)
+    li = LlamaFragRelRetriever(ListRetriever(pool)).retrieve(query)
+    pp = FragRelPostprocessor().postprocess_nodes(pool, query_str=query)
+    want = [(d.page_content, *_scores(d.metadata)) for d in lc]
+    assert len(want) == 5
+    for got in (li, pp):
+        assert [(n.node.get_content(metadata_mode=MetadataMode.NONE), *_scores(n.node.metadata)) for n in got] == want
 
 
 def _scores(metadata: dict) -> tuple[str, ...]:
