@@ -328,6 +328,7 @@ def test_public_names_are_pinned():
         "add_positions",
         "grounded_answer_runnable",
         "make_memory_tools",
+        "with_store_scores",
     ]
 
 

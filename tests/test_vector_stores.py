@@ -28,7 +28,7 @@ from llama_index.core.schema import TextNode
 from scipy.stats import spearmanr
 
 from fragrel_integrations.core.kit import pool
-from fragrel_integrations.langchain import FragRelCompressor, add_positions
+from fragrel_integrations.langchain import FragRelCompressor, add_positions, with_store_scores
 from fragrel_integrations.langchain import FragRelRetriever as LCFragRel
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
 from fragrel_integrations.llama_index import FragRelRetriever as LIFragRel
@@ -316,8 +316,8 @@ def test_compressor_in_contextual_compression_equals_the_retriever(vectors):
 
     vs = _lc_faiss(vectors, _lc_docs(TURNS, "chat"))
     base = vs.as_retriever(search_kwargs={"k": 50})
-    # a base whose Documents carry their scores: the compressor reads them as the retriever does
-    scored = LCFragRel(base_retriever=base, k=K)._base(K, {})[0]
+    # a base whose Documents carry the store's scores: the compressor reads them as the retriever does
+    scored = with_store_scores(base)
     compression = retrievers.ContextualCompressionRetriever(
         base_compressor=FragRelCompressor(k=K), base_retriever=scored
     )

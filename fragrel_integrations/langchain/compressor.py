@@ -7,12 +7,16 @@ from collections.abc import Sequence
 
 from langchain_core.callbacks import Callbacks
 from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import ConfigDict
 
+from ..core.selection import check_k
+from ._pool import sized_base
 from ._wrapper import FragRelFields, rerank_documents
 
-__all__ = ["FragRelCompressor"]
+__all__ = ["FragRelCompressor", "with_store_scores"]
 
 
 class FragRelCompressor(FragRelFields, BaseDocumentCompressor):
@@ -59,3 +63,21 @@ class FragRelCompressor(FragRelFields, BaseDocumentCompressor):
     ) -> Sequence[Document]:
         """:meth:`compress_documents` off the event loop (scoring the pool is CPU work)."""
         return await run_in_executor(None, self._compress, documents, query)
+
+
+def with_store_scores(retriever: VectorStoreRetriever, k: int | None = None) -> BaseRetriever:
+    """A copy of a vector-store retriever returning ``k`` Documents (None: its own ``search_kwargs["k"]``, else 4),
+    each with the store's own score in its metadata (``fragrel_base_score``), which :class:`FragRelCompressor`
+    reads as :class:`~fragrel_integrations.langchain.FragRelRetriever` does (a plain vector-store retriever returns
+    Documents without scores). The retriever itself is not changed.
+
+    >>> base = with_store_scores(vs.as_retriever(), k=50)                                         # doctest: +SKIP
+    >>> ContextualCompressionRetriever(base_compressor=FragRelCompressor(k=5), base_retriever=base)  # doctest: +SKIP
+    """
+    if not isinstance(retriever, VectorStoreRetriever):
+        raise TypeError(
+            "with_store_scores needs a vector-store retriever (vectorstore.as_retriever()), got "
+            f"{type(retriever).__name__}"
+        )
+    n = check_k(k) if k is not None else int(retriever.search_kwargs.get("k", 4))
+    return sized_base(retriever, n)  # a copy for every VectorStoreRetriever

@@ -17,7 +17,7 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, NodeRelationship, TransformComponent
 
 from ..core.kit.pool import chain_order
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, SETTING_DOCS, check_keys
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, SETTING_DOCS, check_keys, stored_key
 from ..core.store import FragmentStore
 from ._convert import fragment_for_store, node_doc_id, node_links, related_id
 
@@ -95,9 +95,10 @@ def tag_positions(
             doc_id = str(default_doc_id)
         groups.setdefault(doc_id, []).append(node)
     fragments = []
-    hidden = [doc_id_key, position_key]
     for doc_id, members in groups.items():
         for position, node in enumerate(_document_order(members, doc_id, use_links)):
+            # the keys it writes, and an old-named key it read the document from (FragRel's too: hidden alike)
+            hidden = list(dict.fromkeys([doc_id_key, position_key, stored_key(node.metadata, doc_id_key)]))
             node.metadata[doc_id_key] = doc_id
             node.metadata[position_key] = position
             if hide_from_embed:
