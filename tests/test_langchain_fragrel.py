@@ -717,3 +717,27 @@ def test_index_retriever_wraps_a_core_index():
         )
         <= 12
     )
+
+
+async def test_compressor_equals_the_retriever_over_the_same_candidates_sync_and_async():
+    docs = scored_docs()
+    want = FragRelRetriever(base_retriever=RunnableLambda(lambda q: docs), k=3).invoke("the key")
+    compressor = fl.FragRelCompressor(k=3)
+    got = compressor.compress_documents(docs, "the key")
+    agot = await compressor.acompress_documents(docs, "the key")
+    for out in (got, agot):
+        assert [(d.page_content, d.metadata) for d in out] == [(d.page_content, d.metadata) for d in want]
+    assert [d.metadata for d in docs] == [d.metadata for d in scored_docs()]  # inputs untouched
+    assert compressor.compress_documents([], "the key") == []
+
+
+def test_compressor_warns_on_a_short_pool_and_names_the_fix():
+    docs = scored_docs()
+    with pytest.warns(UserWarning, match=r"can only re-order them.*search_kwargs=\{\"k\": 50\}"):
+        fl.FragRelCompressor(k=len(docs)).compress_documents(docs, "the key")
+    with pytest.raises(ValueError, match="add_positions"):
+        fl.FragRelCompressor().compress_documents([Document("a loose note")], "the key")
+    with pytest.raises(TypeError, match="query must be str"):
+        fl.FragRelCompressor().compress_documents(docs, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="vector-store retriever"):
+        fl.with_store_scores(RunnableLambda(lambda q: docs))  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ import re
 import sys
 
 import pytest
-from langchain_core.documents import Document
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.retrievers import BaseRetriever as LangChainBase
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
@@ -17,7 +17,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 from fragrel_integrations import FragmentStore
 from fragrel_integrations.core import kit
 from fragrel_integrations.core.relations import ContextRelation
-from fragrel_integrations.langchain import FragRelRetriever, add_positions
+from fragrel_integrations.langchain import FragRelCompressor, FragRelRetriever, add_positions
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
 from fragrel_integrations.llama_index import FragRelRetriever as LlamaFragRelRetriever
 
@@ -47,10 +47,12 @@ def _build(framework: str, **settings):
         return FragRelRetriever(base_retriever=lambda q: _docs(), **settings)
     if framework == "llama_index":
         return LlamaFragRelRetriever(ListRetriever(_nodes()), **settings)
+    if framework == "compressor":
+        return FragRelCompressor(**settings)
     return FragRelPostprocessor(**settings)
 
 
-FRAMEWORKS = ("langchain", "llama_index", "postprocessor")
+FRAMEWORKS = ("langchain", "llama_index", "postprocessor", "compressor")
 BAD_SETTINGS = [
     {"alpha": -1},
     {"alpha": math.nan},
@@ -164,12 +166,13 @@ BAD_VALUES: dict[str, list] = {
 }
 
 #: What each wrapper calls the number of results (the kit's words name it).
-K_NAMES = {"langchain": "k", "llama_index": "similarity_top_k", "postprocessor": "top_n"}
+K_NAMES = {"langchain": "k", "llama_index": "similarity_top_k", "postprocessor": "top_n", "compressor": "k"}
 FRAMEWORK_SETTINGS = {  # the settings each wrapper adds to its framework's base class
     "langchain": set(FragRelRetriever.model_fields) - set(LangChainBase.model_fields) - {"base_retriever"},
     "llama_index": set(inspect.signature(LlamaFragRelRetriever.__init__).parameters)
     - {"self", "retriever", "callback_manager", "verbose"},
     "postprocessor": set(FragRelPostprocessor.model_fields) - set(BaseNodePostprocessor.model_fields),
+    "compressor": set(FragRelCompressor.model_fields) - set(BaseDocumentCompressor.model_fields),
 }
 CASES = [
     (framework, setting, value)
@@ -191,7 +194,7 @@ def _kit_words(framework: str, setting: str, value: object) -> BaseException:
         ):
             kit.WrapperSettings.resolve(**{name: value})
         else:
-            kit.field_checks([name], links=framework != "langchain")[name](value)
+            kit.field_checks([name], links=framework not in ("langchain", "compressor"))[name](value)
     return info.value
 
 
