@@ -54,8 +54,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     the loop stops when consecutive memories agree (``threshold``) or after ``max_loops`` rounds. Input: a
     question string or ``{"question": ...}``. Output: :func:`~fragrel_integrations.core.kit.inner_loop.result_dict`
     (``answer`` is the final STM; ``rounds`` and ``documents`` hold the retriever's own Documents, or new ones with
-    ``doc_id``, ``position`` and the FragRel scores for an engine's core retriever). ``stream`` / ``astream``
-    yield it after every round (``stop_reason`` None until the last).
+    ``fragrel_doc_id``, ``fragrel_position`` and the FragRel scores for an engine's core retriever). ``stream`` /
+    ``astream`` yield it after every round (``stop_reason`` None until the last).
 
     Build it from ``retriever`` (any ``Runnable[str, list[Document]]``, or a function) and ``model`` (a LangChain
     chat model or LLM, a LlamaIndex LLM or a :class:`~fragrel_integrations.models.chat.ChatModel`), or from a

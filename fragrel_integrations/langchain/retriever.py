@@ -45,7 +45,8 @@ class FragRelRetriever(FragRelFields, BaseRetriever):
     the ``k`` field of e.g. ``BM25Retriever``, each member of an ``EnsembleRetriever``), so FragRel chooses *which*
     ``k`` documents come back. ``s_ind`` is the base's own score (a vector store's relevance score, else metadata
     ``score_key``, else its ranking ``1 - rank/n``) fused with a BM25 score of the pool; no second model scores
-    behind your back. ``s_env`` comes from ``relation`` over ``doc_id`` / ``position`` metadata: write it with
+    behind your back. ``s_env`` comes from ``relation`` over ``fragrel_doc_id`` / ``fragrel_position`` metadata
+    (the old names ``doc_id`` / ``position`` are still read): write it with
     :func:`~fragrel_integrations.langchain.add_positions` before indexing. The settings mean the same in every
     wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS`; ``.settings`` shows them resolved).
 
@@ -153,9 +154,9 @@ class FragRelIndexRetriever(BaseRetriever):
     """A LangChain retriever over a core :class:`~fragrel_integrations.FragRelIndex` (no vector store needed).
 
     Build it from raw texts (split into word windows), from Documents (e.g. text-splitter chunks, in order), or
-    wrap an index you already have. Returned Documents carry the fragment's metadata, ``doc_id``, ``position``
-    and the three FragRel scores; Documents given to :meth:`from_documents` come back as copies of themselves
-    (same ``id`` and metadata) with those keys added.
+    wrap an index you already have. Returned Documents carry the fragment's metadata, ``fragrel_doc_id``,
+    ``fragrel_position`` and the three FragRel scores; Documents given to :meth:`from_documents` come back as
+    copies of themselves (same ``id`` and metadata) with those keys added.
 
     >>> retriever = FragRelIndexRetriever.from_texts([book_text], fragment_words=200, k=4)   # doctest: +SKIP
     >>> retriever.invoke("What did he build the boat with?")                               # doctest: +SKIP

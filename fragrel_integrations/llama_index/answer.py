@@ -1,6 +1,6 @@
 """Grounded answers as a LlamaIndex response synthesizer: a query engine's reply is an answer the retrieved nodes
 support, with the quoted evidence cited, or "not stated" and the closest evidence (all logic:
-:func:`~fragrel_integrations.core.answer.grounded_answer`; nodes cited by their ``doc_id``/``position``).
+:func:`~fragrel_integrations.core.answer.grounded_answer`; nodes cited by their position metadata).
 
 >>> from llama_index.core.schema import NodeWithScore, TextNode
 >>> from fragrel_integrations.testing import ScriptedChatModel

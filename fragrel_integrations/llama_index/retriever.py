@@ -44,8 +44,11 @@ class FragRelRetriever(BaseRetriever):
 
     A copy of ``retriever`` is asked for ``pool_size`` nodes through its ``similarity_top_k`` (a fusion
     retriever's members too), so FragRel chooses which nodes come back. ``s_ind`` is the base's node score (its
-    ranking ``1 - rank/n`` when a node has none) fused with a BM25 score of the pool; ``s_env`` comes from
-    ``relation`` over ``doc_id`` / ``position`` metadata (or the source document id): write it when indexing with
+    ranking ``1 - rank/n`` when a node has none), oriented as a similarity (a store whose metric is a distance,
+    e.g. FAISS ``IndexFlatL2``, has its distances turned into similarities) and fused with a BM25 score of the
+    pool's text (the node content without its metadata header); ``s_env`` comes from
+    ``relation`` over ``fragrel_doc_id`` / ``fragrel_position`` metadata (or the source document id; the old
+    names ``doc_id`` / ``position`` are still read): write it when indexing with
     :class:`~fragrel_integrations.llama_index.PositionTagger`. Returned nodes are copies scored ``s_rel``, with
     ``relevance_score``, ``fragrel_independent_score`` and ``fragrel_environment_score`` in their metadata.
 
@@ -163,7 +166,7 @@ class FragRelIndexRetriever(BaseRetriever):
     """A LlamaIndex retriever over a core :class:`~fragrel_integrations.FragRelIndex` (no vector store needed).
 
     Scores every fragment of the corpus (dense, BM25 or hybrid) and returns the top ones by relation-aware score
-    as ``TextNode`` objects with ``doc_id``/``position`` and the three scores in metadata.
+    as ``TextNode`` objects with ``fragrel_doc_id``/``fragrel_position`` and the three scores in metadata.
 
     >>> retriever = FragRelIndexRetriever.from_texts([book_text], fragment_words=500)   # doctest: +SKIP
     >>> retriever.retrieve("Who found the footprint?")[0].node.metadata["fragrel_position"]  # doctest: +SKIP

@@ -36,7 +36,7 @@ _RETRIEVED: ContextVar[list[Item] | None] = ContextVar("fragrel_retrieved_items"
 def cited_fragments(
     items: Iterable[Item], doc_id_key: str = DEFAULT_DOC_ID_KEY, position_key: str = DEFAULT_POSITION_KEY
 ) -> list[Fragment]:
-    """Fragments for retrieved ``(text, metadata)`` pairs, in their order: ``doc_id``/``position`` from the
+    """Fragments for retrieved ``(text, metadata)`` pairs, in their order: the position keys from the
     metadata (as the position taggers write them), else doc_id ``"retrieved"`` and the item's rank."""
     out = []
     for rank, (text, metadata) in enumerate(items):
