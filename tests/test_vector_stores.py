@@ -461,3 +461,49 @@ def test_llama_index_wrapper_and_postprocessor_gain_over_their_base(store, li_in
         post_r.append(_recall([n.node.get_content() for n in nodes], gold))
     assert np.mean(wrap_r) > np.mean(base_r), (store, np.mean(base_r), np.mean(wrap_r))
     assert np.mean(post_r) > np.mean(base_r), (store, np.mean(base_r), np.mean(post_r))
+
+
+@pytest.mark.parametrize("store", ["chroma", "qdrant-cosine"])
+def test_llama_index_store_side_filter_on_the_position_key_finds_the_conversation(store, vectors):
+    """One Document per turn (as chat memories are indexed), the conversation given as the old ``doc_id``: the
+    tagger writes ``fragrel_doc_id``, which a store-side filter finds; LlamaIndex itself overwrites ``doc_id`` in the
+    store's metadata with each turn's own document id, so a filter on it finds nothing."""
+    from llama_index.core import Document as LIDocument
+    from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
+
+    from fragrel_integrations.llama_index import PositionTagger
+
+    docs = [LIDocument(text=t, metadata={"doc_id": "chat"}) for t in TURNS]
+    docs += [LIDocument(text=t, metadata={"doc_id": "other"}) for t in OTHER_TURNS]
+    if store == "chroma":
+        pytest.importorskip("llama_index.vector_stores.chroma")
+        import chromadb
+        from llama_index.vector_stores.chroma import ChromaVectorStore
+
+        collection = chromadb.EphemeralClient().get_or_create_collection(f"fragrel-filter-{id(docs)}")
+        vector_store = ChromaVectorStore(chroma_collection=collection)
+    else:
+        pytest.importorskip("llama_index.vector_stores.qdrant")
+        from llama_index.vector_stores.qdrant import QdrantVectorStore
+        from qdrant_client import QdrantClient
+
+        vector_store = QdrantVectorStore(client=QdrantClient(location=":memory:"), collection_name="filter")
+    index = VectorStoreIndex.from_documents(
+        docs,
+        storage_context=StorageContext.from_defaults(vector_store=vector_store),
+        transformations=[PositionTagger()],
+        embed_model=_li_embedding(vectors),
+    )
+    query = QUESTIONS[0][0]
+
+    def found(key: str) -> list:
+        filters = MetadataFilters(filters=[MetadataFilter(key=key, value="chat")])
+        return index.as_retriever(similarity_top_k=10, filters=filters).retrieve(query)
+
+    hits = found("fragrel_doc_id")
+    assert len(hits) == 10 and {n.node.metadata["fragrel_doc_id"] for n in hits} == {"chat"}
+    assert found("doc_id") == []  # LlamaIndex's own doc_id: the turn's document id in the store's metadata
+    wrapped = LIFragRel(
+        index.as_retriever(filters=MetadataFilters(filters=[MetadataFilter(key="fragrel_doc_id", value="chat")]))
+    )
+    assert {n.node.metadata["fragrel_doc_id"] for n in wrapped.retrieve(query)} == {"chat"}
