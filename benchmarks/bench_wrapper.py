@@ -10,7 +10,9 @@ argument), with ``alpha=0`` (the same pool and independent scores, no environmen
               the same BM25Retriever behind a plain BaseRetriever that hides its scores   (lc-bm25-noscore)
               a generic score-less BaseRetriever over bm25s (a ``k`` field, Documents only)  (lc-generic)
               EnsembleRetriever([bm25, vector])           (weighted RRF; the wrapper fuses the members' scores)
+              FAISS(...).as_retriever(search_kwargs={"filter": ...})  (post-filtering store)  (lc-faiss-filter)
   LlamaIndex  VectorStoreIndex(...).as_retriever()       (node scores)
+              the same over FaissVectorStore(IndexFlatL2)  (squared L2 distances as node scores)  (li-faiss-l2)
               BM25Retriever (llama-index-retrievers-bm25)
               QueryFusionRetriever([vector, bm25], num_queries=1, mode="reciprocal_rerank")  (hybrid, RRF)
 
@@ -82,7 +84,15 @@ def _langchain_bases(docs, cached):
     vs.add_documents(docs)
     vector = vs.as_retriever(search_kwargs={"k": K})
     bm25 = BM25Retriever.from_documents(docs, k=K)
-    return {
+    bases = {}
+    with contextlib.suppress(ImportError):  # faiss-cpu: the test / bench extra
+        from langchain_community.vectorstores import FAISS
+
+        # FAISS filters after its search (fetch_k, 20 by default): a metadata filter as users scope a search
+        scoped = {"source": docs[0].metadata["source"]}
+        faiss_vs = FAISS.from_documents(docs, Emb(cached))
+        bases["lc-faiss-filter"] = faiss_vs.as_retriever(search_kwargs={"k": K, "filter": scoped})
+    return bases | {
         "lc-vector": vector,
         "lc-bm25": bm25,
         "lc-bm25-noscore": _hidden_scores(bm25),
@@ -147,11 +157,22 @@ def _llama_bases(nodes, cached):
 
     index = VectorStoreIndex(nodes, embed_model=Emb(model_name="minilm-cached"), show_progress=False)
     vector = index.as_retriever(similarity_top_k=K)
+    bases = {}
+    with contextlib.suppress(ImportError):  # faiss-cpu + llama-index-vector-stores-faiss: the test / bench extra
+        import faiss
+        from llama_index.core import StorageContext
+        from llama_index.vector_stores.faiss import FaissVectorStore
+
+        # as LlamaIndex's FAISS guide builds it: IndexFlatL2, whose node scores are squared L2 distances
+        store = FaissVectorStore(faiss_index=faiss.IndexFlatL2(cached.matrix.shape[1]))
+        storage = StorageContext.from_defaults(vector_store=store)
+        l2 = VectorStoreIndex(nodes, storage_context=storage, embed_model=Emb(model_name="minilm-cached"))
+        bases["li-faiss-l2"] = l2.as_retriever(similarity_top_k=K)
     bm25 = BM25Retriever.from_defaults(nodes=nodes, similarity_top_k=K)
     fusion = QueryFusionRetriever(
         [vector, bm25], similarity_top_k=K, num_queries=1, mode="reciprocal_rerank", use_async=False, llm=MockLLM()
     )  # num_queries=1 writes no query variants: the llm is never called
-    return {"li-vector": vector, "li-bm25": bm25, "li-fusion": fusion}
+    return bases | {"li-vector": vector, "li-bm25": bm25, "li-fusion": fusion}
 
 
 def _public(kwargs: dict) -> dict:

@@ -259,7 +259,9 @@ def test_langchain_with_a_fragrel_retriever_and_dedupe():
     )
     model = FakeListChatModel(responses=["Mary has the apple.", "Mary took the apple to the garden.", ANSWER])
     out = InnerLoopRunnable(retriever=retriever, model=model, dedupe=True, max_loops=3, threshold=1.0).invoke(QUESTION)
-    shown = [(d.metadata["doc_id"], d.metadata["position"]) for r in out["rounds"] for d in r["documents"]]
+    shown = [
+        (d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"]) for r in out["rounds"] for d in r["documents"]
+    ]
     assert len(shown) == len(set(shown))  # nothing shown twice
     assert all("relevance_score" in d.metadata for d in out["documents"])
     assert len(out["documents"]) == len(shown)
@@ -271,7 +273,9 @@ def test_langchain_accepts_a_built_core_engine():
     out = InnerLoopRunnable(engine=engine).invoke(QUESTION)
     assert out["converged"] and out["answer"] == ANSWER
     doc = out["rounds"][0]["documents"][0]
-    assert isinstance(doc, LCDocument) and {"doc_id", "position", "relevance_score"} <= set(doc.metadata)
+    assert isinstance(doc, LCDocument) and {"fragrel_doc_id", "fragrel_position", "relevance_score"} <= set(
+        doc.metadata
+    )
     # a LangChain retriever replaces the engine's own; settings given next to the engine override it
     retriever = LCListRetriever(documents=lc_story_docs()[:2])
     loop = InnerLoopRunnable(engine=engine, retriever=retriever, max_loops=1)
@@ -401,7 +405,7 @@ def test_llama_index_accepts_a_built_core_engine():
     response = InnerLoopQueryEngine(engine=core).query(QUESTION)
     assert str(response) == ANSWER
     node = response.source_nodes[0]
-    assert {"doc_id", "position", "relevance_score"} <= set(node.node.metadata)
+    assert {"fragrel_doc_id", "fragrel_position", "relevance_score"} <= set(node.node.metadata)
     engine = InnerLoopQueryEngine(LIListRetriever(li_nodes()[:1]), engine=core, max_loops=1)
     assert engine.core_engine.max_loops == 1
     assert engine.query(QUESTION).source_nodes[0].node.node_id == "n0"

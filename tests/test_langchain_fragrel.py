@@ -132,7 +132,7 @@ class Recorder(BaseCallbackHandler):
 
 
 def key(doc: Document) -> tuple[str, int]:
-    return doc.metadata["doc_id"], doc.metadata["position"]
+    return doc.metadata["fragrel_doc_id"], doc.metadata["fragrel_position"]
 
 
 # ----------------------------------------------------------------------------------------------- real model
@@ -225,7 +225,7 @@ def test_real_scores_equal_core_rerank(vectorstore, minilm):
     pool = vs.similarity_search(query, k=8)
     expected = rerank(
         query,
-        [Fragment(d.page_content, d.metadata["doc_id"], d.metadata["position"]) for d in pool],
+        [Fragment(d.page_content, d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"]) for d in pool],
         relation=ContextRelation(0.3),
         alpha=0.5,
         k=5,
@@ -304,7 +304,7 @@ def test_real_index_retriever_from_texts_matches_index(minilm):
     hits = retriever.index.retrieve("Where did Mara hide the key?", k=3, order="position")
     got = retriever.invoke("Where did Mara hide the key?")
     assert [d.page_content for d in got] == [h.text for h in hits]
-    assert [d.metadata["position"] for d in got] == sorted(d.metadata["position"] for d in got)
+    assert [d.metadata["fragrel_position"] for d in got] == sorted(d.metadata["fragrel_position"] for d in got)
     assert [d.metadata["relevance_score"] for d in got] == [h.score for h in hits]
 
 
@@ -314,6 +314,7 @@ def test_real_index_retriever_from_texts_matches_index(minilm):
 def test_public_names_are_pinned():
     assert fl.__all__ == [
         "FragRelChatModel",
+        "FragRelCompressor",
         "FragRelIndexRetriever",
         "FragRelRetriever",
         "InnerLoopRunnable",
@@ -327,6 +328,7 @@ def test_public_names_are_pinned():
         "add_positions",
         "grounded_answer_runnable",
         "make_memory_tools",
+        "with_store_scores",
     ]
 
 
@@ -371,7 +373,7 @@ def test_add_positions_composes_with_inmemory_vectorstore():
     assert hit.page_content == STORY[4] and key(hit) == ("story.txt", 4)
     retriever = FragRelRetriever(base_retriever=vs.as_retriever(), pool_size=6, k=3, embedder=BagOfWords())
     got = retriever.invoke("iron key washed up among the kelp")
-    assert len(got) == 3 and all(isinstance(d.metadata["position"], int) for d in got)
+    assert len(got) == 3 and all(isinstance(d.metadata["fragrel_position"], int) for d in got)
     # the vector store's own documents are not mutated
     assert "relevance_score" not in vs.get_by_ids([got[0].id])[0].metadata
 
@@ -514,7 +516,7 @@ def test_missing_position_error_and_isolate_mode():
     got = isolated.invoke("q")
     assert len(got) == len(mixed)
     for d in got:
-        if "doc_id" not in d.metadata:  # an isolated document: base score, empty environment, metadata as given
+        if "fragrel_doc_id" not in d.metadata:  # an isolated document: base score, empty environment, metadata as given
             assert d.metadata["fragrel_environment_score"] == 0.0
             assert d.metadata["relevance_score"] == d.metadata["score"]
             assert set(d.metadata) == {
@@ -526,7 +528,7 @@ def test_missing_position_error_and_isolate_mode():
     note = next(d for d in got if d.page_content == loose[0].page_content)
     assert note.metadata["relevance_score"] == note.metadata["fragrel_independent_score"] == 0.95
     # positioned documents still get their environment from each other (not from the isolated ones)
-    positioned = {key(d): d for d in got if "doc_id" in d.metadata}
+    positioned = {key(d): d for d in got if "fragrel_doc_id" in d.metadata}
     expected = rerank(
         "q",
         [Fragment(d.page_content, *key(d)) for d in docs],
@@ -704,7 +706,7 @@ def test_index_retriever_wraps_a_core_index():
     got = retriever.invoke("letters")
     hits = index.retrieve("letters", k=2)
     assert [d.page_content for d in got] == [h.text for h in hits]
-    assert [(d.metadata["doc_id"], d.metadata["position"]) for d in got] == [
+    assert [(d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"]) for d in got] == [
         (h.fragment.doc_id, h.fragment.position) for h in hits
     ]
     assert FragRelIndexRetriever(index=index, budget_words=12, k=10).invoke("letters")
@@ -715,3 +717,27 @@ def test_index_retriever_wraps_a_core_index():
         )
         <= 12
     )
+
+
+async def test_compressor_equals_the_retriever_over_the_same_candidates_sync_and_async():
+    docs = scored_docs()
+    want = FragRelRetriever(base_retriever=RunnableLambda(lambda q: docs), k=3).invoke("the key")
+    compressor = fl.FragRelCompressor(k=3)
+    got = compressor.compress_documents(docs, "the key")
+    agot = await compressor.acompress_documents(docs, "the key")
+    for out in (got, agot):
+        assert [(d.page_content, d.metadata) for d in out] == [(d.page_content, d.metadata) for d in want]
+    assert [d.metadata for d in docs] == [d.metadata for d in scored_docs()]  # inputs untouched
+    assert compressor.compress_documents([], "the key") == []
+
+
+def test_compressor_warns_on_a_short_pool_and_names_the_fix():
+    docs = scored_docs()
+    with pytest.warns(UserWarning, match=r"can only re-order them.*search_kwargs=\{\"k\": 50\}"):
+        fl.FragRelCompressor(k=len(docs)).compress_documents(docs, "the key")
+    with pytest.raises(ValueError, match="add_positions"):
+        fl.FragRelCompressor().compress_documents([Document("a loose note")], "the key")
+    with pytest.raises(TypeError, match="query must be str"):
+        fl.FragRelCompressor().compress_documents(docs, None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="vector-store retriever"):
+        fl.with_store_scores(RunnableLambda(lambda q: docs))  # type: ignore[arg-type]

@@ -129,7 +129,7 @@ def expected_scores(keys: list[tuple[str, int]], s_ind: np.ndarray, w_rel: float
 
 
 def _key(nws: NodeWithScore) -> tuple[str, int]:
-    return nws.node.metadata["doc_id"], nws.node.metadata["position"]
+    return nws.node.metadata["fragrel_doc_id"], nws.node.metadata["fragrel_position"]
 
 
 @pytest.fixture
@@ -200,8 +200,8 @@ def test_tag_positions_counts_per_document_and_hides_keys():
     tag_positions(nodes)
     per_doc: dict[str, list[int]] = {}
     for n in nodes:
-        assert n.metadata["doc_id"] == n.ref_doc_id
-        per_doc.setdefault(n.metadata["doc_id"], []).append(n.metadata["position"])
+        assert n.metadata["fragrel_doc_id"] == n.ref_doc_id
+        per_doc.setdefault(n.metadata["fragrel_doc_id"], []).append(n.metadata["fragrel_position"])
     assert set(per_doc) == set(STORIES)
     for positions in per_doc.values():
         assert positions == list(range(len(positions))) and len(positions) >= 2
@@ -212,22 +212,22 @@ def test_tag_positions_counts_per_document_and_hides_keys():
 
 def test_tag_positions_follows_prev_next_links_when_shuffled():
     reference = tag_positions(_nodes())
-    want = {n.text: n.metadata["position"] for n in reference}
+    want = {n.text: n.metadata["fragrel_position"] for n in reference}
     shuffled = _nodes()
     random.Random(3).shuffle(shuffled)
     tag_positions(shuffled)
-    assert {n.text: n.metadata["position"] for n in shuffled} == want
+    assert {n.text: n.metadata["fragrel_position"] for n in shuffled} == want
     shuffled = _nodes()
     random.Random(3).shuffle(shuffled)
     tag_positions(shuffled, use_links=False)  # without links: the given (shuffled) order
-    assert {n.text: n.metadata["position"] for n in shuffled} != want
+    assert {n.text: n.metadata["fragrel_position"] for n in shuffled} != want
 
 
 def test_tag_positions_needs_a_document():
     with pytest.raises(ValueError, match="default_doc_id"):
         tag_positions([TextNode(text="a")])
     nodes = tag_positions([TextNode(text="a"), TextNode(text="b", metadata={"doc_id": "x"})], default_doc_id="d")
-    assert [(n.metadata["doc_id"], n.metadata["position"]) for n in nodes] == [("d", 0), ("x", 0)]
+    assert [(n.metadata["fragrel_doc_id"], n.metadata["fragrel_position"]) for n in nodes] == [("d", 0), ("x", 0)]
     with pytest.raises(ValueError, match="position_key"):
         PositionTagger(position_key="")
     with pytest.raises(TypeError, match="FragmentStore"):
@@ -241,8 +241,8 @@ def test_position_tagger_in_ingestion_pipeline_fills_store():
     ).run(documents=_documents())
     assert len(store) == len(nodes)
     for n in nodes:
-        stored = store.get(n.metadata["doc_id"], n.metadata["position"])
-        assert stored is not None and stored.text == n.get_content(metadata_mode=MetadataMode.EMBED)
+        stored = store.get(n.metadata["fragrel_doc_id"], n.metadata["fragrel_position"])
+        assert stored is not None and stored.text == n.get_content(metadata_mode=MetadataMode.NONE)
         assert stored.metadata["fragrel_node"]["text"] == n.text and stored.metadata["title"] == n.metadata["title"]
         assert stored.metadata["fragrel_node"]["id"] == n.node_id
         assert stored.metadata["fragrel_node"]["ref_doc_id"] == n.ref_doc_id
@@ -407,14 +407,20 @@ def test_expansion_through_store(index, store, bow_embedder):
         FragRelRetriever(base, expand=1)
 
 
-def test_fallback_cosine_equals_vector_index_scores(index, embed_model):
+def test_fallback_cosine_scores_the_node_content_without_its_metadata_header(index, embed_model):
     pool = index.as_retriever(similarity_top_k=8).retrieve(QUERY)
     unscored = [NodeWithScore(node=n.node, score=None) for n in pool]
     got = FragRelRetriever(ListRetriever(unscored), similarity_top_k=8, alpha=0.0, score_embedder=embed_model).retrieve(
         QUERY
     )
-    assert [n.node.node_id for n in got] == [n.node.node_id for n in pool]
-    np.testing.assert_allclose([n.score for n in got], [n.score for n in pool], atol=1e-6)
+    # the text LangChain's page_content would hold: no "title: ..." header (the same text in both frameworks)
+    texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in pool]
+    q = np.asarray(embed_model.get_query_embedding(QUERY))
+    d = np.asarray(embed_model.get_text_embedding_batch(texts))
+    cosine = d @ q / (np.linalg.norm(d, axis=1) * np.linalg.norm(q))
+    expected = {n.node.node_id: c for n, c in zip(pool, cosine, strict=True)}
+    np.testing.assert_allclose([n.score for n in got], [expected[n.node.node_id] for n in got], atol=1e-6)
+    assert [n.score for n in got] == sorted((n.score for n in got), reverse=True)
 
 
 def test_llama_index_embedding_is_adapted(bow_embedder, embed_model):
@@ -441,7 +447,7 @@ def test_configurable_keys_and_position_order(embed_model):
         embed_model=embed_model,
     )
     base = index.as_retriever(similarity_top_k=8)
-    with pytest.raises(ValueError, match="'position'"):
+    with pytest.raises(ValueError, match="'fragrel_position'"):
         FragRelRetriever(base).retrieve(QUERY)
     kw = {"doc_id_key": "book", "position_key": "chunk", "similarity_top_k": 4}
     by_score = FragRelRetriever(base, **kw).retrieve(QUERY)
@@ -533,7 +539,7 @@ def test_index_retriever_matches_core_index(bow_embedder):
     core = FragRelIndex.from_texts(texts, fragment_words=20, embedder=bow_embedder, show_progress=False)
     want = core.retrieve(QUERY, k=4)
     got = retriever.retrieve(QUERY)
-    assert [(n.node.metadata["doc_id"], n.node.metadata["position"]) for n in got] == [
+    assert [(n.node.metadata["fragrel_doc_id"], n.node.metadata["fragrel_position"]) for n in got] == [
         (h.fragment.doc_id, h.fragment.position) for h in want
     ]
     assert [n.score for n in got] == [h.score for h in want]
@@ -543,7 +549,7 @@ def test_index_retriever_matches_core_index(bow_embedder):
     )
     hits = docs.retrieve(QUERY)
     assert sum(len(n.node.get_content().split()) for n in hits) <= 45
-    assert {n.node.metadata["doc_id"] for n in hits} <= set(STORIES)
+    assert {n.node.metadata["fragrel_doc_id"] for n in hits} <= set(STORIES)
 
 
 def test_index_retriever_from_texts_routes_keywords(bow_embedder):
@@ -612,7 +618,7 @@ def test_real_index_base_scores_are_minilm_cosine(real_setup, real_embedder):
     ).retrieve(QUERY)
     want = expected_scores([_key(n) for n in pool], np.array([n.score for n in pool]), 0.3, 0.5)
     np.testing.assert_allclose([n.score for n in got], np.sort(want)[::-1][:4], rtol=1e-9)
-    assert got[0].node.metadata["doc_id"] == "lighthouse"
+    assert got[0].node.metadata["fragrel_doc_id"] == "lighthouse"
 
 
 @pytest.mark.slow

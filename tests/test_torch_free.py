@@ -70,7 +70,8 @@ def test_core_and_langchain_retriever_with_a_user_embedder_without_torch():
     assert lines[0] == "She picked up the football there."
     assert lines[1] == (
         "She picked up the football there. "
-        "['fragrel_environment_score', 'fragrel_independent_score', 'relevance_score']"
+        "['fragrel_doc_id', 'fragrel_environment_score', 'fragrel_independent_score', 'fragrel_position', "
+        "'relevance_score']"
     )
     assert "fragrel-integrations[embed]" in lines[2]
     assert lines[3] == "[]"

@@ -8,16 +8,16 @@ import re
 import sys
 
 import pytest
-from langchain_core.documents import Document
+from langchain_core.documents import BaseDocumentCompressor, Document
 from langchain_core.retrievers import BaseRetriever as LangChainBase
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from fragrel_integrations import FragmentStore
 from fragrel_integrations.core import kit
 from fragrel_integrations.core.relations import ContextRelation
-from fragrel_integrations.langchain import FragRelRetriever, add_positions
+from fragrel_integrations.langchain import FragRelCompressor, FragRelRetriever, add_positions
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
 from fragrel_integrations.llama_index import FragRelRetriever as LlamaFragRelRetriever
 
@@ -47,10 +47,12 @@ def _build(framework: str, **settings):
         return FragRelRetriever(base_retriever=lambda q: _docs(), **settings)
     if framework == "llama_index":
         return LlamaFragRelRetriever(ListRetriever(_nodes()), **settings)
+    if framework == "compressor":
+        return FragRelCompressor(**settings)
     return FragRelPostprocessor(**settings)
 
 
-FRAMEWORKS = ("langchain", "llama_index", "postprocessor")
+FRAMEWORKS = ("langchain", "llama_index", "postprocessor", "compressor")
 BAD_SETTINGS = [
     {"alpha": -1},
     {"alpha": math.nan},
@@ -157,19 +159,20 @@ BAD_VALUES: dict[str, list] = {
     "expand": [-1, 1.5, True, 2],  # 2: without a store
     "order": ["time", 1],
     "outside": ["zero", None],
-    "doc_id_key": ["", 3, None, "position"],  # "position": the same as position_key
-    "position_key": ["", 3, "doc_id"],
+    "doc_id_key": ["", 3, None, kit.DEFAULT_POSITION_KEY],  # the same as position_key
+    "position_key": ["", 3, kit.DEFAULT_DOC_ID_KEY],
     "score_key": ["", 3],
     "on_missing_position": ["skip", None, 3],
 }
 
 #: What each wrapper calls the number of results (the kit's words name it).
-K_NAMES = {"langchain": "k", "llama_index": "similarity_top_k", "postprocessor": "top_n"}
+K_NAMES = {"langchain": "k", "llama_index": "similarity_top_k", "postprocessor": "top_n", "compressor": "k"}
 FRAMEWORK_SETTINGS = {  # the settings each wrapper adds to its framework's base class
     "langchain": set(FragRelRetriever.model_fields) - set(LangChainBase.model_fields) - {"base_retriever"},
     "llama_index": set(inspect.signature(LlamaFragRelRetriever.__init__).parameters)
     - {"self", "retriever", "callback_manager", "verbose"},
     "postprocessor": set(FragRelPostprocessor.model_fields) - set(BaseNodePostprocessor.model_fields),
+    "compressor": set(FragRelCompressor.model_fields) - set(BaseDocumentCompressor.model_fields),
 }
 CASES = [
     (framework, setting, value)
@@ -185,10 +188,13 @@ def _kit_words(framework: str, setting: str, value: object) -> BaseException:
     with pytest.raises((ValueError, TypeError)) as info:
         if name == "k":
             kit.check_k(value, setting)
-        elif name in ("embedder", "score_embedder", "expand") or value in ("position", "doc_id"):
+        elif name in ("embedder", "score_embedder", "expand") or value in (
+            kit.DEFAULT_POSITION_KEY,
+            kit.DEFAULT_DOC_ID_KEY,
+        ):
             kit.WrapperSettings.resolve(**{name: value})
         else:
-            kit.field_checks([name], links=framework != "langchain")[name](value)
+            kit.field_checks([name], links=framework not in ("langchain", "compressor"))[name](value)
     return info.value
 
 
@@ -228,19 +234,50 @@ def test_the_same_candidates_give_the_same_hits_through_all_three():
         lc = FragRelRetriever(base_retriever=lambda q, docs=docs: docs).invoke(query)
         li = LlamaFragRelRetriever(ListRetriever(nodes)).retrieve(query)
         pp = FragRelPostprocessor().postprocess_nodes(nodes, query_str=query)
-        want = [(d.page_content, d.metadata["doc_id"], d.metadata["position"], *_scores(d.metadata)) for d in lc]
+        want = [
+            (d.page_content, d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"], *_scores(d.metadata))
+            for d in lc
+        ]
         assert len(want) == 5
         for got in (li, pp):
             assert [
                 (
                     n.node.get_content(),
-                    n.node.metadata["doc_id"],
-                    n.node.metadata["position"],
+                    n.node.metadata["fragrel_doc_id"],
+                    n.node.metadata["fragrel_position"],
                     *_scores(n.node.metadata),
                 )
                 for n in got
             ] == want
             assert [repr(n.score) for n in got] == [repr(d.metadata["relevance_score"]) for d in lc]
+
+
+def test_identical_candidates_with_visible_metadata_give_identical_results_in_all_three():
+    """Candidates whose metadata LlamaIndex shows as a "key: value" header (as every node's ``get_content()`` has by
+    default): the preset detector and the scores see the node content alone, the text a LangChain Document holds,
+    so the three entry points choose the same preset and return the same top 5 with the same scores."""
+    texts = [
+        f"turn {i}: the {w} crossed the bay before noon while the harbour master counted the crates"
+        for i, w in enumerate(["ferry", "barge", "yacht", "ferry", "tug", "ferry", "dinghy", "barge", "ferry", "sloop"])
+    ]
+    shown = {"speaker": "Ann", "session_date": "8 May 2023"}  # not excluded: part of the node's header
+    scores = [0.9 - 0.05 * i for i in range(len(texts))]
+    docs = add_positions(
+        [Document(t, metadata={**shown, "source": "chat", "score": s}) for t, s in zip(texts, scores, strict=True)]
+    )
+    nodes = tag_positions(
+        [TextNode(text=t, id_=f"n{i}", metadata=dict(shown)) for i, t in enumerate(texts)], default_doc_id="chat"
+    )
+    assert nodes[0].get_content(MetadataMode.EMBED).startswith("speaker: Ann")  # the header LlamaIndex embeds
+    pool = [NodeWithScore(node=n, score=s) for n, s in zip(nodes, scores, strict=True)]
+    query = "when did the ferry cross the bay"
+    lc = FragRelRetriever(base_retriever=lambda q: docs).invoke(query)
+    li = LlamaFragRelRetriever(ListRetriever(pool)).retrieve(query)
+    pp = FragRelPostprocessor().postprocess_nodes(pool, query_str=query)
+    want = [(d.page_content, *_scores(d.metadata)) for d in lc]
+    assert len(want) == 5
+    for got in (li, pp):
+        assert [(n.node.get_content(metadata_mode=MetadataMode.NONE), *_scores(n.node.metadata)) for n in got] == want
 
 
 def _scores(metadata: dict) -> tuple[str, ...]:

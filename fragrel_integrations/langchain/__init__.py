@@ -21,6 +21,7 @@ require("langchain_core", "langchain")
 
 from .answer import grounded_answer_runnable  # noqa: E402
 from .chat_model import FragRelChatModel  # noqa: E402
+from .compressor import FragRelCompressor, with_store_scores  # noqa: E402
 from .embeddings import MiniLMEmbeddings  # noqa: E402
 from .indexing import add_positions  # noqa: E402
 from .inner_loop import InnerLoopRunnable  # noqa: E402
@@ -64,6 +65,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "FragRelChatModel",
+    "FragRelCompressor",
     "FragRelIndexRetriever",
     "FragRelRetriever",
     "InnerLoopRunnable",
@@ -77,4 +79,5 @@ __all__ = [
     "add_positions",
     "grounded_answer_runnable",
     "make_memory_tools",
+    "with_store_scores",
 ]

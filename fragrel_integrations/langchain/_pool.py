@@ -10,6 +10,10 @@ vector store's relevance scores, a ``BM25Retriever``'s BM25 scores (its ranking 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,11 +25,16 @@ from langchain_core.vectorstores import VectorStoreRetriever
 
 from ..core.kit.pool import fuse_minmax, oriented_scores
 
-__all__ = ["BASE_SCORE_KEY", "oriented", "ranks_by_words", "sized_base", "takes_k"]
+__all__ = ["BASE_SCORE_KEY", "oriented", "pool_advice", "post_filters", "ranks_by_words", "sized_base", "takes_k"]
 
 #: Metadata key under which a vector store's own relevance score reaches the re-ranker.
 BASE_SCORE_KEY = "fragrel_base_score"
 _SCORED_SEARCHES = ("similarity", "similarity_score_threshold")
+#: LangChain's own default ``fetch_k`` (candidates a post-filtering store searches before it filters).
+_DEFAULT_FETCH_K = 20
+#: The warning LangChain raises when a store's relevance function leaves [0, 1] (e.g. 1 - d / sqrt(2) on squared
+#: L2 distances above sqrt(2)): the wrapper's own request for a large pool is what makes it appear.
+_RELEVANCE_RANGE_WARNING = r"Relevance scores must be between 0 and 1"
 
 
 def takes_k(runnable: object) -> bool:
@@ -146,47 +155,120 @@ class _ScoredFusionRetriever(BaseRetriever):
         return self._fuse(list(lists))
 
 
+def post_filters(vectorstore: object) -> bool:
+    """Whether ``vectorstore`` filters after its search (FAISS: it searches ``fetch_k`` candidates, then applies
+    ``filter``), read from its ``similarity_search_with_score`` taking a ``fetch_k`` argument."""
+    search = getattr(type(vectorstore), "similarity_search_with_score", None)
+    try:
+        return callable(search) and "fetch_k" in inspect.signature(search).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _store_size(vectorstore: object) -> int | None:
+    """How many vectors the store holds, where it says (a FAISS ``index.ntotal``), else None."""
+    n = getattr(getattr(vectorstore, "index", None), "ntotal", None)
+    return n if isinstance(n, int) else None
+
+
+@contextlib.contextmanager
+def _own_request() -> Iterator[None]:
+    """Silence exactly LangChain's "Relevance scores must be between 0 and 1" warning, around the wrapper's own
+    request (the scores keep their order, which is all FragRel reads from them)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_RELEVANCE_RANGE_WARNING, category=UserWarning)
+        yield
+
+
 class _ScoredVectorStoreRetriever(VectorStoreRetriever):
     """A vector-store retriever that returns the store's own score in each Document's metadata: its relevance
-    score, else its raw similarity/distance oriented by its ranking, else none (the ranking is used)."""
+    score, else its raw similarity/distance oriented by its ranking, else none (the ranking is used).
 
-    def _with_scores(self, pairs: list[tuple[Document, float]]) -> list[Document]:
-        return [_with_score(d, s) for d, s in pairs]
+    A store that filters after its search (``fetch_k``, e.g. FAISS) is asked again with a four times larger
+    ``fetch_k`` while the filter leaves fewer than ``k`` candidates and the store holds more."""
+
+    def _more(self, search: dict[str, Any], found: int, previous: int) -> dict[str, Any] | None:
+        """The search kwargs of the next, larger post-filter search, or None when this one is final."""
+        fetch_k, size = search.get("fetch_k"), _store_size(self.vectorstore)
+        if not isinstance(fetch_k, int) or found >= search["k"] or (size is not None and fetch_k >= size):
+            return None
+        if size is None and found <= previous:  # no more candidates passed the filter: the store has no more
+            return None
+        return {**search, "fetch_k": fetch_k * 4 if size is None else min(fetch_k * 4, size)}
+
+    def _scored_once(self, query: str, search: dict[str, Any]) -> list[tuple[Document, float]]:
+        try:
+            with _own_request():
+                return self.vectorstore.similarity_search_with_relevance_scores(query, **search)
+        except NotImplementedError:  # no relevance function (e.g. InMemoryVectorStore): the raw score
+            return oriented(self.vectorstore.similarity_search_with_score(query, **search))
+
+    async def _ascored_once(self, query: str, search: dict[str, Any]) -> list[tuple[Document, float]]:
+        try:
+            with _own_request():
+                return await self.vectorstore.asimilarity_search_with_relevance_scores(query, **search)
+        except NotImplementedError:
+            return oriented(await self.vectorstore.asimilarity_search_with_score(query, **search))
+
+    def _scored(self, query: str, search: dict[str, Any]) -> list[tuple[Document, float]]:
+        pairs, previous = self._scored_once(query, search), -1
+        while (larger := self._more(search, len(pairs), previous)) is not None:
+            previous, search = len(pairs), larger
+            pairs = self._scored_once(query, search)
+        return pairs
+
+    async def _ascored(self, query: str, search: dict[str, Any]) -> list[tuple[Document, float]]:
+        pairs, previous = await self._ascored_once(query, search), -1
+        while (larger := self._more(search, len(pairs), previous)) is not None:
+            previous, search = len(pairs), larger
+            pairs = await self._ascored_once(query, search)
+        return pairs
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        search = self.search_kwargs | kwargs
         try:
-            return self._with_scores(self.vectorstore.similarity_search_with_relevance_scores(query, **search))
-        except NotImplementedError:  # no relevance function (e.g. InMemoryVectorStore): the raw score
-            pass
-        try:
-            return self._with_scores(oriented(self.vectorstore.similarity_search_with_score(query, **search)))
+            return [_with_score(d, s) for d, s in self._scored(query, self.search_kwargs | kwargs)]
         except NotImplementedError:  # a store without scores: its ranking is all we get
             return super()._get_relevant_documents(query, run_manager=run_manager, **kwargs)
 
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
-        search = self.search_kwargs | kwargs
         try:
-            return self._with_scores(await self.vectorstore.asimilarity_search_with_relevance_scores(query, **search))
-        except NotImplementedError:
-            pass
-        try:
-            return self._with_scores(oriented(await self.vectorstore.asimilarity_search_with_score(query, **search)))
+            return [_with_score(d, s) for d, s in await self._ascored(query, self.search_kwargs | kwargs)]
         except NotImplementedError:
             return await super()._aget_relevant_documents(query, run_manager=run_manager, **kwargs)
+
+
+def pool_advice(base: Any, n: int) -> str:
+    """What would give a FragRel wrapper over ``base`` a larger pool than it got when it asked for ``n``: the knob
+    that limits it (a score threshold, a filter), else the base's own number of results."""
+    name = type(base).__name__
+    if isinstance(base, VectorStoreRetriever):
+        search = base.search_kwargs
+        if base.search_type == "similarity_score_threshold":
+            return f"the store returned fewer than {n} above score_threshold={search.get('score_threshold')}: lower it"
+        if search.get("filter") is not None:
+            raised = " and fetch_k" if post_filters(base.vectorstore) else ""
+            return f"its filter let fewer than {n} through (k{raised} were raised already): widen the filter"
+        return f"the store holds fewer than {n} documents (k was raised already)"
+    if sized_base(base, n) is not None:
+        return f"{name} returned fewer than {n} (its k was raised already): it holds no more"
+    return f"make {name} return more (e.g. k=50) or pass pool_size with a retriever that has a k / search_kwargs field"
 
 
 def sized_base(base: Any, n: int) -> Any | None:
     """A copy of ``base`` that returns ``n`` candidates (scored where the store can), or None if it has no knob.
 
+    ``fetch_k`` is raised with ``k``: for MMR, and for a ``filter`` on a store that filters after its search.
+
     The original retriever is never changed; the copy shares its vector store, index and documents.
     """
     if isinstance(base, VectorStoreRetriever):
         kwargs = {**base.search_kwargs, "k": n}
+        if kwargs.get("filter") is not None and base.search_type != "mmr" and post_filters(base.vectorstore):
+            kwargs["fetch_k"] = max(int(kwargs.get("fetch_k", _DEFAULT_FETCH_K)), 4 * n)  # FAISS filters after
         if base.search_type == "mmr":
             kwargs["fetch_k"] = max(int(kwargs.get("fetch_k", 20)), 2 * n)
             return base.model_copy(update={"search_kwargs": kwargs})

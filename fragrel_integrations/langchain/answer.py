@@ -2,8 +2,8 @@
 out (the answer the retrieved text supports, with quoted evidence; or "not stated" and the evidence).
 
 All logic is :func:`~fragrel_integrations.core.answer.grounded_answer`; this module turns the retriever's
-``Document`` objects into fragments (``doc_id``/``position`` metadata as :func:`add_positions` writes them; a
-Document without them is cited by its rank).
+``Document`` objects into fragments (the position metadata :func:`add_positions` writes, ``fragrel_doc_id`` /
+``fragrel_position``; a Document without them is cited by its rank).
 
 >>> from langchain_core.documents import Document
 >>> from langchain_core.runnables import RunnableLambda
@@ -26,6 +26,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 
 from ..core.answer import GroundedAnswer
 from ..core.kit.answer import AnswerStep, cited_fragments
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.types import Fragment
 from ._documents import check_documents
 
@@ -33,9 +34,9 @@ __all__ = ["documents_to_fragments", "grounded_answer_runnable"]
 
 
 def documents_to_fragments(
-    documents: list[Document], *, doc_id_key: str = "doc_id", position_key: str = "position"
+    documents: list[Document], *, doc_id_key: str = DEFAULT_DOC_ID_KEY, position_key: str = DEFAULT_POSITION_KEY
 ) -> list[Fragment]:
-    """Core fragments for retrieved Documents, in their order (``doc_id``/``position`` from the metadata; a
+    """Core fragments for retrieved Documents, in their order (the position keys from the metadata; a
     Document without them gets doc_id ``"retrieved"`` and its rank as position)."""
     docs = check_documents(documents, "the retriever's result")
     return cited_fragments(((d.page_content, d.metadata) for d in docs), doc_id_key, position_key)
@@ -46,8 +47,8 @@ def grounded_answer_runnable(
     model: Any = None,
     *,
     embedder: Any = None,
-    doc_id_key: str = "doc_id",
-    position_key: str = "position",
+    doc_id_key: str = DEFAULT_DOC_ID_KEY,
+    position_key: str = DEFAULT_POSITION_KEY,
     **options: Any,
 ) -> Runnable[str, GroundedAnswer]:
     """A Runnable that retrieves with ``retriever`` and answers with ``model`` (a LangChain chat model, a core

@@ -1,4 +1,5 @@
-"""Prepare LangChain Documents for FragRel: write ``doc_id`` and ``position`` metadata (and fill a FragmentStore)."""
+"""Prepare LangChain Documents for FragRel: write ``fragrel_doc_id`` and ``fragrel_position`` metadata (and fill a
+FragmentStore)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterable
 
 from langchain_core.documents import Document
 
-from ..core.kit.settings import check_keys
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys, read_key
 from ..core.store import FragmentStore
 from ..core.types import Fragment
 from ._documents import check_documents
@@ -17,13 +18,15 @@ __all__ = ["add_positions"]
 def add_positions(
     documents: Iterable[Document],
     *,
-    doc_id_key: str = "doc_id",
-    position_key: str = "position",
+    doc_id_key: str = DEFAULT_DOC_ID_KEY,
+    position_key: str = DEFAULT_POSITION_KEY,
     source_key: str | None = "source",
     default_doc_id: str = "0",
     store: FragmentStore | None = None,
 ) -> list[Document]:
-    """Copies of ``documents`` with ``doc_id`` and ``position`` metadata, the locations FragRel relates.
+    """Copies of ``documents`` with ``fragrel_doc_id`` and ``fragrel_position`` metadata, the locations FragRel
+    relates (``doc_id_key`` / ``position_key`` name other keys; FragRel still reads the old defaults ``doc_id`` /
+    ``position`` on Documents tagged before).
 
     Give the chunks **in reading order** (e.g. the output of a LangChain text splitter). Each chunk's document id
     is its existing ``metadata[doc_id_key]``, else ``metadata[source_key]`` (the file a loader read), else
@@ -35,7 +38,7 @@ def add_positions(
     Call it once over all chunks of a document: a second call restarts the positions at 0.
 
     >>> docs = add_positions([Document("Call me Ishmael."), Document("Some years ago...")])
-    >>> [(d.metadata["doc_id"], d.metadata["position"]) for d in docs]
+    >>> [(d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"]) for d in docs]
     [('0', 0), ('0', 1)]
     """
     if isinstance(documents, Document):
@@ -47,7 +50,7 @@ def add_positions(
     counters: dict[str, int] = {}
     out: list[Document] = []
     for doc in docs:
-        doc_id = doc.metadata.get(doc_id_key)
+        doc_id = read_key(doc.metadata, doc_id_key)
         if doc_id is None and source_key is not None:
             doc_id = doc.metadata.get(source_key)
         doc_id = str(default_doc_id if doc_id is None else doc_id)

@@ -30,7 +30,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_vali
 from ..core.inner_loop import InnerLoopEngine
 from ..core.kit import inner_loop as kit
 from ..core.kit.pool import read_location, read_score
-from ..core.kit.settings import check_key
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
 from ..core.types import Fragment, ScoredFragment
 from ._documents import check_documents, fragment_to_document, isolated_key, with_scores
 
@@ -54,8 +54,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     the loop stops when consecutive memories agree (``threshold``) or after ``max_loops`` rounds. Input: a
     question string or ``{"question": ...}``. Output: :func:`~fragrel_integrations.core.kit.inner_loop.result_dict`
     (``answer`` is the final STM; ``rounds`` and ``documents`` hold the retriever's own Documents, or new ones with
-    ``doc_id``, ``position`` and the FragRel scores for an engine's core retriever). ``stream`` / ``astream``
-    yield it after every round (``stop_reason`` None until the last).
+    ``fragrel_doc_id``, ``fragrel_position`` and the FragRel scores for an engine's core retriever). ``stream`` /
+    ``astream`` yield it after every round (``stop_reason`` None until the last).
 
     Build it from ``retriever`` (any ``Runnable[str, list[Document]]``, or a function) and ``model`` (a LangChain
     chat model or LLM, a LlamaIndex LLM or a :class:`~fragrel_integrations.models.chat.ChatModel`), or from a
@@ -77,8 +77,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     max_stm_tokens: int | None = Field(None, description=_DOCS["max_stm_tokens"])
     dedupe: bool | None = Field(None, description=_DOCS["dedupe"])
     show_progress: bool | None = Field(None, description=_DOCS["show_progress"])
-    doc_id_key: str = "doc_id"
-    position_key: str = "position"
+    doc_id_key: str = DEFAULT_DOC_ID_KEY
+    position_key: str = DEFAULT_POSITION_KEY
 
     _core: InnerLoopEngine | None = PrivateAttr(default=None)
 

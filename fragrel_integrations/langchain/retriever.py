@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal, Self
@@ -23,40 +22,31 @@ from ..core.index import FragRelIndex
 from ..core.kit import pool
 from ..core.kit.args import split_kwargs
 from ..core.kit.pool import default_pool_size
-from ..core.presets import DEFAULT_PRESET
-from ..core.relations import Relation
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.selection import check_k
 from ..core.types import Fragment
-from ._documents import check_documents, fragment_to_document, isolated_key, with_scores
-from ._pool import BASE_SCORE_KEY, ranks_by_words, sized_base, takes_k
+from ._documents import check_documents, fragment_to_document, with_scores
+from ._pool import pool_advice, ranks_by_words, sized_base, takes_k
+from ._wrapper import FragRelFields, rerank_documents
 from .indexing import add_positions
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
 
 logger = logging.getLogger(__name__)
 
-_MISSING_POSITION = (
-    "document {i} from the base retriever has no {doc_id_key!r} / {position_key!r} metadata, which the context "
-    "relation needs. Index the chunks with fragrel_integrations.langchain.add_positions(chunks) before adding "
-    "them to the vector store, set doc_id_key / position_key to the metadata keys you use, or pass "
-    "on_missing_position='isolate' to score such documents on their own (no environment)."
-)
-
-
-#: The settings kit's check of each field (run before pydantic's own type check, so the words are the kit's).
-_CHECKS = kit.field_checks(("k", "pool_size", "score_key", *kit.FIELD_SETTINGS), links=False)
 _INDEX_CHECKS = kit.field_checks(("k", "order", "budget_words"))
 _DOCS = kit.SETTING_DOCS
 
 
-class FragRelRetriever(BaseRetriever):
+class FragRelRetriever(FragRelFields, BaseRetriever):
     """Re-rank the documents of ANY base retriever with FragRel's relation-aware score ``s_ind + alpha * s_env``.
 
     The base is asked for ``pool_size`` candidates on a copy (``search_kwargs["k"]`` of a vector-store retriever,
     the ``k`` field of e.g. ``BM25Retriever``, each member of an ``EnsembleRetriever``), so FragRel chooses *which*
     ``k`` documents come back. ``s_ind`` is the base's own score (a vector store's relevance score, else metadata
     ``score_key``, else its ranking ``1 - rank/n``) fused with a BM25 score of the pool; no second model scores
-    behind your back. ``s_env`` comes from ``relation`` over ``doc_id`` / ``position`` metadata: write it with
+    behind your back. ``s_env`` comes from ``relation`` over ``fragrel_doc_id`` / ``fragrel_position`` metadata
+    (the old names ``doc_id`` / ``position`` are still read): write it with
     :func:`~fragrel_integrations.langchain.add_positions` before indexing. The settings mean the same in every
     wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS`; ``.settings`` shows them resolved).
 
@@ -75,28 +65,9 @@ class FragRelRetriever(BaseRetriever):
 
     base_retriever: RetrieverLike
     """Any Runnable[str, list[Document]] (typically ``vectorstore.as_retriever()``); a plain function is wrapped."""
-    k: int = 5
-    """Number of documents to return."""
-    preset: str = Field(DEFAULT_PRESET, description=_DOCS["preset"])
-    alpha: float | None = Field(None, description=_DOCS["alpha"])
-    top_m: int | None = Field(None, description=_DOCS["top_m"])
-    relation: Relation | None = Field(None, description=_DOCS["relation"])
-    lexical: float | None = Field(None, description=_DOCS["lexical"])
-    embedder: Any = Field(None, description=_DOCS["embedder"])
-    score_embedder: Any = Field(None, description=_DOCS["score_embedder"])
     pool_size: int | None = Field(None, description=_DOCS["pool_size"])
-    store: Any = Field(None, description=_DOCS["store"])
-    expand: int | None = Field(None, description=_DOCS["expand"])
-    outside: Literal["floor", "ignore"] = Field("floor", description=_DOCS["outside"])
-    doc_id_key: str = Field(kit.DEFAULT_DOC_ID_KEY, description=_DOCS["doc_id_key"])
-    position_key: str = Field(kit.DEFAULT_POSITION_KEY, description=_DOCS["position_key"])
-    score_key: str | None = Field(None, description=_DOCS["score_key"])
-    on_missing_position: Literal["raise", "error", "isolate"] = Field("raise", description=_DOCS["on_missing_position"])
-    order: Literal["score", "position"] | None = Field(None, description=_DOCS["order"])
 
     _sized: dict[int, Any] = PrivateAttr(default_factory=dict)
-    _warned: bool = PrivateAttr(default=False)
-    _settings: kit.WrapperSettings = PrivateAttr()
     _ranks_by_words: bool = PrivateAttr(default=False)
 
     @field_validator("base_retriever", mode="before")
@@ -106,20 +77,14 @@ class FragRelRetriever(BaseRetriever):
             return RunnableLambda(value)  # a plain function query -> list[Document], as LCEL pipes accept
         return value
 
-    @field_validator(*_CHECKS, mode="before")
+    @field_validator("pool_size", mode="before")
     @classmethod
-    def _check_setting(cls, value: Any, info: ValidationInfo) -> Any:
-        return _CHECKS[info.field_name](value)  # the kit's check: the same words as in LlamaIndex
+    def _check_pool_size(cls, value: Any) -> Any:
+        return kit.check_pool_size(value)
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
-        settings = kit.WrapperSettings.of(self, links=False)
-        self._settings = settings
         self._ranks_by_words = ranks_by_words(self.base_retriever)
-        # the fields show the resolved settings (None with preset="auto": chosen per pool; top_m 0: all lend support)
-        self.alpha, self.top_m, self.relation = settings.alpha, settings.top_m, settings.relation
-        self.order, self.expand, self.lexical = settings.order, settings.expand, settings.lexical
-        self.on_missing_position = settings.on_missing_position  # type: ignore[assignment]
         sizable = self.pool_size is None or sized_base(self.base_retriever, self.pool_size) is not None
         if not sizable and not takes_k(self.base_retriever):
             raise ValueError(
@@ -128,11 +93,6 @@ class FragRelRetriever(BaseRetriever):
                 "the base itself and leave pool_size=None"
             )
         return self
-
-    @property
-    def settings(self) -> kit.WrapperSettings:
-        """The resolved, checked FragRel settings (the kit's :class:`WrapperSettings`)."""
-        return self._settings
 
     # ------------------------------------------------------------------------------------------------ helpers
 
@@ -154,48 +114,14 @@ class FragRelRetriever(BaseRetriever):
         return self.base_retriever, dict(kwargs)
 
     def _check_pool(self, n_docs: int, k: int) -> None:
-        if n_docs <= k and not self._warned and self.pool_size is None:
-            self._warned = True
-            warnings.warn(
-                f"FragRelRetriever: the base retriever returned {n_docs} documents for k={k}, so FragRel can only "
-                f"re-order them; make {type(self.base_retriever).__name__} return more (e.g. k=50) or pass "
-                "pool_size with a retriever that has a k / search_kwargs field",
-                UserWarning,
-                stacklevel=4,
-            )
+        if self.pool_size is None:
+            self._warn_short_pool(n_docs, k, pool_advice(self.base_retriever, default_pool_size(k)))
 
-    def _base_score(self, doc: Document) -> tuple[Document, float | None]:
-        """``doc`` without the base's score that the sized copy put in its metadata, and that score (else the
-        ``score_key`` metadata)."""
-        if BASE_SCORE_KEY not in doc.metadata:
-            return doc, pool.read_score(doc.metadata, self.score_key)
-        metadata = dict(doc.metadata)
-        score = float(metadata.pop(BASE_SCORE_KEY))
-        return doc.model_copy(update={"metadata": metadata}), score
-
-    def _rerank(self, query: str, documents: object, k: int) -> list[Document]:
+    def _rerank(self, query: str, documents: object, k: int) -> list[Document]:  # type: ignore[override]
         docs = check_documents(documents, "the base retriever's result")
-        if not docs:
-            return []
-        self._check_pool(len(docs), k)
-        kept, scores = zip(*(self._base_score(doc) for doc in docs), strict=True)
-        ranked = pool.rerank_items(
-            self._settings,
-            query,
-            kept,
-            locate=lambda doc: pool.read_location(doc.metadata, self.doc_id_key, self.position_key),
-            fragment=lambda doc, key: Fragment(doc.page_content, *key, dict(doc.metadata)),
-            isolated=lambda i: (isolated_key(docs[i]), 0),  # the Document as the base returned it
-            error=lambda missing: ValueError(
-                _MISSING_POSITION.format(i=missing[0], doc_id_key=self.doc_id_key, position_key=self.position_key)
-            ),
-            scores=None if all(s is None for s in scores) else list(scores),
-            k=k,
-            ranks_by_words=self._ranks_by_words,
-            neighbour=partial(fragment_to_document, doc_id_key=self.doc_id_key, position_key=self.position_key),
-        )
-        logger.debug("FragRel re-ranked %d candidates into %d documents", len(docs), len(ranked))
-        return [with_scores(doc, hit) for doc, hit in ranked]
+        if docs:
+            self._check_pool(len(docs), k)
+        return rerank_documents(self, query, docs, k, ranks_by_words=self._ranks_by_words)
 
     # ------------------------------------------------------------------------------------------------ retrieval
 
@@ -230,9 +156,9 @@ class FragRelIndexRetriever(BaseRetriever):
     """A LangChain retriever over a core :class:`~fragrel_integrations.FragRelIndex` (no vector store needed).
 
     Build it from raw texts (split into word windows), from Documents (e.g. text-splitter chunks, in order), or
-    wrap an index you already have. Returned Documents carry the fragment's metadata, ``doc_id``, ``position``
-    and the three FragRel scores; Documents given to :meth:`from_documents` come back as copies of themselves
-    (same ``id`` and metadata) with those keys added.
+    wrap an index you already have. Returned Documents carry the fragment's metadata, ``fragrel_doc_id``,
+    ``fragrel_position`` and the three FragRel scores; Documents given to :meth:`from_documents` come back as
+    copies of themselves (same ``id`` and metadata) with those keys added.
 
     >>> retriever = FragRelIndexRetriever.from_texts([book_text], fragment_words=200, k=4)   # doctest: +SKIP
     >>> retriever.invoke("What did he build the boat with?")                               # doctest: +SKIP
@@ -246,8 +172,8 @@ class FragRelIndexRetriever(BaseRetriever):
     budget_words: int | None = None
     """Also stop when the returned fragments reach this many words."""
     order: Literal["score", "position"] = "score"
-    doc_id_key: str = "doc_id"
-    position_key: str = "position"
+    doc_id_key: str = DEFAULT_DOC_ID_KEY
+    position_key: str = DEFAULT_POSITION_KEY
 
     _documents: dict[tuple[str, int], Document] = PrivateAttr(default_factory=dict)
 
@@ -283,8 +209,8 @@ class FragRelIndexRetriever(BaseRetriever):
         document ids from ``source_key``); if all have it, it is used; a mix raises ValueError.
         """
         fields, index_kwargs = split_kwargs(kwargs, cls.model_fields)
-        doc_id_key = fields.get("doc_id_key", "doc_id")
-        position_key = fields.get("position_key", "position")
+        doc_id_key = fields.get("doc_id_key", DEFAULT_DOC_ID_KEY)
+        position_key = fields.get("position_key", DEFAULT_POSITION_KEY)
         docs = check_documents(list(documents), "documents")
         located = [pool.read_location(d.metadata, doc_id_key, position_key) for d in docs]
         if all(loc is None for loc in located):

@@ -4,7 +4,8 @@
 - :class:`FragRelPostprocessor` does the same as a node postprocessor inside a query engine;
   :class:`GroundedSynthesizer` makes the engine's reply an answer the retrieved nodes support, cited.
 - :class:`FragRelIndexRetriever` is a retriever over a core ``FragRelIndex`` (texts in, no vector store).
-- :class:`PositionTagger` / :func:`tag_positions` write ``doc_id`` and ``position`` into node metadata.
+- :class:`PositionTagger` / :func:`tag_positions` write ``fragrel_doc_id`` and ``fragrel_position`` into node
+  metadata.
 - :class:`TripletGraphStore` is a ``PropertyGraphStore`` over the RET-LLM triplet memory;
   :class:`TripletMemoryRetriever` reads it.
 - :class:`InnerLoopQueryEngine` answers with ILM-TR's inner loop (short-term memory) over any retriever.

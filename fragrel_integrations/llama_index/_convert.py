@@ -48,8 +48,9 @@ _TAGGER_HINT = (
 
 
 def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
-    """``metadata[doc_id_key]`` if set, else the id of the node's SOURCE document (``ref_doc_id``)."""
-    value = node.metadata.get(doc_id_key)
+    """``metadata[doc_id_key]`` if set (a default key also under its old name), else the id of the node's SOURCE
+    document (``ref_doc_id``)."""
+    value = kit.read_key(node.metadata, doc_id_key)
     if value is not None:
         return str(value)
     source = node.relationships.get(NodeRelationship.SOURCE)
@@ -58,6 +59,7 @@ def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
 
 def node_position(node: BaseNode, position_key: str) -> int | None:
     """``metadata[position_key]`` as an int (ints that went through a vector store as ``3.0`` or ``"3"`` too)."""
+    position_key = kit.stored_key(node.metadata, position_key)
     value = node.metadata.get(position_key)
     if value is None:
         return None
@@ -116,9 +118,10 @@ def scored_node(node: BaseNode, scored: ScoredFragment) -> BaseNode:
 
 
 def scoring_text(node: BaseNode) -> str:
-    """The text FragRel scores: what LlamaIndex embeds (``MetadataMode.EMBED``), so that embedder cosine and a
-    vector index's own scores agree."""
-    return node.get_content(metadata_mode=MetadataMode.EMBED)
+    """The text FragRel scores and shows the preset detector: the node's content without its metadata header
+    (``MetadataMode.NONE``), the same text a LangChain Document's ``page_content`` holds, so identical candidates
+    score alike in both frameworks (a ``key: value`` header would read as dialogue lines)."""
+    return node.get_content(metadata_mode=MetadataMode.NONE)
 
 
 def fragment_for_store(node: BaseNode, doc_id: str, position: int) -> Fragment:
@@ -137,7 +140,9 @@ def fragment_for_store(node: BaseNode, doc_id: str, position: int) -> Fragment:
     return Fragment(scoring_text(node), doc_id, position, metadata)
 
 
-def node_from_fragment(fragment: Fragment, *, doc_id_key: str = "doc_id", position_key: str = "position") -> TextNode:
+def node_from_fragment(
+    fragment: Fragment, *, doc_id_key: str = kit.DEFAULT_DOC_ID_KEY, position_key: str = kit.DEFAULT_POSITION_KEY
+) -> TextNode:
     """A :class:`TextNode` for a core fragment (a stored neighbour, or a hit of a core index)."""
     metadata = dict(fragment.metadata)
     info = metadata.pop(STORE_NODE_KEY, None)
@@ -168,15 +173,22 @@ class NodeReranker:
     settings: kit.WrapperSettings
     k: int | None
     ranks_by_words: bool = False  # the base ranks by the query's words (BM25, fusion with BM25): no pool BM25
+    score_kind: str | None = None  # what node scores are (the store's metric; pool.SCORE_KINDS); None: the rule
 
     @classmethod
-    def build(cls, *, k: int | None = 5, ranks_by_words: bool = False, **settings: Any) -> NodeReranker:
+    def build(
+        cls, *, k: int | None = 5, ranks_by_words: bool = False, score_kind: str | None = None, **settings: Any
+    ) -> NodeReranker:
         """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.core.kit.
         WrapperSettings.resolve>`: the ``preset``'s defaults, ``expand`` 1 with a store)."""
-        return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words)
+        kind = pool.check_score_kind(score_kind)
+        return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words, kind)
 
     def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
-        """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified)."""
+        """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified).
+
+        Node scores are oriented first (:func:`~fragrel_integrations.core.kit.pool.oriented_scores`): distances
+        become similarities."""
         kit.check_query(query)
         candidates = check_nodes(candidates, "candidates")
         if not candidates:
@@ -201,7 +213,7 @@ class NodeReranker:
             isolated=lambda i: (f"fragrel-isolated:{nodes[i].node_id}", 0),
             linked=lambda missing: pool.linked_keys(**node_links([nodes[i] for i in missing])),
             error=error,
-            scores=[c.score for c in candidates],
+            scores=pool.oriented_scores([c.score for c in candidates], self.score_kind),
             k=self.k,
             ranks_by_words=self.ranks_by_words,
             neighbour=partial(node_from_fragment, doc_id_key=s.doc_id_key, position_key=s.position_key),

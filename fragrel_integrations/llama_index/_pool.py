@@ -1,5 +1,9 @@
 """Ask a LlamaIndex base retriever for a pool of ``n`` candidates, on a copy (the user's retriever is unchanged).
 
+What the base's node scores are is read from its vector store's own metric (:func:`score_kind`): LlamaIndex
+passes a store's raw scores on as node scores, and some are distances (FAISS ``IndexFlatL2``, Milvus and Qdrant
+with an L2 metric).
+
 ``similarity_top_k`` is the knob of ``VectorIndexRetriever``, ``BM25Retriever``, ``QueryFusionRetriever`` and
 most others; a fusion retriever also passes it to each of its member retrievers. A ``QueryFusionRetriever`` in
 ``reciprocal_rerank`` mode is asked in ``relative_score`` mode (LlamaIndex's own weighted min-max fusion of the
@@ -12,7 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-__all__ = ["ranks_by_words", "sized_base"]
+__all__ = ["ranks_by_words", "score_kind", "sized_base"]
 
 
 def _corpus_size(retriever: Any) -> int | None:
@@ -47,9 +51,66 @@ def sized_base(retriever: Any, n: int) -> Any | None:
     return sized
 
 
-# The one place that touches LlamaIndex internals: ``QueryFusionRetriever`` keeps its members in ``_retrievers``
+# ------------------------------------------------------------------------------------------ what scores mean
+
+#: Milvus ``similarity_metric`` -> score kind (Milvus returns squared L2 distances for "L2").
+_MILVUS_KINDS = {"L2": "squared_l2", "IP": "similarity", "COSINE": "similarity"}
+#: Qdrant ``Distance`` -> score kind (Qdrant returns the Euclidean and Manhattan distances themselves).
+_QDRANT_KINDS = {"Euclid": "l2", "Manhattan": "distance", "Cosine": "similarity", "Dot": "similarity"}
+
+
+def _faiss_kind(index: Any) -> str | None:
+    """A FAISS index's metric (``IndexFlatL2`` and every ``METRIC_L2`` index give squared L2 distances)."""
+    metric = getattr(index, "metric_type", None)
+    if not isinstance(metric, int):
+        return None
+    import faiss  # present: the index is a faiss object
+
+    return "squared_l2" if metric == faiss.METRIC_L2 else "similarity" if metric == faiss.METRIC_INNER_PRODUCT else None
+
+
+def _qdrant_kind(store: Any) -> str | None:
+    """A Qdrant collection's distance, as the server reports it (None when the collection does not exist yet)."""
+    try:
+        vectors = store.client.get_collection(store.collection_name).config.params.vectors
+    except Exception:
+        return None
+    if isinstance(vectors, dict):
+        vectors = vectors.get(getattr(store, "dense_vector_name", None)) or next(iter(vectors.values()), None)
+    distance = getattr(getattr(vectors, "distance", None), "value", None)
+    return _QDRANT_KINDS.get(distance)  # type: ignore[arg-type]
+
+
+def store_score_kind(store: Any) -> str | None:
+    """What ``store``'s query similarities are, from its own metric where it says (see
+    :data:`~fragrel_integrations.core.kit.pool.SCORE_KINDS`); None when it does not (the orientation rule decides)."""
+    name = type(store).__name__
+    if name == "FaissVectorStore":
+        return _faiss_kind(store.client)
+    if name == "MilvusVectorStore":
+        return _MILVUS_KINDS.get(str(getattr(store, "similarity_metric", "")).upper())
+    if name == "QdrantVectorStore":
+        return _qdrant_kind(store)
+    if name in ("SimpleVectorStore", "ChromaVectorStore", "LanceDBVectorStore"):
+        return "similarity"  # cosine; the Chroma and LanceDB wrappers turn their distances into exp(-d)
+    return None
+
+
+def score_kind(retriever: Any) -> str | None:
+    """What the node scores of ``retriever`` are: its vector store's (a ``VectorIndexRetriever``), else None."""
+    store = _store_of(retriever)
+    return None if store is None else store_score_kind(store)
+
+
+# The one place that touches LlamaIndex internals: ``VectorIndexRetriever`` keeps its store in ``_vector_store``;
+# ``QueryFusionRetriever`` keeps its members in ``_retrievers``
 # with no public accessor, and rebuilding it through its constructor would need its private ``_llm`` and
 # ``_retriever_weights`` too (re-normalising the weights could change them in the last bit).
+
+
+def _store_of(retriever: Any) -> Any:
+    """A ``VectorIndexRetriever``'s vector store (it keeps it in ``_vector_store``, with no public accessor)."""
+    return getattr(retriever, "_vector_store", None)
 
 
 def _fusion_members(retriever: Any) -> Any:

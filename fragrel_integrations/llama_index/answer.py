@@ -1,6 +1,6 @@
 """Grounded answers as a LlamaIndex response synthesizer: a query engine's reply is an answer the retrieved nodes
 support, with the quoted evidence cited, or "not stated" and the closest evidence (all logic:
-:func:`~fragrel_integrations.core.answer.grounded_answer`; nodes cited by their ``doc_id``/``position``).
+:func:`~fragrel_integrations.core.answer.grounded_answer`; nodes cited by their position metadata).
 
 >>> from llama_index.core.schema import NodeWithScore, TextNode
 >>> from fragrel_integrations.testing import ScriptedChatModel
@@ -24,6 +24,7 @@ from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from ..core.kit.answer import AnswerStep, aone_chunk, one_chunk
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ._convert import check_nodes
 from .llm import FragRelLLM
 
@@ -50,8 +51,8 @@ class GroundedSynthesizer(BaseSynthesizer):
         llm: Any = None,
         *,
         embed_model: Any = None,
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
         streaming: bool = False,
         **settings: Any,
     ) -> None:

@@ -1,8 +1,9 @@
-"""Write ``doc_id`` / ``position`` into node metadata at indexing time (and optionally into a FragmentStore).
+"""Write ``fragrel_doc_id`` / ``fragrel_position`` into node metadata at indexing time (and optionally into a
+FragmentStore).
 
 FragRel's context relation needs to know where each chunk sits in its document. LlamaIndex node parsers link
 the chunks of one document with PREVIOUS/NEXT relationships but store no position; :class:`PositionTagger`
-turns that chain into ``metadata["position"]`` (0, 1, 2, ... within each document) so the position survives
+turns that chain into ``metadata["fragrel_position"]`` (0, 1, 2, ... within each document) so the position survives
 any vector store, and hides the two keys from the embedding and LLM text so that tagging changes no embedding.
 """
 
@@ -16,7 +17,7 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, NodeRelationship, TransformComponent
 
 from ..core.kit.pool import chain_order
-from ..core.kit.settings import check_keys
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, SETTING_DOCS, check_keys, stored_key
 from ..core.store import FragmentStore
 from ._convert import fragment_for_store, node_doc_id, node_links, related_id
 
@@ -51,8 +52,8 @@ def _document_order(nodes: list[BaseNode], doc_id: str, use_links: bool) -> list
 def tag_positions(
     nodes: Sequence[BaseNode],
     *,
-    doc_id_key: str = "doc_id",
-    position_key: str = "position",
+    doc_id_key: str = DEFAULT_DOC_ID_KEY,
+    position_key: str = DEFAULT_POSITION_KEY,
     store: FragmentStore | None = None,
     use_links: bool = True,
     hide_from_embed: bool = True,
@@ -60,6 +61,10 @@ def tag_positions(
     default_doc_id: str | None = None,
 ) -> list[BaseNode]:
     """Set ``metadata[doc_id_key]`` and ``metadata[position_key]`` on each node, in place, and return the nodes.
+
+    The default keys are ``fragrel_doc_id`` / ``fragrel_position``: LlamaIndex itself writes ``doc_id`` (the
+    source document's id) into every vector store's metadata, so a store-side filter on that key finds its value,
+    not FragRel's. The old defaults ``doc_id`` / ``position`` are still read on nodes tagged before.
 
     The document is ``metadata[doc_id_key]`` when already set, else the node's source document
     (``ref_doc_id``), else ``default_doc_id``. Positions count from 0 within each document, in the order of the
@@ -69,7 +74,7 @@ def tag_positions(
 
     >>> from llama_index.core.schema import TextNode
     >>> nodes = tag_positions([TextNode(text="a"), TextNode(text="b")], default_doc_id="book")
-    >>> [(n.metadata["doc_id"], n.metadata["position"]) for n in nodes]
+    >>> [(n.metadata["fragrel_doc_id"], n.metadata["fragrel_position"]) for n in nodes]
     [('book', 0), ('book', 1)]
     """
     check_keys(doc_id_key, position_key)
@@ -90,9 +95,10 @@ def tag_positions(
             doc_id = str(default_doc_id)
         groups.setdefault(doc_id, []).append(node)
     fragments = []
-    hidden = [doc_id_key, position_key]
     for doc_id, members in groups.items():
         for position, node in enumerate(_document_order(members, doc_id, use_links)):
+            # the keys it writes, and an old-named key it read the document from (FragRel's too: hidden alike)
+            hidden = list(dict.fromkeys([doc_id_key, position_key, stored_key(node.metadata, doc_id_key)]))
             node.metadata[doc_id_key] = doc_id
             node.metadata[position_key] = position
             if hide_from_embed:
@@ -121,8 +127,8 @@ class PositionTagger(TransformComponent):
     written only on a cache miss (call :func:`tag_positions` on the nodes to fill a store afterwards).
     """
 
-    doc_id_key: str = Field(default="doc_id", description="Metadata key for the document id.")
-    position_key: str = Field(default="position", description="Metadata key for the position within the document.")
+    doc_id_key: str = Field(default=DEFAULT_DOC_ID_KEY, description=SETTING_DOCS["doc_id_key"])
+    position_key: str = Field(default=DEFAULT_POSITION_KEY, description=SETTING_DOCS["position_key"])
     use_links: bool = Field(default=True, description="Order each document's nodes by their PREVIOUS/NEXT chain.")
     hide_from_embed: bool = Field(default=True, description="Keep the two keys out of the embedding text.")
     hide_from_llm: bool = Field(default=True, description="Keep the two keys out of the LLM context.")

@@ -29,7 +29,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
 from ..core.kit import inner_loop as kit
-from ..core.kit.settings import check_key
+from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
 from ..core.types import Fragment, ScoredFragment
 from ._convert import check_nodes, node_doc_id, node_from_fragment, node_position, scored_node
 
@@ -78,8 +78,8 @@ class InnerLoopQueryEngine(CustomQueryEngine):
     max_stm_tokens: int | None = None
     dedupe: bool | None = None
     show_progress: bool | None = None
-    doc_id_key: str = "doc_id"
-    position_key: str = "position"
+    doc_id_key: str = DEFAULT_DOC_ID_KEY
+    position_key: str = DEFAULT_POSITION_KEY
 
     _core: InnerLoopEngine = PrivateAttr()
 
@@ -94,8 +94,8 @@ class InnerLoopQueryEngine(CustomQueryEngine):
         max_stm_tokens: int | None = None,
         dedupe: bool | None = None,
         show_progress: bool | None = None,
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
         callback_manager: CallbackManager | None = None,
     ) -> None:
         if retriever is not None and not isinstance(retriever, BaseRetriever):

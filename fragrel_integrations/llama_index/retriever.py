@@ -33,7 +33,7 @@ from ..core.store import FragmentStore
 from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
 from ._convert import NodeReranker, node_from_fragment, scored_node
-from ._pool import ranks_by_words, sized_base
+from ._pool import ranks_by_words, score_kind, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
 
@@ -45,8 +45,11 @@ class FragRelRetriever(BaseRetriever):
 
     A copy of ``retriever`` is asked for ``pool_size`` nodes through its ``similarity_top_k`` (a fusion
     retriever's members too), so FragRel chooses which nodes come back. ``s_ind`` is the base's node score (its
-    ranking ``1 - rank/n`` when a node has none) fused with a BM25 score of the pool; ``s_env`` comes from
-    ``relation`` over ``doc_id`` / ``position`` metadata (or the source document id): write it when indexing with
+    ranking ``1 - rank/n`` when a node has none), oriented as a similarity (a store whose metric is a distance,
+    e.g. FAISS ``IndexFlatL2``, has its distances turned into similarities) and fused with a BM25 score of the
+    pool's text (the node content without its metadata header); ``s_env`` comes from
+    ``relation`` over ``fragrel_doc_id`` / ``fragrel_position`` metadata (or the source document id; the old
+    names ``doc_id`` / ``position`` are still read): write it when indexing with
     :class:`~fragrel_integrations.llama_index.PositionTagger`. Returned nodes are copies scored ``s_rel``, with
     ``relevance_score``, ``fragrel_independent_score`` and ``fragrel_environment_score`` in their metadata.
 
@@ -91,7 +94,9 @@ class FragRelRetriever(BaseRetriever):
         self._retriever = retriever
         settings = {name: value for name, value in locals().items() if name in SETTING_NAMES}
         k = resolve_k(similarity_top_k, k, _DEFAULT_TOP_K)
-        self._reranker = NodeReranker.build(k=k, ranks_by_words=ranks_by_words(retriever), **settings)
+        self._reranker = NodeReranker.build(
+            k=k, ranks_by_words=ranks_by_words(retriever), score_kind=score_kind(retriever), **settings
+        )
         pool_size = check_pool_size(pool_size)
         n = max(pool_size or default_pool_size(self._reranker.k or _DEFAULT_TOP_K), self._reranker.k or 1)
         sized = sized_base(retriever, n)
@@ -164,10 +169,10 @@ class FragRelIndexRetriever(BaseRetriever):
     """A LlamaIndex retriever over a core :class:`~fragrel_integrations.FragRelIndex` (no vector store needed).
 
     Scores every fragment of the corpus (dense, BM25 or hybrid) and returns the top ones by relation-aware score
-    as ``TextNode`` objects with ``doc_id``/``position`` and the three scores in metadata.
+    as ``TextNode`` objects with ``fragrel_doc_id``/``fragrel_position`` and the three scores in metadata.
 
     >>> retriever = FragRelIndexRetriever.from_texts([book_text], fragment_words=500)   # doctest: +SKIP
-    >>> retriever.retrieve("Who found the footprint?")[0].node.metadata["position"]     # doctest: +SKIP
+    >>> retriever.retrieve("Who found the footprint?")[0].node.metadata["fragrel_position"]  # doctest: +SKIP
     """
 
     def __init__(
@@ -178,8 +183,8 @@ class FragRelIndexRetriever(BaseRetriever):
         k: int | None = None,
         budget_words: int | None = None,
         order: Literal["score", "position"] = "score",
-        doc_id_key: str = "doc_id",
-        position_key: str = "position",
+        doc_id_key: str = DEFAULT_DOC_ID_KEY,
+        position_key: str = DEFAULT_POSITION_KEY,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:

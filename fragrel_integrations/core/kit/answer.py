@@ -25,7 +25,7 @@ from ...models.convert import as_chat_model, as_embedder
 from ..answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
 from ..types import Fragment
 from .pool import read_location
-from .settings import check_keys
+from .settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys
 
 __all__ = ["AnswerStep", "aone_chunk", "cited_fragments", "one_chunk"]
 
@@ -34,9 +34,9 @@ _RETRIEVED: ContextVar[list[Item] | None] = ContextVar("fragrel_retrieved_items"
 
 
 def cited_fragments(
-    items: Iterable[Item], doc_id_key: str = "doc_id", position_key: str = "position"
+    items: Iterable[Item], doc_id_key: str = DEFAULT_DOC_ID_KEY, position_key: str = DEFAULT_POSITION_KEY
 ) -> list[Fragment]:
-    """Fragments for retrieved ``(text, metadata)`` pairs, in their order: ``doc_id``/``position`` from the
+    """Fragments for retrieved ``(text, metadata)`` pairs, in their order: the position keys from the
     metadata (as the position taggers write them), else doc_id ``"retrieved"`` and the item's rank."""
     out = []
     for rank, (text, metadata) in enumerate(items):
@@ -63,8 +63,8 @@ class AnswerStep:
     model: ChatModel
     embedder: Embedder | None
     settings: dict[str, Any]
-    doc_id_key: str = "doc_id"
-    position_key: str = "position"
+    doc_id_key: str = DEFAULT_DOC_ID_KEY
+    position_key: str = DEFAULT_POSITION_KEY
 
     @classmethod
     def of(cls, model: Any, embedder: Any, settings: Mapping[str, Any], **keys: object) -> AnswerStep:
@@ -76,7 +76,9 @@ class AnswerStep:
 
             model = default_chat_model()
         checked = check_answer_settings(settings)
-        doc_id_key, position_key = check_keys(keys.get("doc_id_key", "doc_id"), keys.get("position_key", "position"))
+        doc_id_key, position_key = check_keys(
+            keys.get("doc_id_key", DEFAULT_DOC_ID_KEY), keys.get("position_key", DEFAULT_POSITION_KEY)
+        )
         embedder = None if embedder is None else as_embedder(embedder)
         return cls(as_chat_model(model), embedder, checked, doc_id_key, position_key)
 

@@ -13,6 +13,7 @@ links, so both frameworks apply the same missing-position fallbacks and the same
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import numbers
 from collections import defaultdict
@@ -22,12 +23,14 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..types import Fragment, ScoredFragment, parse_position
-from .settings import WrapperSettings
+from .settings import WrapperSettings, read_key, stored_key
 
 __all__ = [
     "DEFAULT_SCORE_KEYS",
+    "SCORE_KINDS",
     "Key",
     "chain_order",
+    "check_score_kind",
     "default_pool_size",
     "fill_missing",
     "fuse_minmax",
@@ -58,8 +61,10 @@ def default_pool_size(k: int) -> int:
 
 
 def read_location(metadata: Mapping[str, Any], doc_id_key: str, position_key: str) -> Key | None:
-    """``(doc_id, position)`` from the metadata, or None when either key is missing (or None)."""
-    doc_id, position = metadata.get(doc_id_key), metadata.get(position_key)
+    """``(doc_id, position)`` from the metadata, or None when either key is missing (or None); a default key is
+    also read under its old name (:data:`~fragrel_integrations.core.kit.settings.LEGACY_KEYS`)."""
+    doc_id, position_key = read_key(metadata, doc_id_key), stored_key(metadata, position_key)
+    position = metadata.get(position_key)
     if doc_id is None or position is None:
         return None
     return str(doc_id), parse_position(position, f"metadata[{position_key!r}]")
@@ -165,16 +170,49 @@ def read_score(metadata: Mapping[str, Any], score_key: str | None) -> float | No
     return None
 
 
-def oriented_scores(scores: Sequence[float]) -> list[float]:
-    """Raw store scores made "higher is better": a store lists its best match first, so scores that grow down the
-    list are distances and are negated (an affine change, which FragRel's ranking does not see).
+#: What a store's raw scores are, and how :func:`oriented_scores` turns each kind into a similarity (all but
+#: ``"l2"`` affinely, which FragRel's ranking does not see): ``"similarity"`` kept; ``"cosine_distance"`` 1 - d;
+#: ``"squared_l2"`` 1 - d / 2 and ``"l2"`` 1 - d**2 / 2 (both the cosine for unit vectors); ``"distance"`` (any
+#: other distance) -d.
+SCORE_KINDS: tuple[str, ...] = ("similarity", "cosine_distance", "squared_l2", "l2", "distance")
+_TO_SIMILARITY: dict[str, Callable[[float], float]] = {
+    "similarity": lambda s: s,
+    "cosine_distance": lambda d: 1.0 - d,
+    "squared_l2": lambda d: 1.0 - d / 2.0,
+    "l2": lambda d: 1.0 - d * d / 2.0,
+    "distance": lambda d: -d,
+}
+
+
+def check_score_kind(value: object) -> str | None:
+    """``None`` (unknown: :func:`oriented_scores` applies its rule) or one of :data:`SCORE_KINDS`."""
+    if value is not None and value not in SCORE_KINDS:
+        raise ValueError(f"score kind must be one of {', '.join(map(repr, SCORE_KINDS))} or None, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def oriented_scores(scores: Sequence[float | None], kind: str | None = None) -> list[float | None]:
+    """Raw store scores as similarities ("higher is better"), one rule for every store in both frameworks.
+
+    ``kind`` is what the store's metric says its scores are (:data:`SCORE_KINDS`); each distance becomes a
+    similarity. Unknown (None): a store lists its best match first, so scores that grow down the list (sorted
+    ascending, not all equal) are distances and are negated; any other list is kept as it is. A list with a
+    missing score (None) is returned unchanged (the ranking stands in for it).
 
     >>> oriented_scores([0.1, 0.4])
     [-0.1, -0.4]
+    >>> oriented_scores([0.5, 0.5, 0.2]), oriented_scores([0.2, 1.0], "squared_l2")
+    ([0.5, 0.5, 0.2], [0.9, 0.5])
     """
-    if len(scores) > 1 and scores[-1] > scores[0]:
-        return [-s for s in scores]
-    return list(scores)
+    kind = check_score_kind(kind)
+    values = list(scores)
+    if any(s is None for s in values):
+        return values
+    if kind is None:
+        ascending = all(a <= b for a, b in itertools.pairwise(values))  # type: ignore[operator]
+        kind = "distance" if ascending and values and values[-1] > values[0] else "similarity"  # type: ignore[operator]
+    convert = _TO_SIMILARITY[kind]
+    return [convert(float(s)) for s in values]  # type: ignore[arg-type]
 
 
 def minmax_scores(raw: Sequence[float | None]) -> np.ndarray:

@@ -26,7 +26,7 @@ serves a relation that needs embeddings, and re-scoring a score-less pool by cos
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
@@ -46,6 +46,7 @@ __all__ = [
     "ENVIRONMENT_SCORE_KEY",
     "FIELD_SETTINGS",
     "INDEPENDENT_SCORE_KEY",
+    "LEGACY_KEYS",
     "MISSING_POSITION_ALIASES",
     "MISSING_POSITION_MODES",
     "ORDERS",
@@ -75,8 +76,10 @@ __all__ = [
     "check_top_m_setting",
     "field_checks",
     "missing_position_policy",
+    "read_key",
     "resolve_k",
     "score_metadata",
+    "stored_key",
 ]
 
 #: Metadata keys written on every returned Document / node: the final score and FragRel's two parts.
@@ -85,9 +88,13 @@ INDEPENDENT_SCORE_KEY = "fragrel_independent_score"
 ENVIRONMENT_SCORE_KEY = "fragrel_environment_score"
 SCORE_KEYS: tuple[str, str, str] = (RELEVANCE_SCORE_KEY, INDEPENDENT_SCORE_KEY, ENVIRONMENT_SCORE_KEY)
 
-#: Metadata keys that hold a fragment's document id and position, unless the user names others.
-DEFAULT_DOC_ID_KEY = "doc_id"
-DEFAULT_POSITION_KEY = "position"
+#: Metadata keys that hold a fragment's document id and position, unless the user names others. Like every key
+#: FragRel writes they start with ``fragrel_``, so no framework's own metadata takes them (LlamaIndex writes the
+#: source document's id as ``doc_id`` into every vector store's metadata).
+DEFAULT_DOC_ID_KEY = "fragrel_doc_id"
+DEFAULT_POSITION_KEY = "fragrel_position"
+#: The default keys' old names, still read where an item lacks the default key (items tagged before the rename).
+LEGACY_KEYS: dict[str, str] = {DEFAULT_DOC_ID_KEY: "doc_id", DEFAULT_POSITION_KEY: "position"}
 
 ORDERS: tuple[str, str] = ("score", "position")
 OUTSIDE_MODES: tuple[str, str] = ("floor", "ignore")
@@ -220,6 +227,28 @@ def missing_position_policy(value: str) -> str:
     return MISSING_POSITION_ALIASES.get(value, value)
 
 
+def stored_key(metadata: Mapping[str, Any], key: str) -> str:
+    """The key that holds ``key``'s value in ``metadata``: ``key``, or (for a default key that is not set) its old
+    name (:data:`LEGACY_KEYS`) where that is set.
+
+    >>> stored_key({"position": 3}, DEFAULT_POSITION_KEY), stored_key({"position": 3}, "chunk")
+    ('position', 'chunk')
+    """
+    legacy = LEGACY_KEYS.get(key)
+    if metadata.get(key) is None and legacy is not None and metadata.get(legacy) is not None:
+        return legacy
+    return key
+
+
+def read_key(metadata: Mapping[str, Any], key: str) -> Any:
+    """``metadata[key]``, else (for a default key) the value under its old name, else None (:func:`stored_key`).
+
+    >>> read_key({"position": 3}, DEFAULT_POSITION_KEY), read_key({"position": 3}, "chunk")
+    (3, None)
+    """
+    return metadata.get(stored_key(metadata, key))
+
+
 def check_key(name: str, value: object) -> str:
     """A metadata key setting (``doc_id_key``, ``position_key``): a non-empty str."""
     if not isinstance(value, str) or not value:
@@ -304,8 +333,9 @@ SETTING_DOCS: dict[str, str] = {
     "with a store, else 0.",
     "outside": "Positions outside the pool count with the pool's lowest score ('floor') or not at all ('ignore').",
     "order": "'score' or 'position' (document order, e.g. dialogue turns by time); None = the preset's.",
-    "doc_id_key": "Metadata key of the document id.",
-    "position_key": "Metadata key of the position within the document.",
+    "doc_id_key": "Metadata key of the document id (default 'fragrel_doc_id'; the old name 'doc_id' is still read).",
+    "position_key": "Metadata key of the position within the document (default 'fragrel_position'; the old name "
+    "'position' is still read).",
     "score_key": "Metadata key of the base's score; None = the store's relevance score, then 'relevance_score', "
     "then 'score'.",
     "on_missing_position": "'raise' a ValueError naming the fix when a candidate has no position ('error' is its "
