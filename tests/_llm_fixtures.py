@@ -32,6 +32,7 @@ __all__ = [
     "ScriptedToolModel",
     "free_port",
     "get_embedded",
+    "get_llama_cpp",
     "get_server",
     "start_server",
 ]
@@ -121,6 +122,20 @@ def get_server() -> LocalServer:
             _SERVER = start_server(smollm2_gguf_path())
             atexit.register(_SERVER.stop)
         return _SERVER
+
+
+_LLAMA_CPP: list = []
+
+
+def get_llama_cpp():
+    """A process-wide LlamaCppChatModel on the embedded GGUF (loaded portably): the runtime whose grammars the
+    tool-calling tests use (the transformers default has no tool calling)."""
+    with _LOCK:
+        if not _LLAMA_CPP:
+            from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+
+            _LLAMA_CPP.append(LlamaCppChatModel())
+        return _LLAMA_CPP[0]
 
 
 def get_embedded():

@@ -13,7 +13,7 @@ pytest.importorskip("langchain_core")
 pytest.importorskip("langchain_tests")
 pytest.importorskip("llama_index.core")
 
-from _llm_fixtures import get_embedded
+from _llm_fixtures import get_embedded, get_llama_cpp
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
@@ -103,7 +103,7 @@ class TestFragRelChatModelStandardUnit(_TextOnly, ChatModelUnitTests):
 
 @pytest.mark.slow
 class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTests):
-    """The real embedded SmolLM2-135M (one process-wide instance), short replies; tool calling included
+    """The real SmolLM2-135M on llama.cpp (one process-wide instance), short replies; tool calling included
     (llama.cpp grammars choose the call and keep its arguments valid JSON), structured output not."""
 
     @property
@@ -112,7 +112,7 @@ class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTes
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
-        return {"model": get_embedded(), "max_tokens": 48}
+        return {"model": get_llama_cpp(), "max_tokens": 48}  # tool calling: llama.cpp grammars
 
     @property
     def has_tool_calling(self) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from _llm_fixtures import ScriptedToolModel, get_embedded
+from _llm_fixtures import ScriptedToolModel, get_llama_cpp
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.base.llms.types import ChatMessage, ToolCallBlock
 from llama_index.core.llms.function_calling import FunctionCallingLLM
@@ -131,7 +131,7 @@ def test_a_model_without_tool_calling_says_what_to_use():
 @pytest.mark.slow
 def test_embedded_model_predict_and_call():
     called: list[str] = []
-    llm = FragRelLLM(model=get_embedded(), max_tokens=48, temperature=0)
+    llm = FragRelLLM(model=get_llama_cpp(), max_tokens=48, temperature=0)
     out = llm.predict_and_call([_weather_tool(called)], "What's the weather in Paris?")
     assert called == ["Paris"] and "21 degrees" in out.response
 
@@ -139,7 +139,7 @@ def test_embedded_model_predict_and_call():
 @pytest.mark.slow
 async def test_embedded_model_in_a_function_agent():
     called: list[str] = []
-    llm = FragRelLLM(model=get_embedded(), max_tokens=48, temperature=0)
+    llm = FragRelLLM(model=get_llama_cpp(), max_tokens=48, temperature=0)
     out = await FunctionAgent(tools=[_weather_tool(called)], llm=llm).run("What's the weather in Oslo?")
     assert called == ["Oslo"] and str(out).strip()
 

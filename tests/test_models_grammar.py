@@ -4,7 +4,6 @@ through llama-cpp-python's converter, and the old import path still works for on
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 

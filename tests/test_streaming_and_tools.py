@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
 
-from _llm_fixtures import SERVER_MODEL, ScriptedToolModel, get_embedded, get_server
+from _llm_fixtures import SERVER_MODEL, ScriptedToolModel, get_embedded, get_llama_cpp, get_server
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
 from llama_index.core.base.llms.types import ChatMessage as LIChatMessage
@@ -82,8 +82,9 @@ async def test_wrappers_stream_async_pieces():
 
 # ------------------------------------------------------------------------------------ real token streams
 @pytest.mark.slow
-async def test_llama_cpp_streams_tokens_that_join_to_the_reply():
-    model = get_embedded()
+@pytest.mark.parametrize("get_model", [get_embedded, get_llama_cpp], ids=["transformers", "llama_cpp"])
+async def test_embedded_runtimes_stream_tokens_that_join_to_the_reply(get_model):
+    model = get_model()
     messages = [{"role": "user", "content": "Name three colours."}]
     # llama.cpp's first evaluation of a prompt and its later ones (the prefix cached) can differ in the last bits of
     # the logits, so greedy replies can differ too: compare two calls that both find the prompt cached
@@ -101,11 +102,11 @@ async def test_llama_cpp_streams_tokens_that_join_to_the_reply():
 
 @pytest.mark.slow
 def test_framework_wrappers_stream_llama_cpp_tokens():
-    chat = FragRelChatModel(model=get_embedded(), max_tokens=16, temperature=0)
+    chat = FragRelChatModel(model=get_llama_cpp(), max_tokens=16, temperature=0)
     chunks = list(chat.stream("Name three colours."))
     assert len(chunks) > 4 and chunks[-1].usage_metadata["output_tokens"] > 3
     assert "".join(c.content for c in chunks) == chat.invoke("Name three colours.").content
-    llm = FragRelLLM(model=get_embedded(), max_tokens=16, temperature=0)
+    llm = FragRelLLM(model=get_llama_cpp(), max_tokens=16, temperature=0)
     responses = list(llm.stream_chat([LIChatMessage(role="user", content="Name three colours.")]))
     assert len(responses) > 3 and responses[-1].message.content == "".join(r.delta for r in responses)
 
@@ -203,7 +204,7 @@ def test_embedded_model_calls_a_tool_in_create_agent():
         called.append(city)
         return f"It is sunny and 21 degrees in {city}."
 
-    chat = FragRelChatModel(model=get_embedded(), max_tokens=48, temperature=0)
+    chat = FragRelChatModel(model=get_llama_cpp(), max_tokens=48, temperature=0)
     agent = create_agent(chat, tools=[weather])
     out = agent.invoke(
         {"messages": [{"role": "user", "content": "What's the weather in Paris?"}]}, {"recursion_limit": 8}
@@ -214,7 +215,7 @@ def test_embedded_model_calls_a_tool_in_create_agent():
 
 @pytest.mark.slow
 def test_invoke_with_tools_choices_and_bad_input():
-    model = get_embedded()
+    model = get_llama_cpp()
     tools = [get_weather.tool_call_schema.model_json_schema()]
     spec = [{"type": "function", "function": {"name": "get_weather", "parameters": tools[0]}}]
     forced = model.invoke_with_tools("Tell me about Rome.", spec, tool_choice="get_weather", max_tokens=32)

@@ -227,13 +227,14 @@ class TransformersChatModel(ChatModelBase):
         stop: list[str] | None,
         allowed: Any = None,
         streamer: Any = None,
+        cancel: threading.Event | None = None,
     ) -> str:
         """One generation (the caller holds the lock); the reply cut at the first ``stop`` string."""
         torch = self._torch
         prompt = self._prompt_ids(messages)
         budget = self._budget(prompt, max_tokens)
         ids = torch.tensor([prompt])
-        deadline = _Deadline(self.timeout)
+        deadline = _Deadline(self.timeout, cancel)
         kwargs: dict[str, Any] = {
             "max_new_tokens": budget,
             "repetition_penalty": self.repeat_penalty,
@@ -272,11 +273,12 @@ class TransformersChatModel(ChatModelBase):
 
         with self._lock:
             streamer = TextIteratorStreamer(self._tok, skip_prompt=True, skip_special_tokens=True)
+            cancel = threading.Event()
             errors: list[BaseException] = []
 
             def work() -> None:
                 try:
-                    self._run(messages, temperature, max_tokens, stop, streamer=streamer)
+                    self._run(messages, temperature, max_tokens, stop, streamer=streamer, cancel=cancel)
                 except BaseException as exc:  # re-raised in the caller's thread
                     errors.append(exc)
                     streamer.end()
@@ -284,21 +286,26 @@ class TransformersChatModel(ChatModelBase):
             worker = threading.Thread(target=work, daemon=True)
             worker.start()
             held = ""
-            stopped = False
-            for piece in streamer:
-                held += piece
-                cut = _cut(held, stop)
-                if cut != held:  # a stop string began: send what precedes it, then let the worker finish
-                    held, stopped = cut, True
-                    break
-                keep = max((len(s) - 1 for s in stop or ()), default=0)  # a stop string may start in this piece
-                ready, held = (held[: len(held) - keep], held[len(held) - keep :]) if keep else (held, "")
-                if ready:
-                    yield ready
-            if stopped:
-                for _ in streamer:  # drain the rest so the worker can end
-                    pass
-            worker.join()
+            ended = False
+            try:
+                for piece in streamer:
+                    held += piece
+                    cut = _cut(held, stop)
+                    if cut != held:  # a stop string began: send what precedes it, stop generating
+                        held = cut
+                        break
+                    keep = max((len(s) - 1 for s in stop or ()), default=0)  # a stop string may begin here
+                    ready, held = (held[: len(held) - keep], held[len(held) - keep :]) if keep else (held, "")
+                    if ready:
+                        yield ready
+                else:
+                    ended = True
+            finally:  # a stop string, a closed iterator or an error: end the generation before the lock is freed
+                cancel.set()
+                if not ended:
+                    for _ in streamer:
+                        pass
+                worker.join()
             if errors:
                 raise errors[0]
             if held:
@@ -407,17 +414,20 @@ class TransformersChatModel(ChatModelBase):
 
 
 class _Deadline:
-    """A ``generate`` stopping criterion: stop (and remember it) once ``seconds`` have passed."""
+    """A ``generate`` stopping criterion: stop once ``seconds`` have passed (remembered in ``hit``) or ``cancel``
+    is set (a stream closed early)."""
 
-    def __init__(self, seconds: float | None) -> None:
+    def __init__(self, seconds: float | None, cancel: threading.Event | None = None) -> None:
         self.end = None if seconds is None else time.monotonic() + seconds
+        self.cancel = cancel
         self.hit = False
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         import torch
 
         self.hit = self.hit or (self.end is not None and time.monotonic() > self.end)
-        return torch.full((input_ids.shape[0],), self.hit, dtype=torch.bool)
+        stop = self.hit or (self.cancel is not None and self.cancel.is_set())
+        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool)
 
 
 def _cut(text: str, stop: list[str] | None) -> str:
