@@ -55,6 +55,8 @@ def supported(reply: str, evidence: list[str], question: str) -> bool:
         ("200 men", ["There were 1,200 men."], "How many men were there?"),
         ("Friday, who was a cannibal", [KNIFE, "He was a cannibal."], WHO),  # extra words after the span
         ("Friday. Robinson saved Friday.", [KNIFE, "Robinson saved Friday."], WHO),  # two sentences pasted
+        ("Atkins, I think.\nAnswer: Friday", [KNIFE], WHO),  # a label after free words: the whole reply is read
+        ("Answer: Friday\nBut maybe Atkins.", [KNIFE], WHO),  # words after the answer
         ("the captain", [KNIFE], WHO),  # only the question's words
         ("the", [KNIFE], WHO),
         ("", [KNIFE], WHO),
@@ -132,6 +134,19 @@ def test_sentences_and_word_units_of_scripts_without_spaces():
         "星", "期", "五", "didn't", "pay", "1,200", "नमस्ते",
     ]  # fmt: skip
     assert reply_answer("Answer:\n Friday") == "Friday" and reply_answer("x" * 10_000) is None
+
+
+def test_a_chinese_question_finds_its_sentence():
+    fragments = [
+        "鲁滨逊在岛上住了很多年。他养了一只鹦鹉。",
+        "我救了一个野人。我给他取名叫星期五，因为那天是星期五。天下雨了。",
+    ]
+    quotes = [e.quote for e in select_evidence("我给野人取了什么名字？", fragments, max_sentences=2)]
+    assert "我给他取名叫星期五，因为那天是星期五。" in quotes  # was: whole fragments, unsplit
+    result = grounded_answer(
+        "我给野人取了什么名字？", fragments, ScriptedChatModel(["星期五"]), embedder=HashingEmbedder()
+    )
+    assert result.text == "星期五" and result.evidence[0].quote == "我给他取名叫星期五，因为那天是星期五。"
 
 
 # --- bounded evidence work ---------------------------------------------------------------------------------------

@@ -232,9 +232,10 @@ class Evidence:
 
 @dataclass(frozen=True, slots=True)
 class GroundedAnswer:
-    """The outcome of :func:`grounded_answer`: ``text`` is the answer (None when the evidence does not support
-    the model's reply), ``evidence`` the quoted sentences (the ones holding the answer first), ``reply`` the
-    model's raw reply (unsupported replies stay here only, never in ``text``)."""
+    """The outcome of :func:`grounded_answer`: ``text`` is the answer, the span of the first evidence sentence that
+    the reply is (as that sentence writes it; None when the evidence does not support the reply, :func:`answer_span`),
+    ``evidence`` the quoted sentences (the one holding the answer first), ``reply`` the model's raw reply
+    (unsupported replies stay here only, never in ``text``)."""
 
     question: str
     text: str | None
@@ -488,16 +489,23 @@ _LABEL = re.compile(
 )
 
 
+#: A line that only echoes the prompt (it may come before the answer's label).
+_ECHO = re.compile(r"^\W*(?:question|text|context|passage|q)\s*[:：]", re.IGNORECASE)
+
+
 def reply_answer(reply: str) -> str | None:
     """The part of a model's ``reply`` that is read as its answer, or None when it is too long to read
     (:data:`MAX_REPLY_CHARS`). When a line starts with a label ("Answer:", "The answer is", "A:", "答案：",
-    "答え：", ...), the answer is everything after the first such label (on its line and the lines after: a reply
-    on the line after "Answer:" is read); otherwise it is the whole reply. Nothing else is dropped.
+    "答え：", ...) and the lines before it, if any, only echo the prompt ("Question: ...", "Text: ..."), the
+    answer is everything after the label (on its line and the lines after: a reply on the line after "Answer:"
+    is read); otherwise it is the whole reply. Nothing else is dropped.
 
     >>> reply_answer("Question: Who came?\\nAnswer:\\n  Ann.")
     'Ann.'
     >>> reply_answer("The answer is: Poll")
     'Poll'
+    >>> reply_answer("Tom came.\\nAnswer: Ann")  # a label after other words: the whole reply
+    'Tom came.\\nAnswer: Ann'
     """
     if not isinstance(reply, str):
         raise TypeError(f"reply must be str, got {type(reply).__name__}")
@@ -510,6 +518,8 @@ def reply_answer(reply: str) -> str | None:
             rest = reply[offset + m.end() :].lstrip()
             again = _LABEL.match(rest)  # "Answer: The answer is ..."
             return (rest[again.end() :] if again else rest).strip()
+        if line.strip() and not _ECHO.match(line):
+            break
         offset += len(line)
     return reply.strip()
 
@@ -684,8 +694,10 @@ def grounded_answer(
 
     ``embedder`` ranks sentences with the hybrid score (None, the default: BM25 alone); ``max_sentences`` (3)
     evidence sentences go to the model, which may reply ``max_tokens`` (48) tokens; ``constrain=True`` asks a
-    model that enforces llama.cpp grammars for a quote of the evidence (:func:`span_grammar`; off by default: with
-    SmolLM2-135M it quoted the wrong words and took several times longer, benchmarks/results/book_answers.md);
+    model that enforces llama.cpp grammars for a quote of the evidence (:func:`span_grammar`, through
+    :class:`~fragrel_integrations.models.structured.ReplyFormat`; off by default: with SmolLM2-135M it quoted the
+    wrong words and took several times longer, benchmarks/results/book_answers.md; the support check is the same
+    either way);
     ``options`` are more keyword arguments for ``model.invoke`` (e.g. ``seed``). An unknown setting is a TypeError.
     """
     return drive(grounded_answer_steps(question, hits, model, **settings))
