@@ -422,8 +422,8 @@ def _word_rule(words: list[tuple[str, str, str]], j: int, i: int, length: int, m
     return body
 
 
-#: Words a reply may use without the evidence holding them: function words (pronouns, auxiliaries, articles,
-#: prepositions, question words) and words about answering.
+#: Words that alone make no answer: function words (pronouns, auxiliaries, articles, prepositions, question words,
+#: Chinese and Japanese particles) and words about answering.
 _FUNCTION_WORD_TEXT = """
     a about above after again against all am an and any are as at be been before being below between both but by
     can could did do does doing down during each few for from further had has have having he her here hers herself
@@ -437,8 +437,8 @@ _FUNCTION_WORD_TEXT = """
 """
 _FUNCTION_WORDS = frozenset(_FUNCTION_WORD_TEXT.split())
 
-#: Negation words (one word unit each); a word ending in ``n't`` is one too, and so are the kana pairs
-#: ない/なく/なか/せん (Japanese verb endings), see :func:`_negations`.
+#: Negation words (one word unit each); a word ending in ``n't`` is one too, a Korean word starting with 않 or 없,
+#: and the kana pairs ない/なく/なか/せん (Japanese verb endings), see :func:`_negations`.
 _NEGATION_TEXT = """
     not no nor never none neither nobody nothing nowhere noone cannot without ain't nay
     ne pas jamais aucun aucune personne rien ni nicht kein keine keinen keiner keines nie niemals nichts
@@ -475,7 +475,7 @@ def _negations(words: Sequence[str]) -> list[tuple[int, int]]:
     """The unit ranges of the negations in ``words`` (normalised word units)."""
     out = []
     for i, w in enumerate(words):
-        if w in _NEGATIONS or w.endswith("n't"):
+        if w in _NEGATIONS or w.endswith("n't") or w.startswith(("않", "없")):
             out.append((i, i + 1))
         elif i + 1 < len(words) and (w, words[i + 1]) in _KANA_NEGATION:
             out.append((i, i + 2))
