@@ -57,6 +57,8 @@ def supported(reply: str, evidence: list[str], question: str) -> bool:
         ("Friday. Robinson saved Friday.", [KNIFE, "Robinson saved Friday."], WHO),  # two sentences pasted
         ("Atkins, I think.\nAnswer: Friday", [KNIFE], WHO),  # a label after free words: the whole reply is read
         ("Answer: Friday\nBut maybe Atkins.", [KNIFE], WHO),  # words after the answer
+        ("And shall I see you again, Helen, when I die?", ["And shall I see you again, Helen, when I die?"],
+         "How did my friend Helen die at school?"),  # a question in the text states nothing (Jane Eyre dev)
         ("the captain", [KNIFE], WHO),  # only the question's words
         ("the", [KNIFE], WHO),
         ("", [KNIFE], WHO),
@@ -72,6 +74,7 @@ def supported(reply: str, evidence: list[str], question: str) -> bool:
         ("星期六", ["我给他取名叫星期五。"], "我给他取了什么名字？"),  # a wrong Chinese answer
         ("他没有杀船长", ["他杀了船长。"], "他做了什么？"),
         ("船長", ["フライデーは船長を殺さなかった。"], "フライデーは誰を殺しましたか？"),  # the sentence denies it
+        ("프라이데이", ["프라이데이는 선장을 죽이지 않았다."], "누가 선장을 죽였나요?"),
     ],
 )  # fmt: skip
 def test_a_wrong_or_unfounded_reply_is_never_supported(reply, evidence, question):
@@ -109,6 +112,7 @@ def test_words_of_one_fragment_but_two_sentences_never_combine():
          "フライデー"),
         ("答え：ナイフで", ["フライデーは船長をナイフで殺した。"], "フライデーは何で船長を殺しましたか？", "ナイフで"),
         ("Пятница", ["Капитана убил Пятница."], "Кто убил капитана?", "Пятница"),
+        ("프라이데이", ["프라이데이가 선장을 죽였다."], "누가 선장을 죽였나요?", "프라이데이가"),  # printed as written
     ],
 )  # fmt: skip
 def test_a_right_answer_in_any_script_or_layout_is_supported(reply, evidence, question, answer):

@@ -489,6 +489,9 @@ _LABEL = re.compile(
 )
 
 
+#: A sentence that ends as a question (it states nothing, so it supports no answer).
+_ASKS = re.compile(rf"[?\uff1f\u061f\u2047\u2048][{_CLOSERS}\s]*$")
+
 #: A line that only echoes the prompt (it may come before the answer's label).
 _ECHO = re.compile(r"^\W*(?:question|text|context|passage|q)\s*[:：]", re.IGNORECASE)
 
@@ -524,14 +527,30 @@ def reply_answer(reply: str) -> str | None:
     return reply.strip()
 
 
+#: Korean case particles a word of the evidence may carry where the reply's word has none ("프라이데이가").
+_KOREAN_PARTICLE_TEXT = "이 가 은 는 을 를 의 에 에서 에게 께서 로 으로 와 과 도 만 이다 입니다"
+_KOREAN_PARTICLES = frozenset(_KOREAN_PARTICLE_TEXT.split())
+
+
+def _same(reply_word: str, word: str) -> bool:
+    """Whether a reply's word unit is the evidence's (equal, or a Korean word without its case particle)."""
+    if reply_word == word:
+        return True
+    return (
+        "\uac00" <= word[:1] <= "\ud7a3"
+        and word.startswith(reply_word)
+        and word[len(reply_word) :] in _KOREAN_PARTICLES
+    )
+
+
 def _span_in(answer: list[str], sentence: list[tuple[int, int, str]], asked: bool) -> tuple[int, int] | None:
     """The unit range of the first occurrence of ``answer`` in ``sentence`` that passes the negation and number
     rules (``asked``: the question holds a negation), or None."""
     words = [w for _, _, w in sentence]
-    m, first = len(answer), answer[0]
+    m = len(answer)
     negations = _negations(words)
     for i in range(len(words) - m + 1):
-        if words[i] != first or words[i : i + m] != answer:
+        if not all(_same(a, w) for a, w in zip(answer, words[i : i + m], strict=True)):
             continue
         outside = any(a < i or b > i + m for a, b in negations)
         if outside and not asked:  # the sentence denies what the span would state ("did not kill the captain")
@@ -554,10 +573,10 @@ def answer_span(reply: str, evidence: Sequence[str], question: str = "") -> tupl
     unit by word unit (:func:`word_units`: case, punctuation and quotes ignored), exactly a contiguous run of ONE
     sentence of ``evidence`` (each item is split by :func:`split_sentences`; words of two sentences never combine);
     it has at most :data:`MAX_ANSWER_WORDS` units and at least one that is neither a function word nor a word of
-    ``question``; the sentence holds no negation outside the run unless the question holds one, and a negative
-    question needs a negative sentence; the run does not cut a number (``five`` of ``twenty-five``). The numbers
-    and negations of the answer are then the sentence's own. The first sentence (in evidence order) that qualifies
-    is the one returned.
+    ``question``; the sentence is not a question (no ``?`` at its end: it states nothing); the sentence holds no
+    negation outside the run unless the question holds one, and a negative question needs a negative sentence;
+    the run does not cut a number (``five`` of ``twenty-five``). The numbers and negations of the answer are then
+    the sentence's own. The first sentence (in evidence order) that qualifies is the one returned.
 
     >>> answer_span("Answer: with a knife.", ["Friday killed the captain with a knife."], "How was he killed?")
     (0, 26, 38)
@@ -583,6 +602,8 @@ def answer_span(reply: str, evidence: Sequence[str], question: str = "") -> tupl
         if not isinstance(item, str):
             raise TypeError(f"evidence[{i}] must be str, got {type(item).__name__}")
         for a, b in split_sentences(item):
+            if _ASKS.search(item, a, b):
+                continue  # a question in the text states nothing
             units = word_units(item[a:b])
             hit = _span_in(answer, units, negative)
             if hit is not None:
