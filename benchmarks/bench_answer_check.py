@@ -162,8 +162,8 @@ def run(args) -> dict:
 def report(result: dict) -> str:
     rows, n = result["rows"], result["questions"]
     lines = [
-        f"Part {result['part']} ({result['book']}, {n} questions), SmolLM2-135M free reply, one run; the same reply "
-        "judged by both checks.",
+        f"Part {result['part']} ({result['book']}, {n} questions), SmolLM2-135M free reply to the prompt "
+        f"{result.get('prompt')!r}, one run; the same reply judged by both checks.",
         "",
         "| check | right | wrong (printed) | not stated |",
         "|---|---|---|---|",
@@ -200,10 +200,15 @@ def report(result: dict) -> str:
 def main() -> None:
     ap = book_parser(__doc__)
     ap.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    ap.add_argument("--prompt", default=None, help="another system prompt (default: core.answer.ANSWER_PROMPT)")
+    ap.add_argument("--stem", default=None, help="results file name (default: answer_check_<part>)")
     args = ap.parse_args()
+    if args.prompt is not None:
+        core_answer.ANSWER_PROMPT = args.prompt  # answer_messages reads it at each call
     result = run(args)
+    result["prompt"] = core_answer.ANSWER_PROMPT
     result["command"] = "python benchmarks/" + " ".join(["bench_answer_check.py", *sys.argv[1:]])
-    save_results(f"answer_check_{args.part}", result, report)
+    save_results(args.stem or f"answer_check_{args.part}", result, report)
 
 
 if __name__ == "__main__":
