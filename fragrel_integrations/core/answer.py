@@ -468,7 +468,7 @@ def _norm(token: str) -> str:
 
 
 def _is_number(word: str) -> bool:
-    return word[-1:].isdigit() or word.rstrip("%")[-1:].isdigit() or word in _NUMBER_WORDS
+    return word.rstrip("%")[-1:].isdigit() or word in _NUMBER_WORDS
 
 
 def _negations(words: Sequence[str]) -> list[tuple[int, int]]:
