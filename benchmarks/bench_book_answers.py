@@ -149,9 +149,15 @@ def run(args: argparse.Namespace) -> dict:
 
     # 2. evidence and answers
     if args.answers:
-        from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+        if args.runtime == "llamacpp":
+            from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
 
-        model = LlamaCppChatModel(n_ctx=4096, seed=0)
+            model = LlamaCppChatModel(n_ctx=4096, seed=0)
+        else:
+            from fragrel_integrations.models.transformers_chat import TransformersChatModel
+
+            model = TransformersChatModel(context_window=4096, seed=0)
+        result["runtime"] = type(model).__name__
         answers = []
         for q, gold in list(zip(questions, golds, strict=True))[: args.limit]:
             accepted = q["answers"]
@@ -272,6 +278,9 @@ def main() -> None:
     )
     ap.add_argument("--no-full", dest="full", action="store_false", help="skip embedding the whole book")
     ap.add_argument("--limit", type=int, default=None, help="answer only the first N questions")
+    ap.add_argument(
+        "--runtime", choices=["transformers", "llamacpp"], default="transformers", help="the embedded LLM runtime"
+    )
     ap.add_argument("--no-timing", dest="timing", action="store_false")
     ap.add_argument("--out", default=None, help="results file stem (default book_answers_<part>)")
     args = ap.parse_args()

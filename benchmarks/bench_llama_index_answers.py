@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> dict:
         MiniLMEmbedding,
         PositionTagger,
     )
-    from fragrel_integrations.models.llama_cpp_chat import default_chat_model
+    from fragrel_integrations.models.transformers_chat import default_chat_model
 
     spec = json.loads((BENCH_DIR / "data" / "book_questions.json").read_text())
     book = (args.data or default_data_dir()) / "babilong" / "noise_books" / spec["books"][args.part]

@@ -183,7 +183,12 @@ def speed_llama_cpp(model_path: str, prompt: str, threads: int) -> dict:
     import llama_cpp
 
     t1 = time.perf_counter()
-    llm = llama_cpp.Llama(model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False)
+    from fragrel_integrations.models.llama_cpp_chat import portable_loading
+
+    with portable_loading():  # no AMX-repacked weights: those fault on hosts that report AMX without allowing it
+        llm = llama_cpp.Llama(
+            model_path=model_path, n_ctx=2048, n_threads=threads, n_threads_batch=threads, verbose=False
+        )
     t2 = time.perf_counter()
     tokens = llm.tokenize(prompt.encode(), add_bos=True)
     start = time.perf_counter()
@@ -357,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(fn(args._model, prompt, int(args.threads))))
         return 0
 
-    from fragrel_integrations.models.llama_cpp_chat import smollm2_gguf_path
+    from fragrel_integrations.models.transformers_chat import smollm2_gguf_path
 
     models = {"SmolLM2-135M-Instruct Q4_1": str(smollm2_gguf_path())}
     formats = {"SmolLM2-135M-Instruct Q4_1": None}  # the chat template inside the GGUF

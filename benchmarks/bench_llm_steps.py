@@ -44,10 +44,20 @@ def _data(args: argparse.Namespace) -> Path:
     return args.data or (BENCH_DIR.parent.parent / "shared" / "data").resolve()
 
 
+RUNTIME = {"name": "transformers"}  # set from --runtime
+
+
 def _model() -> Any:
-    from fragrel_integrations.models.llama_cpp_chat import default_chat_model
+    if RUNTIME["name"] == "llamacpp":
+        from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+
+        return _LLAMA.setdefault("model", LlamaCppChatModel())
+    from fragrel_integrations.models.transformers_chat import default_chat_model
 
     return default_chat_model()
+
+
+_LLAMA: dict[str, Any] = {}
 
 
 def _pct(part: int, whole: int) -> str:
@@ -404,6 +414,7 @@ STEPS["triplets"] = run_triplets
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runtime", choices=["transformers", "llamacpp"], default="transformers")
     parser.add_argument("--steps", default="all", help=f"comma-separated steps among {sorted(STEPS)} or 'all'")
     parser.add_argument("--data", type=Path, default=None, help="the shared data folder (default ../shared/data)")
     parser.add_argument("--tree-n", type=int, default=20, help="dev chunks for the tree step")
@@ -417,6 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "llm_steps.md", help="the markdown report")
     args = parser.parse_args(argv)
+    RUNTIME["name"] = args.runtime
     names = sorted(STEPS) if args.steps == "all" else [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = [n for n in names if n not in STEPS]
     if unknown:

@@ -452,9 +452,9 @@ def _chat_model(args: argparse.Namespace) -> Any:
             seed=args.seed,
             context_window=args.context_window or 8192,
         )
-    from .models.llama_cpp_chat import LlamaCppChatModel
+    from .models.transformers_chat import TransformersChatModel
 
-    return LlamaCppChatModel(n_ctx=args.context_window or 4096, seed=args.seed, timeout=args.timeout)
+    return TransformersChatModel(context_window=args.context_window or 4096, seed=args.seed, timeout=args.timeout)
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:

@@ -83,8 +83,12 @@ def start_server(
     options, e.g. ``("--embedding", "true")``); wait until it serves."""
     port = free_port()
     log = Path(tempfile.mkstemp(prefix="fragrel-llm-server-", suffix=".log")[1])
+    launch = (  # llama-cpp-python's server, loading as LlamaCppChatModel does (no AMX-repacked weights)
+        "import runpy, sys\nfrom fragrel_integrations.models.llama_cpp_chat import portable_loading\n"
+        "with portable_loading():\n    runpy.run_module('llama_cpp.server', run_name='__main__')"
+    )
     cmd = [
-        sys.executable, "-m", "llama_cpp.server",
+        sys.executable, "-c", launch,
         "--model", str(model_path), "--model_alias", SERVER_MODEL,
         "--host", "127.0.0.1", "--port", str(port),
         "--n_ctx", str(n_ctx), "--n_threads", "1", "--n_threads_batch", "1", "--seed", "0", *extra,
@@ -112,7 +116,7 @@ def get_server() -> LocalServer:
     global _SERVER
     with _LOCK:
         if _SERVER is None or _SERVER.process.poll() is not None:
-            from fragrel_integrations.models.llama_cpp_chat import smollm2_gguf_path
+            from fragrel_integrations.models.transformers_chat import smollm2_gguf_path
 
             _SERVER = start_server(smollm2_gguf_path())
             atexit.register(_SERVER.stop)
@@ -121,7 +125,7 @@ def get_server() -> LocalServer:
 
 def get_embedded():
     """The embedded SmolLM2-135M-Instruct (the library's process-wide default, loaded once)."""
-    from fragrel_integrations.models.llama_cpp_chat import default_chat_model
+    from fragrel_integrations.models.transformers_chat import default_chat_model
 
     return default_chat_model()
 

@@ -21,12 +21,9 @@ BOOK = " ".join(
 
 @pytest.fixture(scope="module")
 def llm():
-    pytest.importorskip("llama_cpp")
-    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+    from fragrel_integrations.models.transformers_chat import default_chat_model
 
-    model = LlamaCppChatModel()
-    yield model
-    model.close()
+    return default_chat_model()
 
 
 def no_self_warnings(build: Callable[[], Any], caplog: pytest.LogCaptureFixture) -> Any:

@@ -163,7 +163,7 @@ def test_async_version_gives_the_same_answer():
 
 @pytest.mark.slow
 def test_embedded_model_answers_from_a_book_passage(real_embedder):
-    from fragrel_integrations.models.llama_cpp_chat import default_chat_model
+    from fragrel_integrations.models.transformers_chat import default_chat_model
 
     result = grounded_answer(QUESTION, BOOK, default_chat_model(), embedder=real_embedder, constrain=True)
     assert result.constrained

@@ -439,11 +439,11 @@ def test_llama_index_bad_construction():
 @pytest.mark.slow
 def test_real_embedded_llm_and_embedder(real_embedder):
     """SmolLM2-135M (llama.cpp) + all-MiniLM-L6-v2 through LangChain: only robust properties are checked."""
-    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+    from fragrel_integrations.models.transformers_chat import TransformersChatModel
 
     start = time.perf_counter()
     index = FragRelIndex.from_fragments(STORY, embedder=real_embedder, show_progress=False)
-    model = LlamaCppChatModel(n_ctx=2048)
+    model = TransformersChatModel(context_window=2048)
     try:
         retriever = LCFragRelIndexRetriever(index=index, k=3)
         loop = InnerLoopRunnable(retriever=retriever, model=model, max_loops=3, max_stm_tokens=48)

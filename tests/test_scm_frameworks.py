@@ -299,9 +299,9 @@ def test_llama_index_validation(tmp_path):
 def test_real_embedded_llm_and_embedder(real_embedder, tmp_path):
     """SmolLM2 (llama.cpp) as controller and responder, all-MiniLM-L6-v2 embeddings: robust properties only."""
     from fragrel_integrations.core.scm import SCMController
-    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+    from fragrel_integrations.models.transformers_chat import TransformersChatModel
 
-    model = LlamaCppChatModel(n_ctx=2048)
+    model = TransformersChatModel(context_window=2048)
     try:
         core = SelfControlledMemory(
             SCMController(model, summary_max_tokens=48),

@@ -226,7 +226,7 @@ def test_auto_activation_asks_your_model_and_gates_the_embedded_one():
     from fragrel_integrations.langchain import FragRelChatModel
     from fragrel_integrations.llama_index import FragRelLLM
     from fragrel_integrations.models import CachedChatModel, LlamaCppChatModel, RetryingChatModel
-    from fragrel_integrations.models.llama_cpp_chat import smollm2_gguf_path
+    from fragrel_integrations.models.transformers_chat import smollm2_gguf_path
 
     assert SelfControlledMemory(ScriptedChatModel(["x"])).activation is True
     embedded = get_embedded()

@@ -666,8 +666,7 @@ async def test_async_insert():
 
 @pytest.mark.slow
 def test_end_to_end_with_the_embedded_llm(real_embedder):
-    pytest.importorskip("llama_cpp")
-    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+    from fragrel_integrations.models.transformers_chat import TransformersChatModel
 
     text = (
         "The lighthouse on Gull Rock was built in 1871 from granite shipped from Aberdeen. "
@@ -676,7 +675,7 @@ def test_end_to_end_with_the_embedded_llm(real_embedder):
         "In 1958 a storm tore the lantern room away, and the light was rebuilt with an electric lamp. "
         "Today the tower is a museum, and Quill's diary is displayed beside a stuffed albatross. "
     ) * 2
-    model = LlamaCppChatModel(n_ctx=2048)
+    model = TransformersChatModel(context_window=2048)
     start = time.perf_counter()
     tree = SurpriseTree(
         model, real_embedder, chunk_tokens=120, summary_tokens=60, surprise_tokens=40, show_progress=False

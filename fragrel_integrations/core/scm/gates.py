@@ -236,7 +236,7 @@ def auto_activation(model: object) -> str:
     >>> auto_activation(object())
     'controller'
     """
-    from ...models.llama_cpp_chat import is_embedded_model
+    from ...models.transformers_chat import is_embedded_model
 
     return "lexical" if is_embedded_model(model) else "controller"
 
