@@ -10,7 +10,8 @@ an accepted answer), wrong (printed, holds none) or "not stated". Evidence hit: 
 phrase in a quoted sentence, for the bounded evidence (BM25 first, ``MAX_EMBEDDED_SENTENCES`` embedded) and for
 every sentence embedded (the selection before issue 34), with the number of sentences each embedded.
 
-    python benchmarks/bench_answer_check.py --part dev
+    python benchmarks/bench_answer_check.py --part dev                      # the transformers runtime
+    python benchmarks/bench_answer_check.py --part dev --runtime llamacpp   # the runtime of the stored numbers
 """
 
 from __future__ import annotations
@@ -105,9 +106,14 @@ def run(args) -> dict:
         fragments, scorer=scorer, relation=ContextRelation(general.w_rel), alpha=general.alpha,
         top_m=general.top_m, show_progress=False,
     )  # fmt: skip
-    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+    if args.runtime == "llamacpp":
+        from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
 
-    model = LlamaCppChatModel(n_ctx=4096, seed=0)
+        model = LlamaCppChatModel(n_ctx=4096, seed=0)
+    else:
+        from fragrel_integrations.models.transformers_chat import TransformersChatModel
+
+        model = TransformersChatModel(context_window=4096, seed=0)
     rows = []
     for q in questions:
         accepted, question = q["answers"], q["question"]
@@ -162,7 +168,8 @@ def run(args) -> dict:
 def report(result: dict) -> str:
     rows, n = result["rows"], result["questions"]
     lines = [
-        f"Part {result['part']} ({result['book']}, {n} questions), SmolLM2-135M free reply to the prompt "
+        f"Part {result['part']} ({result['book']}, {n} questions), SmolLM2-135M "
+        f"({result.get('runtime', 'LlamaCppChatModel')}) free reply to the prompt "
         f"{result.get('prompt')!r}, one run; the same reply judged by both checks.",
         "",
         "| check | right | wrong (printed) | not stated |",
@@ -200,6 +207,9 @@ def report(result: dict) -> str:
 def main() -> None:
     ap = book_parser(__doc__)
     ap.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    ap.add_argument(
+        "--runtime", choices=["transformers", "llamacpp"], default="transformers", help="the embedded LLM runtime"
+    )
     ap.add_argument("--prompt", default=None, help="another system prompt (default: core.answer.ANSWER_PROMPT)")
     ap.add_argument("--stem", default=None, help="results file name (default: answer_check_<part>)")
     args = ap.parse_args()
