@@ -181,8 +181,11 @@ def test_single_loop():
 
 
 def test_an_answer_the_shown_fragments_do_not_support_is_marked_when_printed():
-    supported = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["In the garden."]), max_loops=1).run(QUESTION)
-    assert supported.supported and supported.format() == "In the garden." and supported.to_dict()["supported"]
+    supported = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["The garden."]), max_loops=1).run(QUESTION)
+    assert supported.supported and supported.format() == "The garden." and supported.to_dict()["supported"]
+    # not the words of a shown sentence ("Mary walked to the garden."): marked (was: supported)
+    restated = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["In the garden."]), max_loops=1).run(QUESTION)
+    assert not restated.supported and restated.format().startswith("Not supported")
     guess = InnerLoopEngine(fixed(STORY), ScriptedChatModel(["On the Moon with Zed."]), max_loops=1).run(QUESTION)
     assert not guess.supported and guess.answer == "On the Moon with Zed."
     assert guess.format() == "Not supported by the retrieved text (the model's answer): On the Moon with Zed."

@@ -56,7 +56,8 @@ STORY = [
     "Sandra journeyed to the cellar.",
 ]
 QUESTION = "Where is the apple?"
-ANSWER = "Mary took the apple to the garden, so the apple is in the garden."
+FIRST = "Mary picked up the apple there."  # a first memory
+ANSWER = "Mary walked to the garden."  # a shown sentence: a supported answer (a free restatement is not)
 
 
 class HashEmbeddings(Embeddings):
@@ -173,15 +174,15 @@ def li_nodes() -> list[NodeWithScore]:
 
 
 def test_langchain_end_to_end_with_a_vector_store_and_a_fake_chat_model():
-    model = FakeListChatModel(responses=["Mary has the apple.", ANSWER, ANSWER])
+    model = FakeListChatModel(responses=[FIRST, ANSWER, ANSWER])
     loop = InnerLoopRunnable(retriever=lc_vector_retriever(), model=model)
     assert isinstance(loop, Runnable)
     out = loop.invoke(QUESTION)
     assert out["answer"] == ANSWER and out["converged"] and out["stop_reason"] == "converged"
     assert out["question"] == QUESTION and len(out["rounds"]) == 3
     first = out["rounds"][0]
-    assert first["query"] == QUESTION and first["similarity"] is None and first["stm"] == "Mary has the apple."
-    assert out["rounds"][1]["query"] == QUESTION + "\nMary has the apple."
+    assert first["query"] == QUESTION and first["similarity"] is None and first["stm"] == FIRST
+    assert out["rounds"][1]["query"] == QUESTION + "\n" + FIRST
     # the Documents are the vector store's own
     assert all(isinstance(d, LCDocument) and d.id and d.id.startswith("s") for d in first["documents"])
     assert len(first["documents"]) == 3 and first["documents"] == first["retrieved"]
@@ -257,7 +258,7 @@ def test_langchain_with_a_fragrel_retriever_and_dedupe():
     retriever = LCFragRelIndexRetriever.from_texts(
         [" ".join(STORY)], fragment_words=6, embedder=HashingEmbedder(dim=128), k=3, show_progress=False
     )
-    model = FakeListChatModel(responses=["Mary has the apple.", "Mary took the apple to the garden.", ANSWER])
+    model = FakeListChatModel(responses=[FIRST, "Mary took the apple to the garden.", ANSWER])
     out = InnerLoopRunnable(retriever=retriever, model=model, dedupe=True, max_loops=3, threshold=1.0).invoke(QUESTION)
     shown = [
         (d.metadata["fragrel_doc_id"], d.metadata["fragrel_position"]) for r in out["rounds"] for d in r["documents"]
@@ -285,13 +286,13 @@ def test_langchain_accepts_a_built_core_engine():
 
 
 def test_langchain_model_error_keeps_the_trace():
-    model = ScriptedChatModel(["Mary has the apple.", RuntimeError("model crashed")])
+    model = ScriptedChatModel([FIRST, RuntimeError("model crashed")])
     loop = InnerLoopRunnable(retriever=lc_vector_retriever(), model=model)
     with pytest.raises(InnerLoopError) as info:
         loop.invoke(QUESTION)
     assert len(info.value.result.rounds) == 1
     output = info.value.output
-    assert output["stop_reason"] == "error" and output["answer"] == "Mary has the apple."
+    assert output["stop_reason"] == "error" and output["answer"] == FIRST
     assert output["rounds"][0]["documents"][0].id.startswith("s")
 
 
@@ -361,12 +362,12 @@ def test_llama_index_end_to_end_with_a_vector_index_and_mock_llm():
 
 def test_llama_index_scripted_model_sees_the_nodes_and_the_memory():
     retriever = LIListRetriever(li_nodes()[:4])
-    model = ScriptedChatModel(["Mary has the apple.", ANSWER, ANSWER])
+    model = ScriptedChatModel([FIRST, ANSWER, ANSWER])
     response = InnerLoopQueryEngine(retriever, model).query(QueryBundle(QUESTION))
     assert str(response) == ANSWER and response.metadata["n_rounds"] == 3
     assert "[2] Mary picked up the apple there." in model.calls[0]["messages"][-1]["content"]
-    assert "Your memory so far: Mary has the apple." in model.calls[1]["messages"][-1]["content"]
-    assert [q for _, q in retriever.calls] == [QUESTION, QUESTION + "\nMary has the apple.", QUESTION + "\n" + ANSWER]
+    assert "Your memory so far: Mary picked up the apple there." in model.calls[1]["messages"][-1]["content"]
+    assert [q for _, q in retriever.calls] == [QUESTION, QUESTION + "\n" + FIRST, QUESTION + "\n" + ANSWER]
     assert [n.node.node_id for n in response.source_nodes] == ["n0", "n1", "n2", "n3"]
     assert response.source_nodes[0] is retriever.nodes[0]
 
@@ -412,12 +413,12 @@ def test_llama_index_accepts_a_built_core_engine():
 
 
 def test_llama_index_model_error_keeps_the_trace():
-    model = ScriptedChatModel(["Mary has the apple.", ValueError("bad gateway")])
+    model = ScriptedChatModel([FIRST, ValueError("bad gateway")])
     engine = InnerLoopQueryEngine(LIListRetriever(li_nodes()[:2]), model)
     with pytest.raises(InnerLoopError) as info:
         engine.query(QUESTION)
     partial = info.value.output
-    assert isinstance(partial, Response) and partial.response == "Mary has the apple."
+    assert isinstance(partial, Response) and partial.response == FIRST
     assert partial.metadata["stop_reason"] == "error" and len(partial.source_nodes) == 2
 
 

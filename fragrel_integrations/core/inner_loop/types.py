@@ -100,9 +100,9 @@ class InnerLoopResult:
 
     @property
     def supported(self) -> bool:
-        """Whether the fragments shown to the model support :attr:`answer`
-        (:func:`~fragrel_integrations.core.answer.supported_by`: at least half its new content words, and every
-        name and number, occur in them)."""
+        """Whether the fragments shown to the model support :attr:`answer`: the check of
+        :func:`~fragrel_integrations.core.answer.answer_span` against the sentences of those fragments (after a
+        leading label, the answer is a contiguous run of words of one sentence, negations and numbers agreeing)."""
         return supported_by(self.answer, [hit.fragment.text for hit in self.fragments], self.question) is not None
 
     def format(self) -> str:
