@@ -166,7 +166,7 @@ def test_embedded_model_answers_from_a_book_passage(real_embedder):
     from fragrel_integrations.models.transformers_chat import default_chat_model
 
     result = grounded_answer(QUESTION, BOOK, default_chat_model(), embedder=real_embedder, constrain=True)
-    assert result.constrained
+    assert not result.constrained  # the transformers runtime enforces no GBNF: the free reply is checked
     if result.text is not None:  # whatever it says must be a supported quote
         assert supported_by(result.text, [e.quote for e in result.evidence], QUESTION) is not None
     assert "Friday" in " ".join(e.quote for e in result.evidence)
