@@ -28,6 +28,7 @@ import shutil
 import tempfile
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -291,7 +292,8 @@ class _OpenVINORunner:
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
             feats = self.tokens([texts[i] for i in rows])
-            hidden = np.asarray(self.compiled({k: v for k, v in feats.items() if k in self.inputs})[0], np.float32)
+            request = self.compiled.create_infer_request()  # one per call: safe to share the runner between threads
+            hidden = np.asarray(request.infer({k: v for k, v in feats.items() if k in self.inputs})[0], np.float32)
             pooled = _pool(hidden, feats["attention_mask"], self.pipeline["pooling"])
             if out is None:
                 out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
@@ -326,7 +328,8 @@ def _exported(path: Path, pipeline: Mapping[str, Any], cache_dir: Path, st_model
     features = _Tokens(pipeline)(["an example input", "a second, longer example input"])
     names = set(inspect.signature(transformer.forward).parameters)
     example = {k: torch.from_numpy(v) for k, v in features.items() if k in names}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
         converted = ov.convert_model(transformer, example_input=example)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
