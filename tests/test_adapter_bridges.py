@@ -118,7 +118,7 @@ class _DictStream(KeyedStoreStream):
         self.data[(ns, key)] = value
 
     def search(self, ns, limit=10, offset=0, filter=None):
-        (field, cond), *_ = (filter or {"seq": {"$gte": ""}}).items()
+        (field, cond), *_ = (filter or {"seq": {"$gte": ""}}).items()  # None: every item
         found = [
             _DictItem(n, k, v)
             for (n, k), v in sorted(self.data.items())
@@ -129,9 +129,9 @@ class _DictStream(KeyedStoreStream):
     def list_namespaces(self, prefix, max_depth, limit, offset):
         return sorted({n[:max_depth] for n, _ in self.data if n[: len(prefix)] == prefix})[offset : offset + limit]
 
-    def _batch_ends(self, ns, keys, refresh, filters):
+    def _batch_ends(self, ns, keys, refresh, searches):
         ends = [_DictItem(ns, key, self.data[(ns, key)]) if (ns, key) in self.data else None for key in keys]
-        return [*ends, *(self.search(ns, filter=f) for f in filters)]
+        return [*ends, *(self.search(ns, limit=self.page_size, offset=o, filter=f) for f, o in searches)]
 
     def _batch_delete(self, ns, keys):
         for key in keys:
