@@ -21,6 +21,7 @@ Choice and regex :class:`~fragrel_integrations.models.structured.ReplyFormat` re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import logging
@@ -143,7 +144,8 @@ class TransformersChatModel(ChatModelBase):
     ``context_window`` caps prompt + reply tokens. ``timeout`` (seconds) stops a generation that runs too long
     with ``TimeoutError``. ``seed`` makes sampled (``temperature > 0``) answers reproducible. ``repeat_penalty``
     > 1 discourages the loops small models fall into. Calls on one instance are serialised; ``ainvoke`` runs in
-    a worker thread so the event loop stays free. torch's own thread setting is left as the user has it.
+    a worker thread so the event loop stays free. ``n_threads`` (default: half the CPUs this process may use, as
+    llama.cpp does) is torch's thread count while this model computes; the user's setting is restored after.
     """
 
     def __init__(
@@ -157,6 +159,7 @@ class TransformersChatModel(ChatModelBase):
         repeat_penalty: float = 1.1,
         model_name: str | None = None,
         cache_dir: str | Path | None = None,
+        n_threads: int | None = None,
     ) -> None:
         path = smollm2_gguf_path() if model_path is None else Path(model_path).expanduser()
         if not (path.is_file() and path.suffix == ".gguf") and not (path.is_dir() and (path / "config.json").is_file()):
@@ -168,6 +171,9 @@ class TransformersChatModel(ChatModelBase):
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
         check_positive_int(default_max_tokens, "default_max_tokens")
+        if n_threads is not None:
+            check_positive_int(n_threads, "n_threads")
+        self.n_threads = n_threads or _default_threads()
         self.model_path = path
         self.model_name = model_name or path.stem
         self.seed = int(seed)
@@ -251,7 +257,7 @@ class TransformersChatModel(ChatModelBase):
             kwargs["prefix_allowed_tokens_fn"] = allowed
         if streamer is not None:
             kwargs["streamer"] = streamer
-        with torch.inference_mode(), torch.random.fork_rng(devices=[]):
+        with torch.inference_mode(), torch.random.fork_rng(devices=[]), _threads(torch, self.n_threads):
             torch.manual_seed(self.seed)
             out = self._model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
         if deadline.hit:
@@ -330,7 +336,7 @@ class TransformersChatModel(ChatModelBase):
             yes_ids, no_ids = self._yes_no_ids
             if not yes_ids or not no_ids:
                 raise NotImplementedError(f"{self.model_name}'s vocabulary has no single token for yes or no")
-            with torch.inference_mode():
+            with torch.inference_mode(), _threads(torch, self.n_threads):
                 logits = self._model(torch.tensor([prompt])).logits[0, -1].double()
         probs = torch.softmax(logits, dim=-1)
         yes, no = float(probs[list(yes_ids)].sum()), float(probs[list(no_ids)].sum())
@@ -411,6 +417,29 @@ class TransformersChatModel(ChatModelBase):
         with self._lock:
             self._model = None
             self._enforcer_data = None
+
+
+def _default_threads() -> int:
+    """Half the CPUs this process may use: on a shared or busy machine, threads that wait for a core stall the
+    others at every step of a small model, which costs more than the idle half."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // 2)
+
+
+@contextlib.contextmanager
+def _threads(torch: Any, n: int) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` inside the block, the previous count restored after."""
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if before != n:
+            torch.set_num_threads(before)
 
 
 class _Deadline:
