@@ -395,7 +395,8 @@ def cache_location(
     data: bytes, *, name: str, settings: dict[str, Any], cache_dir: str | Path | None, model: str | None
 ) -> tuple[Path, str, dict[str, Any]]:
     """``(path, key, key fields)`` of the cache file for ``data`` embedded by ``model`` with ``settings``."""
-    from .core.persist import VERSION, default_cache_dir, file_sha256
+    from ._cache_dir import default_cache_dir
+    from .core.persist import VERSION, file_sha256
     from .models.local import default_embedder_id
 
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()

@@ -78,6 +78,7 @@ def test_console_script_help():
 
 def test_quiet_prints_no_progress_bar_not_even_the_model_loading_one(book, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    env["FRAGREL_EMBEDDER_BACKEND"] = "torch"  # the backend whose model loading draws a bar (OpenVINO draws none)
     cmd = [sys.executable, "-m", "fragrel_integrations.cli", "retrieve", str(book), "Who ate the cheese?", "-k", "1"]
     cmd += ["--scorer", "dense", "--cache-dir", str(tmp_path)]
     quiet = subprocess.run([*cmd, "--quiet"], capture_output=True, text=True, env=env, timeout=300)

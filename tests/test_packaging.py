@@ -77,7 +77,7 @@ def test_wheel_metadata_is_complete(dists):
     assert any(r.startswith("langchain-core") and 'extra == "langchain"' in r for r in requires)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     with zipfile.ZipFile(dists["wheel"]) as wheel:
-        assert "fragrel = fragrel_integrations.cli:main" in wheel.read(entry_points).decode()
+        assert "fragrel = fragrel_integrations.crash_guard:main" in wheel.read(entry_points).decode()
 
 
 def test_twine_accepts_both_distributions(dists):

@@ -47,7 +47,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "FORMAT",
     "VERSION",
-    "default_cache_dir",
     "file_sha256",
     "is_index_file",
     "load_index",
@@ -417,12 +416,6 @@ def load_index(
 
 
 # --------------------------------------------------------------------------------------------- CLI cache
-
-
-def default_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/fragrel``, or ``~/.cache/fragrel`` when XDG_CACHE_HOME is unset or empty."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    return (Path(base).expanduser() if base else Path.home() / ".cache") / "fragrel"
 
 
 def file_sha256(data: bytes) -> str:

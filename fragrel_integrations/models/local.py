@@ -439,7 +439,7 @@ def backend_cache_dir() -> Path:
     given = os.environ.get(CACHE_ENV) or ""
     if given:
         return Path(given).expanduser()
-    from ..core.persist import default_cache_dir
+    from .._cache_dir import default_cache_dir
 
     return default_cache_dir() / "embedders"
 

@@ -77,7 +77,7 @@ def smollm2_gguf_path() -> Path:
 def _model_cache_dir(cache_dir: str | Path | None) -> Path:
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    from ..core.persist import default_cache_dir
+    from .._cache_dir import default_cache_dir
 
     return default_cache_dir() / "models"
 
