@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _llm_fixtures import SERVER_MODEL, get_embedded, get_server
+from _llm_fixtures import SERVER_MODEL, get_embedded, get_llama_cpp, get_server
 
 from fragrel_integrations.core.scm.controller import YES_NO_FORMAT, SCMController
 from fragrel_integrations.core.tree.summariser import Summariser
@@ -32,7 +32,8 @@ PASSAGES = [
 
 @pytest.fixture(scope="module")
 def llm():
-    return get_embedded()
+    """The grammar-constrained runtime (llama.cpp): the transformers default enforces choices only."""
+    return get_llama_cpp()
 
 
 def test_every_tree_summary_parses_under_the_layout_grammar(llm):
@@ -112,3 +113,11 @@ def test_llama_cpp_python_server_refuses_json_schema_and_the_model_falls_back():
     reply = model.invoke("Is the sky blue? Reply yes or no.", max_tokens=4, reply_format=YES_NO_FORMAT)
     assert isinstance(reply, str) and reply  # answered in plain text after the refusal
     assert model.format_refused and not model.supports_format(YES_NO_FORMAT)
+
+
+def test_the_transformers_runtime_enforces_choices_and_parses_the_rest_freely():
+    model = get_embedded()
+    yes_no = ReplyFormat.choice(["yes", "no"], name="yes_no")
+    assert model.supports_format(yes_no) and not model.supports_format(summary_format(60, 30))
+    reply = model.invoke("Is the sky blue? Answer yes or no.", reply_format=yes_no, max_tokens=4)
+    assert reply in ("yes", "no")
