@@ -17,7 +17,7 @@ _HIDE = """
 import sys
 class _NoTorch:  # as if torch, sentence-transformers and transformers were not installed
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "sentence_transformers", "transformers"):
+        if name.split(".")[0] in ("torch", "sentence_transformers", "transformers", "openvino"):  # no [embed]
             raise ModuleNotFoundError(f"No module named {name!r}")
 sys.meta_path.insert(0, _NoTorch())
 """

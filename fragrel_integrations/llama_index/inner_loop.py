@@ -9,10 +9,10 @@ All loop logic is the core :class:`~fragrel_integrations.core.inner_loop.InnerLo
 ...     def _retrieve(self, query_bundle):
 ...         return [NodeWithScore(node=TextNode(text="Fred left the milk in the cellar."), score=1.0)]
 >>> from fragrel_integrations.testing import ScriptedChatModel
->>> engine = InnerLoopQueryEngine(Fixed(), ScriptedChatModel(["The milk is in the cellar."], cycle=True))
+>>> engine = InnerLoopQueryEngine(Fixed(), ScriptedChatModel(["In the cellar."], cycle=True))
 >>> response = engine.query("Where is the milk?")
 >>> str(response), response.metadata["stop_reason"], len(response.source_nodes)
-('The milk is in the cellar.', 'converged', 1)
+('In the cellar.', 'converged', 1)
 """
 
 from __future__ import annotations
