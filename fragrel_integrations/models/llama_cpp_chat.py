@@ -263,7 +263,7 @@ class LlamaCppChatModel(ChatModelBase):
         """
         import numpy as np
 
-        from .yes_no import NO_WORDS, YES_WORDS
+        from .yes_no import NO_WORDS, YES_WORDS, single_token_ids
 
         msgs = to_messages(messages)
         if self._formatter is None:
@@ -280,7 +280,9 @@ class LlamaCppChatModel(ChatModelBase):
                     "shorten the messages or load with a larger n_ctx"
                 )
             if self._yes_no_ids is None:
-                self._yes_no_ids = tuple(self._single_token_ids(words) for words in (YES_WORDS, NO_WORDS))
+                self._yes_no_ids = tuple(
+                    single_token_ids(self._tokenize_plain, words) for words in (YES_WORDS, NO_WORDS)
+                )
             yes_ids, no_ids = self._yes_no_ids
             if not yes_ids or not no_ids:
                 raise NotImplementedError(f"{self.model_name}'s vocabulary has no single token for yes or no")
@@ -298,20 +300,14 @@ class LlamaCppChatModel(ChatModelBase):
         no = float(np.exp(logits[list(no_ids)] - top).sum())
         return yes / (yes + no) if yes + no > 0 else 0.5
 
+    def _tokenize_plain(self, text: str) -> list[int]:
+        return list((lambda t: self._llm.tokenize(t.encode("utf-8"), add_bos=False, special=False))(text))
+
     async def ayes_no_probability(self, messages: Messages) -> float:
         """Async :meth:`yes_no_probability` (llama.cpp runs in a worker thread)."""
         import asyncio
 
         return await asyncio.to_thread(self.yes_no_probability, messages)
-
-    def _single_token_ids(self, words: Collection[str]) -> tuple[int, ...]:
-        ids = set()
-        for word in words:
-            for text in (word, " " + word):
-                tokens = self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False)
-                if len(tokens) == 1:
-                    ids.add(int(tokens[0]))
-        return tuple(sorted(ids))
 
     # -- constrained replies ---------------------------------------------------------------------------------------
     def supports_format(self, reply_format: ReplyFormat) -> bool:

@@ -330,9 +330,12 @@ class TransformersChatModel(ChatModelBase):
                     "shorten the messages or raise context_window"
                 )
             if self._yes_no_ids is None:
-                from .yes_no import NO_WORDS, YES_WORDS
+                from .yes_no import NO_WORDS, YES_WORDS, single_token_ids
 
-                self._yes_no_ids = (self._single_token_ids(YES_WORDS), self._single_token_ids(NO_WORDS))
+                self._yes_no_ids = (
+                    single_token_ids(self._tokenize_plain, YES_WORDS),
+                    single_token_ids(self._tokenize_plain, NO_WORDS),
+                )
             yes_ids, no_ids = self._yes_no_ids
             if not yes_ids or not no_ids:
                 raise NotImplementedError(f"{self.model_name}'s vocabulary has no single token for yes or no")
@@ -342,20 +345,14 @@ class TransformersChatModel(ChatModelBase):
         yes, no = float(probs[list(yes_ids)].sum()), float(probs[list(no_ids)].sum())
         return yes / (yes + no) if yes + no > 0 else 0.5
 
+    def _tokenize_plain(self, text: str) -> list[int]:
+        return list((lambda t: self._tok.encode(t, add_special_tokens=False))(text))
+
     async def ayes_no_probability(self, messages: Messages) -> float:
         """Async :meth:`yes_no_probability` (in a worker thread)."""
         import asyncio
 
         return await asyncio.to_thread(self.yes_no_probability, messages)
-
-    def _single_token_ids(self, words: Collection[str]) -> tuple[int, ...]:
-        ids = set()
-        for word in words:
-            for text in (word, " " + word):
-                tokens = self._tok.encode(text, add_special_tokens=False)
-                if len(tokens) == 1:
-                    ids.add(int(tokens[0]))
-        return tuple(sorted(ids))
 
     # -- constrained replies ---------------------------------------------------------------------------------------
     def supports_format(self, reply_format: ReplyFormat) -> bool:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .chat import Messages
@@ -40,6 +40,7 @@ __all__ = [
     "LogprobsYesNo",
     "YesNoScorer",
     "ayes_no_probability",
+    "single_token_ids",
     "yes_no_from_logprobs",
     "yes_no_probability",
 ]
@@ -50,6 +51,23 @@ NO_WORDS = frozenset({"no", "No", "NO"})
 
 
 logger = logging.getLogger(__name__)
+
+
+def single_token_ids(tokenize: Callable[[str], Sequence[int]], words: Iterable[str]) -> tuple[int, ...]:
+    """The ids of every spelling in ``words`` (with and without a leading space) that is one token for
+    ``tokenize`` (text -> token ids, no special tokens).
+
+    >>> single_token_ids(lambda t: [len(t)] if t.strip() == "yes" else [1, 2], ["yes", "no"])
+    (3, 4)
+    """
+    ids = set()
+    for word in words:
+        for text in (word, " " + word):
+            tokens = tokenize(text)
+            if len(tokens) == 1:
+                ids.add(int(tokens[0]))
+    return tuple(sorted(ids))
+
 
 #: Alternatives asked for the first reply token of a yes/no question by the framework adapters.
 TOP_LOGPROBS = 20
