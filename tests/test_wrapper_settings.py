@@ -1,11 +1,9 @@
 """The settings kit: every FragRel wrapper (LangChain retriever, LlamaIndex retriever and postprocessor) takes the
 same settings, fills the same defaults and rejects the same bad setting with the same words (the kit's)."""
 
-import importlib
 import inspect
 import math
 import re
-import sys
 
 import pytest
 from langchain_core.documents import BaseDocumentCompressor, Document
@@ -282,21 +280,6 @@ def test_identical_candidates_with_visible_metadata_give_identical_results_in_al
 
 def _scores(metadata: dict) -> tuple[str, ...]:
     return tuple(repr(metadata[key]) for key in kit.SCORE_KEYS)
-
-
-@pytest.mark.parametrize(
-    ("old", "new"),
-    [
-        ("fragrel_integrations.core.conventions", "fragrel_integrations.core.kit"),
-        ("fragrel_integrations.core.tree.adapter", "fragrel_integrations.core.kit.tree"),
-    ],
-)
-def test_the_old_kit_paths_warn_and_re_export(old, new):
-    sys.modules.pop(old, None)
-    with pytest.warns(DeprecationWarning, match=f"import from {re.escape(new)}"):
-        module = importlib.import_module(old)
-    current = importlib.import_module(new)
-    assert module.__all__ and all(getattr(module, name) is getattr(current, name) for name in module.__all__)
 
 
 def test_kit_rerank_items_fills_missing_locations_by_the_policy():

@@ -12,7 +12,6 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..._deprecation import moved_attributes
 from ...models.base import Embedder
 from .. import scorers
 from .code_relation import CodeRelation
@@ -20,10 +19,6 @@ from .code_relation import CodeRelation
 __all__ = ["build_code_index"]
 
 IndexT = TypeVar("IndexT")  # FragRelIndex or a subclass (not imported here: no import cycle)
-
-__getattr__ = moved_attributes(
-    __name__, "fragrel_integrations.core.scorers", ["CODE_SCORER_NAMES", "CodeScorerName", "code_scorer"]
-)
 
 
 def _nothing_to_index(relation: CodeRelation) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..._deprecation import moved_attributes
 from ..index import FragRelIndex
 
 __all__ = ["from_repository"]
@@ -28,5 +27,3 @@ def from_repository(path: str | os.PathLike[str] | None = None, **options: Any) 
     """
     return FragRelIndex.from_repository(path, **options)
 
-
-__getattr__ = moved_attributes(__name__, "fragrel_integrations.core.scorers", ["CodeScorerName", "code_scorer"])

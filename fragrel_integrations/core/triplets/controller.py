@@ -44,7 +44,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._deprecation import moved_attributes
 from ..._validation import check_positive_int
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
@@ -67,9 +66,6 @@ from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_ca
 from .types import Triplet, TripletRecord, namespace_tuple
 
 __all__ = ["DEFAULT_MAX_REPLY_CHARS", "AnswerResult", "MemorizeResult", "TripletMemoryController"]
-
-# The prompts, examples and formats live in .controller_prompts (still importable from here, which uses them).
-__getattr__ = moved_attributes(__name__, "fragrel_integrations.core.triplets.lenient", ["lenient_triplets"])
 
 logger = logging.getLogger(__name__)
 
