@@ -26,4 +26,3 @@ def from_repository(path: str | os.PathLike[str] | None = None, **options: Any) 
     >>> hits = index.retrieve(code_before_the_cursor, k=10)                   # doctest: +SKIP
     """
     return FragRelIndex.from_repository(path, **options)
-
