@@ -161,12 +161,12 @@ def stored_int(value: object, where: str, *, minimum: int | None = None) -> int:
     """An integer read back from a saved file (an int, not a bool, a float or text), at least ``minimum``;
     else a ValueError starting with ``where``.
 
-    >>> stored_int(3, "x.db: term_index_state.k", minimum=1)
+    >>> stored_int(3, "x.db: meta.dim", minimum=1)
     3
-    >>> stored_int("g", "x.db: term_index_state.generation")
+    >>> stored_int("g", "x.db: meta.dim")
     Traceback (most recent call last):
     ...
-    ValueError: x.db: term_index_state.generation is damaged (an integer expected, found 'g')
+    ValueError: x.db: meta.dim is damaged (an integer expected, found 'g')
     """
     if isinstance(value, np.integer):
         value = int(value)

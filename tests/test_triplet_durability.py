@@ -27,17 +27,14 @@ def emb():
 
 
 def check_consistent(store: TripletStore) -> None:
-    """Every term once, each with one band row per LSH table; every triplet's terms exist."""
+    """Every term once, each with its embedding; every triplet's terms exist."""
     with store.backend.read() as cur:
         dup = cur.execute("SELECT norm FROM terms GROUP BY norm HAVING COUNT(*) > 1").fetchall()
         assert dup == []
         n_terms = cur.execute("SELECT COUNT(*) FROM terms").fetchone()[0]
-        per_term = cur.execute(
-            "SELECT COUNT(*) FROM (SELECT term_id FROM term_lsh GROUP BY term_id HAVING COUNT(*) <> ?) x",
-            (store.lsh.tables,),
-        ).fetchone()[0]
-        assert per_term == 0
-        assert cur.execute("SELECT COUNT(DISTINCT term_id) FROM term_lsh").fetchone()[0] == n_terms
+        dim = int(cur.execute("SELECT value FROM meta WHERE name = 'dim'").fetchone()[0])
+        sizes = cur.execute("SELECT COUNT(*) FROM terms WHERE LENGTH(vector) = ?", (4 * dim,)).fetchone()[0]
+        assert sizes == n_terms
         orphans = cur.execute(
             "SELECT COUNT(*) FROM triplets r WHERE NOT EXISTS (SELECT 1 FROM terms t WHERE t.id = r.t1_id) "
             "OR NOT EXISTS (SELECT 1 FROM terms t WHERE t.id = r.t3_id)"

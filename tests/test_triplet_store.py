@@ -11,7 +11,6 @@ from _triplet_fixtures import BACKENDS, get_pg, make_store, pg_skip_reason
 
 from fragrel_integrations.core.triplets import (
     PostgresBackend,
-    RandomHyperplaneLSH,
     SQLiteBackend,
     Triplet,
     TripletStore,
@@ -113,22 +112,18 @@ def test_no_alternative_means_empty_result(store):
     assert store.read(t1="Sara Lee", t2="CEO of") == []  # both terms exist, no triplet has both
 
 
-def test_fuzzy_lookup_goes_through_the_lsh_band_table(store):
-    """With ``fuzzy_index="database"`` the fuzzy path is an indexed query on band keys: without the band rows
-    nothing is found. The default in-memory term index reads the term vectors instead."""
-    store.fuzzy_index = "database"
-    assert store.lsh is not None
-    with store.backend.read() as cur:
-        n_terms = cur.execute("SELECT COUNT(*) FROM terms").fetchone()[0]
-        n_bands = cur.execute("SELECT COUNT(*) FROM term_lsh").fetchone()[0]
-    assert n_bands == n_terms * store.lsh.tables
-    assert store.read(t1="Jones")
+def test_fuzzy_lookup_reads_the_stored_term_vectors(store):
+    """The term index is built from the stored embeddings: a term whose stored vector points elsewhere is not
+    found fuzzily (exact matching does not need the vectors), and changing ``fuzzy_index`` rebuilds the index."""
+    assert [r.t1 for r in store.read(t1="Jones")] == ["Mike Jones"]
+    other = store.embedder.embed_documents(["Zanzibar Shipping"])[0]
     with store.backend.write() as cur:
-        cur.execute("DELETE FROM term_lsh")
-    assert store.read(t1="Jones") == []
-    assert store.read(t1="Mike Jones")  # exact matching does not need the bands
-    store.fuzzy_index = "memory"
-    assert [r.t1 for r in store.read(t1="Jones")] == ["Mike Jones"]  # nor does the in-memory index
+        cur.execute("UPDATE terms SET vector = ? WHERE norm = 'mike jones'", (np.asarray(other, "<f4").tobytes(),))
+    assert [r.t1 for r in store.read(t1="Jones")] == ["Mike Jones"]  # the index built before is kept ...
+    store.fuzzy_index = "faiss"
+    assert store._terms.index is None
+    assert store.read(t1="Jones") == []  # ... until it is rebuilt from the stored vectors
+    assert store.read(t1="Mike Jones")
 
 
 def test_fuzzy_k_uses_several_alternatives(tmp_path, emb):
@@ -241,19 +236,14 @@ def test_namespaces_isolate_and_prefix_reads_span(store):
 
 
 # ------------------------------------------------------------------------------------------------ persistence
-def test_reopened_sqlite_file_keeps_everything_and_lsh_settings(tmp_path, emb):
+def test_reopened_sqlite_file_keeps_everything(tmp_path, emb):
     path = tmp_path / "m.db"
-    s = TripletStore(path, embedder=emb, bits=10, tables=8, seed=7)
+    s = TripletStore(path, embedder=emb)
     s.write_many(FACTS)
-    planes = s.lsh.hyperplanes.copy()
     s.close()
     s = TripletStore(path, embedder=emb)
-    assert (s.lsh.bits, s.lsh.tables, s.lsh.seed) == (10, 8, 7)
-    np.testing.assert_array_equal(s.lsh.hyperplanes, planes)
     assert triples(s.read(t1="Jones")) == [FACTS[0]]
     s.close()
-    with pytest.raises(ValueError, match="different LSH settings"):
-        TripletStore(path, embedder=emb, bits=12)
     with pytest.raises(ValueError, match="dimensional"):
         TripletStore(path, embedder=HashingEmbedder(dim=64)).write(("x", "y", "z"))
 
@@ -264,11 +254,11 @@ def test_reopened_postgres_schema_keeps_everything(emb):
     s = TripletStore(PostgresBackend(url, schema="reopen_test"), embedder=emb)
     s.backend.drop_schema()
     s.close()
-    s = TripletStore(PostgresBackend(url, schema="reopen_test"), embedder=emb, bits=10, tables=8)
+    s = TripletStore(PostgresBackend(url, schema="reopen_test"), embedder=emb)
     s.write_many(FACTS)
     s.close()
     s = TripletStore(PostgresBackend(url, schema="reopen_test"), embedder=emb)
-    assert (s.lsh.bits, s.lsh.tables) == (10, 8)
+    assert triples(s.read(t1="Jones")) == [FACTS[0]]
     assert triples(s.read(t2="works at")) == sorted([FACTS[1], FACTS[4]])
     s.backend.drop_schema()
     s.close()
@@ -299,10 +289,10 @@ def test_bad_input_raises_with_a_fix(tmp_path, emb):
         s.write(("a", "b", "c"), valid_from=10, valid_to=5)
     with pytest.raises(ValueError, match="threshold"):
         TripletStore(":memory:", embedder=emb, threshold=1.5)
-    with pytest.raises(ValueError, match="probe_radius"):
-        TripletStore(":memory:", embedder=emb, probe_radius=3)
-    with pytest.raises(ValueError, match="bits"):
-        TripletStore(":memory:", embedder=emb, bits=0)
+    with pytest.raises(ValueError, match="fuzzy_index"):
+        TripletStore(":memory:", embedder=emb, fuzzy_index="lsh")
+    with pytest.raises(TypeError, match="bits"):
+        TripletStore(":memory:", embedder=emb, bits=12)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="embed_documents"):
         TripletStore(":memory:", embedder=object())
     with pytest.raises(TypeError, match="backend"):
@@ -316,13 +306,6 @@ def test_write_many_is_one_transaction(tmp_path, emb):
     assert s.count() == 0
     s.write_many([TripletWrite(("a", "b", "c"), key="k"), ("d", "e", "f")])
     assert s.count() == 2
-
-
-def test_lsh_settings_are_validated():
-    with pytest.raises(ValueError, match="bits"):
-        RandomHyperplaneLSH(8, bits=49)
-    with pytest.raises(ValueError, match="tables"):
-        RandomHyperplaneLSH(8, tables=0)
 
 
 # ------------------------------------------------------------------------------------------------ real model

@@ -1,6 +1,6 @@
-"""The in-memory term index behind the triplet store's fuzzy lookup: exact below the partition size, high
-recall once partitioned, fed only committed terms, and kept in step with writes by other store objects and
-other processes on the same SQLite file or PostgreSQL schema."""
+"""The in-memory term index behind the triplet store's fuzzy lookup: an exact scan by default, high recall with
+faiss, fed only committed terms, and kept in step with writes by other store objects and other processes on the
+same SQLite file or PostgreSQL schema."""
 
 from __future__ import annotations
 
@@ -58,11 +58,12 @@ def near(rng: np.random.Generator, v: np.ndarray, cos: float) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ TermIndex alone
-def test_unpartitioned_index_is_an_exact_scan():
+@pytest.mark.parametrize("kind", ["exact", "faiss"])
+def test_the_default_index_and_a_small_faiss_one_are_an_exact_scan(kind):
     vecs = clustered(3000, 32, seed=1)
-    index = TermIndex(32, train_at=10_000)
+    index = TermIndex(32, kind=kind)
     index.add(np.arange(1, 3001), vecs)
-    assert index.partitions == 1 and len(index) == 3000
+    assert index.lists == 0 and len(index) == 3000
     rng = np.random.default_rng(2)
     for j in rng.choice(3000, 20, replace=False):
         q = near(rng, vecs[j], 0.8)
@@ -74,13 +75,14 @@ def test_unpartitioned_index_is_an_exact_scan():
         assert int(ids[0]) == int(np.argmax(exact)) + 1
 
 
-def test_partitioned_index_finds_the_exact_best_term():
-    n, dim = 20_000, 384
+def test_the_faiss_index_finds_the_exact_best_term():
+    n, dim = 32_000, 384
     vecs = clustered(n, dim, seed=3)
-    index = TermIndex(dim, train_at=5_000, sample=10_000)
-    for s in range(0, n, 4_000):  # grows past train_at, then re-partitions as it grows
+    index = TermIndex(dim, kind="faiss", train_at=8_000)
+    for s in range(0, n, 4_000):  # reaches train_at (sqrt(8000) lists), then is retrained when 4 times as big
         index.add(np.arange(s + 1, min(n, s + 4_000) + 1), vecs[s : s + 4_000])
-    assert index.partitions > 50 and len(index) == n and index.max_id == n
+        assert index.lists == (0 if s + 4_000 < 8_000 else 89 if s + 4_000 < 32_000 else 179)
+    assert len(index) == n and index.max_id == n
     rng = np.random.default_rng(4)
     hits = 0
     queries = rng.choice(n, 200, replace=False)
@@ -94,9 +96,9 @@ def test_partitioned_index_finds_the_exact_best_term():
 def test_distant_queries_widen_the_probe_and_close_ones_do_not():
     n, dim = 20_000, 128
     vecs = clustered(n, dim, seed=5)
-    narrow = TermIndex(dim, train_at=5_000, sample=10_000, min_probe=2, probe_share=0.001, widen=1)
+    narrow = TermIndex(dim, kind="faiss", train_at=5_000, min_probe=2, probe_share=0.001, widen=1)
     narrow.add(np.arange(1, n + 1), vecs)
-    wide = TermIndex(dim, train_at=5_000, sample=10_000, min_probe=2, probe_share=0.001, widen=8, widen_below=0.9)
+    wide = TermIndex(dim, kind="faiss", train_at=5_000, min_probe=2, probe_share=0.001, widen=8, widen_gap=0.4)
     wide.add(np.arange(1, n + 1), vecs)
     rng = np.random.default_rng(6)
     hits = {0.97: [0, 0], 0.72: [0, 0]}
@@ -107,7 +109,7 @@ def test_distant_queries_widen_the_probe_and_close_ones_do_not():
             (got_narrow, sims), got_wide = narrow.search(q, 0.5), wide.search(q, 0.5)[0]
             count[0] += bool(got_narrow.size) and int(got_narrow[0]) == best
             count[1] += bool(got_wide.size) and int(got_wide[0]) == best
-            if sims.size and sims[0] >= 0.9:  # close enough in the first partitions: same scan, same answer
+            if sims.size and sims[0] >= 0.9:  # close enough in the first lists: same search, same answer
                 assert got_narrow.tolist() == got_wide.tolist()
     assert hits[0.97][1] >= hits[0.97][0] and hits[0.72][1] >= hits[0.72][0]
     assert hits[0.72][1] > hits[0.72][0]  # distant queries: the wider scan finds more best terms
@@ -124,12 +126,24 @@ def test_index_refuses_ids_that_do_not_grow_and_bad_settings():
         TermIndex(4, probe_share=0)
     with pytest.raises(ValueError, match="lists_factor"):
         TermIndex(4, lists_factor=0)
-    with pytest.raises(ValueError, match="widen_below"):
-        TermIndex(4, widen_below=2)
+    with pytest.raises(ValueError, match="widen_gap"):
+        TermIndex(4, widen_gap=2)
+    with pytest.raises(ValueError, match="margin"):
+        TermIndex(4, margin=1)
     with pytest.raises(ValueError, match="widen"):
         TermIndex(4, widen=0)
+    with pytest.raises(ValueError, match=r"fuzzy_index must be one of \('exact', 'faiss'\), got 'database'"):
+        TripletStore(":memory:", embedder=HashingEmbedder(dim=8), fuzzy_index="database")
+    store = TripletStore(":memory:", embedder=HashingEmbedder(dim=8))
     with pytest.raises(ValueError, match="fuzzy_index"):
+        store.fuzzy_index = "memory"
+
+
+def test_faiss_without_faiss_installed_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    with pytest.raises(ImportError, match=r"fragrel-integrations\[faiss\]"):
         TripletStore(":memory:", embedder=HashingEmbedder(dim=8), fuzzy_index="faiss")
+    assert TripletStore(":memory:", embedder=HashingEmbedder(dim=8)).fuzzy_index == "exact"
 
 
 # ------------------------------------------------------------------------------------------ through the store
@@ -141,17 +155,19 @@ FACTS = [
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
-def test_memory_and_database_indexes_read_the_same(kind, tmp_path):
+def test_the_exact_and_the_faiss_index_read_the_same(kind, tmp_path):
     backend = make_backend(kind, tmp_path)
     mem = TripletStore(backend, embedder=HashingEmbedder(dim=128, seed=3))
     mem.write_many(FACTS)
     other = SQLiteBackend(backend.path) if kind == "sqlite" else PostgresBackend(get_pg().url, schema=backend.schema)
-    db = TripletStore(other, embedder=HashingEmbedder(dim=128, seed=3), fuzzy_index="database")
+    db = TripletStore(other, embedder=HashingEmbedder(dim=128, seed=3), fuzzy_index="faiss")
+    db._terms.index_options = {"train_at": 4, "min_probe": 2}  # a faiss index over these few terms
     for query in [("Jones", None, None), (None, "works", None), (None, None, "Acme"), ("Sara", "lives in", None)]:
         got_mem, got_db = mem.read(*query), db.read(*query)
         assert got_mem, query
         assert [(r.triplet, r.matches) for r in got_mem] == [(r.triplet, r.matches) for r in got_db]
     assert [r.triplet for r in mem.search("Jones")] == [r.triplet for r in db.search("Jones")]
+    assert db._terms.index.lists == 2 and mem._terms.index.lists == 0
     db.close()
     mem.close()
 

@@ -165,7 +165,7 @@ class TripletGraphStore(PropertyGraphStore):
         return self._triplets(self.graph.read_query(query))
 
     def vector_query(self, query: VectorStoreQuery, **kwargs: Any) -> tuple[list[LabelledNode], list[float]]:
-        """Entities whose term is close to ``query.query_str`` (the memory's own term embeddings and LSH)."""
+        """Entities whose term is close to ``query.query_str`` (the memory's own term embeddings and term index)."""
         if not query.query_str:
             raise NotImplementedError(
                 "TripletGraphStore matches terms with its own embedder: give VectorStoreQuery(query_str=...)"
@@ -184,7 +184,7 @@ class TripletGraphStore(PropertyGraphStore):
 class TripletMemoryRetriever(BaseRetriever):
     """Retrieve triplets from a :class:`TripletGraphStore` (or a core store) the RET-LLM way.
 
-    The query is a read pattern (``"Dan Jaffe>>works at>>"``: exact match, else LSH fuzzy fallback) or free text
+    The query is a read pattern (``"Dan Jaffe>>works at>>"``: exact match, else the closest stored term) or free text
     (see :func:`~fragrel_integrations.core.triplets.views.lookup`); each hit is a ``TextNode``
     (:func:`~fragrel_integrations.core.triplets.views.triplet_hit`) with the lookup score.
     """

@@ -1,7 +1,6 @@
-"""RET-LLM triplet memory: a read-write store of ``<t1, t2, t3>`` facts with exact-then-LSH lookup.
+"""RET-LLM triplet memory: a read-write store of ``<t1, t2, t3>`` facts with exact-then-fuzzy lookup.
 
 - :class:`TripletStore` — write / read (all query shapes) / update / delete, validity intervals, ``as_of``.
-- :class:`RandomHyperplaneLSH`, :class:`LSHIndex` — the seeded random-hyperplane LSH it uses.
 - :class:`SQLiteBackend` (default), :class:`PostgresBackend` (``[postgres]`` extra) — storage.
 - :mod:`.text_api` — ``[MEM_WRITE{t1>>t2>>t3}]`` / ``[MEM_READ{t1>>t2>>}: {...}]`` parsing and rendering.
 - :class:`TripletMemoryController` — lets a prompted chat model write and read the memory through that text API.
@@ -11,7 +10,6 @@ Nothing here imports a framework or loads a model at import time.
 
 from .backend import StorageBackend
 from .controller import TripletMemoryController
-from .lsh import LSHIndex, RandomHyperplaneLSH, collision_probability
 from .postgres_backend import PostgresBackend
 from .sqlite_backend import SQLiteBackend
 from .store import NodeRecord, TripletStore, TripletWrite
@@ -20,11 +18,9 @@ from .types import FIELDS, TermMatch, Triplet, TripletRecord, normalize_term
 
 __all__ = [
     "FIELDS",
-    "LSHIndex",
     "MemoryCall",
     "NodeRecord",
     "PostgresBackend",
-    "RandomHyperplaneLSH",
     "SQLiteBackend",
     "StorageBackend",
     "TermMatch",
@@ -33,7 +29,6 @@ __all__ = [
     "TripletRecord",
     "TripletStore",
     "TripletWrite",
-    "collision_probability",
     "escape_term",
     "normalize_term",
     "parse_calls",

@@ -32,22 +32,16 @@ def schema_statements(types: dict[str, str]) -> list[str]:
     ``types`` maps ``pk`` (auto-increment integer primary key), ``bigint``, ``real``, ``blob`` and
     ``without_rowid`` (SQLite's table option, empty elsewhere).
 
-    Tables: ``meta`` (settings: embedding dimension, LSH configuration, single-valued relations), ``terms``
-    (one row per distinct normalised term with its float32 embedding), ``term_lsh`` (one row per term and LSH
-    table: the band key, indexed, so fuzzy lookup is an indexed ``IN`` query), ``triplets`` (the three-column
-    memory plus namespace, key, payload JSON and validity interval) and ``nodes`` (graph-node attributes that
-    property-graph views store next to the triplets), ``term_index_state`` (at most one row: the saved partition
-    of the in-memory term index, float32 BLOBs with a format number, a generation, a checksum and a change
-    counter) and ``term_part`` (each term's partition in that state, written in the term's own transaction).
+    Tables: ``meta`` (settings: embedding dimension, embedder identity, single-valued relations), ``terms``
+    (one row per distinct normalised term with its float32 embedding, from which the in-memory term index is
+    built), ``triplets`` (the three-column memory plus namespace, key, payload JSON and validity interval) and
+    ``nodes`` (graph-node attributes that property-graph views store next to the triplets).
     """
     t = types
     return [
         "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
         f"CREATE TABLE IF NOT EXISTS terms (id {t['pk']}, norm TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
         f"vector {t['blob']} NOT NULL)",
-        f"CREATE TABLE IF NOT EXISTS term_lsh (band {t['bigint']} NOT NULL, term_id {t['bigint']} NOT NULL, "
-        f"PRIMARY KEY (band, term_id)){t['without_rowid']}",
-        "CREATE INDEX IF NOT EXISTS term_lsh_term ON term_lsh (term_id)",
         f"CREATE TABLE IF NOT EXISTS triplets (id {t['pk']}, namespace TEXT NOT NULL, key TEXT NOT NULL, "
         f"t1 TEXT NOT NULL, t2 TEXT NOT NULL, t3 TEXT NOT NULL, "
         f"t1_id {t['bigint']} NOT NULL REFERENCES terms (id), t2_id {t['bigint']} NOT NULL REFERENCES terms (id), "
@@ -60,12 +54,6 @@ def schema_statements(types: dict[str, str]) -> list[str]:
         "CREATE UNIQUE INDEX IF NOT EXISTS triplets_open_key ON triplets (namespace, key) WHERE valid_to IS NULL",
         "CREATE TABLE IF NOT EXISTS nodes (namespace TEXT NOT NULL, id TEXT NOT NULL, label TEXT NOT NULL, "
         "kind TEXT NOT NULL, text TEXT NOT NULL, properties TEXT NOT NULL, PRIMARY KEY (namespace, id))",
-        f"CREATE TABLE IF NOT EXISTS term_index_state (id {t['bigint']} PRIMARY KEY CHECK (id = 1), "
-        f"format {t['bigint']} NOT NULL, generation {t['bigint']} NOT NULL, dim {t['bigint']} NOT NULL, "
-        f"k {t['bigint']} NOT NULL, trained_n {t['bigint']} NOT NULL, assigned {t['bigint']} NOT NULL, "
-        f"checksum {t['bigint']} NOT NULL, mean {t['blob']} NOT NULL, centroids {t['blob']} NOT NULL)",
-        f"CREATE TABLE IF NOT EXISTS term_part (term_id {t['bigint']} PRIMARY KEY REFERENCES terms (id), "
-        f"part {t['bigint']} NOT NULL){t['without_rowid']}",
     ]
 
 

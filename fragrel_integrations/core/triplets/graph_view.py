@@ -131,7 +131,7 @@ class TripletGraph:
         return self.core.read(*calls[0].fields, namespace=self.namespace)
 
     def terms(self, query: str, k: int) -> list[tuple[str, float]]:
-        """The ``k`` stored terms closest to ``query`` with their scores (the store's embeddings and LSH)."""
+        """The ``k`` stored terms closest to ``query`` with their scores (the store's embeddings and term index)."""
         return best_terms(self.core.search(query, namespace=self.namespace, k=k), k)
 
     def schema(self) -> dict[str, Any]:

@@ -166,7 +166,7 @@ class PostgresBackend(StorageBackend):
     def optimize(self) -> None:
         """``ANALYZE`` the store's tables (autovacuum does this eventually; do it after a bulk load)."""
         conn = self._connection()
-        for table in ("terms", "term_lsh", "triplets", "nodes"):
+        for table in ("terms", "triplets", "nodes"):
             conn.execute(f"ANALYZE {table}")
 
     def drop_schema(self) -> None:

@@ -5,21 +5,18 @@ stored in that field first; if there is none, the stored term closest to it by t
 embeddings, kept only if that cosine reaches ``threshold``. No alternative -> empty result. Every triplet
 matching all given fields is returned.
 
-Fuzzy candidates come from an in-memory :class:`~.term_index.TermIndex` beside the database (the default,
-``fuzzy_index="memory"``): loaded from the ``terms`` table on the first fuzzy lookup, fed only committed terms
-(after this process's own commits, and before each fuzzy lookup every term another process or thread has
-committed since, read by id), and re-checked against the database for the field, namespace and time asked.
-Its partition (centroids, each term's partition, a change counter) is saved in the database itself
-(:mod:`.index_persist`): every write assigns its new terms in its own transaction, so a later open restores
-the index without k-means (1.2 s instead of 12 s at 100,000 terms on SQLite, 18 s instead of 90 s at
-1,000,000), and a saved partition that is stale or damaged is detected, not trusted, and rebuilt.
-``fuzzy_index="database"`` keeps the paper's LSH lookup as one indexed SQL query on band keys instead.
+The paper finds fuzzy alternatives with LSH; here one in-memory :class:`~.term_index.TermIndex` beside the
+database does it: an exact cosine scan by default (``fuzzy_index="exact"``), or a faiss inverted-file index
+(``fuzzy_index="faiss"``, the ``[faiss]`` extra) whose candidates are re-checked by their exact cosines. It is
+built from the stored term embeddings on the first fuzzy lookup, fed only committed terms (after this
+process's own commits, and before each fuzzy lookup every term another process or thread has committed since,
+read by id), and its candidates are re-checked against the database for the field, namespace and time asked.
 
 Facts that change: a relation marked single-valued (per call or for the whole store) allows one object per
 subject at a time. Writing a new object closes the old triplet's validity interval at the new fact's
 ``valid_from``; the old fact stays readable with ``as_of``. Updates by key keep the previous version the same way.
 
-The store is a facade over its parts: :mod:`.term_dictionary` (terms, embeddings, LSH, the in-memory term
+The store is a facade over its parts: :mod:`.term_dictionary` (terms, embeddings, the in-memory term
 index), :mod:`.versioned_writes` (writes, updates, deletes as versions), :mod:`.reads` (query shapes, search,
 listings), :mod:`.nodes` (the LlamaIndex node table) and :mod:`.rows` (row layout shared by them).
 
@@ -43,18 +40,15 @@ from typing import Any, Generic, TypeVar
 from ..._validation import check_cosine, check_min_int, check_text, stored_json
 from ...models.base import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
-from .lsh import RandomHyperplaneLSH
 from .nodes import NodeRecord, NodeTable
 from .reads import TripletReader
 from .rows import Time, TripletLike
 from .sqlite_backend import SQLiteBackend
-from .term_dictionary import DEFAULT_BITS, DEFAULT_TABLES, FUZZY_INDEXES, TermDictionary, check_fuzzy_options
+from .term_dictionary import FUZZY_INDEXES, TermDictionary
 from .types import Namespace, TripletRecord, namespace_tuple, normalize_term
 from .versioned_writes import TripletWrite, VersionedWriter
 
 __all__ = [
-    "DEFAULT_BITS",
-    "DEFAULT_TABLES",
     "FUZZY_INDEXES",
     "NodeRecord",
     "TripletStore",
@@ -108,20 +102,15 @@ class TripletStore:
             ``postgresql://`` URL (needs the ``[postgres]`` extra).
         embedder: term embedder (Embedder protocol); ``None`` = the embedded all-MiniLM-L6-v2, loaded on the
             first write or fuzzy read. One store must always use embedders of the same dimension.
-        bits, tables, seed: LSH settings (see :class:`RandomHyperplaneLSH`). Fixed when the first term is
-            stored and saved in the database; reopening with different values raises ValueError.
-        probe_radius: multi-probe radius at query time (0 or 1 or 2; ``fuzzy_index="database"`` only); may
-            differ between opens.
         threshold: minimum exact cosine for a fuzzy alternative (default 0.7).
         fuzzy_k: how many alternative terms a fuzzy lookup may use per field (the paper uses one).
-        max_candidates: LSH candidates re-checked per lookup at most (those colliding in the most tables;
-            ``fuzzy_index="database"`` only: the in-memory index re-checks every candidate it scans).
         single_valued: relations that hold one object per subject at a time (saved in the database,
             so later opens keep them; add more with :meth:`mark_single_valued`).
-        fuzzy_index: ``"memory"`` (default): fuzzy candidates from an in-memory term index kept in step with
-            the database (about 1.25 x 4 x dim bytes per stored term); ``"database"``: the LSH band table,
-            one indexed SQL query per lookup (no memory, slower, lower recall). The band table is written
-            either way, so both read the same store.
+        fuzzy_index: ``"exact"`` (default): an exact cosine scan of every stored term (4 x dim bytes of memory
+            per term); ``"faiss"`` (needs the ``[faiss]`` extra): from 20,000 terms on, a faiss inverted-file
+            index answers instead (about 1.25 x that memory, a small share of the terms scanned per lookup,
+            the best term found almost always). Either is rebuilt from the stored embeddings when a store
+            opens; may be changed between calls.
 
     All methods are thread-safe; writes from several processes are serialised by the backend.
     """
@@ -131,16 +120,11 @@ class TripletStore:
         backend: StorageBackend | str | Path = ":memory:",
         *,
         embedder: Embedder | None = None,
-        bits: int | None = None,
-        tables: int | None = None,
-        seed: int | None = None,
-        probe_radius: int = 1,
         threshold: float = 0.7,
         fuzzy_k: int = 1,
-        max_candidates: int = 2000,
         single_valued: Iterable[str] = (),
         show_progress: bool = False,
-        fuzzy_index: str = "memory",
+        fuzzy_index: str = "exact",
     ) -> None:
         if embedder is not None and not isinstance(embedder, Embedder):
             raise TypeError(
@@ -148,8 +132,6 @@ class TripletStore:
             )
         self.threshold = check_cosine(threshold, "threshold")
         self.fuzzy_k = check_min_int(fuzzy_k, "fuzzy_k", 1)
-        check_min_int(max_candidates, "max_candidates", 1)
-        check_fuzzy_options(probe_radius, fuzzy_index)
         self._lock = threading.RLock()
         self.backend = _open_backend(backend)
         self.backend.create_schema()
@@ -163,12 +145,7 @@ class TripletStore:
             self._lock,
             meta,
             embedder=embedder,
-            bits=bits,
-            tables=tables,
-            seed=seed,
-            probe_radius=probe_radius,
             fuzzy_index=fuzzy_index,
-            max_candidates=max_candidates,
             show_progress=bool(show_progress),
         )
         single = stored_json(meta.get("single_valued", "[]"), f"{self._terms.where}: meta 'single_valued'")
@@ -192,17 +169,8 @@ class TripletStore:
         """The term embedder (the embedded default is loaded on first use)."""
         return self._terms.embedder
 
-    @property
-    def lsh(self) -> RandomHyperplaneLSH | None:
-        """The LSH hyperplanes (``None`` until the first term fixes the dimension)."""
-        return self._terms.lsh
-
-    #: where fuzzy candidates come from (``"memory"`` or ``"database"``; may be changed between calls)
+    #: the kind of term index (``"exact"`` or ``"faiss"``; may be changed between calls)
     fuzzy_index = _TermSetting[str]()
-    #: multi-probe radius of the LSH lookup (``fuzzy_index="database"``)
-    probe_radius = _TermSetting[int]()
-    #: LSH candidates re-checked per lookup at most (``fuzzy_index="database"``)
-    max_candidates = _TermSetting[int]()
     #: whether embedding many new terms shows a progress bar
     show_progress = _TermSetting[bool]()
 
@@ -250,10 +218,7 @@ class TripletStore:
           objects for the same subject + relation that are valid at ``valid_from`` end there; if a later fact
           exists, the new one ends where that one starts. Nothing is deleted.
         """
-        out = self._writer.write_many(items, namespace, single_valued)
-        if out:
-            self._terms.save_index()
-        return out
+        return self._writer.write_many(items, namespace, single_valued)
 
     def update(
         self,
@@ -331,12 +296,9 @@ class TripletStore:
         at that time instead of the current ones.
         """
         given = {"t1": t1, "t2": t2, "t3": t3}
-        try:
-            return self._reader.read(
-                given, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k, (self.threshold, self.fuzzy_k)
-            )
-        finally:
-            self._terms.save_index()
+        return self._reader.read(
+            given, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k, (self.threshold, self.fuzzy_k)
+        )
 
     def search(
         self,
@@ -348,12 +310,9 @@ class TripletStore:
         threshold: float | None = None,
         k: int = 5,
     ) -> list[TripletRecord]:
-        """Triplets with any term equal or close to ``text`` (exact term first, else LSH + cosine re-check),
+        """Triplets with any term equal or close to ``text`` (exact term first, else the closest terms by cosine),
         best score first. The free-text counterpart of :meth:`read`."""
-        try:
-            return self._reader.search(text, namespace, prefix, as_of, threshold, self.threshold, k)
-        finally:
-            self._terms.save_index()
+        return self._reader.search(text, namespace, prefix, as_of, threshold, self.threshold, k)
 
     def records(
         self,
@@ -423,10 +382,7 @@ class TripletStore:
         self.close()
 
     def __repr__(self) -> str:
-        return (
-            f"TripletStore({self.backend!r}, threshold={self.threshold}, lsh={self.lsh!r}, "
-            f"fuzzy_index={self.fuzzy_index!r})"
-        )
+        return f"TripletStore({self.backend!r}, threshold={self.threshold}, fuzzy_index={self.fuzzy_index!r})"
 
 
 def build_store(

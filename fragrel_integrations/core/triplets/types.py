@@ -111,7 +111,7 @@ class Triplet:
 
 @dataclass(frozen=True, slots=True)
 class TermMatch:
-    """How one given query term was resolved: ``exact`` match, or the ``term`` LSH found at ``similarity``."""
+    """How one given query term was resolved: ``exact`` match, or the ``term`` found fuzzily at ``similarity``."""
 
     field: str
     query: str
