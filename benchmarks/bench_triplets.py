@@ -1,7 +1,8 @@
 """Triplet memory benchmark: fuzzy-lookup latency and recall through the public ``TripletStore.read`` (the
-in-memory term index, and the database LSH path) against an exact numpy scan, on embedding-like vectors, at
-1e4 and 1e5 stored terms on SQLite and PostgreSQL, the term index alone at 1e6; write throughput; open time;
-and how soon a term written through one store object is found fuzzily through another (PostgreSQL).
+default exact term index, and the faiss one) against a bare numpy scan, on embedding-like vectors, at 1e4 and 1e5
+stored terms on SQLite and PostgreSQL, the term index alone at 1e6; write throughput; open time (the index is
+built from the stored embeddings); and how soon a term written through one store object is found fuzzily
+through another (PostgreSQL).
 
 Term vectors are SYNTHETIC but embedding-like: every vector shares a common direction (unrelated terms have
 cosine ~0.25, as real sentence embeddings do) and belongs to one of n/50 topic clusters (cosine ~0.55 inside
@@ -11,12 +12,12 @@ cosine 0.95, 0.85 or 0.75; the ground truth is the exact scan's best stored term
 threshold (0.7). Recall = share of queries where the method returns that same term.
 
 Compared per size, all in one run:
-* ``read/memory``   - ``store.read(t1=query)``, default ``fuzzy_index="memory"`` (the in-memory term index);
-* ``read/database`` - the same call with ``fuzzy_index="database"`` (indexed SQL query on LSH band keys);
+* ``read/exact``    - ``store.read(t1=query)``, default ``fuzzy_index="exact"`` (an exact scan of the term index);
+* ``read/faiss``    - the same call with ``fuzzy_index="faiss"`` (faiss IVF, exact re-check of its candidates);
 * ``scan-ram``      - exact scan over an in-memory float32 matrix (one numpy matrix-vector product).
 
 Run: ``python benchmarks/bench_triplets.py`` (~10 min on 2 shared cores); ``--sizes 10000 --queries 50`` for a
-quick look; ``--pg-sizes`` chooses the PostgreSQL sizes, ``--index-sizes`` the index-only sizes.
+quick look; ``--pg-sizes`` chooses the PostgreSQL sizes, ``--index-sizes`` the index-only sizes (no database).
 Writes ``benchmarks/results/triplets.md`` and ``triplets.json``.
 """
 
@@ -141,28 +142,24 @@ def timed(fn: Callable[[], object]) -> tuple[object, float]:
     return out, time.perf_counter() - t
 
 
-def lookup_bench(backend_name: str, open_store: Callable[..., TripletStore], n: int, n_queries: int, db_q: int) -> dict:
+def lookup_bench(backend_name: str, open_store: Callable[..., TripletStore], n: int, n_queries: int) -> dict:
     vectors = embedding_like(n, DIM, seed=n)
     queries, cosines = make_queries(vectors, n_queries, seed=1)
     embedder = MatrixEmbedder(vectors, queries)
     store = open_store(embedder, new=True)
     fill_s = fill(store, n)
     out: dict = {"backend": backend_name, "n": n, "fill_s": fill_s, "queries": n_queries}
-    # open time without a saved partition (a new store object on the filled database: its first fuzzy read
-    # reads every vector and partitions them, as before the partition was saved), then the save, then a second
-    # new store object whose first fuzzy read restores the saved partition
     store.close()
-    store = open_store(embedder, new=False)
-    with store.backend.read() as cur:
-        _, out["build_s"] = timed(lambda: store._terms.term_index(cur))
-    _, out["save_s"] = timed(store._terms.save_index)
-    store.close()
-    store, open_s = timed(lambda: open_store(embedder, new=False))
-    _, first_s = timed(lambda: store.read(t1="q0"))
-    out["open_s"], out["first_read_s"] = open_s, first_s
-    out["index_mb"] = store._terms.index.nbytes / 2**20
-    out["index_partitions"] = store._terms.index.partitions
-    out["index_nprobe"] = store._terms.index.nprobe
+    # open time: a new store object on the filled database; its first fuzzy read builds the index from the
+    # stored embeddings (and, with faiss, trains the lists) and answers the query
+    stores = {}
+    for kind in ("exact", "faiss"):
+        store, open_s = timed(lambda kind=kind: open_store(embedder, new=False, fuzzy_index=kind))
+        _, first_s = timed(lambda store=store: store.read(t1="q0"))
+        index = store._terms.index
+        out[f"open/{kind}"] = {"open_s": open_s, "first_read_s": first_s, "index_mb": index.nbytes / 2**20,
+                               "lists": index.lists, "nprobe": index.nprobe}  # fmt: skip
+        stores[kind] = store
 
     scan_times, truth = [], []
     for q in queries:
@@ -171,7 +168,7 @@ def lookup_bench(backend_name: str, open_store: Callable[..., TripletStore], n: 
         truth.append(best)
     out["scan-ram"] = summarise(scan_times, truth, truth, cosines)
 
-    def via_read(limit: int) -> tuple[list[float], list[int | None]]:
+    def via_read(store: TripletStore, limit: int) -> tuple[list[float], list[int | None]]:
         times, got = [], []
         for i in range(limit):
             rows, dt = timed(lambda i=i: store.read(t1=f"q{i}"))
@@ -179,34 +176,35 @@ def lookup_bench(backend_name: str, open_store: Callable[..., TripletStore], n: 
             got.append(int(rows[0].t1[1:]) if rows else None)
         return times, got
 
-    store.fuzzy_index = "memory"
-    times, got = via_read(n_queries)
-    out["read/memory"] = summarise(times, got, truth, cosines)
-    store.fuzzy_index = "database"
-    times, got = via_read(min(db_q, n_queries))
-    out["read/database"] = summarise(times, got, truth, cosines)
-    store.close()
+    for kind, store in stores.items():
+        times, got = via_read(store, n_queries)
+        out[f"read/{kind}"] = summarise(times, got, truth, cosines)
+        store.close()
     return out
 
 
 def index_bench(n: int, n_queries: int) -> dict:
-    """The term index alone (no database): build, memory, search latency and recall against the numpy scan."""
+    """The term index alone (no database), both kinds: build, memory, search latency and recall against the
+    numpy scan."""
     vectors = embedding_like(n, DIM, seed=n)
     queries, cosines = make_queries(vectors, n_queries, seed=1)
-    index = TermIndex(DIM)
-    _, build_s = timed(lambda: index.add(np.arange(1, n + 1), vectors))
-    out: dict = {"n": n, "build_s": build_s, "index_mb": index.nbytes / 2**20, "partitions": index.partitions,
-                 "nprobe": index.nprobe}  # fmt: skip
-    scan_times, truth, times, got = [], [], [], []
+    scan_times, truth = [], []
     for q in queries:
         best, dt = timed(lambda q=q: ram_scan(vectors, q))
         scan_times.append(dt)
         truth.append(best)
-        (ids, _), dt = timed(lambda q=q: index.search(q, THRESHOLD))
-        times.append(dt)
-        got.append(int(ids[0]) - 1 if ids.size else None)
-    out["scan-ram"] = summarise(scan_times, truth, truth, cosines)
-    out["index"] = summarise(times, got, truth, cosines)
+    out: dict = {"n": n, "scan-ram": summarise(scan_times, truth, truth, cosines)}
+    for kind in ("exact", "faiss"):
+        index = TermIndex(DIM, kind=kind)
+        _, build_s = timed(lambda index=index: index.add(np.arange(1, n + 1), vectors))
+        times, got = [], []
+        for q in queries:
+            (ids, _), dt = timed(lambda q=q, index=index: index.search(q, THRESHOLD))
+            times.append(dt)
+            got.append(int(ids[0]) - 1 if ids.size else None)
+        sizes = {"build_s": build_s, "index_mb": index.nbytes / 2**20, "lists": index.lists, "nprobe": index.nprobe}
+        out[f"index/{kind}"] = {**summarise(times, got, truth, cosines), **sizes}
+        del index
     return out
 
 
@@ -275,11 +273,10 @@ def visibility_bench(url: str, schema_of: Callable[..., TripletStore], n: int, r
     }
 
 
-def write_bench(backend_name: str, open_store: Callable[..., TripletStore], n: int, batch: int, mode: str) -> dict:
+def write_bench(backend_name: str, open_store: Callable[..., TripletStore], n: int, batch: int) -> dict:
     store = open_store(HashingEmbedder(dim=DIM), new=True)
-    store.fuzzy_index = mode
     store.write(("warm", "up", "index"))
-    store.read(t1="warm up")  # with "memory" the index exists, so every commit below also feeds it
+    store.read(t1="warm up")  # the index exists, so every commit below also feeds it
     items = [TripletWrite((f"subject {i}", f"relation {i % 50}", f"object {i}")) for i in range(n)]
     t = time.perf_counter()
     for s in range(0, n, batch):
@@ -288,10 +285,10 @@ def write_bench(backend_name: str, open_store: Callable[..., TripletStore], n: i
     t2 = time.perf_counter()
     store.write_many(items[:batch])  # rewriting existing triplets: idempotent, no new rows
     dt2 = time.perf_counter() - t2
-    if store.count() != n + 1 or (mode == "memory" and len(store._terms.index) != store.term_count()):
+    if store.count() != n + 1 or len(store._terms.index) != store.term_count():
         raise RuntimeError("write benchmark lost or duplicated something")
     store.close()
-    return {"backend": backend_name, "mode": mode, "n": n, "batch": batch, "seconds": dt, "triplets_per_s": n / dt,
+    return {"backend": backend_name, "n": n, "batch": batch, "seconds": dt, "triplets_per_s": n / dt,
             "idempotent_rewrite_per_s": batch / dt2}  # fmt: skip
 
 
@@ -301,7 +298,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--pg-sizes", type=int, nargs="*", default=[10_000, 100_000])
     ap.add_argument("--index-sizes", type=int, nargs="*", default=[1_000_000])
     ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--db-queries", type=int, default=60, help="queries through the database LSH path per size")
     ap.add_argument("--write-n", type=int, default=2000)
     ap.add_argument("--out", type=Path, default=RESULTS / "triplets.md")
     ap.add_argument("--render", type=Path, default=None, help="re-render --out from a saved results .json, no run")
@@ -317,19 +313,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     counter = iter(range(10**6))
     names: dict[str, str] = {}
 
-    def sqlite_store(embedder, *, new: bool) -> TripletStore:
+    def sqlite_store(embedder, *, new: bool, fuzzy_index: str = "exact") -> TripletStore:
         if new:
             names["sqlite"] = str(tmp / f"s{next(counter)}.db")
-        return TripletStore(names["sqlite"], embedder=embedder)
+        return TripletStore(names["sqlite"], embedder=embedder, fuzzy_index=fuzzy_index)
 
     pg = None
     if find_pg_bin() is not None and (args.pg_sizes or args.write_n):  # else: PostgreSQL rows are left out
         pg = TemporaryPostgres(fsync=True).start()
 
-    def pg_store(embedder, *, new: bool) -> TripletStore:
+    def pg_store(embedder, *, new: bool, fuzzy_index: str = "exact") -> TripletStore:
         if new:
             names["pg"] = f"b{next(counter)}"
-        return TripletStore(PostgresBackend(pg.url, schema=names["pg"]), embedder=embedder)
+        return TripletStore(PostgresBackend(pg.url, schema=names["pg"]), embedder=embedder, fuzzy_index=fuzzy_index)
 
     res: dict = {"lookups": [], "index": [], "visibility": [], "writes": []}
     try:
@@ -340,17 +336,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             [("postgres", pg_store, args.pg_sizes)] if pg else []
         ):
             for n in sizes:
-                res["lookups"].append(lookup_bench(name, maker, n, args.queries, args.db_queries))
+                res["lookups"].append(lookup_bench(name, maker, n, args.queries))
                 print(json.dumps(res["lookups"][-1]), flush=True)
         if pg:
             res["visibility"].append(visibility_bench(pg.url, pg_store, 10_000, 50))
             print(json.dumps(res["visibility"][-1]), flush=True)
         for name, maker in [("sqlite", sqlite_store)] + ([("postgres", pg_store)] if pg else []):
             for batch in (1, 100, 1000) if args.write_n else ():
-                for mode in ("memory", "database"):
-                    n = args.write_n if batch > 1 else max(200, args.write_n // 10)
-                    res["writes"].append(write_bench(name, maker, n, batch, mode))
-                    print(json.dumps(res["writes"][-1]), flush=True)
+                n = args.write_n if batch > 1 else max(200, args.write_n // 10)
+                res["writes"].append(write_bench(name, maker, n, batch))
+                print(json.dumps(res["writes"][-1]), flush=True)
     finally:
         if pg is not None:
             pg.stop()
@@ -377,7 +372,7 @@ def _row(m: dict) -> str:
 def render(res: dict) -> str:
     meta = res["meta"]
     lines = [
-        "# Triplet memory: fuzzy lookup through `read` (in-memory term index vs database LSH vs exact scan)",
+        "# Triplet memory: fuzzy lookup through `read` (exact term index vs faiss vs a bare numpy scan)",
         "",
         f"Generated by `{meta['command'].strip()}` in {meta['total_s']:.0f} s on {meta['machine']} (shared with "
         f"other work; OPENBLAS_NUM_THREADS={meta['blas_threads']}). Threshold {meta['threshold']}.",
@@ -394,48 +389,50 @@ def render(res: dict) -> str:
         "(cosine ~0.55 inside). Queries are stored vectors rotated to cosine 0.95 / 0.85 / 0.75 (a third each). "
         "Recall = share of queries where the method returns the exact scan's best term (>= threshold).",
         "",
-        "`read/memory` = `store.read(t1=query)` with the default in-memory term index; `read/database` = the "
-        'same call with `fuzzy_index="database"` (LSH band keys queried in SQL, the previous default); '
-        "`scan-ram` = one numpy matrix-vector product over all term vectors (exact). Both `read` columns include "
-        "the exact-match query, the scope re-check in the database and building the records.",
+        "`read/exact` = `store.read(t1=query)` with the default term index (an exact scan); `read/faiss` = the "
+        'same call with `fuzzy_index="faiss"` (faiss IVF with 8-bit codes from 20,000 terms on, exact re-check of '
+        "its candidates); `scan-ram` = one numpy matrix-vector product over all term vectors (exact). Both `read` "
+        "columns include the exact-match query, the scope re-check in the database and building the records. "
+        "`index/...` rows: the term index alone, no database.",
         "",
         "| backend | stored terms | method | p50 ms | p95 ms | recall | recall @0.95 / 0.85 / 0.75 | scan p50 / p50 |",
         "|---|---:|---|---:|---:|---:|---|---:|",
     ]
     for r in res["lookups"]:
         scan = r["scan-ram"]["p50_ms"]
-        for name in ("read/memory", "read/database", "scan-ram"):
+        for name in ("read/exact", "read/faiss", "scan-ram"):
             m = r[name]
             lines.append(
                 f"| {r['backend']} | {r['n']:,} | {name} ({m['queries']} q) | {_row(m)} | {scan / m['p50_ms']:.2g}x |"
             )
     for r in res["index"]:
-        for name in ("index", "scan-ram"):
+        for name in ("index/exact", "index/faiss", "scan-ram"):
             m = r[name]
             lines.append(
-                f"| (no database) | {r['n']:,} | {'term index' if name == 'index' else name} ({m['queries']} q) | "
-                f"{_row(m)} | {r['scan-ram']['p50_ms'] / m['p50_ms']:.2g}x |"
+                f"| (no database) | {r['n']:,} | {name} ({m['queries']} q) | {_row(m)} | "
+                f"{r['scan-ram']['p50_ms'] / m['p50_ms']:.2g}x |"
             )
-    lines += ["", "Index size and open time. `build s`: a new store object on the filled database with no saved "
-              "partition: reading every term vector and partitioning them (k-means), what every open cost before "
-              "the partition was saved; `save s`: writing that partition to the database (one transaction); "
-              "`first fuzzy read s`: a new store object's first fuzzy `read`, which restores the saved partition "
-              "(reads every vector and its saved partition number, no k-means) and answers the query; `open s`: "
-              "the constructor.", "",
-              "| backend | stored terms | fill s | build s (no saved partition) | save s | open s | "
-              "first fuzzy read s (saved partition) | index MB | partitions (probed) |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines += ["", "Open time and index size. `open s`: the constructor; `first fuzzy read s`: a new store object's "
+              "first fuzzy `read` on the filled database, which reads every stored term embedding, builds the "
+              "index (with faiss: trains its lists) and answers the query. `build s` (no database): adding all "
+              "vectors to a new index.", "",
+              "| backend | stored terms | index | fill s | open s | first fuzzy read s / build s | index MB | "
+              "faiss lists (probed) |",
+              "|---|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for r in res["lookups"]:
-        lines.append(
-            f"| {r['backend']} | {r['n']:,} | {r['fill_s']:.0f} | {r.get('build_s', float('nan')):.2f} | "
-            f"{r.get('save_s', float('nan')):.2f} | {r['open_s']:.2f} | {r['first_read_s']:.2f} | "
-            f"{r['index_mb']:.0f} | {r['index_partitions']} ({r.get('index_nprobe', '?')}) |"
-        )
+        for kind in ("exact", "faiss"):
+            o = r[f"open/{kind}"]
+            lines.append(
+                f"| {r['backend']} | {r['n']:,} | {kind} | {r['fill_s']:.0f} | {o['open_s']:.2f} | "
+                f"{o['first_read_s']:.2f} | {o['index_mb']:.0f} | {o['lists']} ({o['nprobe']}) |"
+            )
     for r in res["index"]:
-        lines.append(
-            f"| (no database) | {r['n']:,} | | {r['build_s']:.1f} | | | | {r['index_mb']:.0f} | "
-            f"{r['partitions']} ({r.get('nprobe', '?')}) |"
-        )
+        for kind in ("exact", "faiss"):
+            o = r[f"index/{kind}"]
+            lines.append(
+                f"| (no database) | {r['n']:,} | {kind} | | | {o['build_s']:.1f} | {o['index_mb']:.0f} | "
+                f"{o['lists']} ({o['nprobe']}) |"
+            )
     for v in res["visibility"]:
         lines += [
             "",
@@ -464,17 +461,17 @@ def render(res: dict) -> str:
             "## Write throughput",
             "",
             "New triplets with new terms (3 new terms each; HashingEmbedder, so embedding cost is negligible), "
-            "committed every `batch` triplets (one transaction per `write_many`). `memory`: the in-memory index "
-            "is built, so each commit also feeds it; `database`: no in-memory index. SQLite: WAL, "
+            "committed every `batch` triplets (one transaction per `write_many`); the term index is built, so each "
+            "commit also feeds it. SQLite: WAL, "
             "synchronous=FULL. PostgreSQL 15: local server, fsync on. `rewrite` = writing already-stored "
             "triplets again (idempotent).",
             "",
-            "| backend | fuzzy_index | batch | triplets | triplets/s | rewrite triplets/s |",
-            "|---|---|---:|---:|---:|---:|",
+            "| backend | batch | triplets | triplets/s | rewrite triplets/s |",
+            "|---|---:|---:|---:|---:|",
         ]
         for w in res["writes"]:
             lines.append(
-                f"| {w['backend']} | {w['mode']} | {w['batch']} | {w['n']:,} | {w['triplets_per_s']:.0f} | "
+                f"| {w['backend']} | {w['batch']} | {w['n']:,} | {w['triplets_per_s']:.0f} | "
                 f"{w['idempotent_rewrite_per_s']:.0f} |"
             )
     return "\n".join(lines) + "\n"

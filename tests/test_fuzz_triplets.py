@@ -253,14 +253,14 @@ def test_a_schema_byte_sqlite_cannot_decode_is_a_value_error(tmp_path):
 
 
 def test_a_missing_column_of_our_tables_is_a_value_error(tmp_path):
-    """Also found by the fuzz test: a damaged column name in the saved term-index table."""
+    """Also found by the fuzz test: a damaged column name (here the term table's, which the term index reads)."""
     import sqlite3
 
     path = tmp_path / "damaged.db"
     with TripletStore(path, embedder=HashingEmbedder(dim=8)) as store:
         store.write(("a", "b", "c"))
     with sqlite3.connect(path) as conn:
-        conn.execute("ALTER TABLE term_part RENAME COLUMN term_id TO term_xd")
+        conn.execute("ALTER TABLE terms RENAME COLUMN vector TO vectxr")
     conn.close()
     with pytest.raises(ValueError, match=r"damaged\.db.*schema is not this library's"):
         _use("triplets", path)

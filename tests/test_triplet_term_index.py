@@ -117,7 +117,10 @@ def test_distant_queries_widen_the_probe_and_close_ones_do_not():
 
 def test_index_refuses_ids_that_do_not_grow_and_bad_settings():
     index = TermIndex(4)
+    index.reserve(1000)  # one allocation for a bulk load of known size
+    assert index.nbytes == 1000 * (4 * 4 + 8)
     index.add([1, 2], unit(np.eye(4)[:2]))
+    assert index.ids().tolist() == [1, 2] and index.search(unit(np.eye(4)[1]), 0.9)[0].tolist() == [2]
     with pytest.raises(ValueError, match="term ids must grow"):
         index.add([2], unit(np.eye(4)[2:3]))
     with pytest.raises(ValueError, match="min_probe"):

@@ -230,6 +230,8 @@ class TermDictionary:
             index = self.index
             if top is False:
                 top = cur.execute("SELECT MAX(id) FROM terms").fetchone()[0]
+            if top is not None and int(top) - index.max_id > _LOAD_PAGE:  # a bulk load: one allocation
+                index.reserve(int(top) - index.max_id)
             while top is not None and int(top) > index.max_id:
                 rows = cur.execute(
                     f"SELECT id, vector FROM terms WHERE id > ? ORDER BY id LIMIT {_LOAD_PAGE}", (index.max_id,)

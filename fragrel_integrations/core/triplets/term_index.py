@@ -137,6 +137,17 @@ class TermIndex:
         with self._lock:
             return self._ids[: self._n].copy()
 
+    def reserve(self, count: int) -> None:
+        """Make room for ``count`` more vectors at once (a bulk load of known size grows the matrix once)."""
+        with self._lock:
+            self._grow(self._n + max(0, int(count)), exact=True)
+
+    def _grow(self, need: int, *, exact: bool = False) -> None:
+        if need > self._ids.shape[0]:
+            cap = need if exact else max(need, 2 * self._ids.shape[0])
+            self._vecs = np.resize(self._vecs, (cap, self.dim))
+            self._ids = np.resize(self._ids, cap)
+
     def add(self, ids: np.ndarray, vectors: np.ndarray, *, rebalance: bool = True) -> None:
         """Add unit vectors with ids greater than every id already held (the store's id order).
 
@@ -149,10 +160,7 @@ class TermIndex:
             if int(ids.min()) <= self.max_id or np.any(np.diff(ids) <= 0):
                 raise ValueError(f"term ids must grow: got {ids.tolist()[:5]}... after {self.max_id}")
             need = self._n + ids.size
-            if need > self._ids.shape[0]:
-                cap = max(need, 2 * self._ids.shape[0])
-                self._vecs = np.resize(self._vecs, (cap, self.dim))
-                self._ids = np.resize(self._ids, cap)
+            self._grow(need)
             self._vecs[self._n : need] = vecs
             self._ids[self._n : need] = ids
             self._n, self.max_id = need, int(ids[-1])
