@@ -231,9 +231,11 @@ def visibility_bench(url: str, schema_of: Callable[..., TripletStore], n: int, r
     new term and reports when; the reader's very next fuzzy read asks for it. Delay = commit to found."""
     import subprocess
 
+    import bench_triplets  # the writer's class, so both processes record the same embedder identity
+
     vectors = embedding_like(n + rounds, DIM, seed=7)
     queries, _ = make_queries(vectors, rounds, seed=2, src=np.arange(n, n + rounds))
-    embedder = MatrixEmbedder(vectors, queries)
+    embedder = bench_triplets.MatrixEmbedder(vectors, queries)
     reader = schema_of(embedder, new=True)
     fill(reader, n)
     reader.read(t1="q0")  # build the reader's index

@@ -11,7 +11,6 @@ The dictionary shares the store's write lock and backend; :class:`~.store.Triple
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -24,8 +23,6 @@ from .backend import Cursor, StorageBackend
 from .term_index import INDEX_KINDS, TermIndex, check_kind
 
 __all__ = ["FUZZY_INDEXES", "TermDictionary", "vectors_of"]
-
-logger = logging.getLogger(__name__)
 
 #: the kinds of in-memory term index (the store's ``fuzzy_index``)
 FUZZY_INDEXES = INDEX_KINDS
