@@ -131,12 +131,10 @@ class LlamaDecoder:
                 {
                     "ln1": get(p + "input_layernorm.weight"),
                     "ln2": get(p + "post_attention_layernorm.weight"),
-                    "qkv": torch.cat([get(a + "q_proj.weight"), get(a + "k_proj.weight"), get(a + "v_proj.weight")]),
-                    "qkv_bias": None
-                    if get(a + "q_proj.bias") is None
-                    else torch.cat([get(a + "q_proj.bias"), get(a + "k_proj.bias"), get(a + "v_proj.bias")]),
-                    "o": get(a + "o_proj.weight"),
-                    "gate_up": torch.cat([get(m + "gate_proj.weight"), get(m + "up_proj.weight")]),
+                    **{k: get(a + f"{k}_proj.weight") for k in "qkvo"},
+                    **{f"{k}_bias": get(a + f"{k}_proj.bias") for k in "qkv"},
+                    "gate": get(m + "gate_proj.weight"),
+                    "up": get(m + "up_proj.weight"),
                     "down": get(m + "down_proj.weight"),
                 }
             )
@@ -178,12 +176,12 @@ class LlamaDecoder:
             return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
 
         x = self.embed[torch.tensor(list(ids))].unsqueeze(0)
-        nq, nk = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        nq = self.heads * self.head_dim
         for i, b in enumerate(self.blocks):
-            qkv = f.linear(self._rms(x, b["ln1"]), b["qkv"], b["qkv_bias"])
-            q = rotate(qkv[..., :nq].view(1, n, self.heads, self.head_dim).transpose(1, 2))
-            k = rotate(qkv[..., nq : nq + nk].view(1, n, self.kv_heads, self.head_dim).transpose(1, 2))
-            v = qkv[..., nq + nk :].view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            h = self._rms(x, b["ln1"])
+            q = rotate(f.linear(h, b["q"], b["q_bias"]).view(1, n, self.heads, self.head_dim).transpose(1, 2))
+            k = rotate(f.linear(h, b["k"], b["k_bias"]).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2))
+            v = f.linear(h, b["v"], b["v_bias"]).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
             state["k"][i, :, :, start : start + n] = k
             state["v"][i, :, :, start : start + n] = v
             keys, values = state["k"][i, :, :, : start + n], state["v"][i, :, :, : start + n]
@@ -192,8 +190,8 @@ class LlamaDecoder:
                 mask = torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
             att = f.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
             x = x + f.linear(att.transpose(1, 2).reshape(1, n, nq), b["o"])
-            gate, up = f.linear(self._rms(x, b["ln2"]), b["gate_up"]).chunk(2, dim=-1)
-            x = x + f.linear(f.silu(gate) * up, b["down"])
+            h = self._rms(x, b["ln2"])
+            x = x + f.linear(f.silu(f.linear(h, b["gate"])) * f.linear(h, b["up"]), b["down"])
         state["used"] = start + n
         return f.linear(self._rms(x[:, -1], self.norm), self.lm_head)[0]
 
@@ -218,8 +216,8 @@ class HFDecoder:
         return {"cache": None, "used": 0}
 
     def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
-        out = self.model(input_ids=self.torch.tensor([list(ids)]), past_key_values=state["cache"], use_cache=True)
-        state["cache"], state["used"] = out.past_key_values, state["used"] + len(ids)
+        out = self.model(input_ids=self.torch.tensor([list(ids)]), cache=state["cache"], use_cache=True)
+        state["cache"], state["used"] = out["cache"], state["used"] + len(ids)
         return out.logits[0, -1]
 
 

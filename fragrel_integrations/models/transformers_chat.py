@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -91,33 +92,42 @@ def _gguf_key(path: Path, transformers_version: str) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def _load(path: Path, cache_dir: str | Path | None) -> tuple[ChatTokenizer, Any, str]:
-    """Tokenizer, forward pass (:func:`~.torch_llama.load_decoder`) and how it was loaded (``"folder"``,
-    ``"cache"`` or ``"gguf"``: converted now, with transformers and gguf, and kept)."""
+def _weights_folder(path: Path, cache_dir: str | Path | None, *, convert: bool = False) -> tuple[Path, str]:
+    """The model folder to run and where it came from: ``"folder"`` (the user's), ``"cache"`` (a GGUF converted
+    earlier) or ``"gguf"`` (converted now, or with ``convert=True``, with transformers and gguf, and kept)."""
     require("torch", "local")
     if path.is_dir():
-        return _open_folder(path), load_decoder(path), "folder"
+        return path, "folder"
     try:  # the converter's version, read without importing it
         converter = version("transformers")
     except PackageNotFoundError:
         converter = "none"
     folder = _model_cache_dir(cache_dir) / f"{path.stem}-{_gguf_key(path, converter)}"
-    if (folder / "model.safetensors").is_file():
-        try:
-            return _open_folder(folder), load_decoder(folder), "cache"
-        except (OSError, ValueError, KeyError) as exc:  # a damaged cache: convert again
-            logger.warning("the converted model in %s cannot be read (%s); converting %s again", folder, exc, path.name)
+    if not convert and _complete(folder):
+        return folder, "cache"
+    if folder.exists():
+        logger.warning("the converted model in %s is incomplete; converting %s again", folder, path.name)
     transformers = require("transformers", "local")
     require("gguf", "local")
     torch = require("torch", "local")
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    if _save_converted(tok, model, folder):
-        return _open_folder(folder), load_decoder(folder), "gguf"
-    with tempfile.TemporaryDirectory(prefix="fragrel-model-") as tmp:  # the cache cannot be written: this process's
-        if not _save_converted(tok, model, Path(tmp) / "model"):
-            raise OSError(f"cannot write the converted {path.name} anywhere (no room in the temporary folder)")
-        return _open_folder(Path(tmp) / "model"), load_decoder(Path(tmp) / "model"), "gguf"
+    if not _save_converted(tok, model, folder):
+        raise OSError(
+            f"cannot keep the converted {path.name} in {folder.parent}: give cache_dir= (or XDG_CACHE_HOME) a "
+            "writable folder"
+        )
+    return folder, "gguf"
+
+
+def _complete(folder: Path) -> bool:
+    """Whether a converted folder holds every file a load reads, each readable JSON where it is JSON."""
+    try:
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            json.loads((folder / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (folder / "model.safetensors").is_file()
 
 
 def _open_folder(folder: Path) -> ChatTokenizer:
@@ -202,7 +212,15 @@ class TransformersChatModel(ChatModelBase):
         self._torch = require("torch", "local")
         self._lock = threading.Lock()
         start = time.perf_counter()
-        self._tok, self._model, self.loaded_from = _load(path, cache_dir)
+        self.weights_folder, self.loaded_from = _weights_folder(path, cache_dir)
+        try:
+            self._tok, self._model = _open_folder(self.weights_folder), load_decoder(self.weights_folder)
+        except Exception as exc:  # a converted copy damaged in any way (safetensors raises its own errors too)
+            if self.loaded_from != "cache":
+                raise
+            logger.warning("the converted model in %s cannot be read (%s); converting again", self.weights_folder, exc)
+            self.weights_folder, self.loaded_from = _weights_folder(path, cache_dir, convert=True)
+            self._tok, self._model = _open_folder(self.weights_folder), load_decoder(self.weights_folder)
         self.load_seconds = time.perf_counter() - start
         trained = self._model.config.get("max_position_embeddings")
         self.trained_context_window: int | None = int(trained) if trained else None
