@@ -295,12 +295,22 @@ print(json.dumps({"rc": rc, "import_s": t1 - t0, "embedder_s": t2 - t1, "command
 """
 
 QUESTIONS = ("Who was shipwrecked with Robinson?", "What did he make his first pot from?")
+#: The README's question for ``fragrel ask`` (the embedded chat model loaded from its converted cache).
+ASK_QUESTION = "What name did I give the savage I rescued?"
+
+
+#: Where the CLI runs: not the repository root, whose package would shadow the variant's PYTHONPATH under ``-m``.
+NEUTRAL_CWD = tempfile.gettempdir()
 
 
 def _run_cli(env: dict, args: list[str]) -> dict:
     t0 = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-m", "fragrel_integrations.cli", *args], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "fragrel_integrations.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=NEUTRAL_CWD,
     )
     wall = time.perf_counter() - t0
     if out.returncode != 0:
@@ -309,7 +319,9 @@ def _run_cli(env: dict, args: list[str]) -> dict:
 
 
 def _run_phases(env: dict, args: list[str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", _PHASES, *args], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _PHASES, *args], env=env, capture_output=True, text=True, cwd=NEUTRAL_CWD
+    )
     if out.returncode != 0:
         raise SystemExit(f"phases of fragrel {' '.join(args)} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -351,6 +363,9 @@ def bench_cli(repeats: int, baseline_tree: Path | None) -> dict:
                     "warm, new question": _run_cli(env, [*base[:2], QUESTIONS[1], *base[2:]]),
                 }
                 runs["warm, same question (phases)"] = _run_phases(env, [*base[:2], QUESTIONS[0], *base[2:]])
+                ask = ["ask", str(BOOK), ASK_QUESTION, "--cache-dir", str(cache / "ask"), "--quiet"]
+                runs["ask cold"] = _run_cli(env, ask)
+                runs["ask warm"] = _run_cli(env, ask)
             finally:
                 shutil.rmtree(cache, ignore_errors=True)
             for key, value in runs.items():
@@ -365,7 +380,14 @@ def bench_cli(repeats: int, baseline_tree: Path | None) -> dict:
             p: statistics.median(r[p] for r in phases) for p in ("import_s", "embedder_s", "command_s")
         }
         summary[name]["loaded"] = phases[-1]["loaded"]
-    return {"repeats": repeats, "questions": QUESTIONS, "first_use_s": first_use, "variants": summary, "runs": rows}
+    return {
+        "repeats": repeats,
+        "questions": QUESTIONS,
+        "ask_question": ASK_QUESTION,
+        "first_use_s": first_use,
+        "variants": summary,
+        "runs": rows,
+    }
 
 
 # --------------------------------------------------------------------------------------------- surprise tree
@@ -497,17 +519,20 @@ def cli_markdown(c: dict) -> list[str]:
         f"on disk); warm = the book cached, the same question again ({c['questions'][0]!r}) or a new one "
         f"({c['questions'][1]!r}, whose BM25 candidates are embedded). Phases of the warm run, in one process: "
         "importing the CLI, loading the embedder, the command. Once per machine (not in these numbers), the first "
-        f"use of the default embedder measures the backends and exports the model: {c['first_use_s']:.0f} s here.",
+        f"use of the default embedder measures the backends and exports the model: {c['first_use_s']:.0f} s here. "
+        f"`fragrel ask` with the README's question ({c.get('ask_question', ASK_QUESTION)!r}), cold (a fresh "
+        "--cache-dir) then warm (the book cached), the embedded chat model's converted weights on disk in both.",
         "",
         "| variant | cold | warm, same question | warm, new question | import | embedder load | command | "
-        "heavy modules loaded |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "heavy modules loaded | `ask` cold | `ask` warm |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
     ]
     for name, v in c["variants"].items():
         p = v["phases"]
         lines.append(
             f"| {name} | {v['cold']:.1f} | {v['warm, same question']:.1f} | {v['warm, new question']:.1f} | "
-            f"{p['import_s']:.2f} | {p['embedder_s']:.2f} | {p['command_s']:.2f} | {', '.join(v['loaded'])} |"
+            f"{p['import_s']:.2f} | {p['embedder_s']:.2f} | {p['command_s']:.2f} | {', '.join(v['loaded'])} | "
+            f"{v.get('ask cold', float('nan')):.1f} | {v.get('ask warm', float('nan')):.1f} |"
         )
     return [*lines, ""]
 

