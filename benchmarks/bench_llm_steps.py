@@ -165,8 +165,8 @@ def run_triplets(args: argparse.Namespace) -> tuple[str, dict]:
     recall of the stored (subject, object) against gold, for the old few-shot examples and the new ones, each
     with free replies and under ``WRITE_FORMAT``."""
     from fragrel_integrations.core.triplets import TripletStore
-    from fragrel_integrations.core.triplets.controller import TripletMemoryController
     from fragrel_integrations.core.triplets.controller_prompts import WRITE_EXAMPLES
+    from fragrel_integrations.core.triplets.triplet_controller import TripletMemoryController
     from fragrel_integrations.testing import HashingEmbedder
 
     model = _model()
@@ -250,8 +250,8 @@ def run_triplet_answers(args: argparse.Namespace) -> tuple[str, dict]:
     ``answer`` the question with free read turns and under ``READ_FORMAT``, with and without relaxed reads;
     correct = the answer names the gold place, strict = and no other qa1 place."""
     from fragrel_integrations.core.triplets import TripletStore
-    from fragrel_integrations.core.triplets.controller import TripletMemoryController
     from fragrel_integrations.core.triplets.controller_prompts import READ_EXAMPLES
+    from fragrel_integrations.core.triplets.triplet_controller import TripletMemoryController
     from fragrel_integrations.testing import HashingEmbedder
 
     # "old": the three read examples before issue 14 (Dan Jaffe, Nimbus Labs, France)

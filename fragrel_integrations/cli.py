@@ -31,10 +31,10 @@ from ._validation import check_text
 from .cli_code import add_json_argument, add_retrieve_code_arguments, format_ranked, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
+from .core.fragments import Fragment
 from .core.presets import AUTO, DEFAULT_PRESET, PRESET_NAMES, Preset, preset
 from .core.relations import Relation
 from .core.staged import DEFAULT_CANDIDATES
-from .core.types import Fragment
 from .models.base import embedder_id, embedder_identity, embedder_window_tokens
 
 __all__ = ["build_parser", "main"]

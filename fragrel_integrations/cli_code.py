@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from .core.code.loader import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_FILE_LINES
+from .core.fragments import ScoredFragment
 from .core.scorers import CODE_SCORER_NAMES
-from .core.types import ScoredFragment
 
 __all__ = [
     "INDEX_OPTIONS",
@@ -153,8 +153,8 @@ def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
 
 def retrieve_code(args: argparse.Namespace) -> str:
     """Index ``args.repo`` (or reuse ``args.cache``), retrieve for the context, return the text to print."""
-    from .core.code.index import from_repository
     from .core.code.prompt import build_prompt
+    from .core.code.repository_index import from_repository
 
     if args.k < 1:
         raise ValueError(f"-k must be >= 1, got {args.k}")

@@ -49,7 +49,7 @@ def base_scores_only(monkeypatch):
     """The wrappers' formula on the base's own scores under the general preset: ``preset="auto"`` sees every pool
     as general text and no pool BM25 is fused in (``lexical`` 0). Tests that pin the wiring and eq. 9-10 use it;
     auto and lexical themselves are tested in ``test_auto_defaults.py``."""
-    import fragrel_integrations.core.kit.settings as kit
+    import fragrel_integrations.adapters.wrapper_settings as kit
     import fragrel_integrations.core.presets as presets
 
     monkeypatch.setattr(presets, "detect_preset", lambda fragments: "general")

@@ -8,13 +8,13 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 import fragrel_integrations.models.local as local
+from fragrel_integrations import adapters as kit
 from fragrel_integrations.cli import _preset, build_parser
-from fragrel_integrations.core import kit
+from fragrel_integrations.core.fragments import Fragment
 from fragrel_integrations.core.presets import DEFAULT_PRESET, detect_kind, detect_preset, preset
 from fragrel_integrations.core.relations import SemanticRelation
 from fragrel_integrations.core.rerank import lexical_fusion, rank_scores, rerank
 from fragrel_integrations.core.scorers import BM25Scorer, minmax
-from fragrel_integrations.core.types import Fragment
 from fragrel_integrations.langchain import FragRelRetriever
 from fragrel_integrations.llama_index import FragRelPostprocessor
 from fragrel_integrations.llama_index import FragRelRetriever as LlamaFragRelRetriever

@@ -14,7 +14,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 from llama_index.retrievers.bm25 import BM25Retriever as LlamaBM25Retriever
 
 import fragrel_integrations.models.local as local
-from fragrel_integrations.core.kit.pool import minmax_scores
+from fragrel_integrations.adapters.pools import minmax_scores
 from fragrel_integrations.core.presets import DEFAULT_PRESET, PRESETS, preset
 from fragrel_integrations.langchain import FragRelRetriever, add_positions
 from fragrel_integrations.langchain._pool import oriented, sized_base

@@ -16,7 +16,7 @@ from fragrel_integrations.core.answer import (
     split_sentences,
     supported_by,
 )
-from fragrel_integrations.core.types import Fragment, ScoredFragment
+from fragrel_integrations.core.fragments import Fragment, ScoredFragment
 from fragrel_integrations.models.structured import ReplyFormat
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 

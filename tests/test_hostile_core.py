@@ -5,8 +5,8 @@ from langchain_core.documents import Document
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from fragrel_integrations import ContextRelation, Fragment, FragRelIndex, rerank
+from fragrel_integrations.core.fragments import MAX_POSITION, parse_position
 from fragrel_integrations.core.scorers import BM25Scorer
-from fragrel_integrations.core.types import MAX_POSITION, parse_position
 from fragrel_integrations.langchain import FragRelRetriever
 from fragrel_integrations.llama_index import FragRelPostprocessor
 
@@ -106,7 +106,7 @@ def test_a_saved_tree_refuses_another_embedder_of_the_same_class_and_dimension(n
         state = json.loads(path.read_text(encoding="utf-8"))
         del state["embedder"]
         path.write_text(json.dumps(state), encoding="utf-8")
-        with caplog.at_level(logging.WARNING, logger="fragrel_integrations.core.tree.tree"):
+        with caplog.at_level(logging.WARNING, logger="fragrel_integrations.core.tree.summary_tree"):
             assert len(load_tree(path, embedder=HashingEmbedder(dim=32)).leaves()) == 2
         assert "does not record the embedder" in caplog.text
 

@@ -510,8 +510,8 @@ def test_public_names():
 
 
 def test_scored_from_metadata_reads_fragrel_sub_scores_and_ignores_non_numbers():
-    from fragrel_integrations.core.kit import inner_loop as il  # the adapter helpers live in the kit
-    from fragrel_integrations.core.kit.settings import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
+    from fragrel_integrations.adapters import loop_runs as il  # the adapter helpers live in the kit
+    from fragrel_integrations.adapters.wrapper_settings import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
 
     fragment = Fragment("Mary went to the garden.", "story", 3)
     hit = il.scored_from_metadata(fragment, 0.7, {INDEPENDENT_SCORE_KEY: 0.5, ENVIRONMENT_SCORE_KEY: 0.25})
@@ -524,7 +524,7 @@ def test_scored_from_metadata_reads_fragrel_sub_scores_and_ignores_non_numbers()
 
 
 def test_engine_for_adapter_applies_settings_and_names_the_adapters_arguments():
-    from fragrel_integrations.core.kit import inner_loop as il  # the adapter helpers live in the kit
+    from fragrel_integrations.adapters import loop_runs as il  # the adapter helpers live in the kit
 
     model = ScriptedChatModel(["a"])
     hints = {"model_arg": "llm", "model_hint": "an LLM", "retriever_hint": "a retriever"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fragrel_integrations.core.fragments import Fragment
 from fragrel_integrations.core.relation_aware import fragrel_scores, matrix_sums, relation_aware_scores
 from fragrel_integrations.core.relations import ContextRelation, FragmentLayout
 from fragrel_integrations.core.scorers import (
@@ -17,7 +18,6 @@ from fragrel_integrations.core.scorers import (
     cosine_similarities,
     make_scorer,
 )
-from fragrel_integrations.core.types import Fragment
 from fragrel_integrations.testing import HashingEmbedder
 
 TEXTS = ["the cat sat on the mat", "a dog barked", "cats and dogs", "stock prices fell"]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from fragrel_integrations.core import scm
+from fragrel_integrations.core.fragments import Fragment
 from fragrel_integrations.core.relation_aware import relation_aware_scores
 from fragrel_integrations.core.relations import ContextRelation, FragmentLayout, context_weights
 from fragrel_integrations.core.scm import (
@@ -30,7 +31,6 @@ from fragrel_integrations.core.scm import (
     parse_yes_no,
 )
 from fragrel_integrations.core.scorers import BM25Scorer, minmax
-from fragrel_integrations.core.types import Fragment
 from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 

@@ -17,8 +17,8 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
+from fragrel_integrations.adapters.keyed_stream import stamp
 from fragrel_integrations.core.scm import MemoryStream, SCMStream, SelfControlledMemory
-from fragrel_integrations.core.scm.keyed_stream import stamp
 from fragrel_integrations.langchain import scm_store
 from fragrel_integrations.langchain.scm_middleware import SCMMiddleware
 from fragrel_integrations.langchain.scm_store import DEFAULT_NAMESPACE, LangGraphStoreStream

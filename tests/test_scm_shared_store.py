@@ -24,7 +24,7 @@ from langgraph.store.base import BaseStore, PutOp
 from langgraph.store.memory import InMemoryStore
 from pydantic import Field
 
-from fragrel_integrations.core.scm.keyed_stream import new_key, turn_value
+from fragrel_integrations.adapters.keyed_stream import new_key, turn_value
 from fragrel_integrations.langchain.scm_middleware import SCMMiddleware
 from fragrel_integrations.langchain.scm_store import LangGraphStoreStream
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
@@ -333,7 +333,7 @@ class _Delegate(BaseStore):
 def test_a_stalled_writer_with_a_clock_far_behind_is_seen_by_a_cached_reader(monkeypatch, behind):
     from types import SimpleNamespace
 
-    from fragrel_integrations.core.scm import keyed_stream
+    from fragrel_integrations.adapters import keyed_stream
 
     store = InMemoryStore()
     reader, others = LangGraphStoreStream(store), LangGraphStoreStream(store)

@@ -11,12 +11,12 @@ import time
 import pytest
 from _llm_fixtures import FakeOpenAIServer
 
-from fragrel_integrations.core.scm.controller import YES_NO_FORMAT, SCMController
+from fragrel_integrations.core.scm.memory_controller import YES_NO_FORMAT, SCMController
 from fragrel_integrations.core.tree.summariser import Summariser
 from fragrel_integrations.core.tree.summary import parse_summary, summary_format
 from fragrel_integrations.core.triplets import TripletStore
-from fragrel_integrations.core.triplets.controller import TripletMemoryController
 from fragrel_integrations.core.triplets.controller_prompts import READ_FORMAT, WRITE_FORMAT
+from fragrel_integrations.core.triplets.triplet_controller import TripletMemoryController
 from fragrel_integrations.models.cache import CachedChatModel
 from fragrel_integrations.models.chat import ChatModelBase
 from fragrel_integrations.models.retry import RetryingChatModel, RetryPolicy

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from _llm_fixtures import SERVER_MODEL, get_embedded, get_llama_cpp, get_server
 
-from fragrel_integrations.core.scm.controller import YES_NO_FORMAT, SCMController
+from fragrel_integrations.core.scm.memory_controller import YES_NO_FORMAT, SCMController
 from fragrel_integrations.core.tree.summariser import Summariser
 from fragrel_integrations.core.tree.summary import summary_format
 from fragrel_integrations.core.triplets import TripletStore
-from fragrel_integrations.core.triplets.controller import TripletMemoryController
+from fragrel_integrations.core.triplets.triplet_controller import TripletMemoryController
 from fragrel_integrations.models.grammar import gbnf
 from fragrel_integrations.models.structured import ReplyFormat
 from fragrel_integrations.testing import HashingEmbedder

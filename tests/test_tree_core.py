@@ -695,11 +695,11 @@ def test_chunks_longer_than_the_embedders_window_are_warned_about(caplog):
     class ShortWindow(HashingEmbedder):
         max_input_tokens = 256
 
-    with caplog.at_level("WARNING", logger="fragrel_integrations.core.tree.tree"):
+    with caplog.at_level("WARNING", logger="fragrel_integrations.core.tree.summary_tree"):
         SurpriseTree(ScriptedChatModel(["x"], cycle=True), ShortWindow(dim=16), chunk_tokens=600, show_progress=False)
     assert "chunk_tokens=600 but the embedder reads only 256 tokens" in caplog.text
     caplog.clear()
-    with caplog.at_level("WARNING", logger="fragrel_integrations.core.tree.tree"):
+    with caplog.at_level("WARNING", logger="fragrel_integrations.core.tree.summary_tree"):
         SurpriseTree(ScriptedChatModel(["x"], cycle=True), ShortWindow(dim=16), chunk_tokens=200, show_progress=False)
     assert caplog.text == ""
 

@@ -165,7 +165,7 @@ def test_llama_index_validation_and_options():
 def test_both_retrievers_default_to_the_cores_search_settings():
     import inspect
 
-    from fragrel_integrations.core.kit.tree import SEARCH_DEFAULTS, SEARCH_OPTIONS
+    from fragrel_integrations.adapters.tree_search import SEARCH_DEFAULTS, SEARCH_OPTIONS
 
     tree = _tree()
     core = inspect.signature(SurpriseTree.retrieve).parameters

@@ -14,7 +14,7 @@ import pytest
 from fragrel_integrations.core.scm import SCMStream
 from fragrel_integrations.core.triplets import SQLiteBackend, Triplet, TripletMemoryController, TripletStore
 from fragrel_integrations.core.triplets.lenient import lenient_triplets
-from fragrel_integrations.core.triplets.store import TripletWrite
+from fragrel_integrations.core.triplets.memory_store import TripletWrite
 from fragrel_integrations.core.triplets.text_api import (
     MAX_TERM_CHARS,
     escape_term,

@@ -27,7 +27,7 @@ from llama_index.core.embeddings import BaseEmbedding
 from llama_index.core.schema import TextNode
 from scipy.stats import spearmanr
 
-from fragrel_integrations.core.kit import pool
+from fragrel_integrations.adapters import pools as pool
 from fragrel_integrations.langchain import FragRelCompressor, add_positions, with_store_scores
 from fragrel_integrations.langchain import FragRelRetriever as LCFragRel
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions

@@ -13,7 +13,7 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from fragrel_integrations import FragmentStore
-from fragrel_integrations.core import kit
+from fragrel_integrations import adapters as kit
 from fragrel_integrations.core.relations import ContextRelation
 from fragrel_integrations.langchain import FragRelCompressor, FragRelRetriever, add_positions
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
@@ -283,8 +283,8 @@ def _scores(metadata: dict) -> tuple[str, ...]:
 
 
 def test_kit_rerank_items_fills_missing_locations_by_the_policy():
-    from fragrel_integrations.core.kit.pool import rerank_items
-    from fragrel_integrations.core.types import Fragment
+    from fragrel_integrations.adapters.pools import rerank_items
+    from fragrel_integrations.core.fragments import Fragment
 
     items = [("a", ("d", 0)), ("b", None), ("c", ("d", 1))]
     common = dict(

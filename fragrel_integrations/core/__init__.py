@@ -2,6 +2,7 @@
 grounded answers."""
 
 from .answer import GroundedAnswer, grounded_answer
+from .fragments import Fragment, ScoredFragment
 from .index import FragRelIndex
 from .relation_aware import relation_aware_scores
 from .relations import (
@@ -18,7 +19,6 @@ from .selection import select
 from .splitters import split_lines, split_turns, split_words
 from .staged import StagedHybridScorer
 from .store import FragmentStore
-from .types import Fragment, ScoredFragment
 
 __all__ = [
     "BM25Scorer",

@@ -48,9 +48,9 @@ from ..models.base import Embedder, embed_documents
 from ..models.chat import context_window
 from ..models.structured import ReplyFormat, format_kwargs
 from ..models.tokens import count_message_tokens, fit_texts
+from .fragments import Fragment, ScoredFragment
 from .scorers import DenseScorer, make_scorer, minmax, tokenize
 from .steps import CallStep, ChatStep, Steps, adrive, drive
-from .types import Fragment, ScoredFragment
 
 __all__ = [
     "ANSWER_PROMPT",

@@ -18,13 +18,13 @@ from ..models.base import (
     fragment_vectors,
     window_words_for,
 )
+from .fragments import Fragment, ScoredFragment
 from .persist import load_index, save_index
 from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
 from .relations import ContextRelation, FragmentLayout, Relation
 from .scorers import DenseScorer, Scorer, ScorerName, check_scorer, make_scorer
 from .selection import check_k, order_by_position, select
 from .splitters import split_turns, split_words
-from .types import Fragment, ScoredFragment
 
 __all__ = ["FragRelIndex"]
 

@@ -33,9 +33,9 @@ import numpy as np
 from .._sqlite import connect
 from .._validation import MAX_JSON_DEPTH, json_depth_ok, stored_json
 from ..models.base import Embedder, check_identity, embedder_id, embedder_identity
+from .fragments import Fragment
 from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
 from .scorers import SCORER_NAMES, Scorer, ScorerName
-from .types import Fragment
 
 if TYPE_CHECKING:
     from .index import FragRelIndex

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from statistics import median
 from typing import Literal
 
+from .fragments import Fragment
 from .relations import ContextRelation
-from .types import Fragment
 
 __all__ = [
     "AUTO",

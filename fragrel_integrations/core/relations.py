@@ -17,8 +17,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_positive_int
+from .fragments import Fragment
 from .relation_aware import matrix_sums
-from .types import Fragment
 
 __all__ = [
     "CallableRelation",

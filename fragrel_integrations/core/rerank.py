@@ -8,11 +8,11 @@ from typing import Literal, Protocol
 import numpy as np
 
 from ..models.base import Embedder, embed_documents
+from .fragments import Fragment, ScoredFragment
 from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
 from .relations import FragmentLayout, Relation
 from .scorers import BM25Scorer, DenseScorer, minmax
 from .selection import check_k, order_by_position, select
-from .types import Fragment, ScoredFragment
 
 __all__ = ["NeighbourSource", "dedupe", "lexical_fusion", "rank_pool_size", "rank_scores", "rerank"]
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .types import Fragment
+from .fragments import Fragment
 
 __all__ = ["check_k", "order_by_position", "select"]
 

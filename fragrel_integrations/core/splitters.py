@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._validation import check_positive_int
-from .types import Fragment
+from .fragments import Fragment
 
 __all__ = ["split_lines", "split_turns", "split_words"]
 

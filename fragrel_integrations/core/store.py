@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .._sqlite import connect
 from .._validation import MAX_JSON_DEPTH, check_min_int, json_depth_ok, stored_json
-from .types import Fragment
+from .fragments import Fragment
 
 __all__ = ["FragmentStore"]
 

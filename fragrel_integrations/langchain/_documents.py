@@ -7,9 +7,9 @@ from typing import Any
 
 from langchain_core.documents import Document
 
-from ..core.kit import pool
-from ..core.kit.settings import score_metadata
-from ..core.types import Fragment, ScoredFragment
+from ..adapters import pools as pool
+from ..adapters.wrapper_settings import score_metadata
+from ..core.fragments import Fragment, ScoredFragment
 
 __all__ = [
     "check_documents",

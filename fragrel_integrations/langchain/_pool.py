@@ -23,7 +23,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableBinding
 from langchain_core.vectorstores import VectorStoreRetriever
 
-from ..core.kit.pool import fuse_minmax, oriented_scores
+from ..adapters.pools import fuse_minmax, oriented_scores
 
 __all__ = ["BASE_SCORE_KEY", "oriented", "pool_advice", "post_filters", "ranks_by_words", "sized_base", "takes_k"]
 

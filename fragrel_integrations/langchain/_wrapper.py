@@ -12,11 +12,11 @@ from typing import Any, Literal, Self
 from langchain_core.documents import Document
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from ..core import kit
-from ..core.kit import pool
+from .. import adapters as kit
+from ..adapters import pools as pool
+from ..core.fragments import Fragment
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
-from ..core.types import Fragment
 from ._documents import check_documents, fragment_to_document, isolated_key, with_scores
 from ._pool import BASE_SCORE_KEY
 
@@ -38,7 +38,7 @@ _DOCS = kit.SETTING_DOCS
 
 class FragRelFields(BaseModel):
     """The FragRel settings of a LangChain re-ranker, each checked by the kit and resolved once
-    (:class:`~fragrel_integrations.core.kit.WrapperSettings`; ``.settings`` shows them resolved)."""
+    (:class:`~fragrel_integrations.adapters.WrapperSettings`; ``.settings`` shows them resolved)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 

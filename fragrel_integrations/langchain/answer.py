@@ -24,10 +24,10 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
 from langchain_core.runnables import Runnable, RunnableLambda
 
+from ..adapters.answer_step import AnswerStep, cited_fragments
+from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.answer import GroundedAnswer
-from ..core.kit.answer import AnswerStep, cited_fragments
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
-from ..core.types import Fragment
+from ..core.fragments import Fragment
 from ._documents import check_documents
 
 __all__ = ["documents_to_fragments", "grounded_answer_runnable"]

@@ -31,7 +31,7 @@ from langchain_core.tools import BaseTool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import field_validator, model_validator
 
-from ..core.kit.args import check_wrapped_chat_model
+from ..adapters.arguments import check_wrapped_chat_model
 from ..models.chat import check_params, model_id
 from ..models.chat.bridge import BridgeMessage, ChatBridge, content_text, new_call_id, role_messages
 from ..models.tokens import count_message_tokens, count_tokens

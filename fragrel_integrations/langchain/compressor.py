@@ -24,7 +24,7 @@ class FragRelCompressor(FragRelFields, BaseDocumentCompressor):
     do (Cohere, FlashRank, cross-encoders): put it in a ``ContextualCompressionRetriever``.
 
     The settings, their defaults and their errors are :class:`~fragrel_integrations.langchain.FragRelRetriever`'s
-    (the kit's :class:`~fragrel_integrations.core.kit.WrapperSettings`; ``.settings`` shows them resolved). It is
+    (the kit's :class:`~fragrel_integrations.adapters.WrapperSettings`; ``.settings`` shows them resolved). It is
     handed the pool and cannot ask for more: give the base ``search_kwargs={"k": 50}``; it warns once when it gets
     no more documents than it keeps. ``s_ind`` is the base's score where the Documents carry one (``score_key``,
     else ``relevance_score`` / ``score`` metadata; a ``FragRelRetriever``'s sized base writes it), else their

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 from langchain_core.documents import Document
 
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys, read_key
+from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys, read_key
+from ..core.fragments import Fragment
 from ..core.store import FragmentStore
-from ..core.types import Fragment
 from ._documents import check_documents
 
 __all__ = ["add_positions"]

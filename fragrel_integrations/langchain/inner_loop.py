@@ -27,11 +27,11 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, R
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from ..adapters import loop_runs as kit
+from ..adapters.pools import read_location, read_score
+from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
+from ..core.fragments import Fragment, ScoredFragment
 from ..core.inner_loop import InnerLoopEngine
-from ..core.kit import inner_loop as kit
-from ..core.kit.pool import read_location, read_score
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
-from ..core.types import Fragment, ScoredFragment
 from ._documents import check_documents, fragment_to_document, isolated_key, with_scores
 
 __all__ = ["InnerLoopRunnable"]
@@ -52,7 +52,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     Each round retrieves with the question plus the short-term memory (STM), then the model rewrites the STM;
     the loop stops when consecutive memories agree (``threshold``) or after ``max_loops`` rounds. Input: a
-    question string or ``{"question": ...}``. Output: :func:`~fragrel_integrations.core.kit.inner_loop.result_dict`
+    question string or ``{"question": ...}``. Output: :func:`~fragrel_integrations.adapters.loop_runs.result_dict`
     (``answer`` is the final STM; ``rounds`` and ``documents`` hold the retriever's own Documents, or new ones with
     ``fragrel_doc_id``, ``fragrel_position`` and the FragRel scores for an engine's core retriever). ``stream`` /
     ``astream`` yield it after every round (``stop_reason`` None until the last).

@@ -17,14 +17,14 @@ from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from ..core import kit
+from .. import adapters as kit
+from ..adapters import pools as pool
+from ..adapters.arguments import split_kwargs
+from ..adapters.pools import default_pool_size
+from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
+from ..core.fragments import Fragment
 from ..core.index import FragRelIndex
-from ..core.kit import pool
-from ..core.kit.args import split_kwargs
-from ..core.kit.pool import default_pool_size
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.selection import check_k
-from ..core.types import Fragment
 from ._documents import check_documents, fragment_to_document, with_scores
 from ._pool import pool_advice, ranks_by_words, sized_base, takes_k
 from ._wrapper import FragRelFields, rerank_documents
@@ -48,7 +48,7 @@ class FragRelRetriever(FragRelFields, BaseRetriever):
     behind your back. ``s_env`` comes from ``relation`` over ``fragrel_doc_id`` / ``fragrel_position`` metadata
     (the old names ``doc_id`` / ``position`` are still read): write it with
     :func:`~fragrel_integrations.langchain.add_positions` before indexing. The settings mean the same in every
-    wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS`; ``.settings`` shows them resolved).
+    wrapper (:data:`~fragrel_integrations.adapters.SETTING_DOCS`; ``.settings`` shows them resolved).
 
     Returns copies of the base's Documents with ``relevance_score`` (= s_rel), ``fragrel_independent_score`` and
     ``fragrel_environment_score`` added, best first (or in document order with ``order="position"``). ``k`` is a

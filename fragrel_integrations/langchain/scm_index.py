@@ -1,7 +1,7 @@
 """Any LangChain ``VectorStore`` (Chroma, PGVector, Qdrant, ...) as the index of an SCM memory stream (see
-:mod:`fragrel_integrations.core.scm.index`): one document per turn, with the text the stream embedded, the metadata
-``{session_key: session_id, index_key: interaction index}`` and the id ``f"scm:{session_id}:{index}"``. The store
-embeds with its own model; the memory's ``embedder`` re-scores the pool the store returns.
+:mod:`~fragrel_integrations.core.scm.stream_index`): one document per turn, with the text the stream embedded, the
+metadata ``{session_key: session_id, index_key: interaction index}`` and the id ``f"scm:{session_id}:{index}"``. The
+store embeds with its own model; the memory's ``embedder`` re-scores the pool the store returns.
 
 >>> from langchain_core.vectorstores import InMemoryVectorStore
 >>> from fragrel_integrations.core.scm import SelfControlledMemory
@@ -35,9 +35,9 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
 from .._validation import check_min_int  # noqa: E402
-from ..core.scm.index import StoreIndexAdapter, check_entry, check_filter, first_hits  # noqa: E402
+from ..core.scm.interactions import MemoryItem  # noqa: E402
 from ..core.scm.stream import check_session  # noqa: E402
-from ..core.scm.types import MemoryItem  # noqa: E402
+from ..core.scm.stream_index import StoreIndexAdapter, check_entry, check_filter, first_hits  # noqa: E402
 
 __all__ = ["VectorStoreStreamIndex"]
 
@@ -54,7 +54,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
             Results are always post-filtered by metadata too, so another session's turns never come back.
         relevance_scores: True: ``similarity_search_with_relevance_scores`` (for stores that return distances);
             False: ``similarity_search_with_score``; None (default): relevance scores where the store defines them.
-        session_key, index_key, fetch_k, make_id: see :class:`~fragrel_integrations.core.scm.index.StoreIndexAdapter`.
+        session_key, index_key, fetch_k, make_id: see :class:`~..core.scm.stream_index.StoreIndexAdapter`.
 
     ``delete_session`` deletes the ids this object added, plus (for stores with ``get_by_ids``) the session's ids
     found by probing ``make_id(session, 0), make_id(session, 1), ...`` in blocks until a block has none.

@@ -2,7 +2,7 @@
 
 Each interaction is one store item under ``namespace + (session_id,)``, keyed by the slot it claimed and a random
 suffix (``"0000000000-3f2a..."``), so no write can ever replace another; the layout, concurrent writers and the
-read cache are those of :class:`~fragrel_integrations.core.scm.keyed_stream.KeyedStoreStream`. Use the same store
+read cache are those of :class:`~fragrel_integrations.adapters.keyed_stream.KeyedStoreStream`. Use the same store
 object you pass to ``create_agent(store=...)`` (an ``InMemoryStore``, a ``SqliteStore``, a ``PostgresStore``, ...).
 The sync store methods are used; with an async store (``AsyncPostgresStore``) call the stream from a worker thread,
 as the async methods of the SCM memory do.
@@ -31,7 +31,7 @@ require("langgraph.store.base", "langchain")
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp  # noqa: E402
 
-from ..core.scm.keyed_stream import DEFAULT_NAMESPACE, KeyedStoreStream  # noqa: E402
+from ..adapters.keyed_stream import DEFAULT_NAMESPACE, KeyedStoreStream  # noqa: E402
 
 __all__ = ["DEFAULT_NAMESPACE", "LangGraphStoreStream"]
 

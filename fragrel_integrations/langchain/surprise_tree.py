@@ -21,7 +21,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
-from ..core.kit import tree as kit
+from ..adapters import tree_search as kit
 from ..core.selection import check_k
 from ..core.tree import FIELDS, BuildReport, SurpriseTree, TreeHit, TreeRelation
 from ._documents import check_documents
@@ -33,7 +33,7 @@ _DOCS = kit.SEARCH_DOCS
 
 
 def hit_to_document(hit: TreeHit) -> Document:
-    """A Document for one retrieved tree text, with :func:`~fragrel_integrations.core.kit.tree.hit_metadata`:
+    """A Document for one retrieved tree text, with :func:`~fragrel_integrations.adapters.tree_search.hit_metadata`:
     ``tree_node_id``, ``tree_layer``, ``tree_field`` (text / summary / surprise), ``doc_id`` and ``position``
     (leaves) and ``relevance_score``."""
     return Document(page_content=hit.text, metadata=kit.hit_metadata(hit), id=kit.hit_id(hit))

@@ -5,7 +5,7 @@
 Items are triplets (``{"subject", "relation", "object"}`` plus any payload keys) or any other JSON value, kept
 as a plain document beside them (LangMem's ``{"content": ...}`` memories), so one LangGraph store serves both.
 ``search`` reads a RET-LLM pattern (``"Dan Jaffe>>works at>>"``), free text (terms, and the cosine of documents),
-or no query (newest first); see :func:`~fragrel_integrations.core.triplets.views.search_items`.
+or no query (newest first); see :func:`~fragrel_integrations.adapters.triplet_views.search_items`.
 
 >>> from fragrel_integrations.testing import HashingEmbedder
 >>> memory = TripletMemoryStore(embedder=HashingEmbedder(dim=64))
@@ -41,12 +41,8 @@ from langgraph.store.base import (  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from .._validation import check_positive_int  # noqa: E402
-from ..core.kit.args import split_store_or_path  # noqa: E402
-from ..core.triplets import Triplet, TripletStore  # noqa: E402
-from ..core.triplets.lenient import DEFAULT_MAX_TERM_CHARS  # noqa: E402
-from ..core.triplets.store import TripletWrite, build_store  # noqa: E402
-from ..core.triplets.types import namespace_tuple  # noqa: E402
-from ..core.triplets.views import (  # noqa: E402
+from ..adapters.arguments import split_store_or_path  # noqa: E402
+from ..adapters.triplet_views import (  # noqa: E402
     core_triplet_store,
     get_item,
     list_namespaces,
@@ -55,6 +51,10 @@ from ..core.triplets.views import (  # noqa: E402
     search_items,
     write_fact,
 )
+from ..core.triplets import Triplet, TripletStore  # noqa: E402
+from ..core.triplets.facts import namespace_tuple  # noqa: E402
+from ..core.triplets.lenient import DEFAULT_MAX_TERM_CHARS  # noqa: E402
+from ..core.triplets.memory_store import TripletWrite, build_store  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
@@ -69,7 +69,7 @@ class TripletMemoryStore(BaseStore):
     accepts; other :class:`TripletStore` keywords). A put on an existing triplet key keeps the previous version
     (readable ``as_of`` through :attr:`core`); a delete ends its validity (``hard_delete=True`` erases). TTLs are
     not supported; a put's ``index`` is ignored for triplets (always indexed). Documents follow
-    :func:`~fragrel_integrations.core.triplets.views.apply_puts` (a put replaces, a delete erases; a search scores
+    :func:`~fragrel_integrations.adapters.triplet_views.apply_puts` (a put replaces, a delete erases; a search scores
     every document under the prefix: fine per user, not for millions under one prefix).
     """
 

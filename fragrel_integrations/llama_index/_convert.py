@@ -14,11 +14,11 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
-from ..core import kit
-from ..core.kit import pool
-from ..core.kit.settings import SCORE_KEYS, score_metadata
+from .. import adapters as kit
+from ..adapters import pools as pool
+from ..adapters.wrapper_settings import SCORE_KEYS, score_metadata
+from ..core.fragments import Fragment, ScoredFragment, parse_position
 from ..core.selection import check_k
-from ..core.types import Fragment, ScoredFragment, parse_position
 
 __all__ = [
     "SCORE_KEYS",
@@ -84,8 +84,8 @@ def related_id(node: BaseNode, rel: NodeRelationship) -> str | None:
 
 
 def node_links(nodes: Sequence[BaseNode]) -> dict[str, list[Any]]:
-    """The ids and PREVIOUS/NEXT ids of ``nodes``, for :func:`~fragrel_integrations.core.kit.pool.linked_keys` and
-    :func:`~fragrel_integrations.core.kit.pool.chain_order`."""
+    """The ids and PREVIOUS/NEXT ids of ``nodes``, for :func:`~fragrel_integrations.adapters.pools.linked_keys` and
+    :func:`~fragrel_integrations.adapters.pools.chain_order`."""
     return {
         "ids": [n.node_id for n in nodes],
         "previous": [related_id(n, NodeRelationship.PREVIOUS) for n in nodes],
@@ -179,7 +179,7 @@ class NodeReranker:
     def build(
         cls, *, k: int | None = 5, ranks_by_words: bool = False, score_kind: str | None = None, **settings: Any
     ) -> NodeReranker:
-        """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.core.kit.
+        """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.adapters.
         WrapperSettings.resolve>`: the ``preset``'s defaults, ``expand`` 1 with a store)."""
         kind = pool.check_score_kind(score_kind)
         return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words, kind)
@@ -187,7 +187,7 @@ class NodeReranker:
     def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
         """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified).
 
-        Node scores are oriented first (:func:`~fragrel_integrations.core.kit.pool.oriented_scores`): distances
+        Node scores are oriented first (:func:`~fragrel_integrations.adapters.pools.oriented_scores`): distances
         become similarities."""
         kit.check_query(query)
         candidates = check_nodes(candidates, "candidates")

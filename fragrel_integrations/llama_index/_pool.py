@@ -83,7 +83,7 @@ def _qdrant_kind(store: Any) -> str | None:
 
 def store_score_kind(store: Any) -> str | None:
     """What ``store``'s query similarities are, from its own metric where it says (see
-    :data:`~fragrel_integrations.core.kit.pool.SCORE_KINDS`); None when it does not (the orientation rule decides)."""
+    :data:`~fragrel_integrations.adapters.pools.SCORE_KINDS`); None when it does not (the orientation rule decides)."""
     name = type(store).__name__
     if name == "FaissVectorStore":
         return _faiss_kind(store.client)

@@ -23,8 +23,8 @@ from llama_index.core.llms import LLM
 from llama_index.core.response_synthesizers import BaseSynthesizer
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
-from ..core.kit.answer import AnswerStep, aone_chunk, one_chunk
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
+from ..adapters.answer_step import AnswerStep, aone_chunk, one_chunk
+from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ._convert import check_nodes
 from .llm import FragRelLLM
 

@@ -16,8 +16,8 @@ from typing import Any
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, NodeRelationship, TransformComponent
 
-from ..core.kit.pool import chain_order
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, SETTING_DOCS, check_keys, stored_key
+from ..adapters.pools import chain_order
+from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, SETTING_DOCS, check_keys, stored_key
 from ..core.store import FragmentStore
 from ._convert import fragment_for_store, node_doc_id, node_links, related_id
 

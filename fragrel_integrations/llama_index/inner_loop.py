@@ -27,10 +27,10 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
+from ..adapters import loop_runs as kit
+from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
+from ..core.fragments import Fragment, ScoredFragment
 from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
-from ..core.kit import inner_loop as kit
-from ..core.kit.settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
-from ..core.types import Fragment, ScoredFragment
 from ._convert import check_nodes, node_doc_id, node_from_fragment, node_position, scored_node
 
 __all__ = ["InnerLoopQueryEngine"]
@@ -63,7 +63,7 @@ class InnerLoopQueryEngine(CustomQueryEngine):
         engine: a built core :class:`InnerLoopEngine` (custom prompts, budgets); then leave ``llm`` unset. The
             settings below, when given, override the engine's.
         max_loops, threshold, max_stm_tokens, dedupe, show_progress: the loop settings
-            (:data:`~fragrel_integrations.core.kit.inner_loop.ADAPTER_SETTING_DOCS`).
+            (:data:`~fragrel_integrations.adapters.loop_runs.ADAPTER_SETTING_DOCS`).
         doc_id_key, position_key: node metadata keys for the fragment's location (used by ``dedupe``).
 
     If the retriever or the LLM raises, the :class:`InnerLoopError` carries the completed rounds in ``.result``

@@ -35,7 +35,7 @@ from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 from pydantic import Field, field_validator, model_validator
 
-from ..core.kit.args import check_wrapped_chat_model
+from ..adapters.arguments import check_wrapped_chat_model
 from ..models.chat import check_params, is_instance_of, model_id
 from ..models.chat.bridge import BridgeMessage, ChatBridge, aaccumulate, accumulate, new_call_id, role_messages
 from ..models.chat.params import check_context_window

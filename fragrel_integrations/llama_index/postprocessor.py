@@ -11,7 +11,7 @@ from llama_index.core.instrumentation.events.rerank import ReRankEndEvent, ReRan
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from ..core import kit
+from .. import adapters as kit
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ._convert import NodeReranker

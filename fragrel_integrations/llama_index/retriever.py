@@ -12,10 +12,9 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
-from ..core.index import FragRelIndex
-from ..core.kit.args import split_kwargs
-from ..core.kit.pool import default_pool_size
-from ..core.kit.settings import (
+from ..adapters.arguments import split_kwargs
+from ..adapters.pools import default_pool_size
+from ..adapters.wrapper_settings import (
     DEFAULT_DOC_ID_KEY,
     DEFAULT_POSITION_KEY,
     SETTING_NAMES,
@@ -26,11 +25,12 @@ from ..core.kit.settings import (
     check_query,
     resolve_k,
 )
+from ..core.fragments import ScoredFragment
+from ..core.index import FragRelIndex
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ..core.selection import check_k
 from ..core.store import FragmentStore
-from ..core.types import ScoredFragment
 from ..models.convert import optional_embedder
 from ._convert import NodeReranker, node_from_fragment, scored_node
 from ._pool import ranks_by_words, score_kind, sized_base
@@ -54,7 +54,7 @@ class FragRelRetriever(BaseRetriever):
     ``relevance_score``, ``fragrel_independent_score`` and ``fragrel_environment_score`` in their metadata.
 
     ``similarity_top_k`` (alias ``k``, default 5) is how many nodes to return; the other settings mean the same in
-    every wrapper (:data:`~fragrel_integrations.core.kit.SETTING_DOCS`; ``.settings`` shows them resolved).
+    every wrapper (:data:`~fragrel_integrations.adapters.SETTING_DOCS`; ``.settings`` shows them resolved).
 
     >>> index = VectorStoreIndex.from_documents(                                         # doctest: +SKIP
     ...     docs, transformations=[SentenceSplitter(), PositionTagger()], embed_model=MiniLMEmbedding())

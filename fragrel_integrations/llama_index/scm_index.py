@@ -1,5 +1,5 @@
 """Any LlamaIndex vector store (``SimpleVectorStore``, Chroma, pgvector, Qdrant, ...) as the index of an SCM
-memory stream (see :mod:`fragrel_integrations.core.scm.index`): one ``TextNode`` per turn, with the text the
+memory stream (see :mod:`fragrel_integrations.core.scm.stream_index`): one ``TextNode`` per turn, with the text the
 stream embedded, the memory's embedding of it (the store does not embed), the metadata
 ``{session_key: session_id, index_key: interaction index}``, the id ``f"scm:{session_id}:{index}"`` and the source
 (``ref_doc_id``) ``f"scm:{session_id}"``, so ``vector_store.delete(f"scm:{session_id}")`` removes a session.
@@ -35,7 +35,9 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
-from ..core.scm.index import (
+from ..core.scm.interactions import MemoryItem
+from ..core.scm.stream import check_session
+from ..core.scm.stream_index import (
     StoreIndexAdapter,
     check_entry,
     check_filter,
@@ -43,8 +45,6 @@ from ..core.scm.index import (
     check_vector,
     default_entry_id,
 )
-from ..core.scm.stream import check_session
-from ..core.scm.types import MemoryItem
 
 __all__ = ["VectorStoreStreamIndex"]
 
@@ -57,7 +57,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         filters: ``filters(session_id)`` returns the query's ``MetadataFilters`` (None: no filter); the default
             is ``key == session_id`` on ``session_key``. Results are always post-filtered too (by node metadata
             when the store returns nodes, else by node id), so another session's turns are never returned.
-        session_key, index_key, fetch_k, make_id: see :class:`~fragrel_integrations.core.scm.index.StoreIndexAdapter`.
+        session_key, index_key, fetch_k, make_id: see :class:`~..core.scm.stream_index.StoreIndexAdapter`.
             With a custom ``make_id`` and a store that returns ids only (``SimpleVectorStore``), only turns added
             by this object can be recognised; prefer the default there.
     """

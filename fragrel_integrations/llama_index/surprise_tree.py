@@ -22,8 +22,8 @@ from llama_index.core.extractors import BaseExtractor
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
-from ..core.kit import tree as kit
-from ..core.kit.settings import resolve_k
+from ..adapters import tree_search as kit
+from ..adapters.wrapper_settings import resolve_k
 from ..core.tree import BuildReport, ExtractiveSummariser, Summariser, SurpriseTree, TreeHit
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
@@ -33,7 +33,7 @@ _RETRIEVER_KWARGS = ("similarity_top_k", "k", *kit.SEARCH_OPTIONS, "callback_man
 
 def hit_to_node(hit: TreeHit) -> NodeWithScore:
     """A scored ``TextNode`` for one retrieved tree text (metadata as in the LangChain adapter:
-    :func:`~fragrel_integrations.core.kit.tree.hit_metadata`; the tree keys are hidden from the embed and LLM
+    :func:`~fragrel_integrations.adapters.tree_search.hit_metadata`; the tree keys are hidden from the embed and LLM
     views)."""
     text_node = TextNode(
         id_=kit.hit_id(hit),
@@ -62,7 +62,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         tree: a built core tree (or use :meth:`from_texts` / :meth:`from_documents` and their async forms).
         similarity_top_k: how many texts to return (default 4); ``k`` is an alias.
         budget_tokens, mode, fields, width, relation, alpha: the search settings, as in LangChain
-            (:class:`~fragrel_integrations.core.kit.tree.TreeSearch`: meanings in ``SEARCH_DOCS``, defaults those
+            (:class:`~fragrel_integrations.adapters.tree_search.TreeSearch`: meanings in ``SEARCH_DOCS``, defaults those
             of :meth:`SurpriseTree.retrieve <fragrel_integrations.core.tree.SurpriseTree.retrieve>`); another
             keyword is a TypeError.
 

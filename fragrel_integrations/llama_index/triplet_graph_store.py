@@ -3,7 +3,7 @@
 
 A ``PropertyGraphStore`` (what ``PropertyGraphIndex``, its extractors and sub-retrievers use; the older
 ``GraphStore`` serves only the deprecated ``KnowledgeGraphIndex``). The mapping is that of
-:class:`~fragrel_integrations.core.triplets.graph_view.TripletGraph`: a relation comes back with exactly the
+:class:`~fragrel_integrations.adapters.triplet_graph.TripletGraph`: a relation comes back with exactly the
 properties it was upserted with, and ``properties=`` filters match the relation's or either node's properties, as
 in LlamaIndex's ``SimplePropertyGraphStore``.
 
@@ -37,12 +37,12 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa
 from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
 
 from .._validation import check_positive_int  # noqa: E402
-from ..core.kit.args import split_store_or_path  # noqa: E402
+from ..adapters.arguments import split_store_or_path  # noqa: E402
+from ..adapters.triplet_graph import TripletGraph  # noqa: E402
+from ..adapters.triplet_views import lookup, triplet_hit  # noqa: E402
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore  # noqa: E402
-from ..core.triplets.graph_view import TripletGraph  # noqa: E402
-from ..core.triplets.store import build_store  # noqa: E402
-from ..core.triplets.types import namespace_tuple  # noqa: E402
-from ..core.triplets.views import lookup, triplet_hit  # noqa: E402
+from ..core.triplets.facts import namespace_tuple  # noqa: E402
+from ..core.triplets.memory_store import build_store  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
 
@@ -185,8 +185,8 @@ class TripletMemoryRetriever(BaseRetriever):
     """Retrieve triplets from a :class:`TripletGraphStore` (or a core store) the RET-LLM way.
 
     The query is a read pattern (``"Dan Jaffe>>works at>>"``: exact match, else the closest stored term) or free text
-    (see :func:`~fragrel_integrations.core.triplets.views.lookup`); each hit is a ``TextNode``
-    (:func:`~fragrel_integrations.core.triplets.views.triplet_hit`) with the lookup score.
+    (see :func:`~fragrel_integrations.adapters.triplet_views.lookup`); each hit is a ``TextNode``
+    (:func:`~fragrel_integrations.adapters.triplet_views.triplet_hit`) with the lookup score.
     """
 
     def __init__(

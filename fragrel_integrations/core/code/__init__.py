@@ -16,7 +16,6 @@ that builds a code index, whose body is :mod:`.build`) and :mod:`.prompt` (RepoC
 from ..scorers import JaccardScorer, code_scorer, code_tokens
 from .code_relation import CodeRelation, UpdateReport, code_lines, fragment_relation, split_code
 from .graph import CallSite, CodeGraph, Definition, EdgeWeights, FileSyntax, parse_source
-from .index import from_repository
 from .loader import (
     DEFAULT_EXCLUDE_DIRS,
     LANGUAGES,
@@ -28,6 +27,7 @@ from .loader import (
 )
 from .persist import load_relation, save_relation
 from .prompt import build_prompt
+from .repository_index import from_repository
 
 __all__ = [
     "DEFAULT_EXCLUDE_DIRS",

@@ -42,8 +42,8 @@ import scipy.sparse as sp
 from tqdm.auto import tqdm
 
 from ..._validation import check_positive_int
+from ..fragments import Fragment
 from ..relations import FragmentLayout, Relation
-from ..types import Fragment
 from .cache import check_cache, reuse_cache
 from .graph import CodeGraph, EdgeWeights, FileSyntax, parse_source
 from .index_file import StoredIndex, read_index, write_index

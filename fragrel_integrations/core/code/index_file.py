@@ -26,7 +26,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..._sqlite import connect
-from ..types import Fragment
+from ..fragments import Fragment
 from .graph import CodeGraph, EdgeWeights, FileSyntax
 from .loader import SkippedFile
 

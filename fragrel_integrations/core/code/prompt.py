@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from ..._validation import check_min_int
-from ..types import Fragment, ScoredFragment
+from ..fragments import Fragment, ScoredFragment
 from .languages import SPECS
 
 __all__ = ["build_prompt", "count_code_tokens"]

@@ -27,11 +27,11 @@ holds every completed round.
 
 # importable from here as before, outside __all__: the adapters' shared helpers and the retriever types
 from .engine import InnerLoopEngine
+from .loop_prompts import DEFAULT_PROMPT_TEMPLATE, DEFAULT_SYSTEM_PROMPT, join_query
 from .metric import lcs_length, lcs_similarity, lcs_tokens
-from .prompts import DEFAULT_PROMPT_TEMPLATE, DEFAULT_SYSTEM_PROMPT, join_query
-from .types import AsyncRetriever as AsyncRetriever
-from .types import InnerLoopError, InnerLoopResult, InnerLoopRound, RetrievedItem, StopReason, fragment_key
-from .types import SyncRetriever as SyncRetriever
+from .rounds import AsyncRetriever as AsyncRetriever
+from .rounds import InnerLoopError, InnerLoopResult, InnerLoopRound, RetrievedItem, StopReason, fragment_key
+from .rounds import SyncRetriever as SyncRetriever
 
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",

@@ -16,10 +16,9 @@ from ...models.chat import ChatModel, check_params, context_window
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
+from ..fragments import Fragment, ScoredFragment
 from ..steps import ChatStep, Steps, adrive, drive
-from ..types import Fragment, ScoredFragment
-from .metric import lcs_similarity
-from .prompts import (
+from .loop_prompts import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_SYSTEM_PROMPT,
     NO_NEW_PASSAGES,
@@ -30,7 +29,8 @@ from .prompts import (
     round_messages,
     strip_memory_label,
 )
-from .types import (
+from .metric import lcs_similarity
+from .rounds import (
     AsyncRetriever,
     InnerLoopError,
     InnerLoopResult,

@@ -5,21 +5,8 @@ See :mod:`fragrel_integrations.core.scm.memory` for the per-turn workflow.
 
 from __future__ import annotations
 
-from .controller import (
-    ACTIVATION_EXAMPLES,
-    ACTIVATION_PROMPT,
-    ACTIVATION_SYSTEM_PROMPT,
-    DECISION_MAX_TOKENS,
-    DECISION_MODES,
-    DEFAULT_ACTIVATION_THRESHOLD,
-    DEFAULT_SUFFICIENCY_THRESHOLD,
-    SUFFICIENCY_PROMPT,
-    SUMMARY_PROMPT,
-    SCMController,
-    parse_yes_no,
-)
 from .gates import DEFAULT_SIMILARITY_THRESHOLD, MEMORY_CUES, EmbeddingGate, LexicalGate
-from .index import InMemoryStreamIndex, SCMIndexError, StreamIndex
+from .interactions import Decision, MemoryItem, RecalledMemory, SCMContext
 from .memory import (
     ACTIVATION_MODES,
     DEFAULT_SESSION,
@@ -33,8 +20,21 @@ from .memory import (
     SelfControlledMemory,
     render_memory_block,
 )
+from .memory_controller import (
+    ACTIVATION_EXAMPLES,
+    ACTIVATION_PROMPT,
+    ACTIVATION_SYSTEM_PROMPT,
+    DECISION_MAX_TOKENS,
+    DECISION_MODES,
+    DEFAULT_ACTIVATION_THRESHOLD,
+    DEFAULT_SUFFICIENCY_THRESHOLD,
+    SUFFICIENCY_PROMPT,
+    SUMMARY_PROMPT,
+    SCMController,
+    parse_yes_no,
+)
 from .stream import MemoryStream, SCMStream
-from .types import Decision, MemoryItem, RecalledMemory, SCMContext
+from .stream_index import InMemoryStreamIndex, SCMIndexError, StreamIndex
 
 __all__ = [
     "ACTIVATION_EXAMPLES",

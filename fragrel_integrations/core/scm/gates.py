@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from ..._validation import check_cosine, check_min_int
-from .types import Decision
+from .interactions import Decision
 
 __all__ = [
     "ACTIVATION_MODES",

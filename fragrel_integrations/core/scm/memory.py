@@ -2,14 +2,14 @@
 
 1. **Input acquisition** - the user's observation and the session id.
 2. **Memory activation** - the controller is asked whether long-term memory is needed (see
-   :mod:`~fragrel_integrations.core.scm.controller`: by P(yes) against P(no) when the model offers probabilities,
+   :mod:`~fragrel_integrations.core.scm.memory_controller`: by P(yes) against P(no) when the model offers probabilities,
    else by lenient parsing with a fallback), or a model-free gate decides (``activation="lexical"`` or
    ``"embedding"``, see :mod:`~fragrel_integrations.core.scm.gates`). The flash memory (the previous turn) is
    always shown, whatever the answer.
 3. **Retrieval** - the top ``k`` earlier turns by cosine of the observation's embedding and each turn's stored
    embedding, the flash turn excluded, re-ordered by time. With ``relation=ContextRelation(0.8)`` (FragRel's
    dialogue setting, ``alpha=0.5``) turns near other relevant turns score higher: ``s + alpha * s_env``. With an
-   external ``index`` (a vector store, see :mod:`~fragrel_integrations.core.scm.index`) only the pool of turns the
+   external ``index`` (a vector store, see :mod:`~.stream_index`) only the pool of turns the
    index returns is scored, so the relation's environment is taken over that pool.
 4. **Reorganisation** - when the recalled turns and the flash turn together exceed ``total_tokens`` (paper:
    2000), the controller is asked for every turn longer than ``item_tokens`` (paper: 800) whether its summary can
@@ -17,7 +17,7 @@
    thresholds (300, 500 and 2500 in its configuration); we default to the paper's numbers, and both are
    parameters. ``total_tokens`` also bounds what is shown: texts still over it afterwards (full texts the
    controller kept, turns stored without a summary, a 2 MB previous turn) are cut to fair shares of it, ending in
-   ``[...]`` (:func:`~fragrel_integrations.core.scm.prompts.fit_memories`); the flash turn in the activation
+   ``[...]`` (:func:`~fragrel_integrations.core.scm.fusion_prompts.fit_memories`); the flash turn in the activation
    question is cut the same way.
 5. **Input fusion and response** - :meth:`SelfControlledMemory.fusion_messages` (standalone use) or
    :meth:`SelfControlledMemory.memory_prompt` (a system message for a framework's own prompt).
@@ -29,7 +29,7 @@
    (``KeyboardInterrupt``, a cancelled task) during write-back stores the turn, then propagates. Only the
    stream's own failure raises. With ``response_max_tokens`` the reply of :meth:`SelfControlledMemory.chat` is
    cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token (a model that
-   ignores ``max_tokens``); summaries are always capped (see :mod:`~fragrel_integrations.core.scm.controller`).
+   ignores ``max_tokens``); summaries are always capped (see :mod:`~fragrel_integrations.core.scm.memory_controller`).
 
 Both the sync and the async methods drive one shared step generator (:mod:`fragrel_integrations.core.steps`),
 so they cannot drift apart. The prompts live in :mod:`.prompts`, the retrieval scores and per-session caches in
@@ -64,10 +64,7 @@ from ..relation_aware import check_alpha
 from ..relations import FragmentLayout, Relation
 from ..scorers import SCORER_NAMES, check_scorer
 from ..steps import adrive, drive
-from .controller import SCMController
-from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, activation_gate, auto_activation
-from .index import StreamIndex
-from .prompts import (
+from .fusion_prompts import (
     FUSION_SYSTEM_PROMPT,
     FUSION_TEMPLATE,
     MEMORY_SYSTEM_TEMPLATE,
@@ -76,9 +73,12 @@ from .prompts import (
     memory_prompt,
     render_memory_block,
 )
+from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, activation_gate, auto_activation
+from .interactions import MemoryItem, SCMContext, SCMTurn
+from .memory_controller import SCMController
 from .recall import SessionCache, turn_scores
 from .stream import MemoryStream, SCMStream
-from .types import MemoryItem, SCMContext, SCMTurn
+from .stream_index import StreamIndex
 from .workflow import check_session_id, prepare_steps, record_steps, reindex_steps, turn_steps
 
 __all__ = [
@@ -126,7 +126,7 @@ class SelfControlledMemory:
             ``"bm25"`` (BM25 over the turns' stored texts, rebuilt per turn) or ``"hybrid"`` (0.5 min-max BM25 +
             0.5 min-max cosine, as :class:`~fragrel_integrations.core.scorers.HybridScorer`).
         activation: how to decide whether memory is needed: True or ``"controller"`` asks the controller (by
-            probability when its model offers it, see :mod:`~fragrel_integrations.core.scm.controller`);
+            probability when its model offers it, see :mod:`~fragrel_integrations.core.scm.memory_controller`);
             ``"lexical"`` (or a :class:`~fragrel_integrations.core.scm.gates.LexicalGate`) decides from cue words
             and names seen in earlier turns, ``"embedding"`` (or an
             :class:`~fragrel_integrations.core.scm.gates.EmbeddingGate`) from the highest cosine of the message
@@ -143,7 +143,7 @@ class SelfControlledMemory:
             ``{memory}`` and ``{observation}``.
         memory_template: the system message adapters add (:meth:`memory_prompt`); needs ``{memory}``.
         response_max_tokens: output limit of :meth:`chat`'s reply (None: the model's default).
-        index: an optional external :class:`~fragrel_integrations.core.scm.index.StreamIndex` (e.g. a LangChain or
+        index: an optional external :class:`~.stream_index.StreamIndex` (e.g. a LangChain or
             LlamaIndex vector store through the adapters' ``VectorStoreStreamIndex``). The stream stays the record
             of every turn; write-back also adds each turn to the index, and retrieval asks the index for a pool of
             candidates instead of scoring every turn (see :meth:`scores`: the scorer, and the relation's

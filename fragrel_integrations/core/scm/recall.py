@@ -21,7 +21,7 @@ from ..relations import FragmentLayout, Relation
 from ..scorers import cosine_similarities, make_scorer
 from ..steps import CallStep
 from .gates import NameVocabulary
-from .types import MemoryItem
+from .interactions import MemoryItem
 from .vectors import TurnMatrix, turn_fragment
 
 __all__ = ["SessionCache", "turn_scores"]

@@ -30,7 +30,7 @@ import numpy as np
 from ..._closing import Closing
 from ..._validation import check_text, stored_int, stored_vectors
 from ..triplets.sqlite_backend import SQLiteBackend
-from .types import MemoryItem
+from .interactions import MemoryItem
 
 __all__ = ["BaseMemoryStream", "MemoryStream", "SCMStream", "check_session", "check_turn"]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ...models.convert import optional_embedder
+from .fusion_prompts import render_memory_block
+from .interactions import SCMContext
 from .memory import DEFAULT_SESSION, SelfControlledMemory
-from .prompts import render_memory_block
 from .stream import MemoryStream
-from .types import SCMContext
 
 __all__ = [
     "OpenTurn",

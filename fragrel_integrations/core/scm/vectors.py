@@ -1,13 +1,13 @@
 """A session's turns as scoring needs them, grown per turn: embeddings (one float32 matrix), their norms, and the
 turns as FragRel fragments with their layout, so a turn converts only the turns added since.
 
-Streams are append-only and return the same :class:`~fragrel_integrations.core.scm.types.MemoryItem` objects
+Streams are append-only and return the same :class:`~fragrel_integrations.core.scm.interactions.MemoryItem` objects
 from their caches, so a cached matrix stays valid while its first and last rows belong to the very items the
 stream now returns in those places (checked by identity: a cleared and refilled session returns new objects).
 Rows never change once written, so views handed out earlier stay valid when the matrix grows.
 
 >>> import numpy as np
->>> from fragrel_integrations.core.scm.types import MemoryItem
+>>> from fragrel_integrations.core.scm.interactions import MemoryItem
 >>> items = [MemoryItem("s", i, "q", "a", embedding=np.full(2, i + 1.0, np.float32)) for i in range(3)]
 >>> rows = TurnMatrix.from_vectors(items[:2], [it.embedding for it in items[:2]])
 >>> rows.extends(items), rows.append(items[2:], [items[2].embedding]).n
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..fragments import Fragment
 from ..relations import FragmentLayout
-from ..types import Fragment
-from .types import MemoryItem
+from .interactions import MemoryItem
 
 __all__ = ["TurnMatrix"]
 

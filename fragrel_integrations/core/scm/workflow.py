@@ -26,12 +26,12 @@ from ...models.tokens import cap_output, storable_text
 from ...models.yes_no import ayes_no_probability, yes_no_probability
 from ..scorers import cosine_similarities
 from ..steps import CallStep, ChatStep, Steps
-from .controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
+from .fusion_prompts import fit_memories, render_memory_block
 from .gates import EmbeddingGate, LexicalGate, NameVocabulary
-from .index import add_turn, pool_items
-from .prompts import fit_memories, render_memory_block
+from .interactions import Decision, MemoryItem, RecalledMemory, SCMContext, SCMTurn
+from .memory_controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
 from .stream import check_session
-from .types import Decision, MemoryItem, RecalledMemory, SCMContext, SCMTurn
+from .stream_index import add_turn, pool_items
 
 if TYPE_CHECKING:
     from .memory import SelfControlledMemory

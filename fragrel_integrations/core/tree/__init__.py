@@ -13,7 +13,7 @@ from .extractive import ExtractiveSummariser, central_sentences, leave_one_out_s
 from .persist import load_tree, save_tree
 from .summariser import Summariser
 from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse_summary, summary_messages
-from .tree import (
+from .summary_tree import (
     FIELDS,
     MAX_METADATA_DEPTH,
     SUMMARISERS,

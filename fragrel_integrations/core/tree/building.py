@@ -16,8 +16,8 @@ import numpy as np
 
 from .chunking import chunk_text
 from .clustering import cluster_embeddings
-from .nodes import TreeConfig, TreeNode
 from .summariser import BuildReport, SummaryResult
+from .tree_nodes import TreeConfig, TreeNode
 
 __all__ = ["TreeBuilding"]
 

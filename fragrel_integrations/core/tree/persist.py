@@ -1,4 +1,4 @@
-"""Save and load a :class:`~fragrel_integrations.core.tree.tree.SurpriseTree` as SQLite (default) or JSON.
+"""Save and load a :class:`~fragrel_integrations.core.tree.summary_tree.SurpriseTree` as SQLite (default) or JSON.
 
 No pickle: nodes and the summary cache are rows (or JSON objects), vectors are float32 blobs (or float lists).
 Writes are transactional: an SQLite save replaces the file's content in one transaction; a JSON save writes a
@@ -30,7 +30,7 @@ import numpy as np
 
 from ..._sqlite import connect
 from ...models.base import Embedder
-from .tree import SurpriseTree, check_state
+from .summary_tree import SurpriseTree, check_state
 
 __all__ = ["load_tree", "save_tree"]
 
@@ -163,7 +163,7 @@ def load_tree(
 
     A file that is not a saved tree, or one that is corrupt or was edited into an inconsistent tree (duplicate
     ids, ``next_id`` not above every id, missing children, cycles, layers out of range, bad vectors), raises a
-    ValueError naming the file and the problem (see :func:`~fragrel_integrations.core.tree.tree.check_state`)."""
+    ValueError naming the file and the problem (see :func:`~.summary_tree.check_state`)."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise ValueError(f"no saved surprise tree at {str(path)!r}")

@@ -12,7 +12,7 @@ from ..._validation import check_positive_int, check_query
 from ...models.base import embed_query
 from ..relation_aware import check_alpha, relation_aware_scores
 from ..selection import check_k, select
-from .nodes import FIELDS, TreeHit, TreeNode, check_search
+from .tree_nodes import FIELDS, TreeHit, TreeNode, check_search
 from .tree_relation import TreeRelation
 
 __all__ = ["TreeRetrieval"]

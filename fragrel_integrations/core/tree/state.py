@@ -9,8 +9,8 @@ from dataclasses import fields
 import numpy as np
 
 from ..._validation import MAX_JSON_DEPTH, json_depth_ok
-from .nodes import FIELDS, TreeConfig, TreeNode
 from .summariser import SummaryResult
+from .tree_nodes import FIELDS, TreeConfig, TreeNode
 
 __all__ = ["MAX_METADATA_DEPTH", "check_state"]
 

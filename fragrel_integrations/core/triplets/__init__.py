@@ -9,12 +9,12 @@ Nothing here imports a framework or loads a model at import time.
 """
 
 from .backend import StorageBackend
-from .controller import TripletMemoryController
+from .facts import FIELDS, TermMatch, Triplet, TripletRecord, normalize_term
+from .memory_store import NodeRecord, TripletStore, TripletWrite
 from .postgres_backend import PostgresBackend
 from .sqlite_backend import SQLiteBackend
-from .store import NodeRecord, TripletStore, TripletWrite
 from .text_api import MemoryCall, escape_term, parse_calls, render_read, render_write, unescape_term
-from .types import FIELDS, TermMatch, Triplet, TripletRecord, normalize_term
+from .triplet_controller import TripletMemoryController
 
 __all__ = [
     "FIELDS",

@@ -58,7 +58,7 @@ def schema_statements(types: dict[str, str]) -> list[str]:
 
 
 class StorageBackend(ABC):
-    """A database the :class:`~fragrel_integrations.core.triplets.store.TripletStore` keeps its tables in.
+    """A database the :class:`~fragrel_integrations.core.triplets.memory_store.TripletStore` keeps its tables in.
 
     Implementations: :class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend` (default) and
     :class:`~fragrel_integrations.core.triplets.postgres_backend.PostgresBackend`.

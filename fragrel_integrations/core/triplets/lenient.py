@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
+from .facts import Triplet
 from .text_api import SkippedCall, term_problem
-from .types import Triplet
 
 __all__ = ["DEFAULT_MAX_TERM_CHARS", "lenient_scan", "lenient_triplets"]
 

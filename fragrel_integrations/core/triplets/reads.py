@@ -13,9 +13,7 @@ from typing import Any
 
 from ..._validation import check_cosine, check_min_int
 from .backend import Cursor, StorageBackend
-from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, Time, record, scope
-from .term_dictionary import TermDictionary
-from .types import (
+from .facts import (
     FIELDS,
     Namespace,
     TermMatch,
@@ -26,6 +24,8 @@ from .types import (
     normalize_term,
     to_timestamp,
 )
+from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, Time, record, scope
+from .term_dictionary import TermDictionary
 
 __all__ = ["TripletReader"]
 

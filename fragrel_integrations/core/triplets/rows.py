@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from ..._validation import MAX_JSON_DEPTH, check_text, json_depth_ok, stored_int, stored_json
-from .types import Namespace, TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace
+from .facts import Namespace, TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace
 
 __all__ = ["ROW_COLUMNS", "ROW_COLUMNS_WITH_TERM_IDS", "Time", "TripletLike", "dump_payload", "record", "scope"]
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..._validation import check_positive_int
-from .types import Triplet
+from .facts import Triplet
 
 __all__ = [
     "MAX_TERM_CHARS",

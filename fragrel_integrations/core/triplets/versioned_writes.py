@@ -20,9 +20,9 @@ import numpy as np
 
 from ..._validation import check_text
 from .backend import Cursor, StorageBackend
+from .facts import Namespace, Triplet, TripletRecord, encode_namespace, namespace_tuple, normalize_term, to_timestamp
 from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, Time, TripletLike, dump_payload, record
 from .term_dictionary import TermDictionary
-from .types import Namespace, Triplet, TripletRecord, encode_namespace, namespace_tuple, normalize_term, to_timestamp
 
 __all__ = ["TripletWrite", "VersionedWriter"]
 

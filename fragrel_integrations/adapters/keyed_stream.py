@@ -24,9 +24,9 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from ..._validation import check_min_int
-from .stream import BaseMemoryStream, check_session
-from .types import MemoryItem
+from .._validation import check_min_int
+from ..core.scm.interactions import MemoryItem
+from ..core.scm.stream import BaseMemoryStream, check_session
 
 __all__ = [
     "DEFAULT_NAMESPACE",

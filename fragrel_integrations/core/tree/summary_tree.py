@@ -28,10 +28,10 @@ from ...models.convert import as_chat_model
 from ...models.tokens import count_tokens
 from .building import TreeBuilding
 from .extractive import ExtractiveSummariser
-from .nodes import FIELDS, SUMMARISERS, TreeConfig, TreeHit, TreeNode, check_search, fitted_chunk_tokens
 from .retrieval import TreeRetrieval
 from .state import MAX_METADATA_DEPTH, check_state
 from .summariser import BuildReport, Summariser, SummaryResult
+from .tree_nodes import FIELDS, SUMMARISERS, TreeConfig, TreeHit, TreeNode, check_search, fitted_chunk_tokens
 from .tree_relation import TreeRelation
 
 __all__ = [

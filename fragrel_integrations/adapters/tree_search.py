@@ -12,13 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal, TypedDict
 
-from ...models.convert import optional_embedder
-from ..relation_aware import check_alpha
-from ..selection import check_k
-from ..tree import FIELDS, SUMMARISERS, ExtractiveSummariser, Summariser, TreeRelation
-from ..tree.nodes import check_search
-from ..tree.tree import SurpriseTree, TreeHit
-from .args import split_kwargs
+from ..core.relation_aware import check_alpha
+from ..core.selection import check_k
+from ..core.tree import FIELDS, SUMMARISERS, ExtractiveSummariser, Summariser, TreeRelation
+from ..core.tree.summary_tree import SurpriseTree, TreeHit
+from ..core.tree.tree_nodes import check_search
+from ..models.convert import optional_embedder
+from .arguments import split_kwargs
 
 __all__ = [
     "HIT_KEYS",
@@ -122,7 +122,7 @@ def leaf_summariser(
     options.pop("max_concurrency", None)
     model = optional_embedder(embedder)
     if model is None:
-        from ...models.local import default_embedder
+        from ..models.local import default_embedder
 
         model = default_embedder()
     return summariser, ExtractiveSummariser(model, **options)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..answer import supported_by
-from ..types import Fragment, ScoredFragment
+from ..fragments import Fragment, ScoredFragment
 
 __all__ = [
     "AsyncRetriever",

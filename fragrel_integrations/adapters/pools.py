@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..types import Fragment, ScoredFragment, parse_position
-from .settings import WrapperSettings, read_key, stored_key
+from ..core.fragments import Fragment, ScoredFragment, parse_position
+from .wrapper_settings import WrapperSettings, read_key, stored_key
 
 __all__ = [
     "DEFAULT_SCORE_KEYS",
@@ -62,7 +62,7 @@ def default_pool_size(k: int) -> int:
 
 def read_location(metadata: Mapping[str, Any], doc_id_key: str, position_key: str) -> Key | None:
     """``(doc_id, position)`` from the metadata, or None when either key is missing (or None); a default key is
-    also read under its old name (:data:`~fragrel_integrations.core.kit.settings.LEGACY_KEYS`)."""
+    also read under its old name (:data:`~fragrel_integrations.adapters.wrapper_settings.LEGACY_KEYS`)."""
     doc_id, position_key = read_key(metadata, doc_id_key), stored_key(metadata, position_key)
     position = metadata.get(position_key)
     if doc_id is None or position is None:

@@ -1,7 +1,7 @@
 """What the LangChain and LlamaIndex inner-loop adapters share: the engine behind an adapter, the framework's
 retrieved items as core hits (and back), and the partial output an error carries.
 
->>> from fragrel_integrations.core.types import Fragment
+>>> from fragrel_integrations.core.fragments import Fragment
 >>> hit = scored_from_metadata(Fragment("a", "d", 0), None, {"fragrel_environment_score": 0.25})
 >>> hit.score, hit.independent_score, hit.environment_score
 (0.0, 0.0, 0.25)
@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterato
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ..inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
-from ..types import Fragment, ScoredFragment
-from .settings import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
+from ..core.fragments import Fragment, ScoredFragment
+from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
+from .wrapper_settings import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
 
 __all__ = [
     "ADAPTER_SETTINGS",

@@ -33,8 +33,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..._validation import check_min_int
+from .interactions import MemoryItem
 from .stream import check_session
-from .types import MemoryItem
 
 __all__ = [
     "PROBE_BLOCK",

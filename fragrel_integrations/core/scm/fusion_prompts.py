@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ...models.tokens import truncate_to_tokens
-from .types import MemoryItem, RecalledMemory, SCMContext
+from .interactions import MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [
     "CUT_MARKER",

@@ -23,7 +23,7 @@ imports only :mod:`.settings` eagerly (the engine imports the score keys; the ot
 'raise'
 """
 
-from .settings import *  # noqa: F403
-from .settings import __all__ as _settings_all
+from .wrapper_settings import *  # noqa: F403
+from .wrapper_settings import __all__ as _settings_all
 
 __all__ = list(_settings_all)

@@ -8,7 +8,7 @@ checks as ``mode="before"`` field validators (:func:`field_checks`) and read the
 :meth:`WrapperSettings.of`; :data:`SETTING_DOCS` holds what each setting means. This module also owns the
 missing-position policy and its spellings, the metadata key names and the score metadata written on every result.
 
->>> from fragrel_integrations.core.types import Fragment, ScoredFragment
+>>> from fragrel_integrations.core.fragments import Fragment, ScoredFragment
 >>> score_metadata(ScoredFragment(Fragment("a", "d", 0), 0.75, 0.5, 0.5))
 {'relevance_score': 0.75, 'fragrel_independent_score': 0.5, 'fragrel_environment_score': 0.5}
 >>> check_on_missing_position("error")
@@ -31,14 +31,14 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
-from ..._validation import check_query
-from ..presets import AUTO, DEFAULT_PRESET, Preset
-from ..presets import preset as get_preset
-from ..relation_aware import check_alpha
-from ..relations import Relation
-from ..rerank import NeighbourSource, rerank
-from ..selection import check_k
-from ..types import Fragment, ScoredFragment
+from .._validation import check_query
+from ..core.fragments import Fragment, ScoredFragment
+from ..core.presets import AUTO, DEFAULT_PRESET, Preset
+from ..core.presets import preset as get_preset
+from ..core.relation_aware import check_alpha
+from ..core.relations import Relation
+from ..core.rerank import NeighbourSource, rerank
+from ..core.selection import check_k
 
 __all__ = [
     "DEFAULT_DOC_ID_KEY",
@@ -289,7 +289,7 @@ def check_store(value: object) -> NeighbourSource | None:
 
 
 def _check_embedder(value: object) -> Any:
-    from ...models.convert import optional_embedder
+    from ..models.convert import optional_embedder
 
     return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from .nodes import NodeRecord
-from .store import TripletStore, TripletWrite
-from .text_api import parse_calls
-from .types import Namespace, TripletRecord, namespace_tuple
-from .views import best_terms, find_records, reachable, relation_key
+from ..core.triplets.facts import Namespace, TripletRecord, namespace_tuple
+from ..core.triplets.memory_store import TripletStore, TripletWrite
+from ..core.triplets.node_table import NodeRecord
+from ..core.triplets.text_api import parse_calls
+from .triplet_views import best_terms, find_records, reachable, relation_key
 
 __all__ = ["NODE_KINDS", "TripletGraph"]
 

@@ -19,13 +19,13 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from ...models.base import Embedder
-from ...models.chat import ChatModel
-from ...models.convert import as_chat_model, as_embedder
-from ..answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
-from ..types import Fragment
-from .pool import read_location
-from .settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys
+from ..core.answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
+from ..core.fragments import Fragment
+from ..models.base import Embedder
+from ..models.chat import ChatModel
+from ..models.convert import as_chat_model, as_embedder
+from .pools import read_location
+from .wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys
 
 __all__ = ["AnswerStep", "aone_chunk", "cited_fragments", "one_chunk"]
 
@@ -72,7 +72,7 @@ class AnswerStep:
         settings now (:func:`~fragrel_integrations.core.answer.check_answer_settings`), not at the first question;
         ``keys``: ``doc_id_key``, ``position_key`` (checked: non-empty and different)."""
         if model is None:
-            from ...models.transformers_chat import default_chat_model
+            from ..models.transformers_chat import default_chat_model
 
             model = default_chat_model()
         checked = check_answer_settings(settings)

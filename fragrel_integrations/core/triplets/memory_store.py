@@ -40,12 +40,12 @@ from typing import Any, Generic, TypeVar
 from ..._validation import check_cosine, check_min_int, check_text, stored_json
 from ...models.base import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
-from .nodes import NodeRecord, NodeTable
+from .facts import Namespace, TripletRecord, namespace_tuple, normalize_term
+from .node_table import NodeRecord, NodeTable
 from .reads import TripletReader
 from .rows import Time, TripletLike
 from .sqlite_backend import SQLiteBackend
 from .term_dictionary import FUZZY_INDEXES, TermDictionary
-from .types import Namespace, TripletRecord, namespace_tuple, normalize_term
 from .versioned_writes import TripletWrite, VersionedWriter
 
 __all__ = [

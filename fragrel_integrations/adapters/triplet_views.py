@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from ..._validation import check_query
-from ...models.base import embed_documents, embed_query
-from .nodes import NodeRecord
-from .store import TripletStore, TripletWrite
-from .text_api import parse_calls, render_read, render_write, term_problem
-from .types import Namespace, Triplet, TripletRecord, normalize_term
+from .._validation import check_query
+from ..core.triplets.facts import Namespace, Triplet, TripletRecord, normalize_term
+from ..core.triplets.memory_store import TripletStore, TripletWrite
+from ..core.triplets.node_table import NodeRecord
+from ..core.triplets.text_api import parse_calls, render_read, render_write, term_problem
+from ..models.base import embed_documents, embed_query
 
 __all__ = [
     "DOCUMENT_KIND",

@@ -60,10 +60,10 @@ from .controller_prompts import (
     check_examples,
     with_examples,
 )
+from .facts import Triplet, TripletRecord, namespace_tuple
 from .lenient import DEFAULT_MAX_TERM_CHARS, lenient_scan
-from .store import TripletStore, TripletWrite
+from .memory_store import TripletStore, TripletWrite
 from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls
-from .types import Triplet, TripletRecord, namespace_tuple
 
 __all__ = ["DEFAULT_MAX_REPLY_CHARS", "AnswerResult", "MemorizeResult", "TripletMemoryController"]
 

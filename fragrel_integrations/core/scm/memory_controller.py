@@ -67,7 +67,7 @@ from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import cap_output, storable_text
 from ...models.yes_no import YesNoScorer, ayes_no_probability, yes_no_probability
-from .types import Decision, MemoryItem
+from .interactions import Decision, MemoryItem
 
 __all__ = [
     "ACTIVATION_EXAMPLES",
