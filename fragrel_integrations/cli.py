@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 CACHE_LAYOUT = 2
 
 #: The independent score without --scorer: hybrid ranked the README question's passage and bAbI facts in
-#: 500-word fragments higher than dense or BM25 alone (and is the best base on LoCoMo dev, DESIGN.md).
+#: 500-word fragments higher than dense or BM25 alone (and is the best base on LoCoMo dev, docs/results.md).
 DEFAULT_SCORER = "hybrid"
 
 #: Input window assumed for a served embedding model (``--embed-base-url``), which does not say its own: what

@@ -5,7 +5,7 @@ order of the returned fragments and ``top_m`` (how many of the best fragments le
 values come from the w_rel x alpha sweep of ``benchmarks/bench_quality.py`` (``benchmarks/results/quality.md``,
 rule: best mean recall@5 gain among settings that lose at most one point on every dataset of the type;
 ``general``, the default: the same rule over every dataset, with the top-m environment); ``story`` keeps the
-paper's defaults.
+paper's defaults. What each preset gains is in ``docs/results.md``.
 
 >>> preset("dialogue").relation()
 ContextRelation(w_rel=0.3)
@@ -67,8 +67,7 @@ PRESETS: dict[str, Preset] = {
             500,
             "score",
             "any kind of text (the default): only the 10 best-scored fragments lend support to their neighbours "
-            "(top_m=10), so it gains where neighbours matter and stays out of the way where they do not; dev "
-            "R@5 LoCoMo +3.8 to +6.3, MTBench+ +6.5 to +9.1, haystacks and HotpotQA -0.3 to +2.0",
+            "(top_m=10), so it gains where neighbours matter and stays out of the way where they do not",
             10,
         ),
         Preset(
@@ -77,8 +76,7 @@ PRESETS: dict[str, Preset] = {
             1.0,
             500,
             "position",
-            "one fragment per turn (chats, transcripts); LoCoMo dev R@5 +5.7 dense / +7.7 BM25 / +8.4 hybrid; "
-            "turns come back in time order",
+            "one fragment per turn (chats, transcripts); turns come back in time order",
         ),
         Preset(
             "story",
@@ -94,7 +92,7 @@ PRESETS: dict[str, Preset] = {
             0.1,
             500,
             "score",
-            "a few relevant sentences hidden in a long unrelated text (BABILong-style); dev R@5 +0.8 to +4.4",
+            "a few relevant sentences hidden in a long unrelated text (BABILong-style)",
         ),
         Preset(
             "multidoc",
@@ -103,8 +101,7 @@ PRESETS: dict[str, Preset] = {
             500,
             "score",
             "many short documents of a few paragraphs (HotpotQA-style), little to gain, so the environment stays "
-            "light: alpha 0.1 (the core sweep's 0.25 cost the wrappers up to 2.1 R@5 on HotpotQA sentences, dev; "
-            "with 0.1 every wrapper base gains 0.0 to +9.5)",
+            "light (alpha 0.1)",
         ),
     )
 }

@@ -95,8 +95,8 @@ def top_m_excess(s: np.ndarray, m: int | None) -> np.ndarray:
     ``m`` scores stands above the ``(m+1)``-th best (0 for every other fragment); ``s`` itself when ``m`` is None.
 
     Only fragments the base ranks near the top then lift their neighbours, so a long tail of weakly related
-    text cannot outvote the base (dev sweep, ``benchmarks/results/quality.md``: one setting gains on dialogue
-    and costs at most 0.3 points of recall@5 on haystacks and multi-document sets).
+    text cannot outvote the base (the dev sweep in ``benchmarks/results/quality.md``: one setting gains on
+    dialogue and costs little on haystacks and multi-document sets).
 
     >>> top_m_excess(np.array([0.9, 0.5, 0.75, 0.0]), 2).tolist()
     [0.4, 0.0, 0.25, 0.0]

@@ -58,8 +58,7 @@ def rank_scores(n: int) -> np.ndarray:
 def rank_pool_size(k: int) -> int:
     """Candidates of a score-less base that are ranked: ``max(4 * k, 20)``.
 
-    On the dev LoCoMo conversations (dialogue preset) a deeper rank pool lost recall: the 20 best of 50 or 100
-    candidates ranked ``1 - r/20`` gave +3.0 to +3.7 R@5 over the base, all 50 ranked ``1 - r/50`` -0.1 to +4.1.
+    On the dev LoCoMo conversations (dialogue preset) a deeper rank pool lost recall (``docs/results.md``).
 
     >>> rank_pool_size(5), rank_pool_size(10)
     (20, 40)
@@ -107,8 +106,8 @@ def rerank(
     - else, with a ``score_embedder``, the cosine of its embeddings for every candidate (your model, your explicit
       choice: it replaces the base's ranking);
     - else the base's ranking as :func:`rank_scores` — over the whole pool when ``lexical > 0`` (the pool's BM25
-      lifts what the ranking alone could not: LoCoMo dev, lexical 0.5, +13.3 / +7.5 R@5 over two score-less BM25
-      bases against +9.5 / +4.1 over their best 20), else over its best :func:`rank_pool_size` — no model is loaded.
+      lifts what the ranking alone could not, ``docs/results.md``), else over its best :func:`rank_pool_size` —
+      no model is loaded.
 
     ``lexical > 0`` fuses the base's scores (or ranks) with a BM25 score computed on the pool itself
     (:func:`lexical_fusion`). ``embedder`` serves only a relation that needs embeddings; it never scores the pool.

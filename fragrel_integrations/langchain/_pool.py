@@ -91,7 +91,7 @@ def ranks_by_words(base: object) -> bool:
     """Whether ``base`` already ranks by the query's words: a ``BM25Retriever`` with its own ``preprocess_func``,
     or an ``EnsembleRetriever`` with one among its members (then the wrapper fuses no second BM25 score of the pool
     into its scores). LangChain's default preprocessing only splits on spaces ("Boat," is not "boat"), so the
-    pool's BM25 on lower-cased words still adds to it (HotpotQA sentences dev R@5 +7.5 instead of -2.0)."""
+    pool's BM25 on lower-cased words still adds to it (measured on HotpotQA sentences, ``docs/results.md``)."""
     while isinstance(base, RunnableBinding):
         base = base.bound
     if _is_bm25(base):
@@ -118,8 +118,8 @@ class _ScoredFusionRetriever(BaseRetriever):
     """An ``EnsembleRetriever`` that fuses its members' own scores: ``sum_i weight_i * minmax_i(score)`` (0 where
     member ``i`` did not return the Document), best first, the fused score in each Document's metadata.
 
-    The ensemble's reciprocal rank fusion keeps only ranks; on the dev LoCoMo conversations FragRel gained
-    +1.6 R@5 over RRF scores and +6.3 over the min-max fusion of the same members (which alone is +2.3 over RRF).
+    The ensemble's reciprocal rank fusion keeps only ranks; on the dev LoCoMo conversations FragRel gained more
+    over the min-max fusion of the same members than over RRF scores (``docs/results.md``).
     """
 
     fusion: Any

@@ -16,7 +16,7 @@ def use_embedded_models(*, embed_model: bool = True, llm: bool = True) -> tuple[
     """Set ``Settings.embed_model`` to :class:`~fragrel_integrations.llama_index.MiniLMEmbedding` (all-MiniLM-L6-v2,
     ``[embed]`` extra; loaded on its first embedding call) and ``Settings.llm`` to
     :class:`~fragrel_integrations.llama_index.FragRelLLM` over the process-wide embedded SmolLM2-135M-Instruct
-    (``[local]`` extra; loads in about 0.2 s). ``embed_model=False`` / ``llm=False`` leave that setting alone.
+    (``[local]`` extra; loaded on its first call). ``embed_model=False`` / ``llm=False`` leave that setting alone.
     Returns ``(embed_model, llm)`` as set (``None`` for one left alone).
 
     >>> from llama_index.core import Settings                              # doctest: +SKIP

@@ -29,11 +29,10 @@ reuses that vector, and a leaf chunk is always embedded as it is (the vector pla
 an embedding of the joined text (cheaper; measured to cost retrieval recall, see :class:`ExtractiveSummariser`).
 
 Cost: the sentences of a text hold as many tokens as its chunks, and short texts embed less efficiently, so
-embedding them once is most of a build: on the 8k-token needle benchmark the build took 2.3x the time of embedding
-its leaf chunks alone (the floor of any dense index) and 1/32 of the LLM tree's (SmolLM2-135M,
-``benchmarks/results/tree_both.md``). Sentence vectors pooled from the chunk's own pass, or from the embedder's
-static word-piece vectors, would be nearly free but made fewer needles surprise notes on the benchmark's 8k and
-32k haystacks (3 of 6 and 3 of 6, against 5 of 6).
+embedding them once is most of a build: a few times the cost of embedding the leaf chunks alone (the floor of any
+dense index) and a small fraction of the LLM tree's (``benchmarks/results/tree_both.md``). Sentence vectors pooled
+from the chunk's own pass, or from the embedder's static word-piece vectors, would be nearly free but made fewer
+needles surprise notes on the benchmark's haystacks.
 
 The pure functions (:func:`leave_one_out_similarity`, :func:`central_sentences`, :func:`surprising_sentences`)
 take arrays and return indices; :class:`ExtractiveSummariser` wraps them behind the LLM summariser's interface

@@ -108,9 +108,9 @@ class TripletStore:
             so later opens keep them; add more with :meth:`mark_single_valued`).
         fuzzy_index: ``"exact"`` (default): an exact cosine scan of every stored term (4 x dim bytes of memory
             per term); ``"faiss"`` (needs the ``[faiss]`` extra): from 20,000 terms on, a faiss inverted-file
-            index answers instead (about 1.25 x that memory, a small share of the terms scanned per lookup,
-            the best term found almost always). Either is rebuilt from the stored embeddings when a store
-            opens; may be changed between calls.
+            index answers instead (somewhat more memory, a small share of the terms scanned per lookup, the
+            best term found almost always; ``benchmarks/results/triplets.md``). Either is rebuilt from the
+            stored embeddings when a store opens; may be changed between calls.
 
     All methods are thread-safe; writes from several processes are serialised by the backend.
     """
