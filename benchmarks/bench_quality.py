@@ -601,7 +601,8 @@ def main(argv: list[str] | None = None) -> dict:
     write_json(a.out / f"{stem}.json", res)
     if sweep:
         sweep_doc = {"ks": KS, "w_grid": W_GRID, "a_grid": A_GRID, "sweep": sweeps}
-        (a.out / f"{stem}_sweep.json").write_text(json.dumps(sweep_doc, separators=(",", ":")) + "\n")
+        (a.out / "sweeps").mkdir(exist_ok=True)
+        (a.out / "sweeps" / f"{stem}_sweep.json").write_text(json.dumps(sweep_doc, separators=(",", ":")) + "\n")
     (a.out / f"{stem}.md").write_text(to_markdown(res))
     plot(res, a.out / ("recall_at_k.png" if stem == "quality" else f"recall_at_k_{stem}.png"))
     print(f"wrote {a.out / stem}.json/.md in {res['seconds']:.0f} s")
