@@ -1,5 +1,5 @@
 """The LangChain and LlamaIndex adapters of chat models and SCM memory delegate to one framework-free core
-(``models.chat.bridge``, ``core.scm.turns``, ``adapters.keyed_stream``): the same conversation reaches the wrapped
+(``models.chat.bridge``, ``adapters.chat_turns``, ``adapters.keyed_stream``): the same conversation reaches the wrapped
 model as the same messages, and the same bad argument fails with the same words, whichever framework it comes
 through; the key-value stream runs on a plain dict."""
 
@@ -13,8 +13,8 @@ pytest.importorskip("llama_index.core")
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
 
+from fragrel_integrations.adapters.chat_turns import OpenTurn, collect_turns
 from fragrel_integrations.adapters.keyed_stream import KeyedStoreStream
-from fragrel_integrations.core.scm.turns import OpenTurn, collect_turns
 from fragrel_integrations.langchain.chat_model import FragRelChatModel
 from fragrel_integrations.langchain.chat_model import to_role_messages as lc_roles
 from fragrel_integrations.langchain.scm_middleware import SCMMiddleware

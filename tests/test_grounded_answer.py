@@ -1,4 +1,5 @@
-"""Grounded answers (core/answer.py): evidence sentences, the quote grammar, the support check, and the workflow."""
+"""Grounded answers (core/grounded_answer.py): evidence sentences, the quote grammar, the support check, the
+workflow."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import asyncio
 
 import pytest
 
-from fragrel_integrations.core.answer import (
+from fragrel_integrations.core.fragments import Fragment, ScoredFragment
+from fragrel_integrations.core.grounded_answer import (
     Evidence,
     agrounded_answer,
     answer_messages,
@@ -16,7 +18,6 @@ from fragrel_integrations.core.answer import (
     split_sentences,
     supported_by,
 )
-from fragrel_integrations.core.fragments import Fragment, ScoredFragment
 from fragrel_integrations.models.structured import ReplyFormat
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 

@@ -1,8 +1,8 @@
 """Framework-free core: types, splitters, relations, scoring, selection, the index, the fragment store and
 grounded answers."""
 
-from .answer import GroundedAnswer, grounded_answer
 from .fragments import Fragment, ScoredFragment
+from .grounded_answer import GroundedAnswer, grounded_answer
 from .index import FragRelIndex
 from .relation_aware import relation_aware_scores
 from .relations import (

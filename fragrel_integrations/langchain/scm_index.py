@@ -35,9 +35,9 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
 from .._validation import check_min_int  # noqa: E402
+from ..adapters.store_index import StoreIndexAdapter, check_entry, check_filter, first_hits  # noqa: E402
 from ..core.scm.interactions import MemoryItem  # noqa: E402
 from ..core.scm.stream import check_session  # noqa: E402
-from ..core.scm.stream_index import StoreIndexAdapter, check_entry, check_filter, first_hits  # noqa: E402
 
 __all__ = ["VectorStoreStreamIndex"]
 
@@ -54,7 +54,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
             Results are always post-filtered by metadata too, so another session's turns never come back.
         relevance_scores: True: ``similarity_search_with_relevance_scores`` (for stores that return distances);
             False: ``similarity_search_with_score``; None (default): relevance scores where the store defines them.
-        session_key, index_key, fetch_k, make_id: see :class:`~..core.scm.stream_index.StoreIndexAdapter`.
+        session_key, index_key, fetch_k, make_id: see :class:`~..adapters.store_index.StoreIndexAdapter`.
 
     ``delete_session`` deletes the ids this object added, plus (for stores with ``get_by_ids``) the session's ids
     found by probing ``make_id(session, 0), make_id(session, 1), ...`` in blocks until a block has none.

@@ -5,7 +5,7 @@ It converts messages and delegates to the core :class:`~fragrel_integrations.cor
 block to the system message of every model call and, unless ``keep_history=True``, shows the model only the
 current turn (SCM's memory stands in for the transcript); ``after_agent`` writes the interaction (observation,
 final AI reply) back to the stream. The session id is ``session_id=``, else ``runtime.context["session_id"]``,
-else the run's ``thread_id`` (see :func:`~fragrel_integrations.core.scm.turns.resolve_run_session`): never a
+else the run's ``thread_id`` (see :func:`~fragrel_integrations.adapters.chat_turns.resolve_run_session`): never a
 shared fallback session, so one user's turns never reach another user's model call.
 
 >>> from langchain.agents import create_agent
@@ -36,15 +36,15 @@ from langchain.agents.middleware.types import ModelRequest, ModelResponse, Priva
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage  # noqa: E402
 from langgraph.store.base import BaseStore  # noqa: E402
 
-from ..adapters.keyed_stream import owned_namespace  # noqa: E402
-from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
-from ..core.scm.turns import (  # noqa: E402
+from ..adapters.chat_turns import (  # noqa: E402
     build_memory,
     check_optional_session,
     is_final_reply,
     last_turn,
     resolve_run_session,
 )
+from ..adapters.keyed_stream import owned_namespace  # noqa: E402
+from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
 from ..models.base import Embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
 
@@ -66,7 +66,7 @@ class SCMState(AgentState):
 
 
 def _last_turn(messages: Sequence[AnyMessage]) -> tuple[int | None, str | None]:
-    """The last human message's position and the final AI reply after it (see ``core.scm.turns.last_turn``)."""
+    """The last human message's position and the final AI reply after it (see ``adapters.chat_turns.last_turn``)."""
     turn = []
     for m in messages:
         role = "user" if isinstance(m, HumanMessage) else "assistant" if isinstance(m, AIMessage) else m.type
@@ -142,7 +142,7 @@ class SCMMiddleware(AgentMiddleware):
     # ------------------------------------------------------------------------------------------- conversion
 
     def resolve_session(self, runtime: Any) -> str:
-        """The session id of a run (see :func:`~fragrel_integrations.core.scm.turns.resolve_run_session`)."""
+        """The session id of a run (see :func:`~fragrel_integrations.adapters.chat_turns.resolve_run_session`)."""
         if self.session_id is not None:
             return self.session_id
         try:

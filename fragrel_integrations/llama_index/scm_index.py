@@ -35,16 +35,10 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
+from ..adapters.store_index import StoreIndexAdapter, check_entry, check_filter, check_search, default_entry_id
 from ..core.scm.interactions import MemoryItem
 from ..core.scm.stream import check_session
-from ..core.scm.stream_index import (
-    StoreIndexAdapter,
-    check_entry,
-    check_filter,
-    check_search,
-    check_vector,
-    default_entry_id,
-)
+from ..core.scm.stream_index import check_vector
 
 __all__ = ["VectorStoreStreamIndex"]
 
@@ -57,7 +51,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         filters: ``filters(session_id)`` returns the query's ``MetadataFilters`` (None: no filter); the default
             is ``key == session_id`` on ``session_key``. Results are always post-filtered too (by node metadata
             when the store returns nodes, else by node id), so another session's turns are never returned.
-        session_key, index_key, fetch_k, make_id: see :class:`~..core.scm.stream_index.StoreIndexAdapter`.
+        session_key, index_key, fetch_k, make_id: see :class:`~..adapters.store_index.StoreIndexAdapter`.
             With a custom ``make_id`` and a store that returns ids only (``SimpleVectorStore``), only turns added
             by this object can be recognised; prefer the default there.
     """

@@ -1,9 +1,9 @@
 """SCM memory as a LlamaIndex ``BaseMemory``: usable by ``SimpleChatEngine``, ``CondensePlusContextChatEngine``
 and agents wherever they accept a ``memory=``.
 
-It converts ``ChatMessage`` objects and delegates to :class:`~fragrel_integrations.core.scm.turns.SessionTurns`:
+It converts ``ChatMessage`` objects and delegates to :class:`~fragrel_integrations.adapters.chat_turns.SessionTurns`:
 the assistant's final reply closes the turn a user message opened and stores it (see
-:class:`~fragrel_integrations.core.scm.turns.OpenTurn`); ``get(input=...)`` returns the memory block for ``input``
+:class:`~fragrel_integrations.adapters.chat_turns.OpenTurn`); ``get(input=...)`` returns the memory block for ``input``
 (or the open turn) as a system message, then the open turn's messages - nothing else of the transcript.
 
 >>> from llama_index.core.chat_engine import SimpleChatEngine
@@ -30,8 +30,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 
 from .._validation import check_text
-from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
-from ..core.scm.turns import (
+from ..adapters.chat_turns import (
     OpenTurn,
     SessionTurns,
     build_path_memory,
@@ -39,13 +38,14 @@ from ..core.scm.turns import (
     is_final_reply,
     memory_session,
 )
+from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
 from ..models.base import Embedder
 
 __all__ = ["SCMMemory"]
 
 
 def turn_message(message: ChatMessage) -> tuple[str, str, bool]:
-    """``(role, text, final)`` of a LlamaIndex message for :mod:`fragrel_integrations.core.scm.turns`: ``final``
+    """``(role, text, final)`` of a LlamaIndex message for :mod:`fragrel_integrations.adapters.chat_turns`: ``final``
     when it is the assistant's reply with text and no tool calls."""
     text = message.content if isinstance(message.content, str) else str(message.content or "")
     role = message.role.value if isinstance(message.role, MessageRole) else str(message.role)

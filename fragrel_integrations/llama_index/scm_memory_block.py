@@ -3,9 +3,9 @@
 ``Memory`` keeps the recent messages in its short-term queue and hands the messages it flushes to its blocks;
 :class:`SCMMemoryBlock` delegates both directions to the core
 :class:`~fragrel_integrations.core.scm.SelfControlledMemory`, keyed by the ``Memory``'s ``session_id``: ``aput``
-stores each completed turn of the flushed messages (:func:`~fragrel_integrations.core.scm.turns.collect_turns`);
+stores each completed turn of the flushed messages (:func:`~fragrel_integrations.adapters.chat_turns.collect_turns`);
 ``aget`` runs SCM steps 1-4 for the last user message and returns the block's text
-(:func:`~fragrel_integrations.core.scm.turns.queued_memory_text`), which ``Memory`` puts into the system message.
+(:func:`~fragrel_integrations.adapters.chat_turns.queued_memory_text`), which ``Memory`` puts into the system message.
 
 >>> from llama_index.core.memory import Memory
 >>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
@@ -31,8 +31,8 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory import BaseMemoryBlock
 
+from ..adapters.chat_turns import block_session, build_path_memory, collect_turns, queued_memory_text
 from ..core.scm import SelfControlledMemory
-from ..core.scm.turns import block_session, build_path_memory, collect_turns, queued_memory_text
 from ..models.base import Embedder
 from .scm_memory import turn_message
 

@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ...models.convert import optional_embedder
-from .fusion_prompts import render_memory_block
-from .interactions import SCMContext
-from .memory import DEFAULT_SESSION, SelfControlledMemory
-from .stream import MemoryStream
+from ..core.scm.fusion_prompts import render_memory_block
+from ..core.scm.interactions import SCMContext
+from ..core.scm.memory import DEFAULT_SESSION, SelfControlledMemory
+from ..core.scm.stream import MemoryStream
+from ..models.convert import optional_embedder
 
 __all__ = [
     "OpenTurn",
