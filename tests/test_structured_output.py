@@ -345,17 +345,6 @@ def test_async_steps_pass_formats():
     assert model.formats == [WRITE_FORMAT]
 
 
-def test_openai_server_errors_that_are_not_refusals_are_not_mistaken_for_them():
-    openai = pytest.importorskip("openai")
-    from fragrel_integrations.models.openai_chat import OpenAIChatModel
-
-    with FakeOpenAIServer(plan=[500]) as server:  # a plain 500 (no word about response_format)
-        model = OpenAIChatModel("m", base_url=server.base_url, max_retries=0)
-        with pytest.raises(openai.InternalServerError):
-            model.invoke("x", reply_format=YES_NO_FORMAT)
-        assert not model.format_refused
-
-
 def test_inner_loop_constrained_rounds_ask_for_one_line():
     from fragrel_integrations.core.inner_loop import InnerLoopEngine
 

@@ -222,6 +222,11 @@ class OpenAIServer:
         self._clients.clear()
 
 
+def _once(client: Any, probe: bool) -> Any:
+    """``client`` without retries for a request that asks whether the server has a feature."""
+    return client.with_options(max_retries=0) if probe else client
+
+
 class _Named(Exception):
     """A timeout whose message is already written (a slow name lookup)."""
 
@@ -265,8 +270,8 @@ class OpenAIChatModel(OpenAIServer, ChatModelBase):
         self.seed = seed
         self.context_window = context_window
         self.extra_body = dict(extra_body or {})
-        #: False once the server refused a ``response_format`` request (or ``response_format=False``).
-        self.format_refused = response_format is False
+        #: True once the server refused a ``response_format`` request (or ``response_format=False``); None: unknown.
+        self.format_refused: bool | None = None if response_format is None else not response_format
         #: None: not known yet; True / False: the server does / does not return logprobs.
         self.logprobs_supported: bool | None = logprobs
 
@@ -311,8 +316,8 @@ class OpenAIChatModel(OpenAIServer, ChatModelBase):
             raise _Checked(f"{source} refused to answer: {short_repr(message.refusal)}")
         return ""
 
-    async def _complete(self, req: dict[str, Any]) -> str:
-        return self._text(await self._request(lambda c: c.chat.completions.create(**req)))
+    async def _complete(self, req: dict[str, Any], probe: bool = False) -> str:
+        return self._text(await self._request(lambda c: _once(c, probe).chat.completions.create(**req)))
 
     def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
         return self._sync(self._agenerate(messages, temperature, max_tokens, stop))
@@ -334,7 +339,9 @@ class OpenAIChatModel(OpenAIServer, ChatModelBase):
         spec = {"name": reply_format.name, "schema": reply_format.response_schema(), "strict": True}
         fmt = {"type": "json_schema", "json_schema": spec}
         try:
-            return reply_format.unwrap(await self._complete({**req, "response_format": fmt}))
+            text = await self._complete({**req, "response_format": fmt}, probe=self.format_refused is None)
+            self.format_refused = False
+            return reply_format.unwrap(text)
         except self._openai.APIStatusError as exc:
             text = await self._complete(req)  # asked once: the same request without the format
             self.format_refused = True
@@ -410,7 +417,8 @@ class OpenAIChatModel(OpenAIServer, ChatModelBase):
             return None
         req = {**self._req(to_messages(messages), 0.0, 1, None), "logprobs": True, "top_logprobs": YES_NO_TOP_LOGPROBS}
         try:
-            response = await self._request(lambda c: c.chat.completions.create(**req))
+            probe = self.logprobs_supported is None  # asked once, with no retries
+            response = await self._request(lambda c: _once(c, probe).chat.completions.create(**req))
         except self._openai.APIStatusError as exc:
             if self.logprobs_supported:
                 raise
