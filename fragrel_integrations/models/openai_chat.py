@@ -149,8 +149,8 @@ class OpenAIServer:
         the SDK's retries included; failures as :meth:`_failure` words them."""
         end = time.monotonic() + self.timeout if end is None else end
         try:
+            await self._resolve(end)  # its own timeout, so that a slow lookup is named as such
             async with asyncio.timeout(max(0.0, end - time.monotonic())):
-                await self._resolve(end)
                 return await make(self._client())
         except Exception as exc:
             err = self._failure(exc, time.monotonic() >= end)
