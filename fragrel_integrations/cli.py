@@ -449,7 +449,6 @@ def _cmd_retrieve(args: argparse.Namespace) -> int:
 def _chat_model(args: argparse.Namespace) -> Any:
     if args.base_url or args.model:
         from .models.openai_chat import OpenAIChatModel
-        from .models.retry import RetryPolicy
 
         if not args.model:
             raise ValueError("--base-url needs --model NAME (the model name the server serves)")
@@ -458,7 +457,7 @@ def _chat_model(args: argparse.Namespace) -> Any:
             base_url=args.base_url,
             api_key=args.api_key,
             timeout=args.timeout,
-            retry=RetryPolicy(max_retries=args.max_retries),
+            max_retries=args.max_retries,
             seed=args.seed,
             context_window=args.context_window or 8192,
         )
@@ -501,11 +500,9 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         print(f"fragrel: error: {exc}", file=sys.stderr)
         return 3
     except Exception as exc:  # an HTTP error from the server (bad model name, bad key, ...)
-        from .models.retry import status_code
-
-        if status_code(exc) is None:
+        if not isinstance(getattr(exc, "status_code", None), int):
             raise
-        print(f"fragrel: error: the server answered {status_code(exc)}: {exc}", file=sys.stderr)
+        print(f"fragrel: error: the server answered {exc.status_code}: {exc}", file=sys.stderr)
         return 3
     if args.json:
         out = {
@@ -652,9 +649,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
         return 2
     except Exception as exc:  # an HTTP error status from a server (a refused key, a 500 after retries)
-        from .models.retry import status_code
-
-        if status_code(exc) is None:
+        if not isinstance(getattr(exc, "status_code", None), int):
             raise
         print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
         return 2

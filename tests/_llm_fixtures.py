@@ -22,14 +22,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from fragrel_integrations.models.chat import ToolReply
-from fragrel_integrations.testing import ScriptedChatModel
-
 __all__ = [
     "SERVER_MODEL",
     "FakeOpenAIServer",
     "LocalServer",
-    "ScriptedToolModel",
     "free_port",
     "get_embedded",
     "get_llama_cpp",
@@ -252,18 +248,3 @@ class FakeOpenAIServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-class ScriptedToolModel(ScriptedChatModel):
-    """Tool replies from a script (``invoke_with_tools``) and text replies from ``ScriptedChatModel``."""
-
-    def __init__(self, tool_replies: list[ToolReply], text_replies: list[str]) -> None:
-        super().__init__(text_replies)
-        self.tool_replies = list(tool_replies)
-        self.tool_requests: list[dict[str, Any]] = []
-
-    def invoke_with_tools(self, messages, tools, *, tool_choice="auto", allowed=None, **params) -> ToolReply:
-        self.tool_requests.append(
-            {"messages": messages, "tools": tools, "tool_choice": tool_choice, "allowed": allowed}
-        )
-        return self.tool_replies.pop(0)

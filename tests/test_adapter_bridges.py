@@ -1,5 +1,5 @@
 """The LangChain and LlamaIndex adapters of chat models and SCM memory delegate to one framework-free core
-(``models.chat.bridge``, ``adapters.chat_turns``, ``adapters.keyed_stream``): the same conversation reaches the wrapped
+(``models.chat``, ``adapters.chat_turns``, ``adapters.keyed_stream``): the same conversation reaches the wrapped
 model as the same messages, and the same bad argument fails with the same words, whichever framework it comes
 through; the key-value stream runs on a plain dict."""
 
@@ -49,15 +49,11 @@ LI = [
 ]
 
 
-@pytest.mark.parametrize("style", ["text", "functions", "drop"])
-def test_one_conversation_reaches_the_model_alike_through_both_frameworks(style):
-    sent = lc_roles(LC, _tool_style=style)
-    assert sent == li_roles(LI, _tool_style=style)
+def test_one_conversation_reaches_the_model_alike_through_both_frameworks():
+    sent = lc_roles(LC)
+    assert sent == li_roles(LI)
     assert sent[3] == {"role": "user", "content": "Tool result (weather): sunny"}
-    if style == "drop":
-        assert len(sent) == 5  # the call-only turn is left out in both
-    else:
-        assert sent[2]["content"].startswith("Let me look.\n") and "Oslo" in sent[2]["content"]
+    assert sent[2]["content"].startswith("Let me look.\n") and "Oslo" in sent[2]["content"]
 
 
 def test_both_wrappers_send_the_same_messages_and_parameters():

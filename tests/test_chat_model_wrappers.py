@@ -103,8 +103,8 @@ class TestFragRelChatModelStandardUnit(_TextOnly, ChatModelUnitTests):
 
 @pytest.mark.slow
 class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTests):
-    """The real SmolLM2-135M on llama.cpp (one process-wide instance), short replies; tool calling included
-    (llama.cpp grammars choose the call and keep its arguments valid JSON), structured output not."""
+    """The real SmolLM2-135M on llama.cpp (one process-wide instance), short replies; no tools, no structured
+    output."""
 
     @property
     def chat_model_class(self) -> type[BaseChatModel]:
@@ -112,19 +112,7 @@ class TestFragRelChatModelStandardIntegration(_TextOnly, ChatModelIntegrationTes
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
-        return {"model": get_llama_cpp(), "max_tokens": 48}  # tool calling: llama.cpp grammars
-
-    @property
-    def has_tool_calling(self) -> bool:
-        return True
-
-    @property
-    def has_tool_choice(self) -> bool:
-        return True
-
-    @property
-    def tool_choice_value(self) -> str:
-        return "any"
+        return {"model": get_llama_cpp(), "max_tokens": 48}
 
 
 # ------------------------------------------------------------------------------------ LangChain behaviour
@@ -234,7 +222,7 @@ def test_model_returning_non_text_raises():
 
 def test_no_tool_calling_names_what_to_use():
     chat = FragRelChatModel(model=ScriptedChatModel(["x"]))
-    with pytest.raises(NotImplementedError, match=r"no tool calling.*LlamaCppChatModel.*ChatOpenAI"):
+    with pytest.raises(NotImplementedError, match=r"no tool calling.*ChatLlamaCpp.*ChatOpenAI"):
         chat.bind_tools([])
     with pytest.raises(NotImplementedError, match="no tool calling"):
         chat.invoke("hi", tools=[{"type": "function", "function": {"name": "f"}}])

@@ -27,29 +27,12 @@ from fragrel_integrations.testing import ScriptedChatModel
 def test_all_is_pinned():
     assert sorted(chat_mod.__all__) == sorted(
         [
-            "ROLES",
-            "ChatMessage",
-            "ChatModel",
-            "ChatModelBase",
-            "GenerationParams",
-            "Messages",
-            "ToolCall",
-            "ToolReply",
-            "abatch",
-            "aiter_in_thread",
-            "batch",
-            "check_chat_model",
-            "check_params",
-            "complete",
-            "context_window",
-            "format_tool_call",
-            "given_params",
-            "is_instance_of",
-            "model_id",
-            "to_messages",
-            "tool_turn",
+            "ROLES", "ChatMessage", "ChatModel", "ChatModelBase", "GenerationParams", "Messages", "abatch",
+            "aiter_in_thread", "astream_pieces", "batch", "check_chat_model", "check_context_window", "check_params",
+            "complete", "content_text", "context_window", "given_params", "is_instance_of", "model_id", "reply_text",
+            "role_messages", "stream_pieces", "to_messages",
         ]
-    )
+    )  # fmt: skip
 
 
 def test_the_conversions_live_beside_the_protocols():
@@ -252,7 +235,7 @@ def test_model_modules_import_no_framework_and_load_nothing():
     code = (
         "import sys\n"
         "import fragrel_integrations.models.chat, fragrel_integrations.models.cache\n"
-        "import fragrel_integrations.models.retry, fragrel_integrations.models.tokens\n"
+        "import fragrel_integrations.models.tokens\n"
         "import fragrel_integrations.models.openai_chat\n"
         "import fragrel_integrations.models.llama_cpp_chat, fragrel_integrations.models.langchain_chat\n"
         "import fragrel_integrations.models.llama_index_chat, fragrel_integrations.testing\n"

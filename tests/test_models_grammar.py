@@ -1,5 +1,5 @@
-"""The GBNF grammars of constrained replies (``models.grammar``): the choice rule is ours, regex and JSON schema go
-through llama-cpp-python's converter, and the old import path still works for one release, with a warning."""
+"""The GBNF grammars of constrained replies (in ``models.llama_cpp_chat``, their one user): the choice rule is ours,
+regex and JSON schema go through llama-cpp-python's converter."""
 
 from __future__ import annotations
 
@@ -7,13 +7,14 @@ import json
 
 import pytest
 
-from fragrel_integrations.models import grammar
-from fragrel_integrations.models.grammar import choice_gbnf, gbnf
+from fragrel_integrations.models import llama_cpp_chat
+from fragrel_integrations.models.llama_cpp_chat import choice_gbnf, gbnf
 from fragrel_integrations.models.structured import ReplyFormat
 
 
 def test_all_is_pinned():
-    assert grammar.__all__ == ["check_gbnf", "choice_gbnf", "gbnf", "gbnf_literal"]
+    assert llama_cpp_chat.__all__ == ["LlamaCppChatModel", "check_gbnf", "choice_gbnf", "gbnf", "gbnf_literal",
+                                      "portable_loading"]  # fmt: skip
 
 
 def test_choice_labels_are_escaped_literals():
@@ -30,11 +31,3 @@ def test_regex_and_json_formats_use_llama_cpp_pythons_converter():
     assert '"\\"yes\\""' in llama_grammar.json_schema_to_gbnf(json.dumps({"enum": ["yes", "no"]}))
     with pytest.raises(ValueError, match="cannot translate this regex"):
         gbnf(ReplyFormat.regex("a(?=b)"))
-
-
-def test_the_grammar_module_is_the_one_home_of_gbnf():
-    from fragrel_integrations.models import llama_cpp_chat
-
-    assert "gbnf" not in llama_cpp_chat.__all__
-    with pytest.raises(AttributeError):
-        llama_cpp_chat.no_such_name  # noqa: B018

@@ -12,7 +12,6 @@ from _llm_fixtures import SERVER_MODEL, free_port, get_embedded, get_server
 from fragrel_integrations.models.cache import CachedChatModel
 from fragrel_integrations.models.chat import ChatModel, abatch, complete
 from fragrel_integrations.models.convert import as_chat_model
-from fragrel_integrations.models.retry import RetryPolicy
 from fragrel_integrations.models.tokens import count_message_tokens
 
 pytestmark = pytest.mark.slow
@@ -180,7 +179,7 @@ def test_cache_replays_without_calling_the_server(llm_server, server_model, tmp_
     assert (cached.hits, cached.misses) == (1, 1)
     cached.cache.close()
     # a new process-like start: same file, and a "server" that is not there at all: the answer must come from disk
-    dead = OpenAIChatModel(SERVER_MODEL, base_url=f"http://127.0.0.1:{free_port()}/v1", retry=RetryPolicy(0))
+    dead = OpenAIChatModel(SERVER_MODEL, base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=0)
     replay = CachedChatModel(dead, path)
     assert replay.invoke(KITCHEN, max_tokens=16, temperature=0) == first
     with pytest.raises(ConnectionError):
@@ -191,7 +190,7 @@ def test_unreachable_server_clear_error():
     from fragrel_integrations.models.openai_chat import OpenAIChatModel
 
     url = f"http://127.0.0.1:{free_port()}/v1"
-    model = OpenAIChatModel("any", base_url=url, retry=RetryPolicy(max_retries=2, initial_delay=0.01))
+    model = OpenAIChatModel("any", base_url=url, max_retries=2)
     with pytest.raises(ConnectionError, match=r"cannot reach .*127\.0\.0\.1.*after 2 retries"):
         model.invoke("hi")
     with pytest.raises(ConnectionError, match="cannot reach"):

@@ -15,12 +15,10 @@ from _llm_fixtures import SERVER_MODEL, FakeOpenAIServer, free_port, start_serve
 
 from fragrel_integrations import FragRelIndex
 from fragrel_integrations.cli import main
-from fragrel_integrations.models import OpenAIEmbedder, RetryPolicy
+from fragrel_integrations.models import OpenAIEmbedder
 from fragrel_integrations.models.base import window_words_for
 
 pytest.importorskip("openai")
-
-NO_RETRY = RetryPolicy(max_retries=0)
 
 
 def test_batches_and_request_fields():
@@ -61,7 +59,7 @@ def test_index_over_a_served_embedder_uses_its_window():
 )
 def test_broken_replies_are_value_errors_naming_the_server(fault, message):
     with FakeOpenAIServer(fault=fault) as server:
-        emb = OpenAIEmbedder("m", base_url=server.base_url, retry=NO_RETRY)
+        emb = OpenAIEmbedder("m", base_url=server.base_url, max_retries=0)
         with pytest.raises(ValueError, match=message) as err:
             emb.embed_documents(["one", "two", "three"])
     assert server.base_url in str(err.value)
@@ -69,17 +67,17 @@ def test_broken_replies_are_value_errors_naming_the_server(fault, message):
 
 def test_unknown_model_and_unreachable_server_name_the_fix():
     with FakeOpenAIServer(plan=[404]) as server:
-        emb = OpenAIEmbedder("nope", base_url=server.base_url, retry=NO_RETRY)
+        emb = OpenAIEmbedder("nope", base_url=server.base_url, max_retries=0)
         with pytest.raises(ValueError, match=r"no embeddings for model 'nope'.*--embedding"):
             emb.embed_query("x")
     url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(ConnectionError, match=f"cannot reach the OpenAI-compatible server at {url}"):
-        OpenAIEmbedder("m", base_url=url, retry=NO_RETRY, timeout=5).embed_query("x")
+        OpenAIEmbedder("m", base_url=url, max_retries=0, timeout=5).embed_query("x")
 
 
 def test_transient_errors_are_retried():
     with FakeOpenAIServer(plan=[503, 200]) as server:
-        emb = OpenAIEmbedder("m", base_url=server.base_url, retry=RetryPolicy(initial_delay=0.0))
+        emb = OpenAIEmbedder("m", base_url=server.base_url, max_retries=3)
         assert emb.embed_documents(["a b"]).shape == (1, 32)
     assert len(server.requests) == 2
 

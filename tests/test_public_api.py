@@ -101,8 +101,6 @@ def test_models_all_is_pinned_and_lazy():
         "OpenAIEmbedder",
         "ReplyFormat",
         "ResponseCache",
-        "RetryPolicy",
-        "RetryingChatModel",
         "TransformersChatModel",
         "abatch",
         "as_chat_model",

@@ -225,7 +225,7 @@ def test_auto_activation_asks_your_model_and_gates_the_embedded_one():
 
     from fragrel_integrations.langchain import FragRelChatModel
     from fragrel_integrations.llama_index import FragRelLLM
-    from fragrel_integrations.models import CachedChatModel, LlamaCppChatModel, RetryingChatModel
+    from fragrel_integrations.models import CachedChatModel, LlamaCppChatModel
     from fragrel_integrations.models.transformers_chat import smollm2_gguf_path
 
     assert SelfControlledMemory(ScriptedChatModel(["x"])).activation is True
@@ -233,7 +233,6 @@ def test_auto_activation_asks_your_model_and_gates_the_embedded_one():
     wrapped = [
         embedded,
         CachedChatModel(embedded, ":memory:"),
-        RetryingChatModel(CachedChatModel(embedded, ":memory:")),
         FragRelChatModel(model=embedded),
         FragRelLLM(model=embedded),
         SCMController(embedded),
@@ -372,9 +371,8 @@ def test_memory_with_the_embedding_gate():
 def _openai(url):
     pytest.importorskip("openai")
     from fragrel_integrations.models.openai_chat import OpenAIChatModel
-    from fragrel_integrations.models.retry import RetryPolicy
 
-    return OpenAIChatModel("m", base_url=url, retry=RetryPolicy(initial_delay=0.0))
+    return OpenAIChatModel("m", base_url=url, max_retries=3)
 
 
 def test_openai_yes_no_probability_from_top_logprobs():
@@ -446,11 +444,10 @@ class _Scored(ScriptedChatModel):
         return 0.8
 
 
-def test_cache_and_retry_wrappers_pass_the_probability_through():
+def test_the_cache_wrapper_passes_the_probability_through():
     from fragrel_integrations.models.cache import CachedChatModel
-    from fragrel_integrations.models.retry import RetryingChatModel
 
-    for wrap in (lambda m: CachedChatModel(m, ":memory:"), RetryingChatModel):
+    for wrap in (lambda m: CachedChatModel(m, ":memory:"),):
         assert yes_no_probability(wrap(_Scored(["yes"])), "Is water wet?") == 0.8
         assert asyncio.run(ayes_no_probability(wrap(_Scored(["yes"])), "Is water wet?")) == 0.8
         assert yes_no_probability(wrap(ScriptedChatModel(["yes"])), "Is water wet?") is None

@@ -19,7 +19,6 @@ from fragrel_integrations.core.triplets.controller_prompts import READ_FORMAT, W
 from fragrel_integrations.core.triplets.triplet_controller import TripletMemoryController
 from fragrel_integrations.models.cache import CachedChatModel
 from fragrel_integrations.models.chat import ChatModelBase
-from fragrel_integrations.models.retry import RetryingChatModel, RetryPolicy
 from fragrel_integrations.models.structured import MAX_PARSE_CHARS, ReplyFormat, format_kwargs, supports_format
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
@@ -189,7 +188,7 @@ async def test_base_class_ignores_formats_it_cannot_enforce_and_rejects_non_form
     assert enforcing.formats == [YES_NO_FORMAT]
 
 
-def test_cache_and_retry_wrappers_forward_the_format_and_keep_replies_apart():
+def test_the_cache_wrapper_forwards_the_format_and_keeps_replies_apart():
     inner = FormatModel(lambda f: "yes")
     cached = CachedChatModel(inner, ":memory:")
     assert cached.supports_format(YES_NO_FORMAT)
@@ -197,9 +196,6 @@ def test_cache_and_retry_wrappers_forward_the_format_and_keep_replies_apart():
     assert cached.invoke("q") == "free text"  # same messages, no format: another request
     assert cached.invoke("q", reply_format=YES_NO_FORMAT) == "yes" and cached.hits == 1
     assert inner.formats == [YES_NO_FORMAT, None]
-    retrying = RetryingChatModel(inner, RetryPolicy(initial_delay=0.0))
-    assert retrying.supports_format(YES_NO_FORMAT) and retrying.invoke("q", reply_format=YES_NO_FORMAT) == "yes"
-    assert not RetryingChatModel(ScriptedChatModel(["x"])).supports_format(YES_NO_FORMAT)
 
 
 # ----------------------------------------------------------------------------------------------- OpenAI
@@ -210,7 +206,7 @@ def test_openai_sends_json_schema_and_falls_back_once_per_instance_on_400():
     from fragrel_integrations.models.openai_chat import OpenAIChatModel
 
     with FakeOpenAIServer(plan=[400]) as server:
-        model = OpenAIChatModel("m", base_url=server.base_url, retry=RetryPolicy(0))
+        model = OpenAIChatModel("m", base_url=server.base_url, max_retries=0)
         assert model.supports_format(YES_NO_FORMAT)
         assert not model.supports_format(ReplyFormat.grammar('root ::= "x"'))  # GBNF is not sent
         reply = model.invoke("Is it?", reply_format=YES_NO_FORMAT)
@@ -229,11 +225,11 @@ async def test_openai_async_fallback_and_success_path_unwraps():
     from fragrel_integrations.models.openai_chat import OpenAIChatModel
 
     with FakeOpenAIServer(plan=[422]) as server:
-        model = OpenAIChatModel("m", base_url=server.base_url, retry=RetryPolicy(0))
+        model = OpenAIChatModel("m", base_url=server.base_url, max_retries=0)
         assert await model.ainvoke("x", reply_format=WRITE_FORMAT) == "echo: x"
         assert model.format_refused
     with FakeOpenAIServer() as server:  # a server that accepts response_format: its text is unwrapped
-        model = OpenAIChatModel("m", base_url=server.base_url, retry=RetryPolicy(0))
+        model = OpenAIChatModel("m", base_url=server.base_url, max_retries=0)
         assert model.invoke('{"answer": "no"}', reply_format=YES_NO_FORMAT) == 'echo: {"answer": "no"}'
         assert not model.format_refused and "response_format" in server.requests[0]
 
@@ -349,17 +345,6 @@ def test_async_steps_pass_formats():
     assert model.formats == [WRITE_FORMAT]
 
 
-def test_openai_server_errors_that_are_not_refusals_are_not_mistaken_for_them():
-    openai = pytest.importorskip("openai")
-    from fragrel_integrations.models.openai_chat import OpenAIChatModel
-
-    with FakeOpenAIServer(plan=[500]) as server:  # a plain 500 (no word about response_format)
-        model = OpenAIChatModel("m", base_url=server.base_url, retry=RetryPolicy(0))
-        with pytest.raises(openai.InternalServerError):
-            model.invoke("x", reply_format=YES_NO_FORMAT)
-        assert not model.format_refused
-
-
 def test_inner_loop_constrained_rounds_ask_for_one_line():
     from fragrel_integrations.core.inner_loop import InnerLoopEngine
 
@@ -381,7 +366,7 @@ def test_inner_loop_memory_format_has_a_small_grammar_at_any_memory_size(max_stm
     # A length bound in the pattern ({0,1023}) became 1023 nested rules, which llama.cpp's parser refuses; the
     # reply was then not constrained at all. The output limit (max_stm_tokens) bounds the length instead.
     from fragrel_integrations.core.inner_loop import InnerLoopEngine
-    from fragrel_integrations.models.grammar import gbnf
+    from fragrel_integrations.models.llama_cpp_chat import gbnf
 
     engine = InnerLoopEngine(lambda q: [], ScriptedChatModel([]), max_stm_tokens=max_stm_tokens)
     fmt = engine.stm_format()

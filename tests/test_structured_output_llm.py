@@ -10,7 +10,7 @@ from fragrel_integrations.core.tree.summariser import Summariser
 from fragrel_integrations.core.tree.summary import summary_format
 from fragrel_integrations.core.triplets import TripletStore
 from fragrel_integrations.core.triplets.triplet_controller import TripletMemoryController
-from fragrel_integrations.models.grammar import gbnf
+from fragrel_integrations.models.llama_cpp_chat import gbnf
 from fragrel_integrations.models.structured import ReplyFormat
 from fragrel_integrations.testing import HashingEmbedder
 

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from .local import MiniLMEmbedder, default_embedder
     from .openai_chat import OpenAIChatModel
     from .openai_embeddings import OpenAIEmbedder
-    from .retry import RetryingChatModel, RetryPolicy
     from .structured import ReplyFormat
     from .transformers_chat import TransformersChatModel, default_chat_model
 
@@ -52,8 +51,6 @@ __all__ = [
     "OpenAIEmbedder",
     "ReplyFormat",
     "ResponseCache",
-    "RetryPolicy",
-    "RetryingChatModel",
     "TransformersChatModel",
     "abatch",
     "as_chat_model",
@@ -95,8 +92,6 @@ _WHERE = {
     "default_embedder": "local",
     "OpenAIChatModel": "openai_chat",
     "OpenAIEmbedder": "openai_embeddings",
-    "RetryPolicy": "retry",
-    "RetryingChatModel": "retry",
 }
 
 

@@ -20,23 +20,21 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import threading
 import time
 import weakref
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .._optional import require
 from .._validation import check_positive_int
-from .chat import ChatModelBase, Messages, ToolCall, ToolReply, to_messages
-from .grammar import check_gbnf, choice_gbnf, gbnf
+from .chat import ChatModelBase, Messages, to_messages
 from .structured import ReplyFormat
-from .transformers_chat import smollm2_gguf_path
+from .transformers_chat import default_threads, smollm2_gguf_path
 
-__all__ = ["LlamaCppChatModel", "portable_loading"]
+__all__ = ["LlamaCppChatModel", "check_gbnf", "choice_gbnf", "gbnf", "gbnf_literal", "portable_loading"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,16 +64,6 @@ def portable_loading() -> Iterator[None]:
             yield
         finally:
             lib.llama_model_default_params = original
-
-
-def _default_threads() -> int:
-    """Half the CPUs this process may use (llama.cpp's own default): on a shared or busy machine, threads that
-    wait for a core stall every other thread at each step, which costs far more than the idle half."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cpus = os.cpu_count() or 1
-    return max(1, cpus // 2)
 
 
 class LlamaCppChatModel(ChatModelBase):
@@ -119,7 +107,7 @@ class LlamaCppChatModel(ChatModelBase):
         self.timeout = timeout
         self.default_max_tokens = default_max_tokens
         self.repeat_penalty = float(repeat_penalty)
-        self.n_threads = n_threads or _default_threads()
+        self.n_threads = n_threads or default_threads()
         self._llama_cpp = llama_cpp
         self._lock = threading.Lock()
         start = time.perf_counter()
@@ -347,150 +335,63 @@ class LlamaCppChatModel(ChatModelBase):
             result = self._llm.create_chat_completion(**params)
         return result["choices"][0]["message"]["content"] or ""
 
-    # -- tool calling ---------------------------------------------------------------------------------------------
-    def invoke_with_tools(
-        self,
-        messages: Messages,
-        tools: Sequence[Mapping[str, Any]],
-        *,
-        tool_choice: str | None = "auto",
-        allowed: Collection[str] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-    ) -> ToolReply:
-        """Answer with text or with one function call, chosen and written under llama.cpp grammars.
-
-        ``tools`` are OpenAI-style function specs (``{"type": "function", "function": {"name", "description",
-        "parameters"}}``, or the inner ``function`` dicts). The functions are described in the system prompt; a
-        grammar then lets the model write only ``message:`` or ``functions.<name>:`` (``tool_choice="auto"``;
-        ``"required"``/``"any"``: a function must be called; a function name: that one; ``"none"``: text only),
-        and the arguments are generated under a grammar built from the function's JSON schema, so they parse.
-        One call per turn. ``allowed`` limits the functions the model may pick (all are still described), e.g.
-        to stop it from repeating a call whose result it already has; none allowed means a text answer.
-        Measured with the embedded SmolLM2-135M: 5/5 simple one-tool requests called the tool
-        with the right argument, 2/3 requests that needed no tool were answered directly.
-        """
-        from .chat import check_params
-
-        msgs = to_messages(messages)
-        t, n, s = check_params(temperature, max_tokens, stop)
-        specs = _tool_specs(tools)
-        choice = _tool_choice(tool_choice, specs)
-        if not specs:
-            return ToolReply(self._generate(msgs, t, n, s))
-        names = [x["name"] for x in specs] if choice in ("auto", "required", "none") else [choice]
-        if allowed is not None:
-            names = [name for name in names if name in set(allowed)]
-        if choice == "required" and not names:
-            raise ValueError("tool_choice='required' but no tool is allowed")
-        if self._formatter is None:
-            raise NotImplementedError(
-                f"{self.model_path.name} has no chat template in its GGUF metadata: tool calling needs one"
-            )
-        msgs = _with_tool_instructions(msgs, specs)
-        prompt = self._formatter(messages=msgs).prompt
-        head = "message:"
-        if choice != "none" and names:
-            options = [f"functions.{name}:" for name in names] + (["message:"] if choice == "auto" else [])
-            grammar = self._llama_cpp.LlamaGrammar.from_string(choice_gbnf(options), verbose=False)
-            with self._lock:
-                head = self._complete(prompt, grammar, self._sampling(None, 0.0, 32, None))
-        if not head.startswith("functions."):
-            text = self._complete_locked(prompt + "message:\n", None, t, n, s)
-            return ToolReply(text.strip())
-        name = head[len("functions.") : -1]
-        spec = next(x for x in specs if x["name"] == name)
-        try:
-            args_grammar = self._llama_cpp.LlamaGrammar.from_json_schema(json.dumps(spec["parameters"]), verbose=False)
-        except Exception:  # a schema llama.cpp cannot compile: any JSON object
-            from llama_cpp.llama_grammar import JSON_GBNF
-
-            args_grammar = self._llama_cpp.LlamaGrammar.from_string(JSON_GBNF, verbose=False)
-        raw = self._complete_locked(prompt + head + "\n", args_grammar, 0.0, _TOOL_ARGS_TOKENS, None).strip()
-        return ToolReply("", (_parse_call(name, raw),))
-
-    def _complete(self, prompt: str, grammar: Any, sampling: dict[str, Any]) -> str:
-        """One raw completion (the caller holds the lock)."""
-        result = self._llm.create_completion(prompt=prompt, grammar=grammar, **sampling)
-        return result["choices"][0]["text"]
-
-    def _complete_locked(
-        self, prompt: str, grammar: Any, temperature: float | None, max_tokens: int | None, stop: list[str] | None
-    ) -> str:
-        with self._lock:
-            used = len(self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
-            return self._complete(prompt, grammar, self._sampling(used, temperature, max_tokens, stop))
-
     def close(self) -> None:
         """Free the llama.cpp model and context now (otherwise freed with the object)."""
         with self._lock:
             self._finalizer()
 
 
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-_TOOL_ARGS_TOKENS = 256
+# ------------------------------------------------------------------------------------------ GBNF grammars
+def gbnf_literal(text: str) -> str:
+    """``text`` as a GBNF string literal (JSON-style escapes)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
-def _tool_specs(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI-style tool dicts -> ``{"name", "description", "parameters"}`` with checked names."""
-    if isinstance(tools, Mapping) or not isinstance(tools, Sequence):
-        raise TypeError(f"tools must be a list of function specs, got {type(tools).__name__}")
-    specs = []
-    for i, tool in enumerate(tools):
-        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
-        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
-            raise ValueError(
-                f"tools[{i}] must be {{'type': 'function', 'function': {{'name': ..., 'parameters': ...}}}}"
-            )
-        if not _TOOL_NAME.match(fn["name"]):
-            raise ValueError(f"tool name {fn['name']!r} must be 1-64 letters, digits, '_' or '-'")
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        specs.append({"name": fn["name"], "description": str(fn.get("description") or ""), "parameters": params})
-    if len({x["name"] for x in specs}) != len(specs):
-        raise ValueError("tool names must be unique")
-    return specs
+def choice_gbnf(options: Iterable[str]) -> str:
+    """A grammar whose only sentences are ``options``, verbatim.
+
+    >>> choice_gbnf(["functions.weather:", "message:"])
+    'root ::= "functions.weather:" | "message:"\\n'
+    """
+    return "root ::= " + " | ".join(gbnf_literal(o) for o in options) + "\n"
 
 
-def _tool_choice(choice: Any, specs: list[dict[str, Any]]) -> str:
-    """``"auto"``, ``"required"``, ``"none"`` or one tool's name (LangChain and OpenAI spellings accepted)."""
-    if choice is None or choice == "auto":
-        return "auto"
-    if choice in ("any", "required", True):
-        return "required"
-    if choice == "none" or choice is False:
-        return "none"
-    if isinstance(choice, Mapping):
-        choice = (choice.get("function") or {}).get("name") or choice.get("name")
-    if isinstance(choice, str) and any(x["name"] == choice for x in specs):
-        return choice
-    raise ValueError(
-        f"tool_choice must be 'auto', 'required', 'none' or one of the tools {[x['name'] for x in specs]}, "
-        f"got {choice!r}"
-    )
+_NON_CAPTURING = re.compile(r"(?<!\\)\(\?:")
 
 
-def _with_tool_instructions(messages: list[dict[str, str]], specs: list[dict[str, Any]]) -> list[dict[str, str]]:
-    lines = ["You can call these functions:"]
-    for spec in specs:
-        lines.append(f"functions.{spec['name']}: {spec['description']}".rstrip())
-        lines.append(f"  arguments (JSON schema): {json.dumps(spec['parameters'], ensure_ascii=False)}")
-    lines.append(
-        "To call a function, reply with 'functions.<name>:' and then its JSON arguments. To answer the user "
-        "directly, reply with 'message:' and then the answer. Call a function only when it gives what the user "
-        "asks for; after a tool result, answer with a message."
-    )
-    tools_text = "\n".join(lines)
-    if messages and messages[0]["role"] == "system":
-        return [{"role": "system", "content": messages[0]["content"] + "\n\n" + tools_text}, *messages[1:]]
-    return [{"role": "system", "content": tools_text}, *messages]
+def gbnf(reply_format: ReplyFormat) -> str:
+    """The llama.cpp GBNF grammar text that enforces ``reply_format`` (regex and JSON schema are translated by
+    llama-cpp-python's ``json-schema-to-grammar`` port, shipped in the package). Raises ValueError naming the
+    format when the converter cannot translate it (e.g. a look-ahead in a regex)."""
+    if not isinstance(reply_format, ReplyFormat):
+        raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
+    if reply_format.kind == "grammar":
+        return reply_format.spec
+    if reply_format.kind == "choice":
+        return choice_gbnf(reply_format.choices)
+    from llama_cpp.llama_grammar import SchemaConverter, json_schema_to_gbnf
 
-
-def _parse_call(name: str, raw: str) -> ToolCall:
     try:
-        args = json.loads(raw)
-    except ValueError as exc:
-        return ToolCall(name, None, raw, f"the arguments are not valid JSON ({exc}); raise max tokens?")
-    if not isinstance(args, dict):
-        return ToolCall(name, None, raw, "the arguments are not a JSON object")
-    return ToolCall(name, args, raw)
+        if reply_format.kind == "json":
+            return json_schema_to_gbnf(reply_format.spec)
+        converter = SchemaConverter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=True)
+        pattern = _NON_CAPTURING.sub("(", reply_format.spec)  # the converter knows only plain groups
+        converter.visit({"type": "string", "pattern": f"^{pattern}$"}, "")
+        return converter.format_grammar()
+    except Exception as exc:  # the converter raises assorted errors (AssertionError, KeyError, ...)
+        raise ValueError(
+            f"llama.cpp cannot translate this {reply_format.kind} format to a grammar ({type(exc).__name__}: {exc}); "
+            "simplify it or pass ReplyFormat.grammar(...) with hand-written GBNF"
+        ) from exc
+
+
+def check_gbnf(llama_cpp_lib: Any, vocab: Any, text: str) -> None:
+    """Compile ``text`` once with llama.cpp's parser (``llama_cpp_lib`` is ``llama_cpp.llama_cpp``, ``vocab`` a
+    loaded model's vocabulary); a ValueError when it cannot. llama-cpp-python does not check the sampler it builds
+    from a grammar, and a grammar llama.cpp cannot parse would end the process at the first generation."""
+    sampler = llama_cpp_lib.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
+    if not sampler:
+        raise ValueError(
+            "llama.cpp cannot parse this GBNF grammar (its parser's message is on stderr); check the rules"
+        )
+    llama_cpp_lib.llama_sampler_free(sampler)

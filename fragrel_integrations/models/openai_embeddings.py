@@ -1,19 +1,13 @@
-"""Embedder for ANY OpenAI-compatible ``/embeddings`` endpoint, through the official ``openai`` client.
-
-Your own embedding model behind the index, the wrappers and ``fragrel retrieve --embed-model``: OpenAI itself,
-llama.cpp's server (``llama-server -m model.gguf --embedding``), vLLM, Ollama (``/v1``), Text Embeddings
-Inference, LM Studio, LiteLLM, ... Server, key, timeouts (one total deadline per request, retries included) and
-retries work as for :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
+"""Embedder for ANY OpenAI-compatible ``/embeddings`` endpoint (OpenAI, ``llama-server --embedding``, vLLM, Ollama,
+Text Embeddings Inference, ...) through the ``openai`` SDK; server, key, deadline and retries as for
+:class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
 
 >>> emb = OpenAIEmbedder("nomic-embed-text", base_url="http://127.0.0.1:8080/v1")   # connects on first use
 >>> emb.model_id
 'openai-compatible:http://127.0.0.1:8080/v1/nomic-embed-text'
->>> emb.embed_documents(["a red apple", "a green pear"]).shape                     # doctest: +SKIP
-(2, 768)
 
-``max_input_tokens`` is the model's input window in tokens when you know it (a remote model does not say):
-:class:`~fragrel_integrations.core.index.FragRelIndex` then embeds longer fragments in sub-windows that fit,
-instead of letting the server cut them off or refuse them.
+``max_input_tokens`` is the model's input window when you know it: the index then embeds longer fragments in
+sub-windows that fit, instead of letting the server cut them off.
 """
 
 from __future__ import annotations
@@ -24,27 +18,23 @@ from typing import Any
 
 import numpy as np
 
-from .._optional import require
 from .._validation import check_positive_int
 from .base import check_embeddings
-from .openai_endpoint import ServerCalls, client_kwargs, read_json, short_repr, sync_http_client
-from .retry import RetryPolicy
+from .openai_chat import OpenAIServer, short_repr
 
 __all__ = ["OpenAIEmbedder"]
 
 logger = logging.getLogger(__name__)
 
 
-class OpenAIEmbedder(ServerCalls):
-    """Texts to float32 vectors from a model served behind an OpenAI-compatible ``/embeddings`` endpoint.
+class OpenAIEmbedder(OpenAIServer):
+    """Texts to float32 vectors from an OpenAI-compatible ``/embeddings`` endpoint.
 
-    ``model`` is the name the server knows (required); ``batch_size`` texts go in one request; ``dimensions`` is
-    sent for models that can shorten their vectors (OpenAI's text-embedding-3); ``timeout`` is seconds per
-    request, retries included. A reply that is not JSON, items without an integer ``index``, the wrong number
-    of vectors, vectors of different lengths, values that are not numbers (booleans, strings) or not finite is
-    a ValueError naming the server; all-zero vectors (they match nothing) are logged once. A server that sends
-    one vector per token (a model served without pooling) gets one text per request from then on, and the token
-    vectors are averaged, with a warning.
+    ``batch_size`` texts go in one request; ``dimensions`` is sent for models that can shorten their vectors.
+    A malformed reply (items without an integer ``index``, the wrong number of vectors, vectors of different
+    lengths, values that are not finite numbers) is a ValueError naming the server; all-zero vectors are logged
+    once. A server that sends one vector per token (a model served without pooling) gets one text per request
+    from then on, and the token vectors are averaged, with a warning.
     """
 
     def __init__(
@@ -54,28 +44,22 @@ class OpenAIEmbedder(ServerCalls):
         base_url: str | None = None,
         api_key: str | None = None,
         timeout: float = 60.0,
-        retry: RetryPolicy | None = None,
+        max_retries: int = 2,
         batch_size: int = 64,
         max_input_tokens: int | None = None,
         dimensions: int | None = None,
         default_headers: dict[str, str] | None = None,
     ) -> None:
-        openai = require("openai", "openai")
         if not isinstance(model, str) or not model.strip():
             raise ValueError("model must be the embedding model name the server serves, e.g. 'text-embedding-3-small'")
         self.batch_size = check_positive_int(batch_size, "batch_size")
         for name, value in (("max_input_tokens", max_input_tokens), ("dimensions", dimensions)):
             if value is not None:
                 check_positive_int(value, name, hint=" or None")
-        kwargs = client_kwargs(base_url, api_key, timeout, default_headers)
-        self.base_url, self.timeout = kwargs["base_url"], kwargs["timeout"]
+        super().__init__(base_url, api_key, timeout, max_retries, default_headers)
         self.model_name = model
-        self.retry = retry or RetryPolicy()
         self.max_input_tokens = max_input_tokens
         self.dimensions = dimensions
-        self._openai = openai
-        self._client = openai.OpenAI(**kwargs, http_client=sync_http_client(openai))
-        _ = self._client.embeddings  # openai imports its resources on first use: here, not inside a deadline
         self._dim: int | None = None
         self._warned_zero = False
         #: True once the server sent one vector per token: they are averaged, and texts go one per request.
@@ -87,53 +71,37 @@ class OpenAIEmbedder(ServerCalls):
         suffix = f"@{self.dimensions}" if self.dimensions else ""
         return f"openai-compatible:{self.base_url}/{self.model_name}{suffix}"
 
-    def _request(self, texts: list[str]) -> tuple[np.ndarray, bool]:
-        """The vectors of one request, and whether the server sent one vector per token."""
+    async def _vectors(self, texts: list[str]) -> tuple[np.ndarray, bool]:
         req: dict[str, Any] = {"model": self.model_name, "input": texts, "encoding_format": "float"}
         if self.dimensions is not None:
             req["dimensions"] = self.dimensions
-        create = self._client.embeddings.with_raw_response.create  # openai's lazy imports: before the deadline
         try:
-            raw = self._call(lambda: create(**req))
+            response = await self._request(lambda c: c.embeddings.create(**req))
         except self._openai.NotFoundError as exc:
             raise ValueError(
                 f"the server at {self.base_url} has no embeddings for model {self.model_name!r} ({exc}); check the "
                 "model name, and start a llama.cpp server with --embedding"
             ) from exc
         source = f"the embeddings server at {self.base_url} (model {self.model_name!r})"
-        rows = _rows(read_json(raw, source), len(texts), source)
+        rows = _rows(getattr(response, "data", None), len(texts), source)
         per_token = bool(rows) and all(r and isinstance(r[0], list) for r in rows)
         if per_token:
-            rows = self._pooled(rows, source)
+            if not self.per_token:
+                logger.warning(
+                    "%s returned one vector per token (a model served without pooling); averaging them, one text "
+                    "per request. Serve the model with a pooling type (llama-server --pooling mean|cls|last).",
+                    source,
+                )
+            rows = [np.asarray(r, dtype=np.float32).mean(axis=0) for r in rows]
         if len({len(r) for r in rows}) > 1:
             raise ValueError(f"{source} returned vectors of different lengths: {sorted({len(r) for r in rows})}")
         vectors = check_embeddings(rows, len(texts), source=source)
         zero = ~vectors.any(axis=1)
         if zero.any() and not self._warned_zero:
             self._warned_zero = True
-            logger.warning(
-                "%s returned all-zero vectors for %d of %d texts (first: %s); they match nothing. Check the model "
-                "and the texts (further zero vectors are not reported)",
-                source,
-                int(zero.sum()),
-                len(texts),
-                short_repr(texts[int(zero.argmax())], 80),
-            )
+            logger.warning("%s returned all-zero vectors for %d of %d texts (first: %s); they match nothing",
+                           source, int(zero.sum()), len(texts), short_repr(texts[int(zero.argmax())], 80))  # fmt: skip
         return vectors, per_token
-
-    def _pooled(self, rows: list[Any], source: str) -> list[Any]:
-        """Per-token vectors (a model served without pooling, e.g. a chat model on llama-cpp-python's server)
-        averaged into one vector per text, with a warning the first time."""
-        if not self.per_token:
-            logger.warning(
-                "%s returned one vector per token (a model served without pooling); averaging them, one text per "
-                "request. Serve the model with a pooling type (llama-server --pooling mean|cls|last) for another.",
-                source,
-            )
-        try:
-            return [np.asarray(r, dtype=np.float32).mean(axis=0) for r in rows]
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{source} returned per-token vectors that are not a numeric matrix: {exc}") from exc
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         """``(len(texts), dim)`` float32 vectors, ``batch_size`` texts per request."""
@@ -145,7 +113,7 @@ class OpenAIEmbedder(ServerCalls):
         parts, start = [], 0
         while start < len(texts):
             batch = texts[start : start + (1 if self.per_token else self.batch_size)]
-            vectors, per_token = self._request(batch)
+            vectors, per_token = self._sync(self._vectors(batch))
             if per_token and not self.per_token:
                 self.per_token = True  # token vectors of batched inputs get mixed up (llama-cpp-python's server)
                 if len(batch) > 1:
@@ -170,28 +138,23 @@ class OpenAIEmbedder(ServerCalls):
         return f"OpenAIEmbedder({self.model_name!r}, base_url={self.base_url!r})"
 
 
-def _is_number(x: object) -> bool:
-    return type(x) is float or type(x) is int  # not bool, not str: JSON numbers only
-
-
-def _rows(data: dict[str, Any], n: int, source: str) -> list[list[Any]]:
-    """The ``embedding`` lists of an ``/embeddings`` reply in ``index`` order, checked for shape and type."""
-    items = data.get("data")
-    if not isinstance(items, list) or not all(isinstance(d, dict) for d in items):
-        raise ValueError(f"{source} sent a reply without a list of embeddings ('data'): {short_repr(data)}")
-    index = [d.get("index") for d in items]
+def _rows(items: Any, n: int, source: str) -> list[Any]:
+    """The parsed reply's ``embedding`` lists in ``index`` order, checked for shape and type."""
+    if not isinstance(items, list):
+        raise ValueError(f"{source} sent a reply without a list of embeddings ('data'): {short_repr(items)}")
+    index = [getattr(d, "index", None) for d in items]
     if not all(type(i) is int for i in index):
         bad = next(i for i in index if type(i) is not int)
         raise ValueError(f"{source} sent an embedding without an integer 'index' (got {short_repr(bad)})")
     if sorted(index) != list(range(n)):
         raise ValueError(f"{source} returned {len(items)} vectors for {n} texts (indexes {short_repr(sorted(index))})")
-    rows = [d.get("embedding") for d in sorted(items, key=lambda d: d["index"])]
+    rows = [d.embedding for d in sorted(items, key=lambda d: d.index)]
     for row in rows:
         if not isinstance(row, list):  # base64 text or None from a server that ignores encoding_format="float"
             raise ValueError(f"{source} did not return float vectors (got {type(row).__name__})")
-        flat = row if not (row and isinstance(row[0], list)) else [x for r in row if isinstance(r, list) for x in r]
-        if not all(_is_number(x) for x in flat) or (flat is not row and not all(isinstance(r, list) for r in row)):
-            bad = next((x for x in flat if not _is_number(x)), row)
+        flat = [x for r in row for x in (r if isinstance(r, list) else [r])]
+        bad = next((x for x in flat if type(x) not in (float, int)), row)
+        if bad is not row or (row and isinstance(row[0], list) and not all(isinstance(r, list) for r in row)):
             raise ValueError(
                 f"{source} did not return float vectors: a value is {type(bad).__name__} ({short_repr(bad, 60)})"
             )

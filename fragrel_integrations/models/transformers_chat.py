@@ -50,6 +50,7 @@ __all__ = [
     "SMOLLM2_FILE",
     "TransformersChatModel",
     "default_chat_model",
+    "default_threads",
     "is_embedded_model",
     "smollm2_gguf_path",
 ]
@@ -205,7 +206,7 @@ class TransformersChatModel(ChatModelBase):
         check_positive_int(default_max_tokens, "default_max_tokens")
         if n_threads is not None:
             check_positive_int(n_threads, "n_threads")
-        self.n_threads = n_threads or _default_threads()
+        self.n_threads = n_threads or default_threads()
         self.model_path = path
         self.model_name = model_name or path.stem
         self.seed = int(seed)
@@ -402,7 +403,7 @@ class TransformersChatModel(ChatModelBase):
             self._enforcer_data = None
 
 
-def _default_threads() -> int:
+def default_threads() -> int:
     """Half the CPUs this process may use: on a shared or busy machine, threads that wait for a core stall the
     others at every step of a small model, which costs more than the idle half."""
     try:

@@ -174,8 +174,9 @@ class LogprobsYesNo:
         raise NotImplementedError
 
     def _refused(self, exc: Exception) -> None:
-        """None for a provider that refuses logprobs (an error naming them, or HTTP 400/422/501); else raise."""
-        if "logprob" not in str(exc).lower() and getattr(exc, "status_code", None) not in (400, 422, 501):
+        """Asked once: a first logprobs request that fails (other than a lost connection or a timeout) means
+        the model gives none; it is not asked again. Later failures raise."""
+        if self.logprobs_supported or isinstance(exc, ConnectionError | TimeoutError):
             raise exc
         self._no_logprobs(f"the model refused logprobs: {exc}")
 

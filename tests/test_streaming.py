@@ -1,5 +1,4 @@
-"""Token streaming (llama.cpp tokens, OpenAI-compatible server-sent events, through both framework wrappers) and
-grammar-constrained tool calling for LangChain agents (``create_agent(FragRelChatModel(...), tools)``)."""
+"""Token streaming (llama.cpp tokens, OpenAI-compatible server-sent events, through both framework wrappers)."""
 
 from __future__ import annotations
 
@@ -11,14 +10,13 @@ import pytest
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
 
-from _llm_fixtures import SERVER_MODEL, ScriptedToolModel, get_embedded, get_llama_cpp, get_server
-from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from _llm_fixtures import SERVER_MODEL, get_embedded, get_llama_cpp, get_server
 from langchain_core.tools import tool
 from llama_index.core.base.llms.types import ChatMessage as LIChatMessage
 
 from fragrel_integrations.langchain import FragRelChatModel
 from fragrel_integrations.llama_index import FragRelLLM
-from fragrel_integrations.models.chat import ToolCall, ToolReply, aiter_in_thread
+from fragrel_integrations.models.chat import aiter_in_thread
 from fragrel_integrations.testing import ScriptedChatModel
 
 
@@ -131,98 +129,3 @@ async def test_openai_compatible_server_streams_server_sent_events():
 def get_weather(city: str) -> str:
     """Get the current weather in a city."""
     return f"It is sunny and 21 degrees in {city}."
-
-
-def test_agent_calls_the_tool_then_answers_with_its_result():
-    from langchain.agents import create_agent
-
-    model = ScriptedToolModel(
-        [ToolReply("", (ToolCall("get_weather", {"city": "Paris"}, '{"city": "Paris"}'),))],
-        ["It is sunny in Paris."],
-    )
-    agent = create_agent(FragRelChatModel(model=model), tools=[get_weather])
-    out = agent.invoke({"messages": [{"role": "user", "content": "Weather in Paris?"}]})
-    kinds = [type(m).__name__ for m in out["messages"]]
-    assert kinds == ["HumanMessage", "AIMessage", "ToolMessage", "AIMessage"]
-    assert out["messages"][1].tool_calls[0]["args"] == {"city": "Paris"}
-    assert out["messages"][2].content == "It is sunny and 21 degrees in Paris."
-    assert out["messages"][-1].content == "It is sunny in Paris."
-    request = model.tool_requests[0]
-    assert request["tools"][0]["function"]["name"] == "get_weather" and request["allowed"] == ["get_weather"]
-    # the answer turn: the tool already answered, so a plain reply with its result as a user turn
-    assert model.calls[-1]["messages"] == [
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "user", "content": "Tool result (get_weather): It is sunny and 21 degrees in Paris."},
-    ]
-
-
-async def test_async_agent_and_invalid_arguments_become_invalid_tool_calls():
-    from langchain.agents import create_agent
-
-    model = ScriptedToolModel(
-        [ToolReply("", (ToolCall("get_weather", None, '{"city": "Par', "the arguments are not valid JSON"),))],
-        [],
-    )
-    chat = FragRelChatModel(model=model).bind_tools([get_weather])
-    message = await chat.ainvoke("Weather in Paris?")
-    assert message.tool_calls == [] and message.invalid_tool_calls[0]["args"] == '{"city": "Par'
-    assert create_agent(FragRelChatModel(model=ScriptedToolModel([], ["hi"])), tools=[get_weather])
-
-
-def test_repeat_tool_calls_flag_offers_the_tool_again():
-    model = ScriptedToolModel([ToolReply("done")], [])
-    chat = FragRelChatModel(model=model, repeat_tool_calls=True).bind_tools([get_weather], tool_choice="any")
-    history = [
-        HumanMessage("Weather in Paris?"),
-        AIMessage("", tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "c1"}]),
-        ToolMessage("sunny", tool_call_id="c1", name="get_weather"),
-    ]
-    assert chat.invoke(history).content == "done"
-    assert model.tool_requests[0]["allowed"] is None and model.tool_requests[0]["tool_choice"] == "any"
-    assert model.tool_requests[0]["messages"][1] == {
-        "role": "assistant",
-        "content": 'functions.get_weather:\n{"city": "Paris"}',
-    }
-
-
-def test_streaming_a_tool_call_gives_tool_call_chunks():
-    model = ScriptedToolModel([ToolReply("", (ToolCall("get_weather", {"city": "Oslo"}, '{"city": "Oslo"}'),))], [])
-    chunks = list(FragRelChatModel(model=model).bind_tools([get_weather]).stream("Weather in Oslo?"))
-    assert len(chunks) == 1 and chunks[0].tool_calls[0]["args"] == {"city": "Oslo"}
-
-
-# ------------------------------------------------------------------------------------ tools, real SmolLM2-135M
-@pytest.mark.slow
-def test_embedded_model_calls_a_tool_in_create_agent():
-    from langchain.agents import create_agent
-
-    called = []
-
-    @tool
-    def weather(city: str) -> str:
-        """Get the current weather in a city."""
-        called.append(city)
-        return f"It is sunny and 21 degrees in {city}."
-
-    chat = FragRelChatModel(model=get_llama_cpp(), max_tokens=48, temperature=0)
-    agent = create_agent(chat, tools=[weather])
-    out = agent.invoke(
-        {"messages": [{"role": "user", "content": "What's the weather in Paris?"}]}, {"recursion_limit": 8}
-    )
-    assert called == ["Paris"]
-    assert isinstance(out["messages"][-1], AIMessage) and out["messages"][-1].content.strip()
-
-
-@pytest.mark.slow
-def test_invoke_with_tools_choices_and_bad_input():
-    model = get_llama_cpp()
-    tools = [get_weather.tool_call_schema.model_json_schema()]
-    spec = [{"type": "function", "function": {"name": "get_weather", "parameters": tools[0]}}]
-    forced = model.invoke_with_tools("Tell me about Rome.", spec, tool_choice="get_weather", max_tokens=32)
-    assert forced.tool_calls[0].name == "get_weather" and isinstance(forced.tool_calls[0].args, dict)
-    text = model.invoke_with_tools("Say hi.", spec, tool_choice="none", max_tokens=8)
-    assert text.tool_calls == () and text.content
-    with pytest.raises(ValueError, match="tool_choice"):
-        model.invoke_with_tools("hi", spec, tool_choice="lookup")
-    with pytest.raises(ValueError, match="tool name"):
-        model.invoke_with_tools("hi", [{"type": "function", "function": {"name": 'bad" name'}}])
