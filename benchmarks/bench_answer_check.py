@@ -1,11 +1,11 @@
 """The support check of grounded answers before and after issue 34, on the book questions with the embedded models.
 
 For each question: the staged hybrid retrieval of ``fragrel ask`` (top 5 fragments), the evidence sentences of
-:func:`~fragrel_integrations.core.grounded_answer.select_evidence` (3, MiniLM), ONE free reply of SmolLM2-135M to
-:func:`~core.grounded_answer.answer_messages` (temperature 0, 48 tokens, as ``grounded_answer``), then
+:func:`~fragrel_integrations.core.grounding.select_evidence` (3, MiniLM), ONE free reply of SmolLM2-135M to
+:func:`~core.grounding.answer_messages` (temperature 0, 48 tokens, as ``grounded_answer``), then
 both checks on that same reply: the check before issue 34 (:func:`word_overlap_check`, kept here as the baseline:
 at least half the reply's new words anywhere in the evidence, every name and number among them) and the span
-check (:func:`~core.grounded_answer.answer_span`). Outcome per check: right (the printed answer holds
+check (:func:`~core.grounding.answer_span`). Outcome per check: right (the printed answer holds
 an accepted answer), wrong (printed, holds none) or "not stated". Evidence hit: an accepted answer or the gold
 phrase in a quoted sentence, for the bounded evidence (BM25 first, ``MAX_EMBEDDED_SENTENCES`` embedded) and for
 every sentence embedded (the selection before issue 34), with the number of sentences each embedded.
@@ -25,8 +25,8 @@ from bench_book_answers import BENCH_DIR, norm, right
 from bench_book_questions import gold_fragments
 
 from fragrel_integrations import ContextRelation, FragRelIndex
-from fragrel_integrations.core import grounded_answer as core_answer
-from fragrel_integrations.core.grounded_answer import answer_messages, answer_span, select_evidence
+from fragrel_integrations.core import grounding as core_answer
+from fragrel_integrations.core.grounding import answer_messages, answer_span, select_evidence
 from fragrel_integrations.core.presets import preset
 from fragrel_integrations.core.staged import StagedHybridScorer
 from fragrel_integrations.models.base import window_words_for
@@ -210,9 +210,7 @@ def main() -> None:
     ap.add_argument(
         "--runtime", choices=["transformers", "llamacpp"], default="transformers", help="the embedded LLM runtime"
     )
-    ap.add_argument(
-        "--prompt", default=None, help="another system prompt (default: core.grounded_answer.ANSWER_PROMPT)"
-    )
+    ap.add_argument("--prompt", default=None, help="another system prompt (default: core.grounding.ANSWER_PROMPT)")
     ap.add_argument("--stem", default=None, help="results file name (default: answer_check_<part>)")
     args = ap.parse_args()
     if args.prompt is not None:

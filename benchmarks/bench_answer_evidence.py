@@ -24,7 +24,7 @@ from _common import BENCH_DIR, RESULTS_DIR, CachedEmbedder, default_data_dir, lo
 from bench_book_questions import gold_fragments
 
 from fragrel_integrations import ContextRelation, FragRelIndex
-from fragrel_integrations.core.grounded_answer import split_sentences
+from fragrel_integrations.core.grounding import split_sentences
 from fragrel_integrations.core.presets import preset
 from fragrel_integrations.core.scorers import make_scorer, tokenize
 from fragrel_integrations.core.staged import StagedHybridScorer

@@ -7,7 +7,7 @@ is dev (choose here), Robinson Crusoe held out (``--part heldout``, run once). T
    the whole book embedded (today) and with the staged score (BM25 over the book, MiniLM only for its
    ``--candidates`` best fragments per question), and how many fragments each embeds.
 2. **Answers** on the top-5 fragments: today's `fragrel ask` (the five fragments to SmolLM2, free answer; today's
-   retrieval) beside the grounded answer (:func:`~fragrel_integrations.core.grounded_answer.grounded_answer`, staged
+   retrieval) beside the grounded answer (:func:`~fragrel_integrations.core.grounding.grounded_answer`, staged
    retrieval): constrained to a quote of the evidence (llama.cpp grammar) and free. Right = the printed answer
    holds an accepted answer; "not stated" = the grounded answer printed evidence and no answer.
 3. **Speed**: the CLI as a user runs it (a fresh process, an empty cache folder): a first question on the book,
@@ -42,7 +42,7 @@ from _common import (
 from bench_book_questions import first_rank, gold_fragments
 
 from fragrel_integrations import ContextRelation, FragRelIndex
-from fragrel_integrations.core.grounded_answer import grounded_answer
+from fragrel_integrations.core.grounding import grounded_answer
 from fragrel_integrations.core.presets import preset
 from fragrel_integrations.core.staged import StagedHybridScorer
 from fragrel_integrations.models.base import window_words_for

@@ -13,7 +13,7 @@ sub-windows (all of every fragment is read). Embedded fragments are cached in ``
 added to as questions need more: a second question on the same book embeds only fragments no earlier question
 ranked; a damaged cache file is rebuilt with a logged warning.
 ``ask`` prints an answer only when the retrieved text supports it, with the quoted sentences it rests on
-(:func:`~fragrel_integrations.core.grounded_answer.grounded_answer`); otherwise it says the text does not state one.
+(:func:`~fragrel_integrations.core.grounding.grounded_answer`); otherwise it says the text does not state one.
 """
 
 from __future__ import annotations
@@ -467,8 +467,8 @@ def _chat_model(args: argparse.Namespace) -> Any:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from .core.grounded_answer import answer_messages as evidence_messages
-    from .core.grounded_answer import grounded_answer
+    from .core.grounding import answer_messages as evidence_messages
+    from .core.grounding import grounded_answer
     from .models.chat import context_window
     from .models.tokens import count_message_tokens
 
@@ -485,7 +485,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
         )
     index = build_index(args)
     hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words)
-    # The answer is read from the best sentences of the fragments and checked against them (core/grounded_answer.py).
+    # The answer is read from the best sentences of the fragments and checked against them (core/grounding.py).
     embedder = None if args.scorer == "bm25" else index.embedder
     try:
         result = grounded_answer(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fragrel_integrations.core.grounded_answer import (
+from fragrel_integrations.core.grounding import (
     MAX_EMBEDDED_SENTENCES,
     MAX_QUOTE_WORDS,
     answer_span,

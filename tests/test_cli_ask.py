@@ -8,7 +8,7 @@ import pytest
 from _llm_fixtures import SERVER_MODEL, FakeOpenAIServer, free_port, get_server
 
 from fragrel_integrations.cli import build_parser, main
-from fragrel_integrations.core.grounded_answer import ANSWER_PROMPT, supported_by
+from fragrel_integrations.core.grounding import ANSWER_PROMPT, supported_by
 from fragrel_integrations.models.tokens import count_message_tokens
 
 FILLER = [

@@ -2,7 +2,7 @@
 
 An adapter turns its retrieved items into ``(text, metadata)`` pairs; :func:`cited_fragments` makes the
 fragments the evidence is cited by, and :class:`AnswerStep` holds the model, the evidence embedder and the checked
-settings of :func:`~fragrel_integrations.core.grounded_answer.grounded_answer`.
+settings of :func:`~fragrel_integrations.core.grounding.grounded_answer`.
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> step = AnswerStep.of(ScriptedChatModel(["Poll"]), None, {"max_sentences": 1})
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.fragments import Fragment
-from ..core.grounded_answer import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
+from ..core.grounding import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
 from ..models.base import Embedder
 from ..models.chat import ChatModel
 from ..models.convert import as_chat_model, as_embedder
@@ -69,7 +69,7 @@ class AnswerStep:
     @classmethod
     def of(cls, model: Any, embedder: Any, settings: Mapping[str, Any], **keys: object) -> AnswerStep:
         """Convert any framework's model and embedding (None: the embedded SmolLM2; no embedder) and check the
-        settings now (:func:`~..core.grounded_answer.check_answer_settings`), not at the first question;
+        settings now (:func:`~fragrel_integrations.core.grounding.check_answer_settings`), not at the first question;
         ``keys``: ``doc_id_key``, ``position_key`` (checked: non-empty and different)."""
         if model is None:
             from ..models.transformers_chat import default_chat_model
@@ -105,7 +105,7 @@ class AnswerStep:
         return self.fragments(items)
 
     def answer(self, question: str, fragments: list[Fragment]) -> GroundedAnswer:
-        """:func:`~fragrel_integrations.core.grounded_answer.grounded_answer` with this step's model and settings."""
+        """:func:`~fragrel_integrations.core.grounding.grounded_answer` with this step's model and settings."""
         return grounded_answer(question, fragments, self.model, embedder=self.embedder, **self.settings)
 
     async def aanswer(self, question: str, fragments: list[Fragment]) -> GroundedAnswer:

@@ -2,7 +2,7 @@
 grounded answers."""
 
 from .fragments import Fragment, ScoredFragment
-from .grounded_answer import GroundedAnswer, grounded_answer
+from .grounding import GroundedAnswer, grounded_answer
 from .index import FragRelIndex
 from .relation_aware import relation_aware_scores
 from .relations import (

@@ -1,7 +1,7 @@
-"""Grounded answers as a LangChain ``Runnable``: question in, :class:`~..core.grounded_answer.GroundedAnswer`
-out (the answer the retrieved text supports, with quoted evidence; or "not stated" and the evidence).
+"""Grounded answers as a LangChain ``Runnable``: question in,
+:class:`~fragrel_integrations.core.grounding.GroundedAnswer` out (the answer the retrieved text supports, with quoted evidence; or "not stated" and the evidence).
 
-All logic is :func:`~..core.grounded_answer.grounded_answer`; this module turns the retriever's
+All logic is :func:`~fragrel_integrations.core.grounding.grounded_answer`; this module turns the retriever's
 ``Document`` objects into fragments (the position metadata :func:`add_positions` writes, ``fragrel_doc_id`` /
 ``fragrel_position``; a Document without them is cited by its rank).
 
@@ -27,7 +27,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from ..adapters.answer_step import AnswerStep, cited_fragments
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.fragments import Fragment
-from ..core.grounded_answer import GroundedAnswer
+from ..core.grounding import GroundedAnswer
 from ._documents import check_documents
 
 __all__ = ["documents_to_fragments", "grounded_answer_runnable"]
@@ -54,7 +54,7 @@ def grounded_answer_runnable(
     """A Runnable that retrieves with ``retriever`` and answers with ``model`` (a LangChain chat model, a core
     model such as ``LlamaCppChatModel``; None: the embedded SmolLM2), keeping only a supported answer.
     ``embedder`` (e.g. ``MiniLMEmbeddings()``) ranks the evidence sentences with the hybrid score (None: BM25);
-    ``options`` go to :func:`~..core.grounded_answer.grounded_answer` (``max_sentences``, ``max_tokens``,
+    ``options`` go to :func:`~fragrel_integrations.core.grounding.grounded_answer` (``max_sentences``, ``max_tokens``,
     ``constrain``, ``options``; checked here: a misspelt one is a TypeError now, not at the first question).
     ``.invoke(question).format()`` is the text ``fragrel ask`` prints."""
     step = AnswerStep.of(model, embedder, options, doc_id_key=doc_id_key, position_key=position_key)

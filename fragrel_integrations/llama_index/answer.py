@@ -1,6 +1,6 @@
 """Grounded answers as a LlamaIndex response synthesizer: a query engine's reply is an answer the retrieved nodes
 support, with the quoted evidence cited, or "not stated" and the closest evidence (all logic:
-:func:`~fragrel_integrations.core.grounded_answer.grounded_answer`; nodes cited by their position metadata).
+:func:`~fragrel_integrations.core.grounding.grounded_answer`; nodes cited by their position metadata).
 
 >>> from llama_index.core.schema import NodeWithScore, TextNode
 >>> from fragrel_integrations.testing import ScriptedChatModel
@@ -41,8 +41,8 @@ class GroundedSynthesizer(BaseSynthesizer):
     ``llm``: any LlamaIndex LLM or core chat model (None: ``Settings.llm``); ``embed_model`` ranks the evidence
     sentences with the hybrid score (None: BM25 alone); ``doc_id_key``/``position_key`` cite the nodes (as
     :class:`~fragrel_integrations.llama_index.PositionTagger` writes them; else by rank); ``settings`` are
-    :class:`~fragrel_integrations.core.grounded_answer.AnswerSettings` (``max_sentences``, ``max_tokens``, ...), checked
-    here. The reply is :meth:`GroundedAnswer.format() <..core.grounded_answer.GroundedAnswer.format>`;
+    :class:`~fragrel_integrations.core.grounding.AnswerSettings` (``max_sentences``, ``max_tokens``, ...), checked
+    here. The reply is :meth:`GroundedAnswer.format() <fragrel_integrations.core.grounding.GroundedAnswer.format>`;
     with ``streaming=True`` it comes as one chunk (async: an async stream), after the support check.
     """
 
@@ -62,7 +62,7 @@ class GroundedSynthesizer(BaseSynthesizer):
         self._step, self._stream = step, streaming
 
     def _get_prompts(self) -> dict[str, Any]:
-        return {}  # the prompt is core.grounded_answer.ANSWER_PROMPT, fitted to the evidence
+        return {}  # the prompt is core.grounding.ANSWER_PROMPT, fitted to the evidence
 
     def _update_prompts(self, prompts_dict: dict[str, Any]) -> None:
         return None

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..fragments import Fragment, ScoredFragment
-from ..grounded_answer import supported_by
+from ..grounding import supported_by
 
 __all__ = [
     "AsyncRetriever",
@@ -101,7 +101,7 @@ class InnerLoopResult:
     @property
     def supported(self) -> bool:
         """Whether the fragments shown to the model support :attr:`answer`: the check of
-        :func:`~fragrel_integrations.core.grounded_answer.answer_span` against the sentences of those fragments (after a
+        :func:`~fragrel_integrations.core.grounding.answer_span` against the sentences of those fragments (after a
         leading label, the answer is a contiguous run of words of one sentence, negations and numbers agreeing)."""
         return supported_by(self.answer, [hit.fragment.text for hit in self.fragments], self.question) is not None
 

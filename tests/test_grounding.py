@@ -1,4 +1,4 @@
-"""Grounded answers (core/grounded_answer.py): evidence sentences, the quote grammar, the support check, the
+"""Grounded answers (core/grounding.py): evidence sentences, the quote grammar, the support check, the
 workflow."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from fragrel_integrations.core.fragments import Fragment, ScoredFragment
-from fragrel_integrations.core.grounded_answer import (
+from fragrel_integrations.core.grounding import (
     Evidence,
     agrounded_answer,
     answer_messages,
