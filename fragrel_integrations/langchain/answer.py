@@ -1,5 +1,6 @@
 """Grounded answers as a LangChain ``Runnable``: question in,
-:class:`~fragrel_integrations.core.grounding.GroundedAnswer` out (the answer the retrieved text supports, with quoted evidence; or "not stated" and the evidence).
+:class:`~fragrel_integrations.core.grounding.GroundedAnswer` out (the answer the retrieved text supports, with
+quoted evidence; or "not stated" and the evidence).
 
 All logic is :func:`~fragrel_integrations.core.grounding.grounded_answer`; this module turns the retriever's
 ``Document`` objects into fragments (the position metadata :func:`add_positions` writes, ``fragrel_doc_id`` /
