@@ -238,7 +238,6 @@ def generate(
     eos: Collection[int],
     temperature: float | None = None,
     repeat_penalty: float = 1.0,
-    penalty_window: int | None = None,
     seed: int = 0,
     allowed: Callable[[list[int]], Collection[int]] | None = None,
     stop_now: Callable[[list[int]], bool] | None = None,
@@ -247,10 +246,9 @@ def generate(
     """Token ids of the reply to ``prompt``, one at a time, until an ``eos`` id, ``budget`` ids, or
     ``stop_now(ids so far)`` is true. Greedy unless ``temperature`` > 0 (then sampled from a generator seeded
     with ``seed``: the global RNG is untouched); ``repeat_penalty`` divides the positive logits (multiplies the
-    negative ones) of tokens among the sequence's last ``penalty_window`` ids (None: the whole sequence, as
-    transformers does; llama.cpp's default is the last 64, so a reply may still quote its prompt);
-    ``allowed(ids so far)`` limits the next token. Each forward step runs inside ``compute()`` (e.g. a
-    thread-count setting) and ``torch.inference_mode``; the caller's code between two ids runs outside both."""
+    negative ones) of tokens already in the sequence; ``allowed(ids so far)`` limits the next token. Each
+    forward step runs inside ``compute()`` (e.g. a thread-count setting) and ``torch.inference_mode``; the caller's
+    code between two ids runs outside both."""
     torch = decoder.torch
     rng = torch.Generator().manual_seed(int(seed)) if temperature else None
     state = decoder.new_state(len(prompt) + budget)
@@ -260,9 +258,8 @@ def generate(
             return decoder.step(ids, state).float()
 
     logits = step(prompt)
-    recent = list(prompt)[-penalty_window:] if penalty_window else list(prompt) if penalty_window is None else []
     seen = torch.zeros(logits.shape[-1], dtype=torch.bool)
-    seen[recent] = True
+    seen[list(prompt)] = True
     out: list[int] = []
     while len(out) < budget and not (stop_now is not None and stop_now(out)):
         x = logits.clone()
@@ -281,11 +278,6 @@ def generate(
             return
         yield token
         out.append(token)
-        if penalty_window is None:
-            seen[token] = True
-        elif penalty_window:
-            recent = [*recent, token][-penalty_window:]
-            seen = torch.zeros_like(seen)
-            seen[recent] = True
+        seen[token] = True
         if len(out) < budget:
             logits = step([token])

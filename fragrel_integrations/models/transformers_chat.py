@@ -176,11 +176,9 @@ class TransformersChatModel(ChatModelBase):
     ``cache_dir`` (default ``$XDG_CACHE_HOME/fragrel/models``); a folder is a local transformers model.
     ``context_window`` caps prompt + reply tokens. ``timeout`` (seconds) stops a generation that runs too long
     with ``TimeoutError``. ``seed`` makes sampled (``temperature > 0``) answers reproducible. ``repeat_penalty``
-    > 1 discourages the loops small models fall into; it weighs the last ``penalty_window`` tokens (64, as
-    llama.cpp does, so a reply may still quote the text in its prompt; None: every token, as transformers does).
-    Calls on one instance are serialised; ``ainvoke`` runs in a worker thread so the event loop stays free.
-    ``n_threads`` (default: half the CPUs this process may use, as llama.cpp does) is torch's thread count while
-    this model computes; the user's setting is restored after.
+    > 1 discourages the loops small models fall into. Calls on one instance are serialised; ``ainvoke`` runs in
+    a worker thread so the event loop stays free. ``n_threads`` (default: half the CPUs this process may use, as
+    llama.cpp does) is torch's thread count while this model computes; the user's setting is restored after.
     """
 
     def __init__(
@@ -192,7 +190,6 @@ class TransformersChatModel(ChatModelBase):
         timeout: float | None = None,
         default_max_tokens: int = 512,
         repeat_penalty: float = 1.1,
-        penalty_window: int | None = 64,
         model_name: str | None = None,
         cache_dir: str | Path | None = None,
         n_threads: int | None = None,
@@ -216,9 +213,6 @@ class TransformersChatModel(ChatModelBase):
         self.timeout = timeout
         self.default_max_tokens = default_max_tokens
         self.repeat_penalty = float(repeat_penalty)
-        if penalty_window is not None:
-            check_positive_int(penalty_window, "penalty_window")
-        self.penalty_window = penalty_window
         self._torch = require("torch", "local")
         self._lock = threading.Lock()
         start = time.perf_counter()
@@ -289,7 +283,6 @@ class TransformersChatModel(ChatModelBase):
             eos=self._tok.eos_ids,
             temperature=temperature,
             repeat_penalty=self.repeat_penalty,
-            penalty_window=self.penalty_window,
             seed=self.seed,
             allowed=allowed,
             stop_now=lambda _ids: end is not None and time.monotonic() > end,
