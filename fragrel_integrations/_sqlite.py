@@ -134,7 +134,7 @@ class SavedFormat:
     >>> notes = SavedFormat("notes", 1, "notes file", ("CREATE TABLE notes (text TEXT)",))
     >>> path = notes.write(Path(tempfile.mkdtemp()) / "n.db", {"owner": "ann"},
     ...                    fill=lambda conn: conn.execute("INSERT INTO notes VALUES ('hi')"))
-    >>> notes.header(path)["owner"], notes.read(path, lambda conn: conn.execute("SELECT text FROM notes").fetchall())
+    >>> notes.header(path)["owner"], notes.read(path, lambda conn, _: conn.execute("SELECT text FROM notes").fetchall())
     ('ann', [('hi',)])
     """
 
@@ -222,12 +222,11 @@ class SavedFormat:
         with self._reading(path) as conn:
             return self._check(path, conn)
 
-    def read(self, path: str | os.PathLike[str], read: Callable[[sqlite3.Connection], T]) -> T:
-        """``read(connection)`` on the checked file, opened read-only; any error it meets (a ValueError of a
-        failed check included) is the file's :meth:`damaged` error."""
+    def read(self, path: str | os.PathLike[str], read: Callable[[sqlite3.Connection, dict[str, Any]], T]) -> T:
+        """``read(connection, header)`` on the checked file, opened read-only; any error it meets (a ValueError
+        of a failed check included) is the file's :meth:`damaged` error."""
         with self._reading(path) as conn:
-            self._check(path, conn)
-            return read(conn)
+            return read(conn, self._check(path, conn))
 
     def _stamp(self, conn: sqlite3.Connection, built_by: Mapping[str, Any], header: Mapping[str, Any]) -> None:
         conn.execute(_HEADER_TABLE)

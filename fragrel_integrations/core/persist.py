@@ -213,7 +213,7 @@ def _read_fragments(
 ) -> tuple[list[Fragment], np.ndarray | None, np.ndarray | None]:
     rows = _FORMAT.read(
         path,
-        lambda conn: conn.execute(
+        lambda conn, _: conn.execute(
             "SELECT idx, doc_id, position, text, metadata, n_windows, vectors FROM fragments ORDER BY idx"
         ).fetchall(),
     )

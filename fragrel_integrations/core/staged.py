@@ -270,7 +270,7 @@ class WindowVectorFile:
             return {}
         self._check()
         rows = _FORMAT.read(
-            self.path, lambda conn: conn.execute("SELECT idx, n_windows, dim, data FROM vectors").fetchall()
+            self.path, lambda conn, _: conn.execute("SELECT idx, n_windows, dim, data FROM vectors").fetchall()
         )
         out: dict[int, np.ndarray] = {}
         for idx, n_windows, dim, data in rows:
