@@ -234,7 +234,7 @@ class SavedFormat:
             conn.execute(statement)
         rows = {"format": self.name, "version": self.version, **header, "built_by": {"package": _package(), **built_by}}
         conn.executemany(
-            "INSERT OR IGNORE INTO header VALUES (?, ?)", [(k, json.dumps(v, sort_keys=True)) for k, v in rows.items()]
+            "INSERT INTO header VALUES (?, ?)", [(k, json.dumps(v, sort_keys=True)) for k, v in rows.items()]
         )
 
     def write(
@@ -271,17 +271,24 @@ class SavedFormat:
 
     def open(self, path: str | os.PathLike[str], **options: Any) -> sqlite3.Connection:
         """A connection (``options`` go to :func:`connect`) to a live store of this format: a new or empty file
-        (or ``":memory:"``) gets the header and the schema, an existing one is checked first."""
+        (or ``":memory:"``) gets the header and the schema, an existing one is checked (under the write lock, so
+        two processes opening one new file agree)."""
         where = os.fspath(path)
         if where != ":memory:":
-            Path(where).expanduser().parent.mkdir(parents=True, exist_ok=True)
             where = str(Path(where).expanduser())
-            if check_file(where):
-                self.header(where)
+            check_file(where)
+            Path(where).parent.mkdir(parents=True, exist_ok=True)
         conn = connect(where, **options)
         try:
             with conn:
-                self._stamp(conn, {}, {})
+                conn.execute("BEGIN IMMEDIATE")
+                tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+                if "header" in tables:
+                    self._check(where, conn)
+                elif tables:
+                    raise self._foreign(where, f"it holds the tables {tables[:5]} and no header")
+                else:
+                    self._stamp(conn, {}, {})
         except BaseException:
             conn.close()
             raise
