@@ -5,15 +5,15 @@ A saved format is a :class:`SavedFormat` (its name, version, a noun for messages
 one has a ``header`` table (``key``, ``value`` as JSON) holding ``format``, ``version`` and ``built_by`` (the
 identity of what built it: this package's version, plus e.g. the embedder's identity), and any settings the
 format adds. Snapshots (indexes, vector caches, trees, code indexes) are written whole to a temporary file in
-the same folder and moved over the target in one step; live stores (the fragment store, the response cache)
-stamp the header into a new file on open.
+the same folder and moved over the target in one step; live stores (the fragment store, the response cache,
+the SCM memory stream) stamp the header into a new file on open.
 
 The damage rule, the same for every format: a path that is a directory or not a regular file, a non-empty file
 that is not a SQLite database, a database without this format's header or of another version, and a file whose
 tables or values cannot be read back are each a ValueError naming the file. A file is written or replaced only
 when it is absent, empty or its header names the format (a damaged file of the format included); anything
-else is left unchanged. The triplet store and the SCM stream (which share tables with other programs) apply
-the first half through :func:`check_file`.
+else is left unchanged. The triplet store (whose tables may sit in any SQLite or PostgreSQL database) applies
+the first half through :func:`check_file` and records its schema version in its own ``meta`` table.
 
 >>> conn = connect(":memory:", threads=True)
 >>> conn.execute("SELECT 1").fetchone()
@@ -121,8 +121,8 @@ def _package() -> str:
 _DAMAGE = (ValueError, sqlite3.Error, KeyError, TypeError, IndexError, EOFError, OverflowError, RecursionError)
 
 
-class _Refused(ValueError):
-    """A file the header check refused (another file, format or version): passed on unchanged."""
+class _Checked(ValueError):
+    """A finding of the checks here (another file, format or version; damage): passed on unchanged."""
 
 
 @dataclass(frozen=True)
@@ -145,10 +145,10 @@ class SavedFormat:
 
     def damaged(self, path: str | os.PathLike[str], detail: object) -> ValueError:
         """The one error for a file of this format that cannot be read back (``detail`` says what is wrong)."""
-        return ValueError(f"{os.fspath(path)} is a damaged {self.what} ({detail}): delete it or save it again")
+        return _Checked(f"{os.fspath(path)} is a damaged {self.what} ({detail}): delete it or save it again")
 
-    def _foreign(self, path: str | os.PathLike[str], detail: object) -> _Refused:
-        return _Refused(f"{os.fspath(path)} is not a {self.what} file ({detail})")
+    def _foreign(self, path: str | os.PathLike[str], detail: object) -> _Checked:
+        return _Checked(f"{os.fspath(path)} is not a {self.what} file ({detail})")
 
     def owns(self, path: str | os.PathLike[str]) -> bool:
         """Whether ``path`` holds a file of this format, sound or damaged (one that may be replaced); False when
@@ -172,10 +172,8 @@ class SavedFormat:
         if Path(path).exists() and os.path.getsize(path) and not self.owns(path):
             try:
                 self.header(path)
-                why: object = "its header is damaged"
             except ValueError as exc:
-                why = exc
-            raise ValueError(f"refusing to overwrite {os.fspath(path)}: {why}")
+                raise ValueError(f"refusing to overwrite {os.fspath(path)}: {exc}") from None
 
     def _check(self, path: str | os.PathLike[str], conn: sqlite3.Connection) -> dict[str, Any]:
         try:
@@ -185,9 +183,12 @@ class SavedFormat:
         raw = dict(rows)
         if raw.get("format") != json.dumps(self.name):
             raise self._foreign(path, f"no {self.name!r} header")
-        header = {k: stored_json(v, f"{os.fspath(path)}: the header's {k}") for k, v in raw.items()}
+        try:
+            header = {k: stored_json(v, f"the header's {k}") for k, v in raw.items()}
+        except ValueError as exc:
+            raise self.damaged(path, exc) from None
         if header.get("version") != self.version:
-            raise _Refused(
+            raise _Checked(
                 f"{os.fspath(path)} is a {self.what} of version {header.get('version')!r}; this fragrel-integrations "
                 f"reads version {self.version}: rebuild it"
             )
@@ -209,7 +210,7 @@ class SavedFormat:
             raise self._foreign(path, exc) from None
         try:
             yield conn
-        except _Refused:
+        except _Checked:
             raise
         except _DAMAGE as exc:
             raise self.damaged(path, f"{type(exc).__name__}: {exc}" if type(exc) is not ValueError else exc) from exc
@@ -269,10 +270,21 @@ class SavedFormat:
             raise
         return path
 
+    def claim(self, cursor: Any, where: str) -> None:
+        """In a write transaction on the live store ``where`` (``cursor``: its connection or cursor): check the
+        header, or give a database without tables the header and the schema (a database of something else is
+        refused)."""
+        tables = sorted(r[0] for r in cursor.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
+        if "header" in tables:
+            self._check(where, cursor)
+        elif tables:
+            raise self._foreign(where, f"it holds the tables {tables[:5]} and no header")
+        else:
+            self._stamp(cursor, {}, {})
+
     def open(self, path: str | os.PathLike[str], **options: Any) -> sqlite3.Connection:
-        """A connection (``options`` go to :func:`connect`) to a live store of this format: a new or empty file
-        (or ``":memory:"``) gets the header and the schema, an existing one is checked (under the write lock, so
-        two processes opening one new file agree)."""
+        """A connection (``options`` go to :func:`connect`) to a live store of this format, :meth:`claim`-ed
+        under the write lock (two processes opening one new file agree)."""
         where = os.fspath(path)
         if where != ":memory:":
             where = str(Path(where).expanduser())
@@ -282,13 +294,7 @@ class SavedFormat:
         try:
             with conn:
                 conn.execute("BEGIN IMMEDIATE")
-                tables = sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
-                if "header" in tables:
-                    self._check(where, conn)
-                elif tables:
-                    raise self._foreign(where, f"it holds the tables {tables[:5]} and no header")
-                else:
-                    self._stamp(conn, {}, {})
+                self.claim(conn, where)
         except BaseException:
             conn.close()
             raise
