@@ -12,7 +12,8 @@ The damage rule, the same for every format: a path that is a directory or not a 
 that is not a SQLite database, a database without this format's header or of another version, and a file whose
 tables or values cannot be read back are each a ValueError naming the file. A file is written or replaced only
 when it is absent, empty or its header names the format (a damaged file of the format included); anything
-else is left unchanged. The triplet store (whose tables may sit in any SQLite or PostgreSQL database) applies
+else is left unchanged (the CLI's vector cache, which rebuilds itself, also replaces a file that holds no SQLite
+tables). The triplet store (whose tables may sit in any SQLite or PostgreSQL database) applies
 the first half through :func:`check_file` and records its schema version in its own ``meta`` table.
 
 >>> conn = connect(":memory:", threads=True)

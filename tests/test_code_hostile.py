@@ -126,7 +126,7 @@ def test_damaged_index_of_ours_is_rebuilt(repo, tmp_path, caplog, damage):
     with conn:
         conn.execute(*damage)
     conn.close()
-    with pytest.raises(ValueError, match="damaged FragRel code index .*: delete it"):
+    with pytest.raises(ValueError, match=r"damaged FragRel code index .*: delete it"):
         load_relation(idx)
     with caplog.at_level(logging.WARNING):
         rebuilt = CodeRelation.from_repository(repo, cache=idx, show_progress=False)
