@@ -167,7 +167,7 @@ def test_the_vector_cache_records_its_embedder_and_is_rebuilt_for_another(book, 
     ask_retrieve(capsys, book, "who killed the captain", "--cache-dir", str(cache), "--dense-candidates", "3")
     [entry] = cache.iterdir()
     with sqlite3.connect(entry) as conn:
-        recorded = json.loads(dict(conn.execute("SELECT key, value FROM header"))["embedder_identity"])
+        recorded = json.loads(dict(conn.execute("SELECT key, value FROM header"))["built_by"])["embedder"]
     assert recorded["id"] == "counting-test-model" and recorded["dim"] == 256 and len(recorded["fingerprint"]) == 32
     other = OtherModel(dim, seed=1)
     monkeypatch.setattr(local, "default_embedder", lambda: other)
@@ -179,7 +179,7 @@ def test_the_vector_cache_records_its_embedder_and_is_rebuilt_for_another(book, 
     assert other.n_texts > 0  # its own vectors, none of the first model's
     with sqlite3.connect(entry) as conn:
         dims = {d for (d,) in conn.execute("SELECT dim FROM vectors")}
-        recorded = json.loads(dict(conn.execute("SELECT key, value FROM header"))["embedder_identity"])
+        recorded = json.loads(dict(conn.execute("SELECT key, value FROM header"))["built_by"])["embedder"]
     assert dims == {dim} and recorded["dim"] == dim
     full, _ = ask_retrieve(capsys, book, "who killed the captain", "--no-cache", "--dense-candidates", "3")
     assert hits == full  # exactly what a run without a cache gives
@@ -230,7 +230,7 @@ def test_a_damaged_cache_file_is_rebuilt_with_a_warning(model, book, tmp_path, c
     [entry] = cache.iterdir()
     conn = sqlite3.connect(entry)
     with conn:
-        conn.execute("UPDATE fragrel_index SET value = ? WHERE key = 'settings'", (damage,))
+        conn.execute("UPDATE header SET value = ? WHERE key = 'settings'", (damage,))
     conn.close()
     embedded = model.n_texts
     with caplog.at_level(logging.WARNING, logger="fragrel_integrations.cli"):

@@ -115,7 +115,7 @@ def test_truncated_index_is_a_clear_error_not_a_raw_sqlite_error(repo, tmp_path)
     "damage",
     [
         ("UPDATE relation SET value = x'00ff'", ()),
-        ("UPDATE meta SET value = ? WHERE key = 'threshold'", ("[" * 100_000 + "]" * 100_000,)),  # RecursionError
+        ("UPDATE header SET value = ? WHERE key = 'threshold'", ("[" * 100_000 + "]" * 100_000,)),  # RecursionError
     ],
     ids=["blob", "nested-json"],
 )
@@ -126,7 +126,7 @@ def test_damaged_index_of_ours_is_rebuilt(repo, tmp_path, caplog, damage):
     with conn:
         conn.execute(*damage)
     conn.close()
-    with pytest.raises(ValueError, match="damaged FragRel code index: delete it"):
+    with pytest.raises(ValueError, match=r"damaged FragRel code index .*: delete it"):
         load_relation(idx)
     with caplog.at_level(logging.WARNING):
         rebuilt = CodeRelation.from_repository(repo, cache=idx, show_progress=False)

@@ -266,7 +266,7 @@ def test_save_load_round_trip_and_no_pickle(repo, tmp_path):
     with sqlite3.connect(path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         blobs = [r[0] for r in conn.execute("SELECT arrays FROM files")]
-    assert tables == {"meta", "files", "skipped", "fragments", "relation"}
+    assert tables == {"header", "files", "skipped", "fragments", "relation"}
     assert all(b[:2] == b"PK" for b in blobs)  # .npz archives, read back with allow_pickle=False
     # the loaded index keeps working incrementally
     again.update_file("pkg/b.py", "def h():\n    return 2\n")

@@ -176,7 +176,7 @@ def test_damaged_or_foreign_index_files_give_value_error(stored_index, data):
         path.write_bytes(blob)
         if kind == "table":  # a well-formed database with one table's content replaced
             table, column = data.draw(
-                st.sampled_from([("meta", "value"), ("files", "records"), ("files", "arrays"), ("relation", "value")])
+                st.sampled_from([("header", "value"), ("files", "records"), ("files", "arrays"), ("relation", "value")])
             )
             value = data.draw(st.one_of(st.binary(max_size=40), st.text(max_size=40), st.just("null")))
             conn = sqlite3.connect(path)

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from fragrel_integrations._sqlite import connect
+from fragrel_integrations._sqlite import SavedFormat, connect
 
 
 def test_read_only_opens_odd_file_names_and_refuses_writes(tmp_path):
@@ -41,3 +41,82 @@ def test_wal_and_threads(tmp_path):
     mem = connect(":memory:", wal=True)  # no WAL for an in-memory database, and no error
     assert mem.execute("PRAGMA journal_mode").fetchone()[0] == "memory"
     mem.close()
+
+
+# ------------------------------------------------------------------------------------------ SavedFormat (issue 37)
+NOTES = SavedFormat("notes", 2, "notes file", ("CREATE TABLE IF NOT EXISTS notes (text TEXT)",))
+
+
+def _fill(conn):
+    conn.execute("INSERT INTO notes VALUES ('hi')")
+
+
+def test_a_saved_file_records_format_version_and_what_built_it(tmp_path):
+    path = NOTES.write(tmp_path / "sub" / "n.db", {"owner": "ann"}, built_by={"model": "m"}, fill=_fill)
+    header = NOTES.header(path)
+    assert (header["format"], header["version"], header["owner"]) == ("notes", 2, "ann")
+    assert header["built_by"]["model"] == "m" and header["built_by"]["package"].startswith("fragrel-integrations")
+    assert NOTES.read(path, lambda conn, head: (conn.execute("SELECT text FROM notes").fetchall(), head["owner"])) == (
+        [("hi",)],
+        "ann",
+    )
+    assert NOTES.owns(path) and not SavedFormat("other", 1, "other file").owns(path)
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+    path = NOTES.write(tmp_path / "n.db", {"owner": "ann"}, fill=_fill)
+
+    def broken(conn):
+        _fill(conn)
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        NOTES.write(path, {"owner": "bob"}, fill=broken)
+    assert NOTES.header(path)["owner"] == "ann" and sorted(p.name for p in tmp_path.iterdir()) == ["n.db"]
+
+
+def test_the_one_damage_rule(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("my notes " * 50)
+    other = tmp_path / "app.db"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+    conn.close()
+    for path in (text, other):
+        before = path.read_bytes()
+        with pytest.raises(ValueError, match=rf"{path.name} is not a notes file"):
+            NOTES.header(path)
+        with pytest.raises(ValueError, match=rf"refusing to overwrite .*{path.name}"):
+            NOTES.write(path, {})
+        with pytest.raises(ValueError, match=path.name):
+            NOTES.open(path)
+        assert path.read_bytes() == before
+    with pytest.raises(FileNotFoundError, match="no such notes file"):
+        NOTES.header(tmp_path / "missing.db")
+    with pytest.raises(ValueError, match="is a directory"):
+        NOTES.write(tmp_path, {})
+    newer = SavedFormat("notes", 3, "notes file").write(tmp_path / "v3.db", {})
+    with pytest.raises(ValueError, match=r"notes file of version 3; .* reads version 2: rebuild it"):
+        NOTES.header(newer)
+    path = NOTES.write(tmp_path / "n.db", {}, fill=_fill)
+
+    def check(conn, _):
+        raise ValueError("a bad note")
+
+    with pytest.raises(ValueError, match=r"n\.db is a damaged notes file \(a bad note\): delete it or save it again"):
+        NOTES.read(path, check)
+    NOTES.write(path, {})  # a file of the format, damaged or not, may be replaced
+
+
+def test_a_live_store_is_stamped_once_and_checked_on_every_open(tmp_path):
+    path = tmp_path / "live.db"
+    path.touch()  # an empty file is a new database
+    NOTES.open(path).close()
+    conn = NOTES.open(path)
+    assert NOTES.header(path)["format"] == "notes" and conn.execute("SELECT COUNT(*) FROM header").fetchone()[0] == 3
+    conn.close()
+    with pytest.raises(ValueError, match="version 2"):
+        SavedFormat("notes", 1, "notes file").open(path)
+    memory = NOTES.open(":memory:")
+    assert memory.execute("SELECT COUNT(*) FROM notes").fetchone()[0] == 0
+    memory.close()

@@ -553,10 +553,9 @@ def test_wrong_embedder_dimension_is_explained():
 # ---------------------------------------------------------------------------------------------------- persistence
 
 
-@pytest.mark.parametrize("name", ["tree.sqlite", "tree.json"])
-def test_persistence_round_trip(tmp_path, name):
+def test_persistence_round_trip(tmp_path):
     tree, _ = built_tree()
-    path = tmp_path / "sub" / name
+    path = tmp_path / "sub" / "tree.sqlite"
     save_tree(tree, path)
     loaded = load_tree(path, embedder=HashingEmbedder(dim=256), show_progress=False)
     assert loaded.to_state() == tree.to_state()
@@ -584,14 +583,13 @@ def test_save_explains_unserialisable_metadata(tmp_path):
     tree.build(["Cats purr."], metadatas=[{"when": object()}])
     with pytest.raises(ValueError, match="JSON-serialisable"):
         save_tree(tree, tmp_path / "t.sqlite")
-    with pytest.raises(ValueError, match="format"):
-        save_tree(tree, tmp_path / "t.db", format="yaml")
+    assert not list(tmp_path.iterdir())  # nothing written, no temporary file left
 
 
 def test_load_rejects_other_files(tmp_path):
     with pytest.raises(ValueError, match="no saved surprise tree"):
         load_tree(tmp_path / "missing.sqlite", embedder=HashingEmbedder())
-    bad = tmp_path / "bad.json"
+    bad = tmp_path / "bad.sqlite"
     bad.write_text('{"format": "other"}')
     with pytest.raises(ValueError, match="not a saved surprise tree"):
         load_tree(bad, embedder=HashingEmbedder())
@@ -927,10 +925,9 @@ def test_summary_parser_is_linear_on_adversarial_replies(surprise):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """One built tree (building is the slow part), saved as JSON and SQLite; tests tamper with copies."""
+    """One built tree (building is the slow part), saved; tests tamper with copies."""
     tree, _ = built_tree()
     folder = tmp_path_factory.mktemp("saved")
-    save_tree(tree, folder / "t.json")
     save_tree(tree, folder / "t.sqlite")
     return tree, folder
 
@@ -992,21 +989,20 @@ TAMPERING = {
 
 
 @pytest.mark.parametrize("how", list(TAMPERING))
-def test_tampered_json_saves_are_rejected_with_the_file_and_the_problem(tmp_path, saved, how):
+def test_tampered_states_are_rejected_with_the_problem(saved, how):
     """Regression (issue 15): next_id=0 made insert() overwrite node 0 silently."""
-    state = json.loads((saved[1] / "t.json").read_text())
-    path = tmp_path / "tampered.json"
-    path.write_text(json.dumps(_tamper(state, how)))
-    with pytest.raises(ValueError, match=TAMPERING[how]) as info:
-        load_tree(path, chat_model=ScriptedChatModel(fake_reply), embedder=HashingEmbedder(dim=256))
-    assert "tampered.json" in str(info.value)
+    state = json.loads(json.dumps(saved[0].to_state()))
+    with pytest.raises(ValueError, match=TAMPERING[how]):
+        SurpriseTree.from_state(
+            _tamper(state, how), chat_model=ScriptedChatModel(fake_reply), embedder=HashingEmbedder(dim=256)
+        )
 
 
 @pytest.mark.parametrize(
     ("sql", "problem"),
     [
-        ("UPDATE meta SET value = '0' WHERE key = 'next_id'", "next_id"),
-        ("UPDATE meta SET value = '{not json' WHERE key = 'config'", "Expecting"),
+        ("UPDATE header SET value = '0' WHERE key = 'next_id'", "next_id"),
+        ("UPDATE header SET value = '{not json' WHERE key = 'config'", "Expecting"),
         ("UPDATE nodes SET children = NULL WHERE layer > 0", "JSON object must be str"),
         ("UPDATE nodes SET layer = 'one' WHERE id = 0", "layer must be"),
         ("UPDATE nodes SET parsed = 7 WHERE id = 0", "parsed must be 0 or 1"),
@@ -1037,15 +1033,15 @@ def test_tampered_sqlite_saves_are_rejected_with_the_file_and_the_problem(tmp_pa
         b"\xff\xfe\x00",
     ],
 )
-def test_corrupt_json_gives_a_value_error_not_a_recursion_error(tmp_path, content):
-    path = tmp_path / "c.json"
+def test_corrupt_files_give_a_value_error_not_a_recursion_error(tmp_path, content):
+    path = tmp_path / "c.sqlite"
     path.write_bytes(content)
-    with pytest.raises(ValueError, match=r"c\.json"):
+    with pytest.raises(ValueError, match=r"c\.sqlite"):
         load_tree(path, embedder=HashingEmbedder(dim=256))
 
 
 def test_insert_never_overwrites_a_node(saved):
-    tree = load_tree(saved[1] / "t.json", chat_model=ScriptedChatModel(fake_reply), embedder=HashingEmbedder(dim=256))
+    tree = load_tree(saved[1] / "t.sqlite", chat_model=ScriptedChatModel(fake_reply), embedder=HashingEmbedder(dim=256))
     before = {i: n.summary for i, n in tree.nodes.items()}
     tree._next_id = 0  # what a tampered save used to give
     with pytest.raises(ValueError, match="node id 0 is already taken"):
@@ -1057,7 +1053,7 @@ def test_a_sqlite_save_refuses_to_overwrite_other_files(tmp_path, saved):
     tree = saved[0]
     notes = tmp_path / "notes.txt"
     notes.write_text("my notes")
-    with pytest.raises(ValueError, match=r"refusing to overwrite .*not a SQLite file"):
+    with pytest.raises(ValueError, match=r"refusing to overwrite .*not a SQLite database"):
         save_tree(tree, notes)
     assert notes.read_text() == "my notes"
     other = tmp_path / "app.sqlite"

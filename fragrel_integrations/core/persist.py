@@ -1,10 +1,9 @@
 """A :class:`~fragrel_integrations.core.index.FragRelIndex` in one SQLite file, and the CLI's embedding cache.
 
-The file holds a header table (format name, version, settings and user metadata as JSON) and one row per
-fragment (text, document, position, metadata as JSON, its sub-window embeddings as a float32 blob). No pickle:
-loading a file never runs code from it. Every check on load raises a ValueError naming the file; a file that is
-not a FragRel index is never overwritten. Writes go to a temporary file in the same folder, then replace the
-target in one step, so a crash never leaves half an index behind.
+The file is a :class:`~fragrel_integrations._sqlite.SavedFormat` (its header, atomic replace and damage rule):
+the header holds the settings, the user's metadata and the embedder's identity; one row per fragment holds its
+text, document, position, metadata as JSON and its sub-window embeddings as a float32 blob. No pickle: loading
+a file never runs code from it.
 
 >>> import tempfile
 >>> from fragrel_integrations.core.index import FragRelIndex
@@ -16,21 +15,16 @@ target in one step, so a crash never leaves half an index behind.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import logging
 import math
-import os
-import sqlite3
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from .._sqlite import connect
+from .._sqlite import SavedFormat
 from .._validation import MAX_JSON_DEPTH, json_depth_ok, stored_json
 from ..models.base import Embedder, check_identity, embedder_id, embedder_identity
 from .fragments import Fragment
@@ -41,8 +35,6 @@ if TYPE_CHECKING:
     from .index import FragRelIndex
 
 IndexT = TypeVar("IndexT")  # FragRelIndex or a subclass (not imported here: index.py imports this module)
-
-logger = logging.getLogger(__name__)
 
 __all__ = [
     "FORMAT",
@@ -61,10 +53,14 @@ FORMAT = "fragrel-index"
 #: so that the CLI's cache, keyed by it, never reuses embeddings made another way).
 VERSION = 1
 
-_SCHEMA = (
-    "CREATE TABLE fragrel_index (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE fragments (idx INTEGER PRIMARY KEY, doc_id TEXT NOT NULL, position INTEGER NOT NULL, "
-    "text TEXT NOT NULL, metadata TEXT NOT NULL, n_windows INTEGER NOT NULL, vectors BLOB)",
+_FORMAT = SavedFormat(
+    FORMAT,
+    VERSION,
+    "FragRel index",
+    (
+        "CREATE TABLE fragments (idx INTEGER PRIMARY KEY, doc_id TEXT NOT NULL, position INTEGER NOT NULL, "
+        "text TEXT NOT NULL, metadata TEXT NOT NULL, n_windows INTEGER NOT NULL, vectors BLOB)",
+    ),
 )
 #: What :func:`save_index` reads of an index (a FragRelIndex has them all).
 _INDEX_ATTRIBUTES = (
@@ -130,33 +126,11 @@ def is_index_file(path: str | Path) -> bool:
     """Whether ``path`` is a FragRel index file, sound or damaged (its header names the format): a file that
     :func:`save_index` may replace.
 
+    >>> import tempfile
     >>> is_index_file(Path(tempfile.mkdtemp()) / "absent.fragrel")
     False
     """
-    path = Path(path).expanduser()
-    if not path.is_file():
-        return False
-    try:
-        conn = connect(path, read_only=True)
-        try:
-            row = conn.execute("SELECT value FROM fragrel_index WHERE key = 'format'").fetchone()
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError:
-        return False
-    return row is not None and row[0] == FORMAT
-
-
-def _check_target(path: Path) -> None:
-    """A file already at ``path`` may be replaced only when it is a FragRel index itself (a damaged one too)."""
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory: give a file path for the index")
-    if path.exists() and not is_index_file(path):
-        try:
-            _read_header(path)
-        except ValueError as exc:
-            raise ValueError(f"refusing to overwrite {path}: {exc}") from None
-        raise ValueError(f"refusing to overwrite {path}: it is not a FragRel index file")
+    return _FORMAT.owns(Path(path).expanduser())
 
 
 def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
@@ -169,9 +143,9 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
     if not all(hasattr(index, name) for name in _INDEX_ATTRIBUTES):
         raise TypeError(f"save_index takes a FragRelIndex, got {type(index).__name__}")
     path = Path(path).expanduser()
-    _check_target(path)
+    _FORMAT.check_target(path)
     try:
-        meta_json = json.dumps(dict(metadata or {}), sort_keys=True)
+        json.dumps(dict(metadata or {}))
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"index metadata must be JSON-serialisable: {exc}") from exc
     if not json_depth_ok(dict(metadata or {})):
@@ -179,7 +153,6 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
     vectors, offsets = index.window_embeddings, index.window_offsets
     if vectors is None and index.embeddings is not None:
         vectors, offsets = index.embeddings, np.arange(len(index), dtype=np.int64)
-    n = len(index)
     rows = []
     bounds = np.append(offsets, vectors.shape[0]) if vectors is not None else None
     for i, f in enumerate(index.fragments):
@@ -197,110 +170,66 @@ def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, 
             blob, n_win = block.tobytes(), block.shape[0]
         rows.append((i, f.doc_id, f.position, f.text, fmeta, n_win, blob))
     settings = {
-        "n_fragments": n,
+        "n_fragments": len(index),
         "n_windows": 0 if vectors is None else int(vectors.shape[0]),
         "dim": 0 if vectors is None else int(vectors.shape[1]),
         "embedder": None if vectors is None else embedder_id(index.embedder),
-        "embedder_identity": None if vectors is None else embedder_identity(index.embedder),
         "window_words": index.window_words,
         "alpha": index.alpha,
         "top_m": index.top_m,
         "scorer": index.scorer_name,
         "relation": relation_spec(index.relation),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        conn = connect(tmp)
-        try:
-            with conn:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-                conn.executemany(
-                    "INSERT INTO fragrel_index VALUES (?, ?)",
-                    [
-                        ("format", FORMAT),
-                        ("version", str(VERSION)),
-                        ("settings", json.dumps(settings, sort_keys=True)),
-                        ("metadata", meta_json),
-                    ],
-                )
-                conn.executemany("INSERT INTO fragments VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-        finally:
-            conn.close()
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    return _FORMAT.write(
+        path,
+        {"settings": settings, "metadata": dict(metadata or {})},
+        built_by={"embedder": None if vectors is None else embedder_identity(index.embedder)},
+        fill=lambda conn: conn.executemany("INSERT INTO fragments VALUES (?, ?, ?, ?, ?, ?, ?)", rows),
+    )
 
 
 # --------------------------------------------------------------------------------------------- load
 
 
-def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(settings, metadata)`` of the index file ``path``, or a ValueError saying what is wrong with it."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such index file")
-    try:
-        conn = connect(path, read_only=True)
-        try:
-            header = dict(conn.execute("SELECT key, value FROM fragrel_index").fetchall())
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise ValueError(f"{path} is not a FragRel index file ({exc})") from None
-    if header.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a FragRel index file (no {FORMAT!r} header)")
-    if header.get("version") != str(VERSION):
-        raise ValueError(
-            f"{path} is a FragRel index of version {header.get('version')!r}; this fragrel-integrations reads "
-            f"version {VERSION}: rebuild the index"
-        )
-    if "settings" not in header or "metadata" not in header:
-        raise ValueError(f"{path}: damaged FragRel index header (no settings or metadata)")
-    settings = stored_json(header["settings"], f"{path}: the FragRel index header's settings")
-    metadata = stored_json(header["metadata"], f"{path}: the FragRel index header's metadata")
+def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    """``(settings, metadata, embedder identity)`` of the index file ``path``, or a ValueError saying what is
+    wrong with it."""
+    header = _FORMAT.header(path)
+    settings, metadata = header.get("settings"), header.get("metadata")
     if not isinstance(settings, dict) or not isinstance(metadata, dict):
-        raise ValueError(f"{path}: damaged FragRel index header (settings/metadata are not JSON objects)")
-    return settings, metadata
+        raise _FORMAT.damaged(path, "settings/metadata are not JSON objects")
+    return settings, metadata, header["built_by"].get("embedder")
 
 
 def _count(settings: dict[str, Any], key: str, path: Path) -> int:
     value = settings.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{path}: damaged FragRel index header ({key}={value!r})")
+        raise _FORMAT.damaged(path, f"{key}={value!r}")
     return value
 
 
 def _read_fragments(
     path: Path, n: int, dim: int, n_windows: int
 ) -> tuple[list[Fragment], np.ndarray | None, np.ndarray | None]:
-    try:
-        conn = connect(path, read_only=True)
-        try:
-            rows = conn.execute(
-                "SELECT idx, doc_id, position, text, metadata, n_windows, vectors FROM fragments ORDER BY idx"
-            ).fetchall()
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise ValueError(f"{path}: damaged FragRel index ({exc})") from None
+    rows = _FORMAT.read(
+        path,
+        lambda conn, _: conn.execute(
+            "SELECT idx, doc_id, position, text, metadata, n_windows, vectors FROM fragments ORDER BY idx"
+        ).fetchall(),
+    )
     if len(rows) != n or any(r[0] != i for i, r in enumerate(rows)):
-        raise ValueError(f"{path}: damaged FragRel index (expected fragments 0..{n - 1}, found {len(rows)} rows)")
+        raise _FORMAT.damaged(path, f"expected fragments 0..{n - 1}, found {len(rows)} rows")
     fragments, blocks, offsets = [], [], np.zeros(n, dtype=np.int64)
     total = 0
     for i, (_, doc_id, position, text, meta, n_win, blob) in enumerate(rows):
         try:
-            fragments.append(Fragment(text, doc_id, position, stored_json(meta, "its metadata")))
+            fragments.append(Fragment(text, doc_id, position, stored_json(meta, f"the metadata of fragment {i}")))
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"{path}: damaged fragment {i} ({exc})") from None
+            raise _FORMAT.damaged(path, exc) from None
         if dim == 0:
             continue
         if not isinstance(n_win, int) or n_win < 1 or not isinstance(blob, bytes) or len(blob) != n_win * dim * 4:
-            raise ValueError(f"{path}: damaged embeddings of fragment {i} (expected {n_win} x {dim} float32)")
+            raise _FORMAT.damaged(path, f"the embeddings of fragment {i} are not {n_win} x {dim} float32")
         offsets[i] = total
         total += n_win
         blocks.append(np.frombuffer(blob, dtype="<f4").reshape(n_win, dim))
@@ -308,17 +237,17 @@ def _read_fragments(
         return fragments, None, None
     vectors = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, dim), np.float32)
     if vectors.shape[0] != n_windows or not np.all(np.isfinite(vectors)):
-        raise ValueError(f"{path}: damaged embeddings ({vectors.shape[0]} windows for {n_windows}, or NaN/inf)")
+        raise _FORMAT.damaged(path, f"embeddings: {vectors.shape[0]} windows for {n_windows}, or NaN/inf")
     return fragments, vectors, offsets
 
 
-def _check_embedder(path: Path, settings: dict[str, Any], embedder: Embedder | None) -> None:
+def _check_embedder(path: Path, settings: dict[str, Any], identity: Any, embedder: Embedder | None) -> None:
     """ValueError naming ``path`` unless ``embedder`` (None: the embedded default) is the model the index was
-    embedded with: its whole recorded identity (see :func:`~fragrel_integrations.models.base.embedder_identity`),
-    or for an index saved before identities were recorded its model name, with a warning."""
+    embedded with: its name, then its whole recorded identity (see
+    :func:`~fragrel_integrations.models.base.embedder_identity`)."""
     stored_model = settings.get("embedder")
-    if not isinstance(stored_model, str):
-        raise ValueError(f"{path}: damaged FragRel index header (embedder={stored_model!r:.80})")
+    if not isinstance(stored_model, str) or not isinstance(identity, dict):
+        raise _FORMAT.damaged(path, f"embedder={stored_model!r:.80}, identity={identity!r:.80}")
     if embedder is None:
         from ..models.local import default_embedder_id
 
@@ -330,14 +259,6 @@ def _check_embedder(path: Path, settings: dict[str, Any], embedder: Embedder | N
             f"{path} was embedded with {stored_model!r}, not {current!r}: pass embedder= the model it was "
             "built with, or rebuild the index"
         )
-    identity = settings.get("embedder_identity")
-    if identity is None:
-        logger.warning(
-            "%s records only the embedder's name, not its settings and fingerprint (saved by an earlier "
-            "fragrel-integrations); its name matches. Save the index again to record them",
-            path,
-        )
-        return
     if embedder is None:
         from ..models.local import default_embedder
 
@@ -365,38 +286,38 @@ def load_index(
     metadata in ``index.saved_metadata``.
     """
     path = Path(path).expanduser()
-    settings, metadata = _read_header(path)
+    settings, metadata, identity = _read_header(path)
     for key, value in (expect or {}).items():
         if metadata.get(key) != value:
             raise ValueError(f"{path}: saved {key}={metadata.get(key)!r}, expected {value!r} (a stale index)")
     n, dim = _count(settings, "n_fragments", path), _count(settings, "dim", path)
     n_windows = _count(settings, "n_windows", path)
     if dim:
-        _check_embedder(path, settings, embedder)
+        _check_embedder(path, settings, identity, embedder)
     if relation is None:
         if settings.get("relation") is None:
             raise ValueError(f"{path} was saved with a custom relation: pass relation= to load it")
         try:
             relation = relation_from_spec(settings["relation"])
         except ValueError as exc:
-            raise ValueError(f"{path}: damaged FragRel index header ({exc})") from None
+            raise _FORMAT.damaged(path, exc) from None
     if scorer is None:
         scorer = settings.get("scorer")
         if scorer is None:
             raise ValueError(f"{path} was saved with a custom scorer: pass scorer= to load it")
         if scorer not in SCORER_NAMES:
-            raise ValueError(f"{path}: damaged FragRel index header (scorer={scorer!r})")
+            raise _FORMAT.damaged(path, f"scorer={scorer!r}")
     if alpha is None:
         alpha = settings.get("alpha")
         if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
-            raise ValueError(f"{path}: damaged FragRel index header (alpha={alpha!r})")
+            raise _FORMAT.damaged(path, f"alpha={alpha!r}")
     if top_m == "saved":
         top_m = settings.get("top_m")  # absent in files written before top_m existed: None, as then
         if top_m is not None and (isinstance(top_m, bool) or not isinstance(top_m, int) or top_m <= 0):
-            raise ValueError(f"{path}: damaged FragRel index header (top_m={top_m!r})")
+            raise _FORMAT.damaged(path, f"top_m={top_m!r}")
     window_words = settings.get("window_words")
     if window_words is not None and (isinstance(window_words, bool) or not isinstance(window_words, int)):
-        raise ValueError(f"{path}: damaged FragRel index header (window_words={window_words!r})")
+        raise _FORMAT.damaged(path, f"window_words={window_words!r}")
     fragments, vectors, offsets = _read_fragments(path, n, dim, n_windows)
     try:
         index = index_type(

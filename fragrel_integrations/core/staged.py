@@ -23,12 +23,8 @@ number of fragments it equals the full hybrid score.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import sqlite3
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,8 +32,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._sqlite import connect
-from .._validation import check_positive_int, stored_json
+from .._sqlite import SavedFormat, connect
+from .._validation import check_positive_int
 from ..models.base import (
     Embedder,
     check_embeddings,
@@ -176,11 +172,14 @@ class StagedHybridScorer:
         return new
 
 
-_FORMAT = "fragrel-window-vectors"
-_SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS header (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TABLE IF NOT EXISTS vectors (idx INTEGER PRIMARY KEY, n_windows INTEGER NOT NULL, "
-    "dim INTEGER NOT NULL, data BLOB NOT NULL)",
+_FORMAT = SavedFormat(
+    "fragrel-window-vectors",
+    1,
+    "FragRel vector cache",
+    (
+        "CREATE TABLE vectors (idx INTEGER PRIMARY KEY, n_windows INTEGER NOT NULL, dim INTEGER NOT NULL, "
+        "data BLOB NOT NULL)",
+    ),
 )
 
 
@@ -193,8 +192,8 @@ class WindowVectorFile:
     a file made for other content, settings or another model (one behind the same name included) raises
     ValueError, as does a file that cannot be read. With ``rebuild=True`` such a file is replaced by an empty
     cache instead, with one logged warning (a SQLite database of something else is never replaced). A new file
-    is written to a temporary file and moved into place, so a failed first write leaves no empty file. Several
-    processes may add to one file at once (SQLite's locking; a fragment written twice keeps its first vectors).
+    is written whole and moved into place (:class:`~fragrel_integrations._sqlite.SavedFormat`). Several processes
+    may add to one file at once (SQLite's locking; a fragment written twice keeps its first vectors).
 
     >>> import tempfile
     >>> store = WindowVectorFile(Path(tempfile.mkdtemp()) / "book.vectors", key="k1", n_fragments=3)
@@ -229,88 +228,54 @@ class WindowVectorFile:
                 if not (rebuild and self._ours()):
                     raise
                 logger.warning("rebuilding the vector cache: %s", exc)
+                self.path.unlink()
                 self._create()
 
-    def _header(self) -> dict[str, str]:
-        try:
-            conn = connect(self.path, read_only=True)
-            try:
-                return dict(conn.execute("SELECT key, value FROM header").fetchall())
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError as exc:
-            raise ValueError(f"{self.path} is not a FragRel vector cache ({exc})") from None
-
     def _ours(self) -> bool:
-        """Whether the file at the path may be replaced: a vector cache (of any key, damaged or not), or a file
+        """Whether the file at the path may be rebuilt: a vector cache (of any key, damaged or not), or a file
         that holds no SQLite tables at all (empty, truncated, not a database) -- never another database."""
+        if _FORMAT.owns(self.path):
+            return True
         try:
             conn = connect(self.path, read_only=True)
             try:
-                tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if "header" not in tables:
-                    return not tables
-                row = conn.execute("SELECT value FROM header WHERE key = 'format'").fetchone()
+                return conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchone() is None
             finally:
                 conn.close()
         except sqlite3.DatabaseError:
             return True
-        return row is not None and row[0] == _FORMAT
 
     def _check(self) -> None:
-        head = self._header()
-        if head.get("format") != _FORMAT:
-            raise ValueError(f"{self.path} is not a FragRel vector cache (format {head.get('format')!r})")
-        if head.get("key") != self.key or head.get("n_fragments") != str(self.n_fragments):
+        head = _FORMAT.header(self.path)
+        if head.get("key") != self.key or head.get("n_fragments") != self.n_fragments:
             raise ValueError(f"{self.path} was made for another text, model or settings (its key differs)")
         if self.identity is None:
             return
-        raw = head.get("embedder_identity")
-        if raw is None:
+        recorded = head["built_by"].get("embedder")
+        if recorded is None:
             raise ValueError(f"{self.path} does not record the embedder that built it")
-        why = identity_mismatch(stored_json(raw, f"{self.path}: the recorded embedder"), self.identity)
+        why = identity_mismatch(recorded, self.identity)
         if why is not None:
             raise ValueError(f"{self.path} was {why}")
 
     def _create(self) -> None:
-        """Write an empty cache (schema and header) to a temporary file, then move it to the path in one step."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        header = {"format": _FORMAT, "key": self.key, "n_fragments": str(self.n_fragments)}
-        if self.identity is not None:
-            header["embedder_identity"] = json.dumps(self.identity, sort_keys=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            conn = connect(tmp)
-            try:
-                with conn:
-                    for statement in _SCHEMA:
-                        conn.execute(statement)
-                    conn.executemany("INSERT INTO header VALUES (?, ?)", list(header.items()))
-            finally:
-                conn.close()
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        """Write an empty cache (its header) in one step."""
+        _FORMAT.write(
+            self.path, {"key": self.key, "n_fragments": self.n_fragments}, built_by={"embedder": self.identity}
+        )
 
     def read(self) -> dict[int, np.ndarray]:
         """Every stored fragment's window vectors (empty when the file does not exist yet)."""
         if not self.path.exists():
             return {}
         self._check()
-        conn = connect(self.path, read_only=True)
-        try:
-            rows = conn.execute("SELECT idx, n_windows, dim, data FROM vectors").fetchall()
-        except sqlite3.DatabaseError as exc:
-            raise ValueError(f"{self.path}: cannot read the vectors ({exc})") from None
-        finally:
-            conn.close()
+        rows = _FORMAT.read(
+            self.path, lambda conn, _: conn.execute("SELECT idx, n_windows, dim, data FROM vectors").fetchall()
+        )
         out: dict[int, np.ndarray] = {}
         for idx, n_windows, dim, data in rows:
             if not (0 <= idx < self.n_fragments) or len(data) != 4 * n_windows * dim or n_windows < 1:
-                raise ValueError(f"{self.path}: fragment {idx} has a malformed vector row")
+                raise _FORMAT.damaged(self.path, f"fragment {idx} has a malformed vector row")
             out[int(idx)] = np.frombuffer(data, dtype="<f4").reshape(n_windows, dim).astype(np.float32)
         return out
 

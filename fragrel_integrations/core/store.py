@@ -7,27 +7,28 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .._sqlite import connect
+from .._sqlite import SavedFormat
 from .._validation import MAX_JSON_DEPTH, check_min_int, json_depth_ok, stored_json
 from .fragments import Fragment
 
 __all__ = ["FragmentStore"]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS fragments (
-    doc_id TEXT NOT NULL,
-    position INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    metadata TEXT NOT NULL,
-    PRIMARY KEY (doc_id, position)
-) WITHOUT ROWID
-"""
+_FORMAT = SavedFormat(
+    "fragrel-fragment-store",
+    1,
+    "FragRel fragment store",
+    (
+        "CREATE TABLE IF NOT EXISTS fragments (doc_id TEXT NOT NULL, position INTEGER NOT NULL, text TEXT NOT NULL, "
+        "metadata TEXT NOT NULL, PRIMARY KEY (doc_id, position)) WITHOUT ROWID",
+    ),
+)
 
 
 class FragmentStore:
     """A SQLite table of fragments keyed by ``(doc_id, position)``; ``":memory:"`` by default.
 
-    Writes are transactional (all of a batch or nothing). Metadata is stored as JSON (no pickle).
+    Writes are transactional (all of a batch or nothing). Metadata is stored as JSON (no pickle). A file is a
+    :class:`~fragrel_integrations._sqlite.SavedFormat` (a file of something else is refused with a ValueError).
 
     >>> store = FragmentStore()
     >>> store.add([Fragment("a", "d", 0), Fragment("b", "d", 1), Fragment("c", "d", 2)])
@@ -38,9 +39,7 @@ class FragmentStore:
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
         self._lock = threading.RLock()
-        self._conn = connect(self.path, threads=True)
-        with self._lock, self._conn:
-            self._conn.execute(_SCHEMA)
+        self._conn = _FORMAT.open(self.path, threads=True)
 
     def add(self, fragments: Iterable[Fragment]) -> None:
         """Insert or replace fragments (one transaction)."""

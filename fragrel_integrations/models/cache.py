@@ -22,13 +22,22 @@ from pathlib import Path
 from typing import Any
 
 from .._closing import Closing
-from .._sqlite import connect
+from .._sqlite import SavedFormat
 from .chat import ChatModel, ChatModelBase, Messages, check_chat_model, check_params, model_id, to_messages
 from .structured import ReplyFormat, supports_format
 
 __all__ = ["CachedChatModel", "ResponseCache", "cache_key"]
 
 _KEY_VERSION = 1
+_FORMAT = SavedFormat(
+    "fragrel-response-cache",
+    _KEY_VERSION,
+    "FragRel response cache",
+    (
+        "CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, model TEXT NOT NULL, request TEXT NOT NULL, "
+        "response TEXT NOT NULL, created REAL NOT NULL)",
+    ),
+)
 
 
 def cache_key(
@@ -64,22 +73,15 @@ def cache_key(
 class ResponseCache(Closing):
     """SQLite table ``responses(key, model, request, response, created)``; safe to share between threads.
 
-    ``path`` is a file (created with its parent folders) or ``":memory:"``. Writes are transactional.
+    ``path`` is a file (created with its parent folders; a
+    :class:`~fragrel_integrations._sqlite.SavedFormat`, so a file of something else is refused with a ValueError)
+    or ``":memory:"``. Writes are transactional.
     """
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
-            self.path = str(Path(self.path).expanduser())
+        self.path = str(path) if str(path) == ":memory:" else str(Path(path).expanduser())
         self._lock = threading.Lock()
-        self._conn = connect(self.path, threads=True, wal=True, timeout=30.0)
-        with self._lock, self._conn:
-            self._conn.execute(
-                "CREATE TABLE IF NOT EXISTS responses ("
-                "key TEXT PRIMARY KEY, model TEXT NOT NULL, request TEXT NOT NULL, "
-                "response TEXT NOT NULL, created REAL NOT NULL)"
-            )
+        self._conn = _FORMAT.open(self.path, threads=True, wal=True, timeout=30.0)
 
     def get(self, key: str) -> str | None:
         """The stored response for ``key``, or None."""

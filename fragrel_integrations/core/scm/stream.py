@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..._closing import Closing
+from ..._sqlite import SavedFormat
 from ..._validation import check_text, stored_int, stored_vectors
 from ..triplets.sqlite_backend import SQLiteBackend
 from .interactions import MemoryItem
@@ -82,18 +83,15 @@ class MemoryStream(Protocol):
         ...
 
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS scm_items (
-        session_id TEXT NOT NULL,
-        idx INTEGER NOT NULL,
-        observation TEXT NOT NULL,
-        response TEXT NOT NULL,
-        summary TEXT NOT NULL,
-        dim INTEGER NOT NULL,
-        embedding BLOB,
-        created REAL NOT NULL,
-        PRIMARY KEY (session_id, idx)
-    ) WITHOUT ROWID""",
+_FORMAT = SavedFormat(
+    "fragrel-scm-stream",
+    1,
+    "FragRel SCM memory stream",
+    (
+        "CREATE TABLE IF NOT EXISTS scm_items (session_id TEXT NOT NULL, idx INTEGER NOT NULL, observation TEXT NOT "
+        "NULL, response TEXT NOT NULL, summary TEXT NOT NULL, dim INTEGER NOT NULL, embedding BLOB, created REAL NOT "
+        "NULL, PRIMARY KEY (session_id, idx)) WITHOUT ROWID",
+    ),
 )
 _COLUMNS = "session_id, idx, observation, response, summary, dim, embedding, created"
 
@@ -171,8 +169,9 @@ class SCMStream(BaseMemoryStream):
     """A persistent memory stream (``path``: a SQLite file, or ``":memory:"`` for a throw-away stream).
 
     Every method takes the ``session_id``; sessions never see each other's interactions. A ``path`` that is
-    not a SQLite database (a text file, a directory) or a truncated or corrupt one raises ValueError naming
-    the path, and the file is left unchanged (see
+    not a SQLite database (a text file, a directory), a truncated or corrupt one, or a database of something
+    else (no stream header: :class:`~fragrel_integrations._sqlite.SavedFormat`) raises ValueError naming the
+    path, and the file is left unchanged (see
     :class:`~fragrel_integrations.core.triplets.sqlite_backend.SQLiteBackend`).
     """
 
@@ -183,18 +182,10 @@ class SCMStream(BaseMemoryStream):
         self._cache_lock = threading.Lock()
         try:
             with self._db.write() as cur:
-                for statement in _SCHEMA:
-                    cur.execute(statement)
-                columns = [row[1] for row in cur.execute("PRAGMA table_info(scm_items)")]
+                _FORMAT.claim(cur, self.path)
         except BaseException:
             self._db.close()
             raise
-        if columns != _COLUMNS.split(", "):
-            self._db.close()
-            raise ValueError(
-                f"{self.path!r} has a table scm_items with the columns {columns}, not those of an SCM memory "
-                f"stream ({_COLUMNS}); it is another application's table or a damaged file. Give another path"
-            )
 
     def _write(
         self, session_id: str, observation: str, response: str, summary: str, vector: np.ndarray | None

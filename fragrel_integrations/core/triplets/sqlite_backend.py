@@ -5,36 +5,29 @@ loss; ``"NORMAL"`` (faster) still survives a process crash. A writer killed mid-
 that transaction behind (SQLite's rollback on the next open). Threads share one connection under a lock;
 other processes writing the same file wait up to ``timeout`` seconds for the write lock.
 
-A path that is not a SQLite database (another kind of file, a directory) or a truncated or corrupt database
-raises ValueError naming the path, at open or at the first read that meets the damage; the file is never
-written to or replaced. (An empty file is a new, empty database, as SQLite treats it.)
+A path that is not a SQLite database (another kind of file, a directory: the package's one check,
+:func:`~fragrel_integrations._sqlite.check_file`) or a truncated or corrupt database raises ValueError naming
+the path, at open or at the first read that meets the damage; the file is never written to or replaced. (An
+empty file is a new, empty database, as SQLite treats it.)
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
-import stat
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
+from ..._sqlite import check_file, not_a_database
 from .backend import Cursor, StorageBackend
 
 __all__ = ["SQLiteBackend"]
 
 _SYNC = ("OFF", "NORMAL", "FULL", "EXTRA")
-_HEADER = b"SQLite format 3\x00"
 _DAMAGED = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: a page the database counts is missing from the file
-
-
-def _not_a_database(path: str, why: str) -> ValueError:
-    return ValueError(
-        f"{path!r} {why}; it was left unchanged. Give the path of a SQLite database created by this library "
-        "(or a new path: the file is created), or restore the file from a backup"
-    )
 
 
 def _damaged(exc: BaseException) -> bool:
@@ -54,30 +47,6 @@ def _damaged(exc: BaseException) -> bool:
     return code & 0xFF in _DAMAGED or code == _SHORT_READ
 
 
-def _check_file(path: str) -> None:
-    """Refuse, before SQLite opens it, a path that is not a regular file or a non-empty file without the
-    SQLite header (nothing is written)."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise _not_a_database(path, f"cannot be read ({exc.strerror})") from exc
-    if stat.S_ISDIR(info.st_mode):
-        raise _not_a_database(path, "is a directory, not a SQLite database file")
-    if not stat.S_ISREG(info.st_mode):
-        raise _not_a_database(path, "is not a regular file (a FIFO, socket or device)")
-    if info.st_size == 0:
-        return
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(len(_HEADER))
-    except OSError as exc:
-        raise _not_a_database(path, f"cannot be read ({exc.strerror})") from exc
-    if head != _HEADER:
-        raise _not_a_database(path, "is not a SQLite database (it does not start with the SQLite header)")
-
-
 def _check_size(conn: sqlite3.Connection, path: str) -> None:
     """Refuse a truncated database: the pages its header counts must all be in the file. Run in a read
     transaction, and only when no write-ahead log holds pages (then the page count comes from the file)."""
@@ -91,7 +60,7 @@ def _check_size(conn: sqlite3.Connection, path: str) -> None:
         except OSError:
             wal = 0
         if wal == 0 and os.path.getsize(path) < pages * page_size:
-            raise _not_a_database(
+            raise not_a_database(
                 path,
                 f"is a truncated SQLite database ({os.path.getsize(path)} bytes; its header counts "
                 f"{pages} pages of {page_size} bytes)",
@@ -126,7 +95,7 @@ class SQLiteBackend(StorageBackend):
         local = self.path != ":memory:" and not self.path.startswith("file:")
         if local:
             resolved = Path(self.path).expanduser()
-            _check_file(str(resolved))
+            check_file(resolved)
             resolved.parent.mkdir(parents=True, exist_ok=True)
             self.path = str(resolved)
         self._lock = threading.RLock()
@@ -140,7 +109,7 @@ class SQLiteBackend(StorageBackend):
                 uri=self.path.startswith("file:"),
             )
         except sqlite3.OperationalError as exc:
-            raise _not_a_database(self.path, f"cannot be opened as a SQLite database ({exc})") from exc
+            raise not_a_database(self.path, f"cannot be opened as a SQLite database ({exc})") from exc
         self._conn: sqlite3.Connection | None = conn
         try:
             if local:
@@ -155,7 +124,7 @@ class SQLiteBackend(StorageBackend):
             self.close()
             # these fixed statements fail with SQLITE_ERROR only on a damaged file ("unsupported file format")
             if _damaged(exc) or getattr(exc, "sqlite_errorcode", None) == 1:
-                raise _not_a_database(self.path, f"is not a SQLite database or is corrupt ({exc})") from exc
+                raise not_a_database(self.path, f"is not a SQLite database or is corrupt ({exc})") from exc
             raise
 
     def types(self) -> dict[str, str]:
@@ -195,7 +164,7 @@ class SQLiteBackend(StorageBackend):
                     with suppress(sqlite3.Error):  # keep the first error, the informative one
                         conn.execute("ROLLBACK")
                 if _damaged(exc):
-                    raise _not_a_database(
+                    raise not_a_database(
                         self.path, f"is a corrupt SQLite database or its schema is not this library's ({exc})"
                     ) from exc
                 raise
