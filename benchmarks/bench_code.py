@@ -44,10 +44,10 @@ from _common import RESULTS_DIR, paired_bootstrap
 
 from fragrel_integrations import CompositeRelation, ContextRelation, FragmentLayout
 from fragrel_integrations.core.code import CodeRelation, JaccardScorer, Repository, SourceFile, code_lines
+from fragrel_integrations.core.code.code_file import grammar_versions
 from fragrel_integrations.core.code.code_relation import _covers, _Search, split_code
 from fragrel_integrations.core.code.graph import CodeGraph
 from fragrel_integrations.core.code.loader import DEFAULT_EXCLUDE_DIRS, load_repository
-from fragrel_integrations.core.code.persist import grammar_versions
 from fragrel_integrations.core.relation_aware import environment_from_sums
 from fragrel_integrations.core.scorers import BM25Scorer
 

@@ -372,7 +372,7 @@ def cached_index(
     is a damaged or stale FragRel index is rebuilt with a logged warning; any other file there is reported and
     left alone.
     """
-    from .core.persist import is_index_file
+    from .core.saved_index import is_index_file
 
     path, key, key_fields = cache_location(data, name=name, settings=settings, cache_dir=cache_dir, model=model)
     if path.is_file():
@@ -396,7 +396,7 @@ def cache_location(
 ) -> tuple[Path, str, dict[str, Any]]:
     """``(path, key, key fields)`` of the cache file for ``data`` embedded by ``model`` with ``settings``."""
     from ._cache_dir import default_cache_dir
-    from .core.persist import VERSION, file_sha256
+    from .core.saved_index import VERSION, file_sha256
     from .models.local import default_embedder_id
 
     folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()

@@ -33,7 +33,7 @@ from llama_index.core.llms import MockLLM
 from fragrel_integrations.langchain.chat_model import FragRelChatModel, to_role_messages
 from fragrel_integrations.llama_index.llm import FragRelLLM
 from fragrel_integrations.llama_index.llm import to_role_messages as li_role_messages
-from fragrel_integrations.models.cache import CachedChatModel
+from fragrel_integrations.models.response_cache import CachedChatModel
 from fragrel_integrations.testing import ScriptedChatModel
 
 

@@ -19,8 +19,8 @@ from _code_fixtures import make_python_repo
 import fragrel_integrations.core.code.loader as loader_mod
 from fragrel_integrations.cli import main
 from fragrel_integrations.core.code import CodeRelation, from_repository, load_relation, load_repository
+from fragrel_integrations.core.code.code_file import is_code_index, save_relation
 from fragrel_integrations.core.code.loader import read_source_file
-from fragrel_integrations.core.code.persist import is_code_index, save_relation
 
 NOTES = b"my notes: never to be lost\n"
 

@@ -133,7 +133,7 @@ def test_the_checker_finds_a_cycle():
 def test_the_graph_sees_relative_and_submodule_imports():
     graph = import_graph()
     assert "fragrel_integrations.core.relation_aware" in graph["fragrel_integrations.core.index"]
-    assert "fragrel_integrations.core.persist" in graph["fragrel_integrations.core.index"]
+    assert "fragrel_integrations.core.saved_index" in graph["fragrel_integrations.core.index"]
     assert "fragrel_integrations.models.base" in graph["fragrel_integrations.models.convert"]
 
 

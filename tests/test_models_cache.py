@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from fragrel_integrations.models import cache as cache_mod
-from fragrel_integrations.models.cache import CachedChatModel, ResponseCache, cache_key
+from fragrel_integrations.models import response_cache as cache_mod
 from fragrel_integrations.models.chat import abatch
+from fragrel_integrations.models.response_cache import CachedChatModel, ResponseCache, cache_key
 from fragrel_integrations.testing import ScriptedChatModel
 
 

@@ -234,7 +234,7 @@ def test_model_modules_import_no_framework_and_load_nothing():
 
     code = (
         "import sys\n"
-        "import fragrel_integrations.models.chat, fragrel_integrations.models.cache\n"
+        "import fragrel_integrations.models.chat, fragrel_integrations.models.response_cache\n"
         "import fragrel_integrations.models.tokens\n"
         "import fragrel_integrations.models.openai_chat\n"
         "import fragrel_integrations.models.llama_cpp_chat, fragrel_integrations.models.langchain_chat\n"

@@ -9,9 +9,9 @@ import importlib.util
 import pytest
 from _llm_fixtures import SERVER_MODEL, free_port, get_embedded, get_server
 
-from fragrel_integrations.models.cache import CachedChatModel
 from fragrel_integrations.models.chat import ChatModel, abatch, complete
 from fragrel_integrations.models.convert import as_chat_model
+from fragrel_integrations.models.response_cache import CachedChatModel
 from fragrel_integrations.models.tokens import count_message_tokens
 
 pytestmark = pytest.mark.slow

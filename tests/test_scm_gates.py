@@ -445,7 +445,7 @@ class _Scored(ScriptedChatModel):
 
 
 def test_the_cache_wrapper_passes_the_probability_through():
-    from fragrel_integrations.models.cache import CachedChatModel
+    from fragrel_integrations.models.response_cache import CachedChatModel
 
     for wrap in (lambda m: CachedChatModel(m, ":memory:"),):
         assert yes_no_probability(wrap(_Scored(["yes"])), "Is water wet?") == 0.8

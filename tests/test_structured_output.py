@@ -17,8 +17,8 @@ from fragrel_integrations.core.tree.summary import parse_summary, summary_format
 from fragrel_integrations.core.triplets import TripletStore
 from fragrel_integrations.core.triplets.controller_prompts import READ_FORMAT, WRITE_FORMAT
 from fragrel_integrations.core.triplets.triplet_controller import TripletMemoryController
-from fragrel_integrations.models.cache import CachedChatModel
 from fragrel_integrations.models.chat import ChatModelBase
+from fragrel_integrations.models.response_cache import CachedChatModel
 from fragrel_integrations.models.structured import MAX_PARSE_CHARS, ReplyFormat, format_kwargs, supports_format
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 

@@ -19,9 +19,9 @@ from ..models.base import (
     window_words_for,
 )
 from .fragments import Fragment, ScoredFragment
-from .persist import load_index, save_index
 from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
 from .relations import ContextRelation, FragmentLayout, Relation
+from .saved_index import load_index, save_index
 from .scorers import DenseScorer, Scorer, ScorerName, check_scorer, make_scorer
 from .selection import check_k, order_by_position, select
 from .splitters import split_turns, split_words
@@ -259,13 +259,13 @@ class FragRelIndex:
 
     def save(self, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
         """Write the index to the SQLite file ``path`` (fragments, window embeddings as float32, settings and
-        the JSON ``metadata``), atomically; see :func:`~fragrel_integrations.core.persist.save_index`."""
+        the JSON ``metadata``), atomically; see :func:`~fragrel_integrations.core.saved_index.save_index`."""
         return save_index(self, path, metadata=metadata)
 
     @classmethod
     def load(cls, path: str | Path, **options: Any) -> FragRelIndex:
         """Read an index written by :meth:`save`, without re-embedding. ``options`` (``embedder``, ``relation``,
-        ``alpha``, ``scorer``, ``expect``, ``top_m``) are :func:`~fragrel_integrations.core.persist.load_index`'s:
+        ``alpha``, ``scorer``, ``expect``, ``top_m``) are :func:`~fragrel_integrations.core.saved_index.load_index`'s:
         settings not given keep their saved values; the embedder must be the model the index was built with
         (``None``: the embedded default); ``expect`` lists metadata values the file must hold (a stale cache is
         refused). Bad files raise a ValueError naming the file."""

@@ -22,7 +22,6 @@ from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .base import CachedEmbedder, Embedder, embed_documents, embed_query
-    from .cache import CachedChatModel, ResponseCache
     from .chat import ChatMessage, ChatModel, ChatModelBase, abatch, batch, complete
     from .convert import as_chat_model, as_embedder, optional_embedder
     from .langchain_chat import LangChainChatModel
@@ -32,6 +31,7 @@ if TYPE_CHECKING:
     from .local import MiniLMEmbedder, default_embedder
     from .openai_chat import OpenAIChatModel
     from .openai_embeddings import OpenAIEmbedder
+    from .response_cache import CachedChatModel, ResponseCache
     from .structured import ReplyFormat
     from .transformers_chat import TransformersChatModel, default_chat_model
 

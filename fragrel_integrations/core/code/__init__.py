@@ -14,6 +14,7 @@ that builds a code index, whose body is :mod:`.build`) and :mod:`.prompt` (RepoC
 """
 
 from ..scorers import JaccardScorer, code_scorer, code_tokens
+from .code_file import load_relation, save_relation
 from .code_relation import CodeRelation, UpdateReport, code_lines, fragment_relation, split_code
 from .graph import CallSite, CodeGraph, Definition, EdgeWeights, FileSyntax, parse_source
 from .loader import (
@@ -25,7 +26,6 @@ from .loader import (
     language_for_path,
     load_repository,
 )
-from .persist import load_relation, save_relation
 from .prompt import build_prompt
 from .repository_index import from_repository
 

@@ -44,8 +44,8 @@ from tqdm.auto import tqdm
 from ..._validation import check_positive_int
 from ..fragments import Fragment
 from ..relations import FragmentLayout, Relation
-from .cache import check_cache, reuse_cache
 from .graph import CodeGraph, EdgeWeights, FileSyntax, parse_source
+from .index_cache import check_cache, reuse_cache
 from .index_file import StoredIndex, read_index, write_index
 from .loader import Repository, SkippedFile, SourceFile, language_for_path, load_repository, read_source_file
 

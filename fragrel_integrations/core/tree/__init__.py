@@ -10,7 +10,6 @@ notes), :mod:`.clustering` (GMM clustering of summaries), :mod:`.tree` (build / 
 from .chunking import chunk_text, split_sentences
 from .clustering import cluster_embeddings, gmm_clusters, pack_by_tokens, reduce_dimensions
 from .extractive import ExtractiveSummariser, central_sentences, leave_one_out_similarity, surprising_sentences
-from .persist import load_tree, save_tree
 from .summariser import Summariser
 from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse_summary, summary_messages
 from .summary_tree import (
@@ -25,6 +24,7 @@ from .summary_tree import (
     TreeNode,
     check_state,
 )
+from .tree_file import load_tree, save_tree
 from .tree_relation import TreeRelation
 
 __all__ = [
