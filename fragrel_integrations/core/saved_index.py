@@ -20,7 +20,7 @@ import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -30,9 +30,6 @@ from ..models.base import Embedder, check_identity, embedder_id, embedder_identi
 from .fragments import Fragment
 from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
 from .scorers import SCORER_NAMES, Scorer, ScorerName
-
-if TYPE_CHECKING:
-    from .index import FragRelIndex
 
 IndexT = TypeVar("IndexT")  # FragRelIndex or a subclass (not imported here: index.py imports this module)
 
@@ -133,8 +130,9 @@ def is_index_file(path: str | Path) -> bool:
     return _FORMAT.owns(Path(path).expanduser())
 
 
-def save_index(index: FragRelIndex, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
-    """Write ``index`` to the SQLite file ``path`` (replacing an older FragRel index there); returns the path.
+def save_index(index: Any, path: str | Path, *, metadata: Mapping[str, Any] | None = None) -> Path:
+    """Write ``index`` (a :class:`~fragrel_integrations.core.index.FragRelIndex`: anything with the attributes it
+    reads) to the SQLite file ``path`` (replacing an older FragRel index there); returns the path.
 
     ``metadata`` (JSON-serialisable) is stored beside the settings; :func:`load_index` can require values
     in it (``expect=``). Raises ValueError for a path holding something else and TypeError for metadata that
