@@ -114,14 +114,31 @@ def _weights_folder(path: Path, cache_dir: str | Path | None, *, convert: bool =
     transformers = require("transformers", "local")
     require("gguf", "local")
     torch = require("torch", "local")
-    tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    logger.info("converting %s once (transformers dequantises it; later loads read the converted copy)", path.name)
+    with _quiet(transformers):  # its progress bars and notices would be the first thing a new user sees
+        tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     if not _save_converted(tok, model, folder):
         raise OSError(
             f"cannot keep the converted {path.name} in {folder.parent}: give cache_dir= (or XDG_CACHE_HOME) a "
             "writable folder"
         )
     return folder, "gguf"
+
+
+@contextlib.contextmanager
+def _quiet(transformers: Any) -> Iterator[None]:
+    """transformers' progress bars off and its log at errors only inside the block; the settings restored after."""
+    log = transformers.utils.logging
+    level, bars = log.get_verbosity(), log.is_progress_bar_enabled()
+    log.set_verbosity_error()
+    log.disable_progress_bar()
+    try:
+        yield
+    finally:
+        log.set_verbosity(level)
+        if bars:
+            log.enable_progress_bar()
 
 
 def _complete(folder: Path) -> bool:
