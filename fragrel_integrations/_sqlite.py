@@ -143,6 +143,9 @@ class SavedFormat:
     version: int
     what: str
     schema: tuple[str, ...] = ()
+    #: ``(table, format value)`` of the key/value header an earlier layout of this format kept: such a file is
+    #: this format's (:meth:`owns` it, so a cache can replace it) and reads as "an earlier layout: rebuild it".
+    earlier: tuple[tuple[str, str], ...] = ()
 
     def damaged(self, path: str | os.PathLike[str], detail: object) -> ValueError:
         """The one error for a file of this format that cannot be read back (``detail`` says what is wrong)."""
@@ -159,12 +162,22 @@ class SavedFormat:
                 return False
             conn = connect(path, read_only=True)
             try:
-                row = conn.execute("SELECT value FROM header WHERE key = 'format'").fetchone()
+                return self._layout(conn) is not None
             finally:
                 conn.close()
         except (ValueError, sqlite3.Error):
             return False
-        return row is not None and row[0] == json.dumps(self.name)
+
+    def _layout(self, conn: sqlite3.Connection) -> str | None:
+        """``"current"`` or ``"earlier"`` when the database is a file of this format, else None."""
+        for table, value in (("header", json.dumps(self.name)), *self.earlier):
+            try:
+                row = conn.execute(f"SELECT value FROM {table} WHERE key = 'format'").fetchone()
+            except sqlite3.Error:
+                continue
+            if row is not None and row[0] == value:
+                return "current" if table == "header" and value == json.dumps(self.name) else "earlier"
+        return None
 
     def check_target(self, path: str | os.PathLike[str]) -> None:
         """ValueError unless a save may write ``path``: absent, empty, or a file of this format."""
@@ -177,6 +190,8 @@ class SavedFormat:
                 raise ValueError(f"refusing to overwrite {os.fspath(path)}: {exc}") from None
 
     def _check(self, path: str | os.PathLike[str], conn: sqlite3.Connection) -> dict[str, Any]:
+        if self.earlier and self._layout(conn) == "earlier":
+            raise _Checked(f"{os.fspath(path)} is a {self.what} of an earlier layout: rebuild it")
         try:
             rows = conn.execute("SELECT key, value FROM header").fetchall()
         except sqlite3.Error as exc:

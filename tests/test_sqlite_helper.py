@@ -120,3 +120,36 @@ def test_a_live_store_is_stamped_once_and_checked_on_every_open(tmp_path):
     memory = NOTES.open(":memory:")
     assert memory.execute("SELECT COUNT(*) FROM notes").fetchone()[0] == 0
     memory.close()
+
+
+def _earlier_layout(path, table, value):
+    """A file as the layout before the shared header wrote it: a key/value table whose 'format' row names it."""
+    conn = sqlite3.connect(path)
+    conn.execute(f"CREATE TABLE {table} (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute(f"INSERT INTO {table} VALUES ('format', ?)", (value,))
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_a_cache_of_an_earlier_layout_is_rebuilt_not_ignored(tmp_path, caplog):
+    """The CLI's caches written before the shared header are replaced (one warning), never refused for ever."""
+    import numpy as np
+
+    from fragrel_integrations.core.saved_index import is_index_file
+    from fragrel_integrations.core.staged import WindowVectorFile
+
+    vectors = _earlier_layout(tmp_path / "book.vectors", "header", "fragrel-window-vectors")
+    store = WindowVectorFile(vectors, key="k", n_fragments=2, rebuild=True)
+    assert "earlier layout" in caplog.text
+    store.add({1: np.ones((1, 3), dtype=np.float32)})
+    assert list(WindowVectorFile(vectors, key="k", n_fragments=2).read()) == [1]
+    with pytest.raises(ValueError, match="earlier layout: rebuild it"):
+        WindowVectorFile(_earlier_layout(tmp_path / "b.vectors", "header", "fragrel-window-vectors"), key="k",
+                         n_fragments=2)  # fmt: skip
+    index = _earlier_layout(tmp_path / "book.fragrel", "fragrel_index", "fragrel-index")
+    assert is_index_file(index)
+    other = _earlier_layout(tmp_path / "other.db", "fragrel_index", "something-else")
+    assert not is_index_file(other)
+    with pytest.raises(ValueError, match="not a FragRel vector cache"):
+        WindowVectorFile(other, key="k", n_fragments=2, rebuild=True)  # another database is never replaced

@@ -58,6 +58,7 @@ _FORMAT = SavedFormat(
         "CREATE TABLE fragments (idx INTEGER PRIMARY KEY, doc_id TEXT NOT NULL, position INTEGER NOT NULL, "
         "text TEXT NOT NULL, metadata TEXT NOT NULL, n_windows INTEGER NOT NULL, vectors BLOB)",
     ),
+    earlier=(("fragrel_index", "fragrel-index"),),
 )
 #: What :func:`save_index` reads of an index (a FragRelIndex has them all).
 _INDEX_ATTRIBUTES = (

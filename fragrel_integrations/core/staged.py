@@ -180,6 +180,7 @@ _FORMAT = SavedFormat(
         "CREATE TABLE vectors (idx INTEGER PRIMARY KEY, n_windows INTEGER NOT NULL, dim INTEGER NOT NULL, "
         "data BLOB NOT NULL)",
     ),
+    earlier=(("header", "fragrel-window-vectors"),),
 )
 
 

@@ -57,6 +57,7 @@ _FORMAT = SavedFormat(
         "text TEXT NOT NULL, metadata TEXT NOT NULL)",
         "CREATE TABLE relation (name TEXT PRIMARY KEY, value BLOB NOT NULL)",
     ),
+    earlier=(("meta", "fragrel-code-index/1"),),
 )
 
 
