@@ -22,7 +22,7 @@ fragments of a retrieval are shown in story order (``order="position"``): which 
 answer, and a score-ordered list hides that.
 
 * ``single``: retrieve ``k`` fragments for the question, one call with ``fragrel ask``'s prompt
-  (``cli.answer_messages``), at most 128 new tokens.
+  (``core.grounding.answer_messages``), at most 128 new tokens.
 * ``loop``: the core ``InnerLoopEngine`` with its defaults (5 rounds at most, LCS threshold 0.9, STM of at most
   256 tokens, no dedupe); each round retrieves ``k`` fragments for question + STM. The final STM is the answer.
 * ``loop-constrained``: the same loop with ``constrained=True``: each round's memory is written under the
@@ -82,7 +82,7 @@ from _common import (
 from bench_llm import babi_items
 
 from fragrel_integrations import ContextRelation, Fragment, FragRelIndex
-from fragrel_integrations.cli import answer_messages
+from fragrel_integrations.core.grounding import answer_messages
 from fragrel_integrations.core.inner_loop import InnerLoopEngine, InnerLoopResult
 from fragrel_integrations.models.structured import supports_format
 
