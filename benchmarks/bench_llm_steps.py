@@ -400,9 +400,10 @@ def run_scm(args: argparse.Namespace) -> tuple[str, dict]:
     """SCM activation gates: ``bench_scm_activation.py`` (its own report, ``llm_steps_scm.md``)."""
     from bench_scm_activation import main as scm_main
 
-    res = scm_main(["--data", str(_data(args))])
-    md = "## SCM activation (`--steps scm`)\n\nReported in `llm_steps_scm.md` (same run).\n"
-    return md, {"report": "llm_steps_scm.json", "n_items": len(res.get("scm", {}).get("items", []))}
+    stem = "llm_steps_scm" if args.runtime == "transformers" else f"llm_steps_scm_{args.runtime}"
+    res = scm_main(["--data", str(_data(args)), "--runtime", args.runtime, "--stem", stem])
+    md = f"## SCM activation (`--steps scm`)\n\nReported in `{stem}.md` (same run).\n"
+    return md, {"report": f"{stem}.json", "n_items": len(res.get("scm", {}).get("items", []))}
 
 
 STEPS["scm"] = run_scm
@@ -442,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = data
     header = (
         "# LLM steps on the embedded model\n\n"
-        f"`python benchmarks/bench_llm_steps.py --steps {','.join(names)}`: SmolLM2-135M-Instruct (Q4_1, llama.cpp, "
+        f"`python benchmarks/bench_llm_steps.py --steps {','.join(names)} --runtime {args.runtime}`: SmolLM2-135M-Instruct ({args.runtime}, "
         f"greedy), {len(os.sched_getaffinity(0))} CPUs (load {load:.1f} at the start), Python "
         f"{platform.python_version()}. Every row stands beside its baseline from the same run; sections of steps "
         "not run this time are kept from earlier runs.\n\n"

@@ -110,9 +110,10 @@ def best_threshold(labels: Sequence[bool], scores: Sequence[float]) -> float:
     return float(best[len(best) // 2])
 
 
-def scm_activation(data: Path, *, n_ctx: int = 2048, progress: Callable[[str], None] | None = None) -> dict:
-    """Every gate on every item of the set; thresholds chosen on dev."""
-    from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+def scm_activation(
+    data: Path, *, n_ctx: int = 2048, runtime: str = "transformers", progress: Callable[[str], None] | None = None
+) -> dict:
+    """Every gate on every item of the set, on the embedded model's ``runtime``; thresholds chosen on dev."""
 
     items = load_activation_set(data)
     convs = {c.name: c for c in load_locomo(data, range(0, 5)).corpora}
@@ -120,7 +121,14 @@ def scm_activation(data: Path, *, n_ctx: int = 2048, progress: Callable[[str], N
     histories = {i: [f.text for f in corpora[i].fragments] for i in range(5)}
 
     t0 = time.perf_counter()
-    model = LlamaCppChatModel(n_ctx=n_ctx)
+    if runtime == "llamacpp":
+        from fragrel_integrations.models.llama_cpp_chat import LlamaCppChatModel
+
+        model = LlamaCppChatModel(n_ctx=n_ctx)
+    else:
+        from fragrel_integrations.models.transformers_chat import TransformersChatModel
+
+        model = TransformersChatModel(context_window=n_ctx)
     load_s = time.perf_counter() - t0
     controllers = {  # the LLM gates: (controller, by probability)
         "text": (SCMController(model, decision="text"), False),  # the behaviour before: one message, parsed
@@ -202,7 +210,7 @@ def scm_activation(data: Path, *, n_ctx: int = 2048, progress: Callable[[str], N
                 key: float(np.mean([r[key] for r in part])) for key in ("p_yes_1msg", "p_yes", "max_cosine")
             }
     out["items"] = rows
-    out["model"] = "SmolLM2-135M-Instruct (GGUF Q4_1, llama.cpp), temperature 0"
+    out["model"] = f"SmolLM2-135M-Instruct ({type(model).__name__}), temperature 0"
     return out
 
 
@@ -272,6 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--data", type=Path, default=default_data_dir())
     ap.add_argument("--steps", default="scm", help=f"comma-separated sections: {', '.join(STEPS)}")
     ap.add_argument("--out-dir", type=Path, default=RESULTS_DIR)
+    ap.add_argument("--runtime", choices=["transformers", "llamacpp"], default="transformers")
+    ap.add_argument("--stem", default="llm_steps_scm", help="report file name")
     args = ap.parse_args(argv)
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     unknown = sorted(set(steps) - set(STEPS))
@@ -281,11 +291,13 @@ def main(argv: list[str] | None = None) -> dict:
     start = loadavg()
     res: dict = {}
     if "scm" in steps:
-        res["scm"] = scm_activation(args.data, progress=lambda msg: print(msg, file=sys.stderr, flush=True))
+        res["scm"] = scm_activation(
+            args.data, runtime=args.runtime, progress=lambda msg: print(msg, file=sys.stderr, flush=True)
+        )
         machine = machine_info(start)
         res["machine"] = machine
-        write_json(args.out_dir / "llm_steps_scm.json", res)
-        (args.out_dir / "llm_steps_scm.md").write_text(report_scm(res, command, machine))
+        write_json(args.out_dir / f"{args.stem}.json", res)
+        (args.out_dir / f"{args.stem}.md").write_text(report_scm(res, command, machine))
     return res
 
 
