@@ -443,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         results[name] = data
     header = (
         "# LLM steps on the embedded model\n\n"
-        f"`python benchmarks/bench_llm_steps.py --steps {','.join(names)} --runtime {args.runtime}`: SmolLM2-135M-Instruct ({args.runtime}, "
+        f"`python benchmarks/bench_llm_steps.py --steps {','.join(names)} --runtime {args.runtime}`: "
+        f"SmolLM2-135M-Instruct ({args.runtime}, "
         f"greedy), {len(os.sched_getaffinity(0))} CPUs (load {load:.1f} at the start), Python "
         f"{platform.python_version()}. Every row stands beside its baseline from the same run; sections of steps "
         "not run this time are kept from earlier runs.\n\n"
