@@ -161,6 +161,7 @@ def run(args) -> dict:
         "book": book.name,
         "questions": len(questions),
         "rows": rows,
+        "runtime": type(model).__name__,
         "machine": machine_info(load0),
     }
 
