@@ -21,6 +21,7 @@ from .fragments import Fragment
 from .relation_aware import matrix_sums
 
 __all__ = [
+    "LOOP_CELLS",
     "CallableRelation",
     "CompositeRelation",
     "ContextRelation",
@@ -138,31 +139,28 @@ class ContextRelation(Relation):
         return None if self.w_rel >= 1.0 else 2.0 * self.w_rel / (1.0 - self.w_rel)
 
 
+#: Up to this many grid cells :func:`decayed_cumsum` runs its own loop; beyond, scipy's ``lfilter`` (importing
+#: ``scipy.signal`` costs more than the loop on the grids a question usually has).
+LOOP_CELLS = 20_000
+
+
 def decayed_cumsum(x: np.ndarray, w: float) -> np.ndarray:
-    """``u_k = sum_{m <= k} w^(k-m) x_m`` (``0 < w <= 1``) in numpy: within blocks short enough that ``w^-j``
-    stays below 1e200, a cumulative sum of ``x_j w^-j`` scaled back by ``w^k``; each block's last value is
-    carried into the next, one block at a time. It agrees with the sequential recurrence to rounding.
+    """``u_k = x_k + w u_(k-1)`` (``u_k = sum_{m <= k} w^(k-m) x_m``), computed in that order, so the values are
+    bit for bit those of ``scipy.signal.lfilter([1], [1, -w], x)``, which runs it beyond :data:`LOOP_CELLS` cells.
 
     >>> decayed_cumsum(np.array([1.0, 0.0, 0.0, 2.0]), 0.5).tolist()
     [1.0, 0.5, 0.25, 2.125]
     """
-    n = x.shape[0]
-    if n == 0:
-        return np.zeros(0)
-    block = n if w >= 1.0 else max(1, min(n, int(200.0 / -np.log10(w))))
-    rows = -(-n // block)
-    j = np.arange(block, dtype=np.float64)
-    grow, shrink = w**-j, w**j
-    padded = np.zeros(rows * block)
-    padded[:n] = x
-    local = np.cumsum(padded.reshape(rows, block) * grow, axis=1) * shrink
-    carry = w * shrink  # w^(j+1): what the previous block's last value weighs at position j
-    prev = 0.0
-    for r in range(rows):
-        if prev:
-            local[r] += prev * carry
-        prev = float(local[r, -1])
-    return local.reshape(-1)[:n]
+    if x.shape[0] > LOOP_CELLS:
+        from scipy.signal import lfilter
+
+        return np.asarray(lfilter([1.0], [1.0, -w], x))
+    out = []
+    acc = 0.0
+    for value in x.tolist():
+        acc = acc * w + value
+        out.append(acc)
+    return np.asarray(out, dtype=np.float64)
 
 
 class _PreparedContext:
