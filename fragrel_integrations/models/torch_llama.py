@@ -18,6 +18,7 @@ loop. ``tests/test_torch_llama.py`` checks the logits against transformers' own 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import math
 from collections.abc import Callable, Collection, Iterator, Sequence
@@ -211,13 +212,17 @@ class HFDecoder:
         ).eval()
         self.max_positions = int(config.get("max_position_embeddings") or 4096)
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        # transformers 5 names the key/value cache ``cache``; earlier releases ``past_key_values``
+        forward = inspect.signature(self.model.forward).parameters
+        self.cache_name = "cache" if "cache" in forward else "past_key_values"
 
     def new_state(self, length: int) -> dict[str, Any]:
         return {"cache": None, "used": 0}
 
     def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
-        out = self.model(input_ids=self.torch.tensor([list(ids)]), cache=state["cache"], use_cache=True)
-        state["cache"], state["used"] = out["cache"], state["used"] + len(ids)
+        kwargs = {self.cache_name: state["cache"]}
+        out = self.model(input_ids=self.torch.tensor([list(ids)]), use_cache=True, **kwargs)
+        state["cache"], state["used"] = out[self.cache_name], state["used"] + len(ids)
         return out.logits[0, -1]
 
 
