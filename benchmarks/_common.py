@@ -344,7 +344,7 @@ class CachedEmbedder:
         missing = list(dict.fromkeys(t for t in texts if _key(t) not in self.rows))
         if not missing:
             return
-        from fragrel_integrations.models.base import embed_documents
+        from fragrel_integrations.models.embedder import embed_documents
 
         t0 = time.perf_counter()
         new = embed_documents(self.model, missing, batch_size=batch_size, show_progress=progress)

@@ -29,7 +29,7 @@ from fragrel_integrations.core import grounding as core_answer
 from fragrel_integrations.core.grounding import answer_messages, answer_span, select_evidence
 from fragrel_integrations.core.presets import preset
 from fragrel_integrations.core.staged import StagedHybridScorer
-from fragrel_integrations.models.base import window_words_for
+from fragrel_integrations.core.windows import window_words_for
 
 _WORD = re.compile(r"\w+")
 _LEAD = re.compile(r"^(?:the\s+)?answer\b(?:\s+to\s+(?:this|the)\s+question)?(?:\s+is)?\s*[:,-]?\s*", re.IGNORECASE)

@@ -28,7 +28,7 @@ from fragrel_integrations.core.grounding import split_sentences
 from fragrel_integrations.core.presets import preset
 from fragrel_integrations.core.scorers import make_scorer, tokenize
 from fragrel_integrations.core.staged import StagedHybridScorer
-from fragrel_integrations.models.base import window_words_for
+from fragrel_integrations.core.windows import window_words_for
 
 TOP = 5
 QUOTED = 3

@@ -45,8 +45,9 @@ from fragrel_integrations import ContextRelation, FragRelIndex
 from fragrel_integrations.core.grounding import grounded_answer
 from fragrel_integrations.core.presets import preset
 from fragrel_integrations.core.staged import StagedHybridScorer
-from fragrel_integrations.models.base import window_words_for
-from fragrel_integrations.models.tokens import count_message_tokens, fit_texts
+from fragrel_integrations.core.token_budget import fit_texts
+from fragrel_integrations.core.windows import window_words_for
+from fragrel_integrations.models.tokens import count_message_tokens
 
 
 def norm(text: str) -> str:

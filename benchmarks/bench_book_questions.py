@@ -54,7 +54,7 @@ def run(part: str, data_dir: Path, fragment_words: int) -> dict:
     spec = json.loads((BENCH_DIR / "data" / "book_questions.json").read_text())
     book = data_dir / "babilong" / "noise_books" / spec["books"][part]
     emb = CachedEmbedder(f"books_{part}")
-    from fragrel_integrations.models.base import window_words_for
+    from fragrel_integrations.core.windows import window_words_for
 
     window = window_words_for(emb.model)
     t0 = time.perf_counter()

@@ -217,7 +217,7 @@ def load_backends(names: list[str]) -> dict[str, object]:
 
 def locomo_recall(embedder, data: Path, conversations: range, k: int = 5) -> tuple[float, np.ndarray, int]:
     """Dense recall@k (%) on LoCoMo ``conversations``; also every vector (turns, then questions) and the query count."""
-    from fragrel_integrations.models.base import embed_documents
+    from fragrel_integrations.models.embedder import embed_documents
 
     ds = load_locomo(data, conversations)
     recalls, vectors = [], []
@@ -231,7 +231,7 @@ def locomo_recall(embedder, data: Path, conversations: range, k: int = 5) -> tup
 
 
 def bench_embed(backends: list[str], n_texts: int, repeats: int, data: Path, conversations: range) -> dict:
-    from fragrel_integrations.models.base import embed_documents
+    from fragrel_integrations.models.embedder import embed_documents
 
     models = load_backends(backends)
     texts = book_windows(n_texts)

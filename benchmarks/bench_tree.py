@@ -69,7 +69,7 @@ import numpy as np
 from _common import OUT_DIR, RESULTS_DIR, book_sentences, default_data_dir, loadavg, machine_info, write_json
 
 from fragrel_integrations.core.tree import FIELDS, SurpriseTree, TreeConfig, TreeHit, TreeRelation, cluster_embeddings
-from fragrel_integrations.models.base import embed_documents
+from fragrel_integrations.models.embedder import embed_documents
 from fragrel_integrations.models.response_cache import CachedChatModel
 
 # Three needles written for this benchmark: (sentence, question, key words of the fact).

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from . import core
 from ._lazy import lazy_exports
 from .core import *  # noqa: F403  (the whole core facade: its __all__ is added to this one below)
-from .models.base import Embedder
+from .models.embedder import Embedder
 
 if TYPE_CHECKING:
     from .core.inner_loop import InnerLoopEngine, InnerLoopResult

@@ -31,11 +31,12 @@ from ._validation import check_text
 from .cli_code import add_json_argument, add_retrieve_code_arguments, format_ranked, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
+from .core.embedder_identity import embedder_id, embedder_identity
 from .core.fragments import Fragment
 from .core.presets import AUTO, DEFAULT_PRESET, PRESET_NAMES, Preset, preset
 from .core.relations import Relation
 from .core.staged import DEFAULT_CANDIDATES
-from .models.base import embedder_id, embedder_identity, embedder_window_tokens
+from .core.windows import embedder_window_tokens
 
 __all__ = ["build_parser", "main"]
 

@@ -11,8 +11,8 @@ import pytest
 from conftest import BagOfWordsEmbedder
 
 from fragrel_integrations.cli import main
+from fragrel_integrations.core.embedder_identity import IDENTITY_PROBE
 from fragrel_integrations.models import local
-from fragrel_integrations.models.base import IDENTITY_PROBE
 
 BOOK = " ".join(f"filler{i % 37} words here" for i in range(400)) + " the captain was killed by the cook " + "x " * 90
 

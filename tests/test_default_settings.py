@@ -56,7 +56,7 @@ def test_core_components_with_defaults(caplog, llm, tmp_path):
     from fragrel_integrations.core.scm import SelfControlledMemory
     from fragrel_integrations.core.tree import SurpriseTree
     from fragrel_integrations.core.triplets import TripletStore
-    from fragrel_integrations.models.base import embedder_window_tokens
+    from fragrel_integrations.core.windows import embedder_window_tokens
 
     index = no_self_warnings(lambda: FragRelIndex.from_texts([BOOK]), caplog)
     no_self_warnings(lambda: index.retrieve("Where did the sailor get water?"), caplog)

@@ -23,9 +23,9 @@ import fragrel_integrations.models
 from fragrel_integrations.langchain import MiniLMEmbeddings
 from fragrel_integrations.llama_index import MiniLMEmbedding, TripletGraphStore
 from fragrel_integrations.models import Embedder, as_embedder
-from fragrel_integrations.models.base import WrappedEmbedder
 from fragrel_integrations.models.convert import optional_embedder
-from fragrel_integrations.models.llama_index_models import LlamaIndexEmbedder
+from fragrel_integrations.models.embedder import WrappedEmbedder
+from fragrel_integrations.models.framework_models import LlamaIndexEmbedder
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 ROOT = Path(fragrel_integrations.__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ def test_as_embedder_rejects_with_a_message_naming_the_options():
 
 
 def test_the_error_messages_point_to_an_importable_as_embedder():
-    from fragrel_integrations.models.base import embed_documents
+    from fragrel_integrations.models.embedder import embed_documents
 
     with pytest.raises(TypeError, match=r"fragrel_integrations\.models\.as_embedder") as info:
         embed_documents(MockEmbedding(embed_dim=4), ["x"])

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from fragrel_integrations.core.embedder_identity import embedder_identity, identity_mismatch
 from fragrel_integrations.models import local
-from fragrel_integrations.models.base import embedder_identity, identity_mismatch
 from fragrel_integrations.testing import HashingEmbedder
 
 

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fragrel_integrations.core.scm import SCMController, SCMStream, SelfControlledMemory, parse_yes_no
+from fragrel_integrations.core.token_budget import OUTPUT_CHARS_PER_TOKEN
 from fragrel_integrations.core.tree import SurpriseTree, chunk_text, load_tree, parse_summary, save_tree
-from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN, estimate_tokens
+from fragrel_integrations.models.tokens import estimate_tokens
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 FUZZ = settings(

@@ -179,7 +179,8 @@ async def test_every_wrapper_refuses_an_empty_blank_or_unencodable_query_before_
 
 
 def test_a_lone_surrogate_is_refused_by_the_index_and_the_embedder_helpers():
-    from fragrel_integrations.models.base import embed_documents, embed_query, embed_windows
+    from fragrel_integrations.core.windows import embed_windows
+    from fragrel_integrations.models.embedder import embed_documents, embed_query
     from fragrel_integrations.testing import HashingEmbedder
 
     emb = HashingEmbedder(dim=16)

@@ -134,9 +134,22 @@ def test_the_graph_sees_relative_and_submodule_imports():
     graph = import_graph()
     assert "fragrel_integrations.core.relation_aware" in graph["fragrel_integrations.core.index"]
     assert "fragrel_integrations.core.saved_index" in graph["fragrel_integrations.core.index"]
-    assert "fragrel_integrations.models.base" in graph["fragrel_integrations.models.convert"]
+    assert "fragrel_integrations.models.embedder" in graph["fragrel_integrations.models.convert"]
 
 
 @pytest.mark.parametrize("in_functions", [False, True], ids=["module-level", "with-function-imports"])
 def test_no_import_cycle_inside_the_package(in_functions):
     assert cycles(import_graph(in_functions=in_functions)) == []
+
+
+def test_the_model_layer_imports_nothing_above_it():
+    """``models/`` is below ``core/``, ``adapters/`` and the framework packages: it imports none of them, even
+    lazily (the core calls the models, never the other way round)."""
+    above = tuple(f"fragrel_integrations.{p}" for p in ("core", "adapters", "langchain", "llama_index", "cli"))
+    graph = import_graph(in_functions=True)
+    wrong = {
+        name: sorted(d for d in deps if d.startswith(above))
+        for name, deps in graph.items()
+        if name.startswith("fragrel_integrations.models")
+    }
+    assert {k: v for k, v in wrong.items() if v} == {}

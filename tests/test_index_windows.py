@@ -7,13 +7,9 @@ import pytest
 from conftest import BagOfWordsEmbedder
 
 from fragrel_integrations import DenseScorer, FragRelIndex, SemanticRelation
-from fragrel_integrations.models.base import (
-    CachedEmbedder,
-    embedder_id,
-    embedder_window_tokens,
-    split_windows,
-    window_words_for,
-)
+from fragrel_integrations.core.embedder_identity import embedder_id
+from fragrel_integrations.core.windows import embedder_window_tokens, split_windows, window_words_for
+from fragrel_integrations.models.embedder import CachedEmbedder
 
 
 class TruncatingEmbedder(BagOfWordsEmbedder):

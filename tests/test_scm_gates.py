@@ -506,7 +506,7 @@ def _lc_logprobs_model(metadata_logprobs, calls, error=None):
 
 
 def test_langchain_adapter_reads_openai_style_logprobs_and_remembers_their_absence():
-    from fragrel_integrations.models.langchain_chat import LangChainChatModel
+    from fragrel_integrations.models.framework_models import LangChainChatModel
 
     calls: list[dict] = []
     top = [{"token": "Yes", "logprob": math.log(0.6)}, {"token": " no", "logprob": math.log(0.2)}]

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from fragrel_integrations import FragRelIndex, testing
-from fragrel_integrations.models.base import Embedder, check_embeddings
 from fragrel_integrations.models.chat import ChatModel
+from fragrel_integrations.models.embedder import Embedder, check_embeddings
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 TOPICS = {

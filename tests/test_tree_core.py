@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import fragrel_integrations.core.tree as tree_pkg
+from fragrel_integrations.core.token_budget import OUTPUT_CHARS_PER_TOKEN
 from fragrel_integrations.core.tree import (
     FIELDS,
     SurpriseTree,
@@ -31,7 +32,7 @@ from fragrel_integrations.core.tree import (
     split_sentences,
     summary_messages,
 )
-from fragrel_integrations.models.tokens import OUTPUT_CHARS_PER_TOKEN, estimate_tokens
+from fragrel_integrations.models.tokens import estimate_tokens
 from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 
 TOPICS = {

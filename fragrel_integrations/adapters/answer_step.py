@@ -21,9 +21,9 @@ from typing import Any
 
 from ..core.fragments import Fragment
 from ..core.grounding import GroundedAnswer, agrounded_answer, check_answer_settings, grounded_answer
-from ..models.base import Embedder
 from ..models.chat import ChatModel
 from ..models.convert import as_chat_model, as_embedder
+from ..models.embedder import Embedder
 from .pools import read_location
 from .wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys
 

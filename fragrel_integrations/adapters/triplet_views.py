@@ -31,7 +31,7 @@ from ..core.triplets.facts import Namespace, Triplet, TripletRecord, normalize_t
 from ..core.triplets.memory_store import TripletStore, TripletWrite
 from ..core.triplets.node_table import NodeRecord
 from ..core.triplets.text_api import parse_calls, render_read, render_write, term_problem
-from ..models.base import embed_documents, embed_query
+from ..models.embedder import embed_documents, embed_query
 
 __all__ = [
     "DOCUMENT_KIND",

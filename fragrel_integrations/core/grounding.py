@@ -44,13 +44,14 @@ from typing import Any, TypedDict, Unpack
 import numpy as np
 
 from .._validation import check_positive_int
-from ..models.base import Embedder, embed_documents
 from ..models.chat import context_window
+from ..models.embedder import Embedder, embed_documents
 from ..models.structured import ReplyFormat, format_kwargs
-from ..models.tokens import count_message_tokens, fit_texts
+from ..models.tokens import count_message_tokens
 from .fragments import Fragment, ScoredFragment
 from .scorers import DenseScorer, make_scorer, minmax, tokenize
 from .steps import CallStep, ChatStep, Steps, adrive, drive
+from .token_budget import fit_texts
 
 __all__ = [
     "ANSWER_PROMPT",

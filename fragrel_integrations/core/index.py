@@ -9,15 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._validation import check_query, check_text
-from ..models.base import (
-    Embedder,
-    check_embeddings,
-    check_window_words,
-    check_windows,
-    embed_windows,
-    fragment_vectors,
-    window_words_for,
-)
+from ..models.embedder import Embedder, check_embeddings
 from .fragments import Fragment, ScoredFragment
 from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
 from .relations import ContextRelation, FragmentLayout, Relation
@@ -25,6 +17,7 @@ from .saved_index import load_index, save_index
 from .scorers import DenseScorer, Scorer, ScorerName, check_scorer, make_scorer
 from .selection import check_k, order_by_position, select
 from .splitters import split_turns, split_words
+from .windows import check_window_words, check_windows, embed_windows, fragment_vectors, window_words_for
 
 __all__ = ["FragRelIndex"]
 

@@ -7,7 +7,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from ..models.base import Embedder, embed_documents
+from ..models.embedder import Embedder, embed_documents
 from .fragments import Fragment, ScoredFragment
 from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
 from .relations import FragmentLayout, Relation

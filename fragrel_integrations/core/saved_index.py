@@ -26,7 +26,8 @@ import numpy as np
 
 from .._sqlite import SavedFormat
 from .._validation import MAX_JSON_DEPTH, json_depth_ok, stored_json
-from ..models.base import Embedder, check_identity, embedder_id, embedder_identity
+from ..models.embedder import Embedder
+from .embedder_identity import check_identity, embedder_id, embedder_identity
 from .fragments import Fragment
 from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
 from .scorers import SCORER_NAMES, Scorer, ScorerName
@@ -243,7 +244,7 @@ def _read_fragments(
 def _check_embedder(path: Path, settings: dict[str, Any], identity: Any, embedder: Embedder | None) -> None:
     """ValueError naming ``path`` unless ``embedder`` (None: the embedded default) is the model the index was
     embedded with: its name, then its whole recorded identity (see
-    :func:`~fragrel_integrations.models.base.embedder_identity`)."""
+    :func:`~fragrel_integrations.core.embedder_identity.embedder_identity`)."""
     stored_model = settings.get("embedder")
     if not isinstance(stored_model, str) or not isinstance(identity, dict):
         raise _FORMAT.damaged(path, f"embedder={stored_model!r:.80}, identity={identity!r:.80}")

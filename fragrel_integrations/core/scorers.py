@@ -11,7 +11,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
-from ..models.base import Embedder, check_windows, embed_query, normalise_rows
+from ..models.embedder import Embedder, embed_query, normalise_rows
+from .windows import check_windows
 
 __all__ = [
     "CODE_SCORER_NAMES",
@@ -87,7 +88,7 @@ class DenseScorer:
     """Cosine similarity between the query embedding and the (pre-computed) fragment embeddings.
 
     With ``offsets`` the rows of ``embeddings`` are sub-windows of the fragments (fragment ``i`` owns rows
-    ``offsets[i]`` up to the next offset, see :func:`~fragrel_integrations.models.base.embed_windows`) and a
+    ``offsets[i]`` up to the next offset, see :func:`~fragrel_integrations.core.windows.embed_windows`) and a
     fragment scores the best cosine among its windows, so text past the embedder's input window still counts.
 
     >>> import numpy as np

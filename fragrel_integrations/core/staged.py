@@ -34,17 +34,10 @@ import numpy as np
 
 from .._sqlite import SavedFormat, connect
 from .._validation import check_positive_int
-from ..models.base import (
-    Embedder,
-    check_embeddings,
-    check_window_words,
-    embed_query,
-    embed_windows,
-    identity_mismatch,
-    normalise_rows,
-    window_words_for,
-)
+from ..models.embedder import Embedder, check_embeddings, embed_query, normalise_rows
+from .embedder_identity import identity_mismatch
 from .scorers import BM25Scorer, Scorer, minmax
+from .windows import check_window_words, embed_windows, window_words_for
 
 __all__ = ["DEFAULT_CANDIDATES", "StagedHybridScorer", "WindowVectorFile"]
 
@@ -188,7 +181,7 @@ class WindowVectorFile:
     """Fragment window vectors kept in one SQLite file, added to as queries embed more fragments.
 
     ``key`` (e.g. a hash of the text, the model and the splitting) is written into a new file and checked on
-    every open, and so is ``identity``, the :func:`~fragrel_integrations.models.base.embedder_identity` of the
+    every open, and so is ``identity``, the :func:`~.embedder_identity.embedder_identity` of the
     embedder whose vectors the file holds (its id, dimension and probe fingerprint, as a saved index records):
     a file made for other content, settings or another model (one behind the same name included) raises
     ValueError, as does a file that cannot be read. With ``rebuild=True`` such a file is replaced by an empty

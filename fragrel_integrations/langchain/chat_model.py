@@ -26,7 +26,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from pydantic import field_validator, model_validator
 
 from ..adapters.arguments import check_wrapped_chat_model
-from ..models.chat import astream_pieces, check_params, content_text, model_id, reply_text, role_messages, stream_pieces
+from ..adapters.wrapped_chat import astream_pieces, content_text, reply_text, role_messages, stream_pieces
+from ..models.chat import check_params, model_id
 from ..models.tokens import count_message_tokens, count_tokens
 
 __all__ = ["FragRelChatModel", "to_role_messages"]

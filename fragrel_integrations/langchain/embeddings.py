@@ -7,8 +7,8 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from .._validation import check_positive_int
-from ..models.base import Embedder, WrappedEmbedder, embed_documents, embed_query
 from ..models.convert import optional_embedder
+from ..models.embedder import Embedder, WrappedEmbedder, embed_documents, embed_query
 
 __all__ = ["MiniLMEmbeddings"]
 
@@ -47,7 +47,7 @@ class MiniLMEmbeddings(Embeddings):
         return self._embedder
 
     def fragrel_embedder(self) -> Embedder:
-        """The core embedder for the library (:class:`~fragrel_integrations.models.base.EmbedderProvider`): the
+        """The core embedder for the library (:class:`~fragrel_integrations.models.embedder.EmbedderProvider`): the
         given one, else the shared default, loaded on its first call."""
         return WrappedEmbedder(self, "embedder") if self._embedder is None else self._embedder
 

@@ -45,7 +45,7 @@ from ..adapters.chat_turns import (  # noqa: E402
 )
 from ..adapters.keyed_stream import owned_namespace  # noqa: E402
 from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
-from ..models.base import Embedder  # noqa: E402
+from ..models.embedder import Embedder  # noqa: E402
 from .scm_store import LangGraphStoreStream  # noqa: E402
 
 __all__ = ["SCMMiddleware", "SCMState"]

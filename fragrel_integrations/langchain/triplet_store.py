@@ -55,8 +55,8 @@ from ..core.triplets import Triplet, TripletStore  # noqa: E402
 from ..core.triplets.facts import namespace_tuple  # noqa: E402
 from ..core.triplets.lenient import DEFAULT_MAX_TERM_CHARS  # noqa: E402
 from ..core.triplets.memory_store import TripletWrite, build_store  # noqa: E402
-from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
+from ..models.embedder import Embedder  # noqa: E402
 
 __all__ = ["TripletKVStore", "TripletMemoryStore", "core_triplet_store", "make_memory_tools"]
 

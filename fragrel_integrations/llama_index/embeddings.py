@@ -8,7 +8,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
-from ..models.base import Embedder, WrappedEmbedder
+from ..models.embedder import Embedder, WrappedEmbedder
 from ..models.local import MiniLMEmbedder, default_embedder
 
 __all__ = ["MiniLMEmbedding"]
@@ -53,7 +53,7 @@ class MiniLMEmbedding(BaseEmbedding):
         return self._model
 
     def fragrel_embedder(self) -> Embedder:
-        """The core embedder for the library (:class:`~fragrel_integrations.models.base.EmbedderProvider`): the
+        """The core embedder for the library (:class:`~fragrel_integrations.models.embedder.EmbedderProvider`): the
         given one, else the model loaded on its first call."""
         return WrappedEmbedder(self, "model") if self._model is None else self._model
 

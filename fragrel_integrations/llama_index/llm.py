@@ -32,17 +32,8 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from pydantic import Field, field_validator, model_validator
 
 from ..adapters.arguments import check_wrapped_chat_model
-from ..models.chat import (
-    astream_pieces,
-    check_context_window,
-    check_params,
-    context_window,
-    is_instance_of,
-    model_id,
-    reply_text,
-    role_messages,
-    stream_pieces,
-)
+from ..adapters.wrapped_chat import astream_pieces, reply_text, role_messages, stream_pieces
+from ..models.chat import check_context_window, check_params, context_window, is_instance_of, model_id
 
 __all__ = ["FragRelLLM", "to_role_messages"]
 
@@ -60,7 +51,7 @@ _MEDIA_BLOCKS = frozenset({"image", "audio", "video", "document"})
 
 def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     """LlamaIndex ``ChatMessage`` objects -> ``{"role", "content"}`` dicts (see
-    :func:`~fragrel_integrations.models.chat.role_messages`); media blocks raise ``ValueError``.
+    :func:`~fragrel_integrations.adapters.wrapped_chat.role_messages`); media blocks raise ``ValueError``.
 
     >>> to_role_messages([ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="Hi")])
     [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]

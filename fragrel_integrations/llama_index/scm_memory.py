@@ -39,7 +39,7 @@ from ..adapters.chat_turns import (
     memory_session,
 )
 from ..core.scm import DEFAULT_SESSION, SCMContext, SelfControlledMemory
-from ..models.base import Embedder
+from ..models.embedder import Embedder
 
 __all__ = ["SCMMemory"]
 

@@ -33,7 +33,7 @@ from llama_index.core.memory import BaseMemoryBlock
 
 from ..adapters.chat_turns import block_session, build_path_memory, collect_turns, queued_memory_text
 from ..core.scm import SelfControlledMemory
-from ..models.base import Embedder
+from ..models.embedder import Embedder
 from .scm_memory import turn_message
 
 __all__ = ["SCMMemoryBlock"]

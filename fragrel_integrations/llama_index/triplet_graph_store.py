@@ -43,8 +43,8 @@ from ..adapters.triplet_views import lookup, triplet_hit  # noqa: E402
 from ..core.triplets import NodeRecord, TripletRecord, TripletStore  # noqa: E402
 from ..core.triplets.facts import namespace_tuple  # noqa: E402
 from ..core.triplets.memory_store import build_store  # noqa: E402
-from ..models.base import Embedder  # noqa: E402
 from ..models.convert import optional_embedder  # noqa: E402
+from ..models.embedder import Embedder  # noqa: E402
 
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
 

@@ -21,13 +21,11 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .base import CachedEmbedder, Embedder, embed_documents, embed_query
     from .chat import ChatMessage, ChatModel, ChatModelBase, abatch, batch, complete
     from .convert import as_chat_model, as_embedder, optional_embedder
-    from .langchain_chat import LangChainChatModel
+    from .embedder import CachedEmbedder, Embedder, embed_documents, embed_query
+    from .framework_models import LangChainChatModel, LlamaIndexChatModel, LlamaIndexEmbedder
     from .llama_cpp_chat import LlamaCppChatModel
-    from .llama_index_chat import LlamaIndexChatModel
-    from .llama_index_models import LlamaIndexEmbedder
     from .local import MiniLMEmbedder, default_embedder
     from .openai_chat import OpenAIChatModel
     from .openai_embeddings import OpenAIEmbedder
@@ -66,11 +64,11 @@ __all__ = [
 
 # name -> the submodule that defines it (imported on first access)
 _WHERE = {
-    "CachedEmbedder": "base",
-    "Embedder": "base",
+    "CachedEmbedder": "embedder",
+    "Embedder": "embedder",
     "as_embedder": "convert",
-    "embed_documents": "base",
-    "embed_query": "base",
+    "embed_documents": "embedder",
+    "embed_query": "embedder",
     "optional_embedder": "convert",
     "ReplyFormat": "structured",
     "CachedChatModel": "response_cache",
@@ -82,12 +80,12 @@ _WHERE = {
     "as_chat_model": "convert",
     "batch": "chat",
     "complete": "chat",
-    "LangChainChatModel": "langchain_chat",
+    "LangChainChatModel": "framework_models",
     "LlamaCppChatModel": "llama_cpp_chat",
     "TransformersChatModel": "transformers_chat",
     "default_chat_model": "transformers_chat",
-    "LlamaIndexChatModel": "llama_index_chat",
-    "LlamaIndexEmbedder": "llama_index_models",
+    "LlamaIndexChatModel": "framework_models",
+    "LlamaIndexEmbedder": "framework_models",
     "MiniLMEmbedder": "local",
     "default_embedder": "local",
     "OpenAIChatModel": "openai_chat",

@@ -1,7 +1,7 @@
 """Conversions of any model into the core's protocols: :func:`as_embedder`, :func:`optional_embedder` and
 :func:`as_chat_model`.
 
-The protocol modules (:mod:`.base`, :mod:`.chat`) know none of their adapters; this module knows them all, so
+The protocol modules (:mod:`.embedder`, :mod:`.chat`) know none of their adapters; this module knows them all, so
 that no import cycle runs between a protocol and its adapters. No framework is imported here: a framework
 object is recognised only when its framework is already imported (an instance of it implies it is).
 """
@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Embedder, EmbedderProvider
 from .chat import ChatModel, is_instance_of
-from .langchain_chat import LangChainChatModel
-from .llama_index_chat import LlamaIndexChatModel
-from .llama_index_models import LlamaIndexEmbedder, is_llama_index_embedding
+from .embedder import Embedder, EmbedderProvider
+from .framework_models import LangChainChatModel, LlamaIndexChatModel, LlamaIndexEmbedder, is_llama_index_embedding
 
 __all__ = ["as_chat_model", "as_embedder", "optional_embedder"]
 
@@ -22,11 +20,11 @@ __all__ = ["as_chat_model", "as_embedder", "optional_embedder"]
 def as_embedder(model: Any) -> Embedder:
     """Return ``model`` as an :class:`Embedder`, the one conversion every component and adapter uses.
 
-    - an :class:`~fragrel_integrations.models.base.EmbedderProvider` (this package's wrappers, LangChain
+    - an :class:`~fragrel_integrations.models.embedder.EmbedderProvider` (this package's wrappers, LangChain
       ``MiniLMEmbeddings`` and LlamaIndex ``MiniLMEmbedding``) gives the core embedder it holds
       (``fragrel_embedder()``: loaded on first use, shared with the rest of the library);
     - a LlamaIndex ``BaseEmbedding`` is wrapped in
-      :class:`~fragrel_integrations.models.llama_index_models.LlamaIndexEmbedder`;
+      :class:`~fragrel_integrations.models.framework_models.LlamaIndexEmbedder`;
     - anything with ``embed_documents(texts)`` and ``embed_query(text)`` (a LangChain ``Embeddings``, a core
       embedder, your own object) is returned as is.
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from .._lazy import LazyInstance
 from .._optional import require
-from .base import CachedEmbedder, normalise_rows
+from .embedder import CachedEmbedder, normalise_rows
 
 __all__ = [
     "AUTO",

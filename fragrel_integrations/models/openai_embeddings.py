@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_positive_int
-from .base import check_embeddings
+from .embedder import check_embeddings
 from .openai_chat import OpenAIServer, short_repr
 
 __all__ = ["OpenAIEmbedder"]

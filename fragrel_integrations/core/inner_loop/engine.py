@@ -15,9 +15,10 @@ from ..._validation import check_min_int, check_query
 from ...models.chat import ChatModel, check_params, context_window
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
-from ...models.tokens import count_message_tokens, count_tokens, fit_texts, truncate_to_tokens
+from ...models.tokens import count_message_tokens, count_tokens
 from ..fragments import Fragment, ScoredFragment
 from ..steps import ChatStep, Steps, adrive, drive
+from ..token_budget import fit_texts, truncate_to_tokens
 from .loop_prompts import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_SYSTEM_PROMPT,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from ...models.tokens import truncate_to_tokens
+from ..token_budget import truncate_to_tokens
 from .interactions import MemoryItem, RecalledMemory, SCMContext
 
 __all__ = [

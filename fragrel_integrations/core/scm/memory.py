@@ -28,7 +28,7 @@
    embedding (embedded when retrieval next needs it); both give a ``RuntimeWarning``. An interruption
    (``KeyboardInterrupt``, a cancelled task) during write-back stores the turn, then propagates. Only the
    stream's own failure raises. With ``response_max_tokens`` the reply of :meth:`SelfControlledMemory.chat` is
-   cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token (a model that
+   cut to :data:`~fragrel_integrations.core.token_budget.OUTPUT_CHARS_PER_TOKEN` characters per token (a model that
    ignores ``max_tokens``); summaries are always capped (see :mod:`~fragrel_integrations.core.scm.memory_controller`).
 
 Both the sync and the async methods drive one shared step generator (:mod:`fragrel_integrations.core.steps`),
@@ -58,16 +58,17 @@ from typing import Any
 import numpy as np
 
 from ..._validation import check_min_int, check_text
-from ...models.base import Embedder, check_embeddings
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
+from ...models.embedder import Embedder, check_embeddings
 from ...models.structured import ReplyFormat, format_kwargs
-from ...models.tokens import cap_output, count_tokens, storable_text
+from ...models.tokens import count_tokens
 from ...models.yes_no import ayes_no_probability, yes_no_probability
 from ..relation_aware import check_alpha
 from ..relations import FragmentLayout, Relation
 from ..scorers import SCORER_NAMES, check_scorer, cosine_similarities
 from ..steps import CallStep, ChatStep, Steps, adrive, drive
+from ..token_budget import cap_output, storable_text
 from .fusion_prompts import (
     FUSION_SYSTEM_PROMPT,
     FUSION_TEMPLATE,

@@ -41,7 +41,7 @@ questions under :data:`YES_NO_FORMAT` (exactly ``yes`` or ``no``) and write a su
 parsers stay the fallback for other models.
 
 Replies are untrusted: each must be a ``str`` (anything else, e.g. ``None``, raises a TypeError naming the model
-to fix) and is cut to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters per token it
+to fix) and is cut to :data:`~fragrel_integrations.core.token_budget.OUTPUT_CHARS_PER_TOKEN` characters per token it
 was asked for (:data:`DECISION_MAX_TOKENS` for the yes/no questions, ``summary_max_tokens`` for a summary)
 before it is parsed or stored, so a model that ignores ``max_tokens`` cannot store a 10 MB summary. The parsers
 use only linear-time patterns.
@@ -65,8 +65,8 @@ from ..._validation import check_positive_int
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
-from ...models.tokens import cap_output, storable_text
 from ...models.yes_no import YesNoScorer, ayes_no_probability, yes_no_probability
+from ..token_budget import cap_output, storable_text
 from .interactions import Decision, MemoryItem
 
 __all__ = [
@@ -355,7 +355,7 @@ class SCMController:
     @staticmethod
     def clean_summary(reply: str, observation: str, response: str, max_tokens: int | None = None) -> str:
         """The summary text of a reply; a blank reply falls back to the interaction itself. With ``max_tokens``
-        the result is capped (:func:`~fragrel_integrations.models.tokens.cap_output`), the fallback included.
+        the result is capped (:func:`~fragrel_integrations.core.token_budget.cap_output`), the fallback included.
 
         >>> SCMController.clean_summary("Summary: Ana likes tea.", "I like tea.", "Noted.")
         'Ana likes tea.'

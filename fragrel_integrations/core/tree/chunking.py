@@ -6,7 +6,8 @@ import re
 from collections.abc import Callable
 
 from ..._validation import check_positive_int
-from ...models.tokens import estimate_tokens, truncate_to_tokens
+from ...models.tokens import estimate_tokens
+from ..token_budget import truncate_to_tokens
 
 __all__ = ["chunk_text", "split_sentences"]
 

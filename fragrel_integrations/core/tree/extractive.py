@@ -58,8 +58,10 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ...models.base import CachedEmbedder, Embedder, embed_documents, embedder_id, normalise_rows
-from ...models.tokens import cap_output, estimate_tokens, truncate_to_tokens
+from ...models.embedder import CachedEmbedder, Embedder, embed_documents, normalise_rows
+from ...models.tokens import estimate_tokens
+from ..embedder_identity import embedder_id
+from ..token_budget import cap_output, truncate_to_tokens
 from .chunking import split_sentences
 from .summariser import BuildReport, SummaryResult
 
@@ -227,7 +229,7 @@ def surprising_sentences(
 
 
 class SentenceCache(CachedEmbedder):
-    """:class:`~fragrel_integrations.models.base.CachedEmbedder` that also knows the texts the extractive
+    """:class:`~fragrel_integrations.models.embedder.CachedEmbedder` that also knows the texts the extractive
     summariser composed of whole units: such a text's vector is the normalised mean of its units' (unit-length)
     vectors while ``compose`` is True (a unit not in the cache any more is embedded again, on its own). Any other
     text is embedded (and cached) as usual.

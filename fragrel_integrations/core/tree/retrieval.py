@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..._validation import check_positive_int, check_query
-from ...models.base import embed_query
+from ...models.embedder import embed_query
 from ..relation_aware import check_alpha, relation_aware_scores
 from ..selection import check_k, select
 from .tree_nodes import FIELDS, TreeHit, TreeNode, check_search

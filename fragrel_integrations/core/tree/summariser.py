@@ -23,14 +23,8 @@ from tqdm.auto import tqdm
 from ...models.chat import ChatModel, ChatModelBase, abatch, batch, context_window, model_id
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
-from ...models.tokens import (
-    OUTPUT_CHARS_PER_TOKEN,
-    cap_output,
-    count_message_tokens,
-    count_tokens,
-    storable_text,
-    truncate_to_tokens,
-)
+from ...models.tokens import count_message_tokens, count_tokens
+from ..token_budget import OUTPUT_CHARS_PER_TOKEN, cap_output, storable_text, truncate_to_tokens
 from .summary import PROMPT_VERSION, ParsedSummary, parse_summary, summary_format, summary_messages
 
 __all__ = ["BuildReport", "Summariser", "SummaryResult"]
@@ -117,7 +111,7 @@ class Summariser:
     nothing (or not a str) is counted in the report and replaced by the start of its input (not cached, so it is
     retried next time). Inputs longer than the model's context window allows are cut. Generation is greedy
     (temperature 0). Model output is capped before it is parsed or stored, for a model that ignores
-    ``max_tokens``: the summary to :data:`~fragrel_integrations.models.tokens.OUTPUT_CHARS_PER_TOKEN` characters
+    ``max_tokens``: the summary to :data:`~fragrel_integrations.core.token_budget.OUTPUT_CHARS_PER_TOKEN` characters
     per token of ``summary_tokens``, the surprise per token of ``surprise_tokens`` (16 x 300 = 4,800 and
     16 x 150 = 2,400 characters by default).
 

@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from ...models.base import Embedder, check_identity, embed_documents, embedder_identity, embedder_window_tokens
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
+from ...models.embedder import Embedder, embed_documents
 from ...models.tokens import count_tokens
+from ..embedder_identity import check_identity, embedder_identity
+from ..windows import embedder_window_tokens
 from .building import TreeBuilding
 from .extractive import ExtractiveSummariser
 from .retrieval import TreeRetrieval
@@ -239,7 +241,7 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
 
     def embedder_identity(self) -> dict[str, Any]:
         """The identity of :attr:`embedder` that a save records (see
-        :func:`~fragrel_integrations.models.base.embedder_identity`; computed once per embedder)."""
+        :func:`~fragrel_integrations.core.embedder_identity.embedder_identity`; computed once per embedder)."""
         cached = getattr(self, "_identity", None)
         if cached is None or cached[0] is not self.embedder:
             cached = (self.embedder, embedder_identity(self.embedder))

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..._sqlite import SavedFormat
-from ...models.base import Embedder
+from ...models.embedder import Embedder
 from .summary_tree import SurpriseTree, check_state
 
 __all__ = ["load_tree", "save_tree"]

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..._validation import check_cosine, check_min_int, check_text, stored_json
-from ...models.base import Embedder
+from ...models.embedder import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
 from .facts import Namespace, TripletRecord, namespace_tuple, normalize_term
 from .node_table import NodeRecord, NodeTable

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..._validation import stored_int, stored_json, stored_vectors
-from ...models.base import Embedder, embed_documents, embedder_identity, identity_mismatch
+from ...models.embedder import Embedder, embed_documents
+from ..embedder_identity import embedder_identity, identity_mismatch
 from .backend import Cursor, StorageBackend
 from .term_index import INDEX_KINDS, TermIndex, check_kind
 
@@ -118,7 +119,7 @@ class TermDictionary:
             )
 
     def check_embedder(self) -> dict[str, Any]:
-        """The embedder's identity (see :func:`~fragrel_integrations.models.base.embedder_identity`), checked once
+        """The embedder's identity (see :func:`~.embedder_identity.embedder_identity`), checked once
         against the one the store records: ValueError naming the database when they differ."""
         if self._identity is None:
             current = embedder_identity(self.embedder)
