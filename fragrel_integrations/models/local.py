@@ -82,7 +82,6 @@ PROBE_TEXTS: tuple[str, ...] = (
 
 _CHOICE_FILE = "embedder-backends.json"
 _CHOICE_VERSION = 1
-_QUERY_CACHE = 1024
 _POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
 
 
@@ -108,7 +107,7 @@ class MiniLMEmbedder:
         self.dim = int(self._runner.dim)
         self.max_input_tokens = int(self._runner.max_seq_length)  # word pieces read per text; the rest is cut off
         self.model_id = _model_id(self.model_path, self.backend)  # names the backend: caches never mix two
-        self._query = functools.lru_cache(maxsize=_QUERY_CACHE)(lambda text: self.embed_documents([text])[0])
+        self._query = functools.lru_cache(maxsize=1024)(lambda text: self.embed_documents([text])[0])
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -183,13 +182,12 @@ class _OpenVINORunner:
         ov = require("openvino", "embed")
         self.pipeline = _pipeline(path)
         self.max_seq_length = self.pipeline["max_seq_length"]
-        self.tokenizer = require("tokenizers", "embed").Tokenizer.from_file(
-            str(self.pipeline["folder"] / "tokenizer.json")
-        )
+        tokenizers = require("tokenizers", "embed")
+        self.tokenizer = tokenizers.Tokenizer.from_file(str(self.pipeline["folder"] / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=self.max_seq_length)
         pad_id = self.tokenizer.token_to_id(self.pipeline["pad_token"])
         self.tokenizer.enable_padding(pad_id=pad_id or 0, pad_token=self.pipeline["pad_token"])
-        xml = _exported(path, self.tokens, cache_dir, st_model)
+        xml = self._export(path, cache_dir, st_model)
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(str(xml)), "CPU", {"INFERENCE_PRECISION_HINT": precision})
         self.inputs = {i.get_any_name() for i in self.compiled.inputs}
@@ -197,9 +195,8 @@ class _OpenVINORunner:
 
     def tokens(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Stripped (maybe lower-cased) texts as sentence-transformers tokenises them, padded to the longest."""
-        encodings = self.tokenizer.encode_batch(
-            [t.strip().lower() if self.pipeline["lower"] else t.strip() for t in texts]
-        )
+        texts = [t.strip().lower() if self.pipeline["lower"] else t.strip() for t in texts]
+        encodings = self.tokenizer.encode_batch(texts)
         return {
             "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
             "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
@@ -222,6 +219,33 @@ class _OpenVINORunner:
             raise ValueError("nothing to embed")
         return out
 
+    def _export(self, path: Path, cache_dir: Path, st_model: Callable[[], Any]) -> Path:
+        """The IR (f32 weights) of the transformer, exported offline from ``st_model()`` on first use."""
+        target = cache_dir / "openvino" / _key(_model_files(path), _versions("openvino", "torch", "transformers"))[:32]
+        xml = target / "model.xml"
+        if xml.is_file() and (target / "model.bin").is_file():
+            return xml
+        ov = require("openvino", "embed")
+        import torch
+
+        transformer = st_model()[0].auto_model
+        names = set(inspect.signature(transformer.forward).parameters)
+        features = self.tokens(["an example input", "a second, longer example input"])
+        example = {k: torch.from_numpy(v) for k, v in features.items() if k in names}
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
+            converted = ov.convert_model(transformer, example_input=example)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent, ignore_cleanup_errors=True) as staging:
+            ov.save_model(converted, str(Path(staging) / "model.xml"), compress_to_fp16=False)
+            try:
+                os.rename(staging, target)
+            except OSError:  # another process exported it meanwhile
+                if not xml.is_file():
+                    raise
+        logger.info("exported %s to OpenVINO in %s", path, target)
+        return xml
+
 
 def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     """Token vectors ``(batch, tokens, dim)`` pooled as sentence-transformers' Pooling module does."""
@@ -231,36 +255,6 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     if mode == "max":
         return np.where(m > 0, hidden, -1e9).max(axis=1)
     return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
-
-
-def _exported(
-    path: Path, tokens: Callable[[list[str]], dict[str, np.ndarray]], cache_dir: Path, st_model: Callable[[], Any]
-) -> Path:
-    """The OpenVINO IR (f32 weights) of ``path``'s transformer, exported offline from ``st_model()`` on first use."""
-    target = cache_dir / "openvino" / _key(_model_files(path), _versions("openvino", "torch", "transformers"))[:32]
-    xml = target / "model.xml"
-    if xml.is_file() and (target / "model.bin").is_file():
-        return xml
-    ov = require("openvino", "embed")
-    import torch
-
-    transformer = st_model()[0].auto_model
-    names = set(inspect.signature(transformer.forward).parameters)
-    features = tokens(["an example input", "a second, longer example input"])
-    example = {k: torch.from_numpy(v) for k, v in features.items() if k in names}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
-        converted = ov.convert_model(transformer, example_input=example)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent, ignore_cleanup_errors=True) as staging:
-        ov.save_model(converted, str(Path(staging) / "model.xml"), compress_to_fp16=False)
-        try:
-            os.rename(staging, target)
-        except OSError:  # another process exported it meanwhile
-            if not xml.is_file():
-                raise
-    logger.info("exported %s to OpenVINO in %s", path, target)
-    return xml
 
 
 def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], Any]:
