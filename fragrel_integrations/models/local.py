@@ -87,11 +87,7 @@ _POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dims, normalised) or any sentence-transformers folder (``model_path``) on ``backend``
-    (``"auto"`` or one of :data:`BACKENDS`; another device than the CPU runs ``torch``). Keeps the last 1,024 queries.
-
-    >>> MiniLMEmbedder().embed_documents(["a red apple"]).shape  # doctest: +SKIP
-    (1, 384)
-    """
+    (``"auto"`` or one of :data:`BACKENDS`; off the CPU always ``torch``). Keeps the last 1,024 queries."""
 
     def __init__(
         self, *, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None, backend: str = AUTO
@@ -126,8 +122,7 @@ class _TorchRunner:
     """sentence-transformers on torch, fp32 or under bf16 autocast (vectors renormalised in float32)."""
 
     def __init__(self, model: Any, bf16: bool) -> None:
-        self.model = model
-        self.bf16 = bf16
+        self.model, self.bf16 = model, bf16
         dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self.dim = int(dimension())  # renamed in sentence-transformers 6
         self.max_seq_length = int(model.max_seq_length)
@@ -191,7 +186,7 @@ class _OpenVINORunner:
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(str(xml)), "CPU", {"INFERENCE_PRECISION_HINT": precision})
         self.inputs = {i.get_any_name() for i in self.compiled.inputs}
-        self.dim = int(self.encode(["dimension"], 1).shape[1])
+        self.dim = self.compiled.outputs[0].get_partial_shape()[2].get_length()  # the hidden size: pooling keeps it
 
     def tokens(self, texts: list[str]) -> dict[str, np.ndarray]:
         """Stripped (maybe lower-cased) texts as sentence-transformers tokenises them, padded to the longest."""
@@ -204,19 +199,16 @@ class _OpenVINORunner:
         }
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        if not texts:
+            raise ValueError("nothing to embed")
         order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths share a batch: less padding
-        out: np.ndarray | None = None
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
             feats = self.tokens([texts[i] for i in rows])
             request = self.compiled.create_infer_request()  # one per call: safe to share the runner between threads
             hidden = np.asarray(request.infer({k: v for k, v in feats.items() if k in self.inputs})[0], np.float32)
-            pooled = _pool(hidden, feats["attention_mask"], self.pipeline["pooling"])
-            if out is None:
-                out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
-            out[rows] = normalise_rows(pooled)
-        if out is None:
-            raise ValueError("nothing to embed")
+            out[rows] = normalise_rows(_pool(hidden, feats["attention_mask"], self.pipeline["pooling"]))
         return out
 
     def _export(self, path: Path, cache_dir: Path, st_model: Callable[[], Any]) -> Path:
@@ -425,10 +417,8 @@ def _choice_key(path: Path) -> str:
 
 def _read_choices(folder: Path) -> dict[str, Any]:
     path = folder / _CHOICE_FILE
-    if not path.is_file():
-        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     except (OSError, ValueError) as exc:
         logger.warning("ignoring the damaged embedder backend file %s (%s); measuring again", path, exc)
         return {}
