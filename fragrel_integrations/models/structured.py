@@ -1,8 +1,6 @@
-"""Constrained replies: the shape a step wants a chat model's reply in (:class:`ReplyFormat`).
+"""Constrained replies (:class:`ReplyFormat`): one of some labels, a regex, a GBNF grammar or a JSON schema.
 
-A format is a choice of labels, a regex (matching the whole reply), a llama.cpp GBNF grammar or a JSON schema.
-Backends that enforce one say so with ``supports_format(fmt)`` and take ``invoke(..., reply_format=fmt)``;
-:func:`format_kwargs` passes it to those models only, and a step checks any reply with :meth:`ReplyFormat.parse`.
+Backends that enforce a format say so in ``supports_format(fmt)`` and take ``reply_format=fmt`` (:func:`format_kwargs`).
 
 >>> fmt = ReplyFormat.choice(["yes", "no"])
 >>> fmt.parse(" Yes."), fmt.parse("maybe")
@@ -24,8 +22,7 @@ __all__ = ["MAX_PARSE_CHARS", "ReplyFormat", "format_kwargs", "supports_format"]
 FormatKind = Literal["choice", "regex", "grammar", "json"]
 _KINDS = ("choice", "regex", "grammar", "json")
 
-MAX_PARSE_CHARS = 100_000
-"""Longest reply :meth:`ReplyFormat.parse` looks at (a longer one does not conform)."""
+MAX_PARSE_CHARS = 100_000  #: the longest reply :meth:`ReplyFormat.parse` looks at (a longer one does not conform)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TRIM = " \t\r\n.!\"'`*"
@@ -48,7 +45,13 @@ class ReplyFormat:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"name must be 1-64 letters, digits, '_' or '-', got {self.name!r}")
         if self.kind == "choice":
-            _check_labels(self.choices)
+            if isinstance(self.choices, str) or not self.choices:
+                raise ValueError("a choice format needs at least one label, e.g. ReplyFormat.choice(['yes', 'no'])")
+            for label in self.choices:
+                if not isinstance(label, str) or not label.strip() or label != label.strip() or "\n" in label:
+                    raise ValueError(f"choice labels must be non-empty, one line, without edge spaces, got {label!r}")
+            if len({c.lower() for c in self.choices}) != len(self.choices):
+                raise ValueError(f"choice labels must differ (ignoring case), got {list(self.choices)}")
         elif not isinstance(self.spec, str) or not self.spec.strip():
             raise ValueError(f"a {self.kind} format needs a non-empty spec")
         elif self.choices:
@@ -60,13 +63,8 @@ class ReplyFormat:
                 raise ValueError(f"regex {self.spec!r} does not compile: {exc}") from exc
             if self.spec.startswith("^") or self.spec.endswith("$"):
                 raise ValueError("give the regex without ^ and $: it always has to match the whole reply")
-        elif self.kind == "json":
-            try:
-                schema = json.loads(self.spec)
-            except ValueError as exc:
-                raise ValueError(f"the JSON schema is not valid JSON: {exc}") from exc
-            if not isinstance(schema, dict):
-                raise ValueError("a JSON schema must be a JSON object, e.g. {'type': 'object', ...}")
+        elif self.kind == "json" and not isinstance(_decode(self.spec), dict):
+            raise ValueError('a JSON schema must be JSON text of an object, e.g. \'{"type": "object"}\'')
 
     @classmethod
     def choice(cls, labels: Sequence[str], *, name: str = "choice") -> ReplyFormat:
@@ -77,8 +75,7 @@ class ReplyFormat:
 
     @classmethod
     def regex(cls, pattern: str, *, name: str = "reply") -> ReplyFormat:
-        """Text matching ``pattern`` as a whole (no look-arounds or back-references: servers and llama.cpp
-        enforce only classes, groups, alternation and ``? * + {m,n}``)."""
+        """Text matching ``pattern`` as a whole (no look-arounds or back-references: servers cannot enforce them)."""
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be str, got {type(pattern).__name__}")
         return cls("regex", pattern, (), name)
@@ -109,8 +106,7 @@ class ReplyFormat:
         return json.loads(self.spec) if self.kind == "json" else None
 
     def response_schema(self) -> dict[str, Any] | None:
-        """The schema of an OpenAI-style ``response_format``: a json format's own, ``{"answer": label or text}``
-        for choice and regex formats (see :meth:`unwrap`), None for a grammar."""
+        """An OpenAI ``response_format`` schema: a JSON format's own, ``{"answer": ...}`` (:meth:`unwrap`) or None."""
         if self.kind in ("json", "grammar"):
             return self.schema
         answer: dict[str, Any] = {"type": "string", "enum": list(self.choices)}
@@ -120,8 +116,7 @@ class ReplyFormat:
         return {"type": "object", "properties": properties, "required": ["answer"], "additionalProperties": False}
 
     def unwrap(self, text: str) -> str:
-        """The answer of a :meth:`response_schema` reply (``{"answer": ...}``) of a choice or regex format;
-        any other text unchanged."""
+        """The answer of a choice or regex format's :meth:`response_schema` reply; any other text unchanged."""
         value = _decode(text) if self.kind in ("choice", "regex") else None
         if isinstance(value, dict) and isinstance(value.get("answer"), str):
             return value["answer"]
@@ -146,16 +141,6 @@ class ReplyFormat:
         return value if _conforms(value, self.schema, 0) else None
 
 
-def _check_labels(labels: tuple[str, ...]) -> None:
-    if isinstance(labels, str) or not labels:
-        raise ValueError("a choice format needs at least one label, e.g. ReplyFormat.choice(['yes', 'no'])")
-    for label in labels:
-        if not isinstance(label, str) or not label.strip() or label != label.strip() or "\n" in label:
-            raise ValueError(f"choice labels must be non-empty one-line strings without edge spaces, got {label!r}")
-    if len({c.lower() for c in labels}) != len(labels):
-        raise ValueError(f"choice labels must differ (ignoring case), got {list(labels)}")
-
-
 def _decode(text: str) -> Any:
     """The JSON value of ``text``; None when it is not JSON or nests deeper than the decoder goes."""
     try:
@@ -165,8 +150,7 @@ def _decode(text: str) -> Any:
 
 
 def _conforms(value: Any, schema: Any, depth: int) -> bool:
-    """A decoded JSON value against a JSON-schema subset: type, enum, const, min/maxLength, min/maxItems,
-    prefixItems/items, properties/required/additionalProperties; other keywords pass."""
+    """``value`` against the JSON-schema keywords of type, enum, const, lengths, items and properties."""
     if depth > 32 or not isinstance(schema, dict):
         return depth <= 32
     kind = schema.get("type")
@@ -203,10 +187,8 @@ def supports_format(model: object, reply_format: ReplyFormat) -> bool:
     if not isinstance(reply_format, ReplyFormat):
         raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
     check = getattr(model, "supports_format", None)
-    if not callable(check):
-        return False
     try:
-        return check(reply_format) is True
+        return callable(check) and check(reply_format) is True
     except Exception:  # a foreign model's check must not break the step: treat as unsupported
         return False
 
