@@ -119,7 +119,7 @@ class CachedChatModel(ChatModelBase):
 
     @property
     def context_window(self) -> int | None:
-        from .chat import context_window  # the function (this property has its name)
+        from .chat import context_window
 
         return context_window(self.model)
 
@@ -137,36 +137,32 @@ class CachedChatModel(ChatModelBase):
         return await ayes_no_probability(self.model, messages)
 
     def _lookup(self, messages, t, n, s, reply_format) -> tuple[str, str | None, dict[str, Any]]:  # type: ignore[no-untyped-def]
-        """The request's key, the cached reply (None on a miss; counted) and the keywords for the wrapped model."""
+        """The key, the cached reply (None on a miss; counted) and the keywords for the wrapped model."""
         namespace = self.namespace
-        options: dict[str, Any] = {"temperature": t, "max_tokens": n, "stop": s}
+        kw: dict[str, Any] = {"temperature": t, "max_tokens": n, "stop": s}
         if reply_format is not None:  # a constrained reply is another request than a free one
             namespace += "\x00format:" + json.dumps([reply_format.kind, reply_format.spec, reply_format.choices])
-            options["reply_format"] = reply_format
+            kw["reply_format"] = reply_format
         key = cache_key(self.model_name, messages, temperature=t, max_tokens=n, stop=s, namespace=namespace)
         hit = self.cache.get(key)
         with self._count_lock:
             self.hits += hit is not None
             self.misses += hit is None
-        return key, hit, options
+        return key, hit, kw
 
-    def _store(self, key: str, messages: list[dict[str, str]], t, n, s, out: str) -> str:  # type: ignore[no-untyped-def]
-        request = {"messages": messages, "temperature": t, "max_tokens": n, "stop": s, "namespace": self.namespace}
+    def _store(self, key: str, messages: list[dict[str, str]], kw: dict[str, Any], out: str) -> str:
+        request = {"messages": messages, **kw, "namespace": self.namespace}
+        request.pop("reply_format", None)
         self.cache.put(key, out, model=self.model_name, request=request)
         return out
 
     def _generate(self, messages, temperature, max_tokens, stop, reply_format=None) -> str:  # type: ignore[no-untyped-def]
-        key, hit, options = self._lookup(messages, temperature, max_tokens, stop, reply_format)
-        if hit is not None:
-            return hit
-        return self._store(key, messages, temperature, max_tokens, stop, self.model.invoke(messages, **options))
+        key, hit, kw = self._lookup(messages, temperature, max_tokens, stop, reply_format)
+        return hit if hit is not None else self._store(key, messages, kw, self.model.invoke(messages, **kw))
 
     async def _agenerate(self, messages, temperature, max_tokens, stop, reply_format=None) -> str:  # type: ignore[no-untyped-def]
-        key, hit, options = self._lookup(messages, temperature, max_tokens, stop, reply_format)
-        if hit is not None:
-            return hit
-        reply = await self.model.ainvoke(messages, **options)
-        return self._store(key, messages, temperature, max_tokens, stop, reply)
+        key, hit, kw = self._lookup(messages, temperature, max_tokens, stop, reply_format)
+        return hit if hit is not None else self._store(key, messages, kw, await self.model.ainvoke(messages, **kw))
 
-    _generate_format = _generate  # the same call, with the format's keyword and key
+    _generate_format = _generate  # the same calls, with the format in the key and the keywords
     _agenerate_format = _agenerate
