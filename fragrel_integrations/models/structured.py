@@ -109,10 +109,8 @@ class ReplyFormat:
         """An OpenAI ``response_format`` schema: a JSON format's own, ``{"answer": ...}`` (:meth:`unwrap`) or None."""
         if self.kind in ("json", "grammar"):
             return self.schema
-        answer: dict[str, Any] = {"type": "string", "enum": list(self.choices)}
-        if self.kind == "regex":
-            answer = {"type": "string", "pattern": f"^(?:{self.spec})$"}
-        properties = {"answer": answer}
+        key, value = ("enum", list(self.choices)) if self.kind == "choice" else ("pattern", f"^(?:{self.spec})$")
+        properties = {"answer": {"type": "string", key: value}}
         return {"type": "object", "properties": properties, "required": ["answer"], "additionalProperties": False}
 
     def unwrap(self, text: str) -> str:
@@ -165,8 +163,7 @@ def _conforms(value: Any, schema: Any, depth: int) -> bool:
     if isinstance(value, str):
         return schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value))
     if isinstance(value, list):
-        prefix = schema.get("prefixItems") or []
-        rest = schema.get("items")
+        prefix, rest = schema.get("prefixItems") or [], schema.get("items")
         return (
             schema.get("minItems", 0) <= len(value) <= schema.get("maxItems", len(value))
             and all(_conforms(item, sub, depth + 1) for item, sub in zip(value, prefix, strict=False))
@@ -200,6 +197,5 @@ def format_kwargs(model: object, reply_format: ReplyFormat | None) -> dict[str, 
     >>> format_kwargs(ScriptedChatModel(["x"]), ReplyFormat.choice(["yes", "no"]))
     {}
     """
-    if reply_format is None or not supports_format(model, reply_format):
-        return {}
-    return {"reply_format": reply_format}
+    enforced = reply_format is not None and supports_format(model, reply_format)
+    return {"reply_format": reply_format} if enforced else {}

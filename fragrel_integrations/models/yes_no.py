@@ -1,8 +1,7 @@
 """Yes/no answers by probability, an optional capability of a chat model (:class:`YesNoScorer`).
 
-``yes_no_probability(messages)`` is ``P(yes) / (P(yes) + P(no))`` for the first token of the reply, each side
-summing the tokens that spell it (``yes``, ``Yes``, ``YES``, with or without a leading space); None means the
-backend gave no probabilities, and the caller parses the text reply instead.
+``yes_no_probability(messages)`` is ``P(yes) / (P(yes) + P(no))`` for the reply's first token, summed over the
+spellings (:data:`YES_WORDS`, with or without a leading space); None: no probabilities, parse the text instead.
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> yes_no_probability(ScriptedChatModel(["yes"]), "Is water wet?") is None
@@ -56,7 +55,6 @@ class YesNoScorer(Protocol):
     """A chat model that says how likely its reply starts with *yes* rather than *no* (see the module doc)."""
 
     def yes_no_probability(self, messages: Messages) -> float | None: ...
-
     async def ayes_no_probability(self, messages: Messages) -> float | None: ...
 
 
@@ -83,16 +81,13 @@ def yes_no_from_logprobs(candidates: Iterable[tuple[str, float]], *, complete: b
         return 1.0 if yes else 0.0
     floor = min(lp for _, lp in pairs)
     diff = _logsumexp(yes or [floor]) - _logsumexp(no or [floor])
-    if diff >= 0:
-        return 1.0 / (1.0 + math.exp(-diff))
-    return math.exp(diff) / (1.0 + math.exp(diff))
+    return 1.0 / (1.0 + math.exp(-diff)) if diff >= 0 else math.exp(diff) / (1.0 + math.exp(diff))
 
 
 def _checked(value: object, model: object) -> float | None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1):
         raise ValueError(
-            f"{type(model).__name__}.yes_no_probability returned {value!r}; it must return a probability in "
-            "[0, 1] or None"
+            f"{type(model).__name__}.yes_no_probability gave {value!r}, not a probability in [0, 1] or None"
         )
     return None if value is None else float(value)
 
