@@ -58,9 +58,8 @@ def cache_key(
 
 
 class ResponseCache(Closing):
-    """SQLite table ``responses(key, model, request, response, created)``, safe to share between threads.
-
-    ``path`` is ``":memory:"`` or a file, created with its folders (a file of another format is a ValueError)."""
+    """SQLite table ``responses(key, model, request, response, created)`` in ``path`` (a file, created with its
+    folders; a file of another format is a ValueError) or ``":memory:"``; safe to share between threads."""
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(Path(path).expanduser())
@@ -81,8 +80,7 @@ class ResponseCache(Closing):
         if not isinstance(response, str):
             raise TypeError(f"response must be str, got {type(response).__name__}")
         req = json.dumps(request, ensure_ascii=False, sort_keys=True, default=str)
-        sql = "INSERT OR REPLACE INTO responses (key, model, request, response, created) VALUES (?, ?, ?, ?, ?)"
-        self._run(sql, key, model, req, response, time.time())
+        self._run("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)", key, model, req, response, time.time())
 
     def __len__(self) -> int:
         return int(self._run("SELECT COUNT(*) FROM responses")[0][0])
@@ -100,11 +98,8 @@ class ResponseCache(Closing):
 
 
 class CachedChatModel(ChatModelBase):
-    """A :class:`ChatModel` behind a :class:`ResponseCache` (a path, ``":memory:"`` or a cache object).
-
-    ``model_name`` is the id in keys (default :func:`~fragrel_integrations.models.chat.model_id`: give one when two
-    models share an id); ``hits`` and ``misses`` count lookups. Yes/no probabilities are passed through, uncached.
-    """
+    """A :class:`ChatModel` behind a :class:`ResponseCache` (a path, ``":memory:"`` or a cache object); ``hits`` and
+    ``misses`` count lookups. Give ``model_name`` (the id in keys) when two models share a :func:`.chat.model_id`."""
 
     def __init__(
         self, model: ChatModel, cache: ResponseCache | str | Path, *, model_name: str | None = None, namespace: str = ""

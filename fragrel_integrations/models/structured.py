@@ -47,9 +47,11 @@ class ReplyFormat:
         if self.kind == "choice":
             if isinstance(self.choices, str) or not self.choices:
                 raise ValueError("a choice format needs at least one label, e.g. ReplyFormat.choice(['yes', 'no'])")
-            for label in self.choices:
-                if not isinstance(label, str) or not label.strip() or label != label.strip() or "\n" in label:
-                    raise ValueError(f"choice labels must be non-empty, one line, without edge spaces, got {label!r}")
+            bad = [c for c in self.choices if not isinstance(c, str) or not c.strip() or c != c.strip() or "\n" in c]
+            if bad:
+                raise ValueError(
+                    f"choice labels must be non-empty one-line strings without edge spaces, got {bad[0]!r}"
+                )
             if len({c.lower() for c in self.choices}) != len(self.choices):
                 raise ValueError(f"choice labels must differ (ignoring case), got {list(self.choices)}")
         elif not isinstance(self.spec, str) or not self.spec.strip():

@@ -103,9 +103,8 @@ async def ayes_no_probability(model: object, messages: Messages) -> float | None
 
 
 class LogprobsYesNo(ABC):
-    """:class:`YesNoScorer` for adapters of framework models with OpenAI-style logprobs: asks a one-token reply
-    and reads its first token's alternatives (the abstract methods); a model that refuses or returns none is not
-    asked again."""
+    """:class:`YesNoScorer` over a framework model's OpenAI-style logprobs of a one-token reply (the abstract
+    methods); a model that refuses them or returns none is not asked again."""
 
     logprobs_supported: bool | None = None
     model_name: str = "model"
