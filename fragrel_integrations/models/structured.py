@@ -142,10 +142,9 @@ class ReplyFormat:
 
 
 def _decode(text: str) -> Any:
-    """The JSON value of ``text``; None when it is not JSON or nests deeper than the decoder goes."""
     try:
         return json.loads(text)
-    except (ValueError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
         return None
 
 
@@ -158,9 +157,7 @@ def _conforms(value: Any, schema: Any, depth: int) -> bool:
     name = _JSON_TYPE.get(type(value), "null")
     if kinds and name not in kinds and not (name == "integer" and "number" in kinds):
         return False
-    if "enum" in schema and value not in schema["enum"]:
-        return False
-    if "const" in schema and value != schema["const"]:
+    if ("enum" in schema and value not in schema["enum"]) or ("const" in schema and value != schema["const"]):
         return False
     if isinstance(value, str):
         return schema.get("minLength", 0) <= len(value) <= schema.get("maxLength", len(value))
