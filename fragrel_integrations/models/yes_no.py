@@ -2,6 +2,8 @@
 
 ``yes_no_probability(messages)`` is ``P(yes) / (P(yes) + P(no))`` for the reply's first token, summed over the
 spellings (:data:`YES_WORDS`, with or without a leading space); None: no probabilities, parse the text instead.
+The embedded models read logits, OpenAI servers and ``ChatOpenAI``-like framework models logprobs (wrappers such
+as :class:`~fragrel_integrations.models.response_cache.CachedChatModel` pass it on); other models lack it.
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> yes_no_probability(ScriptedChatModel(["yes"]), "Is water wet?") is None
