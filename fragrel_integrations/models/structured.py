@@ -149,7 +149,7 @@ def _decode(text: str) -> Any:
 
 
 def _conforms(value: Any, schema: Any, depth: int) -> bool:
-    """``value`` against the JSON-schema keywords of type, enum, const, lengths, items and properties."""
+    """A ``json.loads`` value against the JSON-schema keywords of type, enum, const, lengths, items and properties."""
     if depth > 32 or not isinstance(schema, dict):
         return depth <= 32
     kind = schema.get("type")
