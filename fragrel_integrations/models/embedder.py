@@ -185,13 +185,7 @@ class WrappedEmbedder:
         return f"WrappedEmbedder({type(self.wrapper).__name__})"
 
 
-# --------------------------------------------------------------------------------------------- input windows
-
-
 def normalise_rows(vectors: np.ndarray) -> np.ndarray:
     """Rows scaled to unit length (zero rows stay zero), float32."""
     v = np.asarray(vectors, dtype=np.float32)
     return v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-
-
-# --------------------------------------------------------------------------------------------- identity
