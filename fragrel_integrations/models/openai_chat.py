@@ -251,11 +251,9 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
     async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         spec = {"name": reply_format.name, "schema": reply_format.response_schema(), "strict": True}
         fmt = {"type": "json_schema", "json_schema": spec}
+        probe = self.format_refused is None
         try:
-            reply = await self._create(
-                messages, temperature, max_tokens, stop, self.format_refused is None, response_format=fmt
-            )
-            text = self._text(reply)
+            text = self._text(await self._create(messages, temperature, max_tokens, stop, probe, response_format=fmt))
         except self._openai.APIStatusError as exc:
             text = await self._agenerate(messages, temperature, max_tokens, stop)  # the same request, no format
             self.format_refused = True
