@@ -1,19 +1,9 @@
-"""ChatModel for ANY OpenAI-compatible chat-completions server (OpenAI, llama.cpp's server, vLLM, Ollama's ``/v1``,
-LM Studio, LiteLLM, ...) through the ``openai`` SDK: its parsed responses, streaming and retries (``max_retries``).
-
->>> model = OpenAIChatModel("smollm2", base_url="http://127.0.0.1:8000/v1")     # doctest: +SKIP
->>> model.invoke([{"role": "user", "content": "Say hi"}], max_tokens=8)         # doctest: +SKIP
-'Hi!'
-
-``base_url`` and ``api_key`` come from the arguments or from ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY``; the key in
-``OPENAI_API_KEY`` is sent only to OpenAI or to the server ``OPENAI_BASE_URL`` names (another server gets it only
-as ``api_key=``; a local server with no key gets a placeholder). ``timeout`` is one deadline for the whole
-request, retries and name lookup included: every request runs on the SDK's async client under
-``asyncio.timeout`` (a blocking call on a private event loop thread), so a server that sends one byte at a time
-cannot hold a caller past it, and connections are kept alive. Errors name the server and the fix.
+"""ChatModel for any OpenAI-compatible chat-completions server (OpenAI, llama.cpp, vLLM, Ollama, LM Studio, ...) on
+the ``openai`` SDK (typed responses, streaming, retries). ``OPENAI_API_KEY`` goes only to OpenAI or to the server
+``OPENAI_BASE_URL`` names; ``timeout`` is one deadline per call, retries and name lookup included (blocking calls run
+on one background event loop; connections are kept alive); errors name the server and the fix. Example:
+``OpenAIChatModel("smollm2", base_url="http://127.0.0.1:8000/v1").invoke("Say hi", max_tokens=8)``.
 """
-
-from __future__ import annotations
 
 import asyncio
 import contextlib
@@ -22,53 +12,38 @@ import logging
 import os
 import socket
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from .._optional import require
-from .chat import ChatModelBase, Messages, given_params, to_messages
+from .._validation import check_min_int
+from .chat import ChatModelBase, Messages, check_context_window, given_params, to_messages
 from .structured import ReplyFormat
-from .tokens import estimate_tokens
-from .yes_no import yes_no_from_logprobs
+from .yes_no import LogprobsYesNo
 
-__all__ = [
-    "DEFAULT_URL",
-    "PLACEHOLDER_KEY",
-    "YES_NO_TOP_LOGPROBS",
-    "OpenAIChatModel",
-    "OpenAIServer",
-    "resolve_endpoint",
-]
+__all__ = ["DEFAULT_URL", "PLACEHOLDER_KEY", "OpenAIChatModel", "OpenAIServer", "resolve_endpoint"]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_URL = "https://api.openai.com/v1"
 PLACEHOLDER_KEY = "sk-no-key-required"
-#: ``top_logprobs`` asked for a yes/no question (OpenAI allows at most 20).
-YES_NO_TOP_LOGPROBS = 20
-_KEY_FIX = (
-    "pass api_key=... (CLI: --api-key / --embed-api-key); OPENAI_API_KEY is sent only to api.openai.com or to "
-    "the server OPENAI_BASE_URL names"
-)
+_TIMEOUT_FIX = "raise timeout=... (--timeout in the CLI)"
 _TOOL_FIX = "OpenAIChatModel sends no tools and reads text only: check the server's chat template or tool settings"
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
-    parts = urllib.parse.urlsplit(url)
-    scheme = parts.scheme.lower()
     try:
-        port = parts.port
-    except ValueError:
-        port = None
-    return scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme)
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError as exc:
+        raise ValueError(f"{url!r} is not a URL ({exc}); check base_url / OPENAI_BASE_URL") from None
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
 def resolve_endpoint(base_url: str | None, api_key: str | None) -> tuple[str, str]:
-    """``(base_url, api_key)`` from the arguments, else the environment (see the module doc); ValueError when
-    OpenAI itself would be called without a key.
+    """``(base_url, api_key)`` from the arguments, else the environment; ValueError when OpenAI would get no key.
 
     >>> resolve_endpoint("http://127.0.0.1:8080/v1/", "sk-local")
     ('http://127.0.0.1:8080/v1', 'sk-local')
@@ -76,18 +51,14 @@ def resolve_endpoint(base_url: str | None, api_key: str | None) -> tuple[str, st
     env_url = os.environ.get("OPENAI_BASE_URL") or None
     base_url = base_url or env_url
     url = (base_url or DEFAULT_URL).rstrip("/")
-    if not api_key:
-        env_key = os.environ.get("OPENAI_API_KEY") or None
-        owners = {_origin(DEFAULT_URL)} | ({_origin(env_url)} if env_url else set())
-        api_key = env_key if env_key and _origin(url) in owners else None
-    if not api_key:
-        if base_url is None:
-            raise ValueError(
-                "no API key: pass api_key=... or set OPENAI_API_KEY; for a local server pass base_url=... "
-                "(or set OPENAI_BASE_URL)"
-            )
-        api_key = PLACEHOLDER_KEY
-    return url, api_key
+    if not api_key and _origin(url) in {_origin(u) for u in (DEFAULT_URL, env_url) if u}:
+        api_key = os.environ.get("OPENAI_API_KEY")
+    if not api_key and base_url is None:
+        raise ValueError(
+            "no API key: pass api_key=... or set OPENAI_API_KEY; for a local server pass base_url=... "
+            "(or set OPENAI_BASE_URL)"
+        )
+    return url, api_key or PLACEHOLDER_KEY
 
 
 def short_repr(value: Any, limit: int = 200) -> str:
@@ -96,154 +67,116 @@ def short_repr(value: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-_LOOP: asyncio.AbstractEventLoop | None = None
-_LOOP_LOCK = threading.Lock()
-
-
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """The event loop (in a daemon thread, started on first use) that runs the blocking calls' requests."""
-    global _LOOP
-    with _LOOP_LOCK:
-        if _LOOP is None:
-            _LOOP = asyncio.new_event_loop()
-            threading.Thread(target=_LOOP.run_forever, name="fragrel-openai", daemon=True).start()
-        return _LOOP
-
-
 class OpenAIServer:
-    """What the OpenAI-compatible chat model and embedder share: the server, the key, the SDK's async client
-    (one per event loop), and requests under one total deadline with errors that name the server."""
+    """What the chat model and the embedder share: the server, the SDK's async client (one per event loop) and
+    requests under one total deadline, with errors that name the server."""
 
-    def __init__(
-        self,
-        base_url: str | None,
-        api_key: str | None,
-        timeout: float,
-        max_retries: int,
-        default_headers: dict[str, str] | None,
-    ) -> None:
+    _loop: ClassVar[asyncio.AbstractEventLoop | None] = None  # runs the blocking calls, in a daemon thread
+    _loop_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, base_url: str | None, api_key: str | None, timeout: float, retries: int, headers: Any) -> None:
         self._openai = require("openai", "openai")
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < float("inf"):
             raise ValueError(f"timeout must be positive seconds (--timeout in the CLI), got {timeout!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"max_retries must be an int >= 0 (--max-retries in the CLI), got {max_retries!r}")
+        self.max_retries = check_min_int(retries, "max_retries", 0, hint=" (--max-retries in the CLI)")
         self.base_url, key = resolve_endpoint(base_url, api_key)
-        self.timeout, self.max_retries = float(timeout), max_retries
+        _, self._host, self._port = _origin(self.base_url)
+        self.timeout = float(timeout)
         self._kwargs = {"base_url": self.base_url, "api_key": key, "timeout": self.timeout,
-                        "max_retries": max_retries, "default_headers": default_headers}  # fmt: skip
+                        "max_retries": retries, "default_headers": headers}  # fmt: skip
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
 
-    def _client(self) -> Any:
-        loop = asyncio.get_running_loop()  # an httpx async client belongs to the loop it first ran on
+    def _client(self, probe: bool = False) -> Any:
+        """The running loop's client (an httpx client belongs to its loop); without retries for a ``probe``."""
+        loop = asyncio.get_running_loop()
         if loop not in self._clients:
             for old in [k for k in self._clients if k.is_closed()]:
                 del self._clients[old]
             self._clients[loop] = self._openai.AsyncOpenAI(**self._kwargs)
-        return self._clients[loop]
+        return self._clients[loop].with_options(max_retries=0) if probe else self._clients[loop]
 
     def _sync(self, coro: Awaitable[Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, _background_loop()).result()  # type: ignore[arg-type]
+        """``coro`` run on the background event loop (started on first use), waited for."""
+        with OpenAIServer._loop_lock:
+            if OpenAIServer._loop is None:
+                OpenAIServer._loop = asyncio.new_event_loop()
+                threading.Thread(target=OpenAIServer._loop.run_forever, name="fragrel-openai", daemon=True).start()
+        return asyncio.run_coroutine_threadsafe(coro, OpenAIServer._loop).result()  # type: ignore[arg-type]
 
-    async def _request(self, make: Callable[[Any], Awaitable[Any]], end: float | None = None) -> Any:
-        """``make(client)`` within the deadline ``end`` (a ``time.monotonic()`` value; default ``timeout`` from now),
-        the SDK's retries included; failures as :meth:`_failure` words them."""
-        end = time.monotonic() + self.timeout if end is None else end
+    async def _request(self, make: Callable[[], Awaitable[Any]], end: float | None = None, lookup: bool = True) -> Any:
+        """``await make()`` (the SDK's retries included) before the loop time ``end``, default ``timeout`` from now."""
+        end = asyncio.get_running_loop().time() + self.timeout if end is None else end
+        if lookup:
+            await self._resolve(end)
         try:
-            await self._resolve(end)  # its own timeout, so that a slow lookup is named as such
-            async with asyncio.timeout(max(0.0, end - time.monotonic())):
-                return await make(self._client())
+            async with asyncio.timeout_at(end):
+                return await make()
         except Exception as exc:
-            err = self._failure(exc, time.monotonic() >= end)
-            if err is exc:
-                raise
-            raise err from exc
+            self._fail(exc, end)
+            raise
 
     async def _resolve(self, end: float) -> None:
-        """The server's name looked up first, so that a slow lookup is reported as such (skipped for an IP
-        address, ``localhost`` and behind a proxy)."""
-        _, host, port = _origin(self.base_url)
-        if not host or host == "localhost" or urllib.request.getproxies():
+        """The name lookup on its own, so that a slow one is named (not for IP addresses, localhost, proxies)."""
+        if self._host in ("", "localhost") or urllib.request.getproxies():
             return
         with contextlib.suppress(ValueError):
-            ipaddress.ip_address(host)
+            ipaddress.ip_address(self._host)
             return
         try:
-            async with asyncio.timeout(max(0.0, end - time.monotonic())):
+            async with asyncio.timeout_at(end):
                 with contextlib.suppress(OSError, UnicodeError):
-                    await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                    await asyncio.get_running_loop().getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM)
         except TimeoutError:
-            raise _Named(
-                f"name resolution of {host!r} (the OpenAI-compatible server at {self.base_url}) timed out: no "
-                f"answer within the request's {self.timeout:g}s; check the host name and your DNS, or raise "
-                "timeout=... (--timeout in the CLI)"
+            raise TimeoutError(
+                f"name resolution of {self._host!r} (the OpenAI-compatible server at {self.base_url}) timed out: no "
+                f"answer within the request's {self.timeout:g}s; check the host name and your DNS, or {_TIMEOUT_FIX}"
             ) from None
 
-    def _failure(self, exc: Exception, expired: bool) -> Exception:
-        """``exc`` as the caller should see it: a TimeoutError once the deadline passed, ConnectionError for an
-        unreachable server, an HTTP error status with a message naming the server (type kept)."""
-        openai, url = self._openai, self.base_url
-        if isinstance(exc, _Named):
-            return TimeoutError(str(exc))
-        if expired or isinstance(exc, openai.APITimeoutError):
-            return TimeoutError(
-                f"the OpenAI-compatible server at {url} did not answer within {self.timeout:g}s (retries included); "
-                "raise timeout=... (--timeout in the CLI) or check the server"
-            )
+    def _fail(self, exc: Exception, end: float) -> None:
+        """Raise ``exc`` as the caller should see it, naming the server and the fix (HTTP errors keep their type)."""
+        openai, where = self._openai, f"the OpenAI-compatible server at {self.base_url}"
+        cause = (exc.__cause__ or exc) if isinstance(exc, openai.APIConnectionError) else exc
+        if isinstance(exc, TimeoutError | openai.APITimeoutError) or asyncio.get_running_loop().time() >= end:
+            raise TimeoutError(
+                f"{where} did not answer within {self.timeout:g}s (retries included); check it or {_TIMEOUT_FIX}"
+            ) from exc
+        raw = type(exc).__module__.startswith(("httpx", "httpcore"))  # from a stream
+        if raw or type(cause).__name__ in ("RemoteProtocolError", "ReadError"):
+            raise ConnectionError(
+                f"{where} broke off its reply: {cause}. Check the server (a crash, or a proxy cutting the connection)"
+            ) from exc
         if isinstance(exc, openai.APIConnectionError):
-            cause = exc.__cause__ or exc
-            if "RemoteProtocolError" in type(cause).__name__ or "ReadError" in type(cause).__name__:
-                return ConnectionError(
-                    f"the OpenAI-compatible server at {url} broke off its reply: {cause}. Check the server "
-                    "(a crash, or a proxy cutting the connection)"
-                )
-            return ConnectionError(
-                f"cannot reach the OpenAI-compatible server at {url} (after up to {self.max_retries} retries): "
-                f"{cause}. Is it running? Check base_url / --base-url / --embed-base-url / OPENAI_BASE_URL."
-            )
-        if isinstance(exc, openai.APIStatusError):
+            raise ConnectionError(
+                f"cannot reach {where} (after up to {self.max_retries} retries): {cause}. Is it running? Check "
+                "base_url / --base-url / --embed-base-url / OPENAI_BASE_URL."
+            ) from exc
+        if isinstance(exc, ValueError):  # the SDK could not decode the body
+            raise ValueError(f"the server at {self.base_url} sent a reply that is not JSON ({exc})") from exc
+        if isinstance(exc, openai.APIStatusError):  # the type is kept, the message names the server and the fix
             code, said = exc.status_code, " ".join(str(exc.message or exc).split())
-            where = f"the OpenAI-compatible server at {url} answered HTTP {code}"
             if code in (401, 403):
-                text = f"{where} (the API key was refused: {said}); {_KEY_FIX}"
+                said = (
+                    f" (the API key was refused: {said}); pass api_key=... (CLI: --api-key / --embed-api-key); "
+                    "OPENAI_API_KEY is sent only to api.openai.com or to the server OPENAI_BASE_URL names"
+                )
             elif code == 404:
-                text = f"{where} ({said}); check the model name and base_url (usually ending in /v1)"
+                said = f" ({said}); check the model name and base_url (usually ending in /v1)"
             elif code >= 500 or code in (408, 409, 429):
-                text = f"{where} after up to {self.max_retries} retries ({said}); check the server's log or try again"
+                said = f" after up to {self.max_retries} retries ({said}); check the server's log or try again"
             else:
-                text = f"{where}: the request was rejected ({said})"
-            exc.args, exc.message = (text,), text
-            return exc
-        if isinstance(exc, ValueError) and not isinstance(exc, _Checked):  # the SDK could not decode the body
-            return ValueError(f"the server at {url} sent a reply that is not JSON ({exc})")
-        return exc
+                said = f": the request was rejected ({said})"
+            exc.message = f"{where} answered HTTP {code}{said}"
+            exc.args = (exc.message,)
 
     def close(self) -> None:
         """Forget the clients (their connections close with them)."""
         self._clients.clear()
 
 
-def _once(client: Any, probe: bool) -> Any:
-    """``client`` without retries for a request that asks whether the server has a feature."""
-    return client.with_options(max_retries=0) if probe else client
-
-
-class _Named(Exception):
-    """A timeout whose message is already written (a slow name lookup)."""
-
-
-class _Checked(ValueError):
-    """A reply that was read and found malformed (its message names the server)."""
-
-
-class OpenAIChatModel(OpenAIServer, ChatModelBase):
-    """A model served behind an OpenAI-compatible ``/chat/completions`` endpoint.
-
-    ``model`` is the name the server knows. ``timeout`` is seconds per call, retries included; ``max_retries``
-    the SDK's retries of transient errors; ``seed`` is sent with every request; ``context_window`` tells callers
-    how many tokens the model takes (unknown = None); ``extra_body`` is merged into every request.
-    ``response_format`` / ``logprobs``: whether the server takes ``response_format`` json_schema (constrained
-    replies) and returns ``logprobs`` (yes/no probabilities); None asks once and remembers: a first request with
-    the feature that fails is sent again without it, and the feature is not asked again.
+class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint; ``seed`` and ``extra_body`` go with every
+    request. ``response_format`` / ``logprobs``: whether the server takes json_schema ``response_format`` and returns
+    ``logprobs``; None asks once: a first request with the feature that fails goes again without it, not asked again.
     """
 
     def __init__(
@@ -263,184 +196,126 @@ class OpenAIChatModel(OpenAIServer, ChatModelBase):
     ) -> None:
         if not isinstance(model, str) or not model:
             raise ValueError("model must be the model name the server serves, e.g. 'gpt-4o-mini' or 'smollm2'")
-        if context_window is not None and (not isinstance(context_window, int) or context_window < 1):
-            raise ValueError(f"context_window must be a positive int or None, got {context_window!r}")
+        self.context_window = check_context_window(context_window)
         super().__init__(base_url, api_key, timeout, max_retries, default_headers)
         self.model_name = model
         self.seed = seed
-        self.context_window = context_window
         self.extra_body = dict(extra_body or {})
-        #: True once the server refused a ``response_format`` request (or ``response_format=False``); None: unknown.
         self.format_refused: bool | None = None if response_format is None else not response_format
-        #: None: not known yet; True / False: the server does / does not return logprobs.
         self.logprobs_supported: bool | None = logprobs
+        self._source = f"the chat server at {self.base_url} (model {model!r})"
 
-    def count_tokens(self, text: str) -> int:
-        """No tokenizer for a remote model offline: the word-based estimate."""
-        return estimate_tokens(text)
-
-    @property
-    def _source(self) -> str:
-        return f"the chat server at {self.base_url} (model {self.model_name!r})"
-
-    def _req(self, messages: list[dict[str, str]], temperature: Any, max_tokens: Any, stop: Any) -> dict[str, Any]:
-        req = {"model": self.model_name, "messages": messages, **given_params(temperature, max_tokens, stop)}
+    async def _create(self, messages, temperature, max_tokens, stop, probe=False, **extra) -> Any:  # type: ignore[no-untyped-def]
+        """A completion; a ``probe`` (asking whether the server has a feature) goes without retries."""
+        req = {"model": self.model_name, "messages": messages, **given_params(temperature, max_tokens, stop), **extra}
         if self.seed is not None:
             req["seed"] = self.seed
-        if self.extra_body:
-            req["extra_body"] = self.extra_body
-        return req
+        client = self._client(probe)
+        return await self._request(lambda: client.chat.completions.create(**req, extra_body=self.extra_body))
 
     def _text(self, response: Any) -> str:
-        """The reply text of a parsed completion, checked (a ValueError naming the server otherwise)."""
-        source = self._source
+        """The reply text of a completion; ValueError naming the server for a malformed one."""
         if not hasattr(response, "choices"):
-            raise _Checked(f"{source} sent JSON that is not an object: {short_repr(response)}")
+            raise ValueError(f"{self._source} sent JSON that is not an object: {short_repr(response)}")
         if not isinstance(response.choices, list) or not response.choices:
-            raise _Checked(f"{source} sent a reply without choices: {short_repr(response)}")
+            raise ValueError(f"{self._source} sent a reply without choices: {short_repr(response)}")
         message = response.choices[0].message
         if message is None:
-            raise _Checked(f"{source} sent a choice without a message; check the server")
+            raise ValueError(f"{self._source} sent a choice without a message; check the server")
         content = message.content
         if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
             content = "".join(str(p.get("text", "")) for p in content)  # content parts
         if content is not None and not isinstance(content, str):
-            raise _Checked(f"{source} sent content of type {type(content).__name__}, not text: {short_repr(content)}")
-        if content:
-            return content
-        if message.tool_calls or message.function_call:
-            calls = message.tool_calls or [message]
-            names = ", ".join(str(getattr(getattr(c, "function", None) or c.function_call, "name", "?")) for c in calls)
-            raise _Checked(f"{source} answered with a tool call ({names}) instead of text; {_TOOL_FIX}")
-        if message.refusal:
-            raise _Checked(f"{source} refused to answer: {short_repr(message.refusal)}")
-        return ""
-
-    async def _complete(self, req: dict[str, Any], probe: bool = False) -> str:
-        return self._text(await self._request(lambda c: _once(c, probe).chat.completions.create(**req)))
+            raise ValueError(f"{self._source} sent content of type {type(content).__name__}: {short_repr(content)}")
+        if not content and (message.tool_calls or message.function_call):
+            calls = [getattr(c, "function", None) for c in message.tool_calls or []] or [message.function_call]
+            names = ", ".join(str(getattr(c, "name", "?")) for c in calls)
+            raise ValueError(f"{self._source} answered with a tool call ({names}) instead of text; {_TOOL_FIX}")
+        if not content and message.refusal:
+            raise ValueError(f"{self._source} refused to answer: {short_repr(message.refusal)}")
+        return content or ""
 
     def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
         return self._sync(self._agenerate(messages, temperature, max_tokens, stop))
 
     async def _agenerate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
-        return await self._complete(self._req(messages, temperature, max_tokens, stop))
+        return self._text(await self._create(messages, temperature, max_tokens, stop))
 
-    # -- constrained replies ---------------------------------------------------------------------------------------
     def supports_format(self, reply_format: ReplyFormat) -> bool:
-        """Choice, regex and JSON formats go out as ``response_format`` json_schema; GBNF grammars are not sent.
-        False once this server refused it."""
+        """Choice, regex and JSON formats go as ``response_format`` json_schema, unless this server refused it."""
         return not self.format_refused and reply_format.response_schema() is not None
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         return self._sync(self._agenerate_format(messages, temperature, max_tokens, stop, reply_format))
 
     async def _agenerate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
-        req = self._req(messages, temperature, max_tokens, stop)
         spec = {"name": reply_format.name, "schema": reply_format.response_schema(), "strict": True}
         fmt = {"type": "json_schema", "json_schema": spec}
+        probe = self.format_refused is None
         try:
-            text = await self._complete({**req, "response_format": fmt}, probe=self.format_refused is None)
-            self.format_refused = False
-            return reply_format.unwrap(text)
+            text = self._text(await self._create(messages, temperature, max_tokens, stop, probe, response_format=fmt))
         except self._openai.APIStatusError as exc:
-            text = await self._complete(req)  # asked once: the same request without the format
+            text = await self._agenerate(messages, temperature, max_tokens, stop)  # the same request, no format
             self.format_refused = True
             logger.warning("%s refused response_format json_schema (%s); sending plain requests", self._source, exc)
             return text
+        self.format_refused = False
+        return reply_format.unwrap(text)
 
-    # -- streaming ---------------------------------------------------------------------------------------------------
     def _stream(self, messages, temperature, max_tokens, stop) -> Iterator[str]:  # type: ignore[no-untyped-def]
-        """The SDK's stream read on the private loop: a blocking iterator of text deltas."""
-        pieces = self._astream(messages, temperature, max_tokens, stop)
+        pieces = self._astream(messages, temperature, max_tokens, stop)  # read on the background loop
         try:
-            while True:
-                try:
-                    yield self._sync(pieces.__anext__())
-                except StopAsyncIteration:
-                    return
+            with contextlib.suppress(StopAsyncIteration):
+                while True:
+                    yield self._sync(anext(pieces))
         finally:
             self._sync(pieces.aclose())
 
     async def _astream(self, messages, temperature, max_tokens, stop) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
-        req = {**self._req(messages, temperature, max_tokens, stop), "stream": True}
-        end = time.monotonic() + self.timeout  # the whole stream, not only its first bytes
-        stream = await self._request(lambda c: c.chat.completions.create(**req), end)
+        end = asyncio.get_running_loop().time() + self.timeout  # for the whole stream, not only its first bytes
         finished = False
-        async with stream:
-            chunks = stream.__aiter__()
-            while True:
-                try:
-                    async with asyncio.timeout(max(0.0, end - time.monotonic())):
-                        chunk = await chunks.__anext__()
-                except StopAsyncIteration:
-                    break
-                except Exception as exc:
-                    err = self._failure(exc, time.monotonic() >= end)
-                    if type(exc).__module__.split(".")[0] in ("httpx", "httpcore") and err is exc:
-                        err = ConnectionError(f"{self._source} broke off its streamed reply: {exc}; check the server")
-                    raise err from exc
-                piece, done = self._delta(chunk)
-                finished = finished or done
-                if piece:
-                    yield piece
+        async with await self._create(messages, temperature, max_tokens, stop, stream=True) as stream:
+            chunks = aiter(stream)
+            while (chunk := await self._request(lambda: anext(chunks, None), end, lookup=False)) is not None:
+                choices = getattr(chunk, "choices", None)
+                if not isinstance(choices, list):
+                    raise ValueError(f"{self._source} sent a stream chunk without choices: {short_repr(chunk)}")
+                if not choices:  # e.g. a final usage-only chunk
+                    continue
+                content = getattr(choices[0].delta, "content", None)
+                if content is not None and not isinstance(content, str):
+                    raise ValueError(f"{self._source} streamed content of type {type(content).__name__}, not text")
+                if not content and getattr(choices[0].delta, "tool_calls", None):
+                    raise ValueError(f"{self._source} streamed a tool call instead of text; {_TOOL_FIX}")
+                finished = finished or choices[0].finish_reason is not None
+                if content:
+                    yield content
         if not finished:
-            raise _Checked(
-                f"{self._source} ended its stream before the reply was finished (no finish_reason): the "
-                "connection was cut or the server failed; check the server"
+            raise ValueError(
+                f"{self._source} ended its stream before the reply was finished (no finish_reason): the connection "
+                "was cut or the server failed; check the server"
             )
 
-    def _delta(self, chunk: Any) -> tuple[str, bool]:
-        """``(text, finished)`` of one streamed chunk; ValueError naming the server for a malformed one."""
-        choices = getattr(chunk, "choices", None)
-        if not isinstance(choices, list):
-            raise _Checked(f"{self._source} sent a stream chunk without choices: {short_repr(chunk)}")
-        if not choices:  # e.g. a final usage-only chunk
-            return "", False
-        delta = choices[0].delta
-        content = getattr(delta, "content", None)
-        if content is not None and not isinstance(content, str):
-            raise _Checked(f"{self._source} streamed content of type {type(content).__name__}, not text")
-        if not content and getattr(delta, "tool_calls", None):
-            raise _Checked(f"{self._source} streamed a tool call instead of text; {_TOOL_FIX}")
-        return content or "", choices[0].finish_reason is not None
+    # yes/no by probability (LogprobsYesNo asks once, then remembers)
+    def _asks_logprobs(self) -> bool:
+        return True
 
-    # -- yes/no by probability -----------------------------------------------------------------------------------
-    def yes_no_probability(self, messages: Messages) -> float | None:
-        """``P(yes) / (P(yes) + P(no))`` of the reply's first token, from ``logprobs``/``top_logprobs`` of a
-        one-token completion; None (the caller parses a text reply) when the server gives none: a server whose
-        first such request fails or returns no logprobs is not asked again."""
-        return self._sync(self.ayes_no_probability(messages))
+    def _logprobs_reply(self, messages: Messages) -> Any:
+        return self._sync(self._alogprobs_reply(messages))
 
-    async def ayes_no_probability(self, messages: Messages) -> float | None:
-        """Async :meth:`yes_no_probability`."""
-        if self.logprobs_supported is False:
+    async def _alogprobs_reply(self, messages: Messages) -> Any:
+        probe = self.logprobs_supported is None
+        return await self._create(to_messages(messages), 0.0, 1, None, probe, logprobs=True, top_logprobs=20)
+
+    def _first_token_logprobs(self, reply: Any) -> list[tuple[str, float]] | None:
+        """The first token's ``top_logprobs`` and the sampled token; None when the reply has none or is malformed."""
+        try:
+            first = reply.choices[0].logprobs.content[0]
+            pairs = {str(t.token): float(t.logprob) for t in first.top_logprobs or []}
+            pairs.setdefault(str(first.token), float(first.logprob))
+        except (AttributeError, LookupError, TypeError, ValueError):
             return None
-        req = {**self._req(to_messages(messages), 0.0, 1, None), "logprobs": True, "top_logprobs": YES_NO_TOP_LOGPROBS}
-        try:
-            probe = self.logprobs_supported is None  # asked once, with no retries
-            response = await self._request(lambda c: _once(c, probe).chat.completions.create(**req))
-        except self._openai.APIStatusError as exc:
-            if self.logprobs_supported:
-                raise
-            return self._no_logprobs(f"the server refused logprobs: {exc}")
-        choices = getattr(response, "choices", None)
-        content = getattr(getattr(choices[0], "logprobs", None), "content", None) if choices else None
-        if not content:
-            return self._no_logprobs("the server returned no logprobs")
-        try:
-            first = content[0]
-            pairs = {t.token: t.logprob for t in (first.top_logprobs or [])}
-            pairs.setdefault(first.token, first.logprob)  # the sampled token, when the top list lacks it
-            p = yes_no_from_logprobs(pairs.items())
-        except (AttributeError, TypeError, ValueError) as exc:
-            return self._no_logprobs(f"the server returned malformed logprobs ({exc})")
-        self.logprobs_supported = True
-        return p
-
-    def _no_logprobs(self, why: str) -> None:
-        if self.logprobs_supported is not False:
-            logger.warning("%s: yes/no questions fall back to parsing the reply text (%s)", self._source, why)
-        self.logprobs_supported = False
+        return list(pairs.items())
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model_name!r}, base_url={self.base_url!r})"

@@ -1,16 +1,10 @@
-"""Embedder for ANY OpenAI-compatible ``/embeddings`` endpoint (OpenAI, ``llama-server --embedding``, vLLM, Ollama,
-Text Embeddings Inference, ...) through the ``openai`` SDK; server, key, deadline and retries as for
-:class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
+"""Embedder for any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, ``llama-server --embedding``, vLLM, Ollama,
+TEI, ...) on the ``openai`` SDK; server, key, deadline and retries as for ``OpenAIChatModel``.
 
 >>> emb = OpenAIEmbedder("nomic-embed-text", base_url="http://127.0.0.1:8080/v1")   # connects on first use
 >>> emb.model_id
 'openai-compatible:http://127.0.0.1:8080/v1/nomic-embed-text'
-
-``max_input_tokens`` is the model's input window when you know it: the index then embeds longer fragments in
-sub-windows that fit, instead of letting the server cut them off.
 """
-
-from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
@@ -28,14 +22,9 @@ logger = logging.getLogger(__name__)
 
 
 class OpenAIEmbedder(OpenAIServer):
-    """Texts to float32 vectors from an OpenAI-compatible ``/embeddings`` endpoint.
-
-    ``batch_size`` texts go in one request; ``dimensions`` is sent for models that can shorten their vectors.
-    A malformed reply (items without an integer ``index``, the wrong number of vectors, vectors of different
-    lengths, values that are not finite numbers) is a ValueError naming the server; all-zero vectors are logged
-    once. A server that sends one vector per token (a model served without pooling) gets one text per request
-    from then on, and the token vectors are averaged, with a warning.
-    """
+    """Texts to float32 vectors, ``batch_size`` texts per request; ``dimensions`` is sent to models that can shorten
+    their vectors; ``max_input_tokens`` (the model's input window) makes an index embed longer fragments in
+    sub-windows. Token vectors (a server without pooling) are averaged, and texts then go one per request."""
 
     def __init__(
         self,
@@ -60,10 +49,10 @@ class OpenAIEmbedder(OpenAIServer):
         self.model_name = model
         self.max_input_tokens = max_input_tokens
         self.dimensions = dimensions
+        self.per_token = False  # True once the server sent one vector per token
         self._dim: int | None = None
         self._warned_zero = False
-        #: True once the server sent one vector per token: they are averaged, and texts go one per request.
-        self.per_token = False
+        self._source = f"the embeddings server at {self.base_url} (model {model!r})"
 
     @property
     def model_id(self) -> str:
@@ -72,26 +61,21 @@ class OpenAIEmbedder(OpenAIServer):
         return f"openai-compatible:{self.base_url}/{self.model_name}{suffix}"
 
     async def _vectors(self, texts: list[str]) -> tuple[np.ndarray, bool]:
+        """The checked vectors of one request, and whether the server sent one vector per token."""
         req: dict[str, Any] = {"model": self.model_name, "input": texts, "encoding_format": "float"}
         if self.dimensions is not None:
             req["dimensions"] = self.dimensions
         try:
-            response = await self._request(lambda c: c.embeddings.create(**req))
+            response = await self._request(lambda: self._client().embeddings.create(**req))
         except self._openai.NotFoundError as exc:
             raise ValueError(
                 f"the server at {self.base_url} has no embeddings for model {self.model_name!r} ({exc}); check the "
                 "model name, and start a llama.cpp server with --embedding"
             ) from exc
-        source = f"the embeddings server at {self.base_url} (model {self.model_name!r})"
+        source = self._source
         rows = _rows(getattr(response, "data", None), len(texts), source)
         per_token = bool(rows) and all(r and isinstance(r[0], list) for r in rows)
-        if per_token:
-            if not self.per_token:
-                logger.warning(
-                    "%s returned one vector per token (a model served without pooling); averaging them, one text "
-                    "per request. Serve the model with a pooling type (llama-server --pooling mean|cls|last).",
-                    source,
-                )
+        if per_token:  # averaged
             rows = [np.asarray(r, dtype=np.float32).mean(axis=0) for r in rows]
         if len({len(r) for r in rows}) > 1:
             raise ValueError(f"{source} returned vectors of different lengths: {sorted({len(r) for r in rows})}")
@@ -99,8 +83,10 @@ class OpenAIEmbedder(OpenAIServer):
         zero = ~vectors.any(axis=1)
         if zero.any() and not self._warned_zero:
             self._warned_zero = True
-            logger.warning("%s returned all-zero vectors for %d of %d texts (first: %s); they match nothing",
-                           source, int(zero.sum()), len(texts), short_repr(texts[int(zero.argmax())], 80))  # fmt: skip
+            first = short_repr(texts[int(zero.argmax())], 80)
+            logger.warning(
+                "%s returned all-zero vectors for %d of %d texts (first: %s)", source, zero.sum(), len(texts), first
+            )
         return vectors, per_token
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -115,6 +101,11 @@ class OpenAIEmbedder(OpenAIServer):
             batch = texts[start : start + (1 if self.per_token else self.batch_size)]
             vectors, per_token = self._sync(self._vectors(batch))
             if per_token and not self.per_token:
+                logger.warning(
+                    "%s returned one vector per token (a model served without pooling); averaging them, one text "
+                    "per request. Serve the model with a pooling type (llama-server --pooling mean|cls|last).",
+                    self._source,
+                )
                 self.per_token = True  # token vectors of batched inputs get mixed up (llama-cpp-python's server)
                 if len(batch) > 1:
                     continue  # this batch again, one text per request
@@ -123,8 +114,8 @@ class OpenAIEmbedder(OpenAIServer):
         out = np.concatenate(parts)
         if self._dim is not None and out.shape[1] != self._dim:
             raise ValueError(
-                f"the embeddings server at {self.base_url} changed vector length from {self._dim} to {out.shape[1]}; "
-                "was another model loaded behind the same name?"
+                f"{self._source} changed vector length from {self._dim} to {out.shape[1]}; was another model loaded "
+                "behind the same name?"
             )
         self._dim = out.shape[1]
         return out
@@ -139,23 +130,23 @@ class OpenAIEmbedder(OpenAIServer):
 
 
 def _rows(items: Any, n: int, source: str) -> list[Any]:
-    """The parsed reply's ``embedding`` lists in ``index`` order, checked for shape and type."""
+    """The reply's ``embedding`` lists in ``index`` order, checked for shape and type."""
     if not isinstance(items, list):
         raise ValueError(f"{source} sent a reply without a list of embeddings ('data'): {short_repr(items)}")
     index = [getattr(d, "index", None) for d in items]
-    if not all(type(i) is int for i in index):
-        bad = next(i for i in index if type(i) is not int)
-        raise ValueError(f"{source} sent an embedding without an integer 'index' (got {short_repr(bad)})")
+    for i in index:
+        if type(i) is not int:
+            raise ValueError(f"{source} sent an embedding without an integer 'index' (got {short_repr(i)})")
     if sorted(index) != list(range(n)):
         raise ValueError(f"{source} returned {len(items)} vectors for {n} texts (indexes {short_repr(sorted(index))})")
     rows = [d.embedding for d in sorted(items, key=lambda d: d.index)]
     for row in rows:
         if not isinstance(row, list):  # base64 text or None from a server that ignores encoding_format="float"
             raise ValueError(f"{source} did not return float vectors (got {type(row).__name__})")
-        flat = [x for r in row for x in (r if isinstance(r, list) else [r])]
-        bad = next((x for x in flat if type(x) not in (float, int)), row)
-        if bad is not row or (row and isinstance(row[0], list) and not all(isinstance(r, list) for r in row)):
-            raise ValueError(
-                f"{source} did not return float vectors: a value is {type(bad).__name__} ({short_repr(bad, 60)})"
-            )
+        flat = [x for r in row for x in r] if row and all(isinstance(r, list) for r in row) else row
+        for x in flat:
+            if type(x) not in (float, int):
+                raise ValueError(
+                    f"{source} did not return float vectors: a value is {type(x).__name__} ({short_repr(x, 60)})"
+                )
     return rows
