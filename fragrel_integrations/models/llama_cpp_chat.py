@@ -89,16 +89,8 @@ class LlamaCppChatModel(InProcessChatModel):
         path = smollm2_gguf_path() if model_path is None else Path(model_path).expanduser()
         if not path.is_file():
             raise ValueError(f"model_path {path} is not a file; give the path of a .gguf chat model")
-        super().__init__(
-            path,
-            ("n_ctx", n_ctx),
-            seed=seed,
-            timeout=timeout,
-            default_max_tokens=default_max_tokens,
-            repeat_penalty=repeat_penalty,
-            model_name=model_name,
-            n_threads=n_threads,
-        )
+        window = ("n_ctx", n_ctx)
+        super().__init__(path, window, seed, timeout, default_max_tokens, repeat_penalty, model_name, n_threads)
         self._llama_cpp = llama_cpp
         start = time.perf_counter()
         with portable_loading():
@@ -179,15 +171,6 @@ class LlamaCppChatModel(InProcessChatModel):
             params["grammar"] = self._grammar(reply_format)
         return params
 
-    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
-        """The reply, under the grammar of ``reply_format`` when one is given."""
-        if self.timeout is not None:  # stream and check the clock between tokens
-            return "".join(self._stream(messages, temperature, max_tokens, stop, reply_format))
-        params = self._params(messages, temperature, max_tokens, stop, reply_format)
-        with self._lock:
-            result = self._llm.create_chat_completion(**params)
-        return result["choices"][0]["message"]["content"] or ""
-
     def _stream(self, messages, temperature, max_tokens, stop, reply_format=None) -> Iterator[str]:  # type: ignore[no-untyped-def]
         """Token by token from llama.cpp; closing the iterator (or ``timeout``) stops the generation."""
         params = self._params(messages, temperature, max_tokens, stop, reply_format)
@@ -215,12 +198,7 @@ class LlamaCppChatModel(InProcessChatModel):
         with self._lock:
             ids = llm.tokenize(prompt.encode("utf-8"), special=True)
             self._budget(len(ids), None)
-            keep = 0
-            for old, new in zip(llm.input_ids[: llm.n_tokens], ids, strict=False):
-                if old != new:
-                    break
-                keep += 1
-            llm.n_tokens = min(keep, len(ids) - 1)
+            llm.n_tokens = min(llm.longest_token_prefix(llm.input_ids[: llm.n_tokens], ids), len(ids) - 1)
             llm.eval(ids[llm.n_tokens :])
             logits = np.ctypeslib.as_array(self._llama_cpp.llama_get_logits(llm.ctx), shape=(llm.n_vocab(),))
             return logits.astype(np.float64)

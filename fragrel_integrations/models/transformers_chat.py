@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.util
-import json
 import logging
 import os
 import re
@@ -92,7 +91,6 @@ class InProcessChatModel(ChatModelBase):
         self,
         path: Path,
         window: tuple[str, int],
-        *,
         seed: int,
         timeout: float | None,
         default_max_tokens: int,
@@ -155,10 +153,11 @@ class InProcessChatModel(ChatModelBase):
             raise TimeoutError(f"{self.model_name} did not finish within {self.timeout:g}s; raise timeout=...")
         return False
 
-    def _generate(
-        self, messages: list[dict[str, str]], temperature: float | None, max_tokens: int | None, stop: list[str] | None
-    ) -> str:
-        return self._generate_format(messages, temperature, max_tokens, stop, None)
+    def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
+        return "".join(self._stream(messages, temperature, max_tokens, stop))
+
+    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+        return "".join(self._stream(messages, temperature, max_tokens, stop, reply_format))
 
     def yes_no_probability(self, messages: Messages) -> float:
         """``P(yes) / (P(yes) + P(no))`` of the reply's first token (see :mod:`.yes_no`); each side sums every
@@ -215,13 +214,15 @@ def _open(folder: Path) -> tuple[ChatTokenizer, Any]:
     return ChatTokenizer(folder), load_decoder(folder)
 
 
+_CONVERTED_FILES = ("config.json", "tokenizer_config.json", "model.safetensors")  # tokenizer.json: see _open
+
+
 def _cached(folder: Path) -> tuple[ChatTokenizer, Any] | None:
     """A converted copy opened, or None (with a warning) when it is incomplete or unreadable."""
     try:
-        for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
-            json.loads((folder / name).read_text(encoding="utf-8"))
-        if not (folder / "model.safetensors").is_file():
-            raise FileNotFoundError("no model.safetensors")
+        missing = [name for name in _CONVERTED_FILES if not (folder / name).is_file()]
+        if missing:
+            raise FileNotFoundError(f"no {', '.join(missing)}")
         return _open(folder)
     except Exception as exc:  # damaged in any way (safetensors raises its own errors too)
         logger.warning("the converted model in %s cannot be read (%s); converting again", folder, exc)
@@ -242,8 +243,7 @@ def _convert(path: Path, folder: Path) -> None:
         model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        prefix = ".converting-"
-        with tempfile.TemporaryDirectory(prefix=prefix, dir=folder.parent, ignore_cleanup_errors=True) as tmp:
+        with tempfile.TemporaryDirectory(prefix=".converting-", dir=folder.parent, ignore_cleanup_errors=True) as tmp:
             tok.save_pretrained(tmp)
             model.config.save_pretrained(tmp)
             model.generation_config.save_pretrained(tmp)
@@ -310,16 +310,8 @@ class TransformersChatModel(InProcessChatModel):
             )
         if n_threads is not None:
             check_positive_int(n_threads, "n_threads")
-        super().__init__(
-            path,
-            ("context_window", context_window),
-            seed=seed,
-            timeout=timeout,
-            default_max_tokens=default_max_tokens,
-            repeat_penalty=repeat_penalty,
-            model_name=model_name,
-            n_threads=n_threads,
-        )
+        window = ("context_window", context_window)
+        super().__init__(path, window, seed, timeout, default_max_tokens, repeat_penalty, model_name, n_threads)
         self._torch = require("torch", "local")
         start = time.perf_counter()
         self.weights_folder, self.loaded_from, self._tok, self._model = _load(path, cache_dir)
@@ -349,16 +341,8 @@ class TransformersChatModel(InProcessChatModel):
             if before != self.n_threads:
                 self._torch.set_num_threads(before)
 
-    def _stream(
-        self,
-        messages: list[dict[str, str]],
-        temperature: float | None,
-        max_tokens: int | None,
-        stop: list[str] | None,
-        reply_format: ReplyFormat | None = None,
-    ) -> Iterator[str]:
-        """The reply in decoded pieces, ended before the first ``stop`` string; closing the iterator early ends
-        the generation."""
+    def _stream(self, messages, temperature, max_tokens, stop, reply_format=None) -> Iterator[str]:  # type: ignore[no-untyped-def]
+        """The reply in decoded pieces, ended before the first ``stop`` string; closing the iterator ends it."""
         with self._lock:
             prompt = self._tok.prompt_ids(messages)
             budget = self._budget(len(prompt), max_tokens)
@@ -384,21 +368,16 @@ class TransformersChatModel(InProcessChatModel):
                 if text.endswith("\ufffd"):
                     continue  # a character split over tokens: wait for the rest
                 cut = _cut(text, stop)
+                ready = cut if cut != text else text[: max(0, len(text) - keep)]
+                if len(ready) > len(sent):
+                    yield ready[len(sent) :]
+                    sent = ready
                 if cut != text:
-                    if len(cut) > len(sent):
-                        yield cut[len(sent) :]
                     return
-                if len(text) - keep > len(sent):
-                    yield text[len(sent) : len(text) - keep]
-                    sent = text[: len(text) - keep]
             self._past(end)
             rest = _cut(self._tok.decode(ids), stop).rstrip("\ufffd")
             if len(rest) > len(sent):
                 yield rest[len(sent) :]
-
-    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
-        """The reply, under ``reply_format`` when one is given."""
-        return "".join(self._stream(messages, temperature, max_tokens, stop, reply_format))
 
     def _first_logits(self, messages: list[dict[str, str]]) -> Any:
         with self._lock:
