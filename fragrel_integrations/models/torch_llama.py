@@ -169,8 +169,7 @@ class LlamaDecoder:
 
 
 class HFDecoder:
-    """The same interface over transformers' causal LM, for the architectures :class:`LlamaDecoder` does not
-    compute."""
+    """The same interface over transformers' causal LM, for other architectures."""
 
     def __init__(self, folder: Path, config: dict[str, Any]) -> None:
         import torch
@@ -190,8 +189,7 @@ class HFDecoder:
         return {"cache": None, "used": 0}
 
     def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
-        kwargs = {self.cache_name: state["cache"]}
-        out = self.model(input_ids=self.torch.tensor([list(ids)]), use_cache=True, **kwargs)
+        out = self.model(input_ids=self.torch.tensor([list(ids)]), use_cache=True, **{self.cache_name: state["cache"]})
         state["cache"], state["used"] = out[self.cache_name], state["used"] + len(ids)
         return out.logits[0, -1]
 
