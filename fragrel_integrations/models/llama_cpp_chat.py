@@ -115,10 +115,7 @@ class LlamaCppChatModel(InProcessChatModel):
     @property
     def trained_context_window(self) -> int | None:
         """The context length the model was trained with (GGUF metadata), if recorded."""
-        for key, value in self._llm.metadata.items():
-            if key.endswith(".context_length"):
-                return int(value)
-        return None
+        return next((int(v) for k, v in self._llm.metadata.items() if k.endswith(".context_length")), None)
 
     def _make_formatter(self) -> Any:
         template = self._llm.metadata.get("tokenizer.chat_template")
@@ -128,9 +125,7 @@ class LlamaCppChatModel(InProcessChatModel):
 
         def token_text(key: str) -> str:
             tid = self._llm.metadata.get(key)
-            if tid is None:
-                return ""
-            return self._llm.detokenize([int(tid)], special=True).decode("utf-8", errors="ignore")
+            return "" if tid is None else self._llm.detokenize([int(tid)], special=True).decode("utf-8", "ignore")
 
         return Jinja2ChatFormatter(
             template=template,
