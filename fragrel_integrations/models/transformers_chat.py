@@ -180,21 +180,6 @@ class InProcessChatModel(ChatModelBase):
             self._free()
 
 
-@contextlib.contextmanager
-def _quiet(transformers: Any) -> Iterator[None]:
-    """transformers' progress bars off and its log at errors only inside the block."""
-    log = transformers.utils.logging
-    level, bars = log.get_verbosity(), log.is_progress_bar_enabled()
-    log.set_verbosity_error()
-    log.disable_progress_bar()
-    try:
-        yield
-    finally:
-        log.set_verbosity(level)
-        if bars:
-            log.enable_progress_bar()
-
-
 def _open(folder: Path) -> tuple[ChatTokenizer, Any]:
     """The tokenizer and forward pass of a model folder; ValueError without a fast tokenizer."""
     if not (folder / "tokenizer.json").is_file():
@@ -228,9 +213,17 @@ def _convert(path: Path, folder: Path) -> None:
     from safetensors.torch import save_model
 
     logger.info("converting %s once (transformers dequantises it; later loads read the converted copy)", path.name)
-    with _quiet(transformers):
+    log = transformers.utils.logging  # its progress bars and notices off meanwhile
+    level, bars = log.get_verbosity(), log.is_progress_bar_enabled()
+    log.set_verbosity_error()
+    log.disable_progress_bar()
+    try:
         tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    finally:
+        log.set_verbosity(level)
+        if bars:
+            log.enable_progress_bar()
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".converting-", dir=folder.parent, ignore_cleanup_errors=True) as tmp:
