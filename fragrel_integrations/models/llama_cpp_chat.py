@@ -37,11 +37,7 @@ _LOADING = threading.Lock()
 @contextlib.contextmanager
 def portable_loading() -> Iterator[None]:
     """llama.cpp models loaded inside the block keep their weights in plain CPU buffers
-    (``use_extra_bufts=False``), so no repacked AMX kernel runs. Serialised by a lock.
-
-    >>> with portable_loading():                                                  # doctest: +SKIP
-    ...     llm = llama_cpp.Llama(model_path="model.gguf")
-    """
+    (``use_extra_bufts=False``), so no repacked AMX kernel runs. Serialised by a lock."""
     lib = require("llama_cpp.llama_cpp", "llamacpp")
     with _LOADING:
         original = lib.llama_model_default_params

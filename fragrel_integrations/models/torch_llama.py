@@ -3,11 +3,6 @@
 
 Importing transformers costs more than torch and SmolLM2's weights together, so a ``llama`` folder with default
 rotary embeddings runs without it; any other architecture gets transformers' forward pass (:class:`HFDecoder`).
-
->>> from pathlib import Path
->>> tok, decoder = ChatTokenizer(Path("model-folder")), load_decoder(Path("model-folder"))  # doctest: +SKIP
->>> ids = list(generate(decoder, tok.prompt_ids([{"role": "user", "content": "Hi"}]), budget=8, eos=tok.eos_ids))
-... # doctest: +SKIP
 """
 
 from __future__ import annotations
