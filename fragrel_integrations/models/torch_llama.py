@@ -1,18 +1,8 @@
-"""The decoding loop of the embedded chat model, on PyTorch alone: a model folder's tokenizer and chat template
-(``tokenizer.json`` read by ``tokenizers``, the template rendered by ``jinja2``), a Llama-architecture forward
-pass over its ``model.safetensors``, and one generation loop (greedy or seeded sampling, repetition penalty,
-an allowed-token filter, stop checks) that yields token ids as they are chosen.
+"""The embedded chat model on PyTorch alone: a model folder's tokenizer (``tokenizers``) and chat template
+(``jinja2``), a Llama forward pass over its ``model.safetensors``, and one generation loop yielding token ids.
 
-Importing transformers costs more than torch itself and than loading SmolLM2's weights, so a model folder whose
-``config.json`` says ``llama`` (with default rotary embeddings: SmolLM2, TinyLlama, Llama 2, ...) runs here
-without it; any other architecture gets its forward pass from transformers (:class:`HFDecoder`) and the same
-loop. ``tests/test_torch_llama.py`` checks the logits against transformers' own Llama on the embedded weights.
-
->>> from pathlib import Path
->>> tok = ChatTokenizer(Path("converted-model-folder"))                                       # doctest: +SKIP
->>> decoder = load_decoder(Path("converted-model-folder"))                                   # doctest: +SKIP
->>> ids = list(generate(decoder, tok.prompt_ids([{"role": "user", "content": "Hi"}]), budget=8, eos=tok.eos_ids))
-... # doctest: +SKIP
+Importing transformers costs more than torch and SmolLM2's weights together, so a ``llama`` folder with default
+rotary embeddings runs without it; any other architecture gets transformers' forward pass (:class:`HFDecoder`).
 """
 
 from __future__ import annotations
@@ -55,10 +45,9 @@ class ChatTokenizer:
         self.eos_token = _token_text(config.get("eos_token"))
         self.special_ids = frozenset(i for i, t in self._tok.get_added_tokens_decoder().items() if t.special)
         eos = _read_json(folder / "generation_config.json").get("eos_token_id")
-        ids = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        if self.eos_token is not None and self._tok.token_to_id(self.eos_token) is not None:
-            ids.add(self._tok.token_to_id(self.eos_token))
-        self.eos_ids = frozenset(int(i) for i in ids)
+        ids = eos if isinstance(eos, list) else [] if eos is None else [eos]
+        own = None if self.eos_token is None else self._tok.token_to_id(self.eos_token)
+        self.eos_ids = frozenset(int(i) for i in [*ids, own] if i is not None)
         self._template: Any = None
 
     def __len__(self) -> int:
@@ -94,51 +83,27 @@ def _raise_template_error(message: str) -> None:
 
 
 class LlamaDecoder:
-    """The forward pass of a Llama-architecture checkpoint (``config.json`` + one ``model.safetensors``) in
-    float32: RMSNorm, rotary embeddings, grouped-query attention, SiLU MLP, a key/value cache per call."""
+    """The float32 forward pass of a Llama checkpoint (``config.json`` + one ``model.safetensors``): RMSNorm,
+    rotary embeddings, grouped-query attention, SiLU MLP, a key/value cache per call."""
 
     def __init__(self, folder: Path, config: dict[str, Any]) -> None:
         import torch
         from safetensors.torch import load_file
 
-        w = load_file(str(folder / "model.safetensors"))
         self.torch = torch
         self.config = config
+        self.w = {name: t.float() for name, t in load_file(str(folder / "model.safetensors")).items()}
         self.heads = int(config["num_attention_heads"])
         self.kv_heads = int(config.get("num_key_value_heads") or self.heads)
         self.head_dim = int(config.get("head_dim") or config["hidden_size"] // self.heads)
         self.eps = float(config.get("rms_norm_eps", 1e-6))
         self.layers = int(config["num_hidden_layers"])
-        self.max_positions = int(config.get("max_position_embeddings") or 4096)
         theta = float((config.get("rope_parameters") or {}).get("rope_theta") or config.get("rope_theta") or 1e4)
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.float32) / self.head_dim))
-
-        def get(name: str) -> Any:
-            t = w.get(name)
-            return None if t is None else t.float()
-
-        self.embed = get("model.embed_tokens.weight")
-        self.lm_head = get("lm_head.weight")
-        self.embed = self.lm_head if self.embed is None else self.embed
-        self.lm_head = self.embed if self.lm_head is None else self.lm_head
+        self.embed = self.w.get("model.embed_tokens.weight", self.w.get("lm_head.weight"))
         if self.embed is None:
             raise ValueError(f"{folder / 'model.safetensors'} holds no token embeddings")
-        self.norm = get("model.norm.weight")
-        self.blocks = []
-        for i in range(self.layers):
-            p = f"model.layers.{i}."
-            a, m = p + "self_attn.", p + "mlp."
-            self.blocks.append(
-                {
-                    "ln1": get(p + "input_layernorm.weight"),
-                    "ln2": get(p + "post_attention_layernorm.weight"),
-                    **{k: get(a + f"{k}_proj.weight") for k in "qkvo"},
-                    **{f"{k}_bias": get(a + f"{k}_proj.bias") for k in "qkv"},
-                    "gate": get(m + "gate_proj.weight"),
-                    "up": get(m + "up_proj.weight"),
-                    "down": get(m + "down_proj.weight"),
-                }
-            )
+        self.lm_head = self.w.get("lm_head.weight", self.embed)  # tied embeddings are stored once
         self.vocab_size = int(self.lm_head.shape[0])
 
     @staticmethod
@@ -154,52 +119,52 @@ class LlamaDecoder:
 
     def new_state(self, length: int) -> dict[str, Any]:
         """A key/value cache for ``length`` positions."""
-        torch = self.torch
         shape = (self.layers, 1, self.kv_heads, length, self.head_dim)
-        return {"k": torch.empty(shape), "v": torch.empty(shape), "used": 0}
+        return {"k": self.torch.empty(shape), "v": self.torch.empty(shape), "used": 0}
 
-    def _rms(self, x: Any, weight: Any) -> Any:
-        return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * weight
+    def _rms(self, x: Any, name: str) -> Any:
+        return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.w[name]
 
     def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
         """The logits after ``ids``, which continue the sequence ``state`` caches (its size grows by them)."""
-        torch = self.torch
+        torch, w = self.torch, self.w
         f = torch.nn.functional
         start, n = state["used"], len(ids)
         if start + n > state["k"].shape[3]:
             raise ValueError(f"the sequence outgrows its cache ({start + n} > {state['k'].shape[3]} positions)")
-        pos = torch.arange(start, start + n, dtype=torch.float32)
-        freqs = torch.outer(pos, self.inv_freq)
+        freqs = torch.outer(torch.arange(start, start + n, dtype=torch.float32), self.inv_freq)
         cos, sin = torch.cat([freqs.cos()] * 2, -1), torch.cat([freqs.sin()] * 2, -1)
         half = self.head_dim // 2
 
         def rotate(t: Any) -> Any:
             return t * cos + torch.cat([-t[..., half:], t[..., :half]], -1) * sin
 
+        def heads(x: Any, name: str, count: int) -> Any:
+            y = f.linear(x, w[name + ".weight"], w.get(name + ".bias"))
+            return y.view(1, n, count, self.head_dim).transpose(1, 2)
+
+        mask = None
+        if n > 1:  # each new position sees the cache and the new positions up to itself
+            mask = torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
         x = self.embed[torch.tensor(list(ids))].unsqueeze(0)
-        nq = self.heads * self.head_dim
-        for i, b in enumerate(self.blocks):
-            h = self._rms(x, b["ln1"])
-            q = rotate(f.linear(h, b["q"], b["q_bias"]).view(1, n, self.heads, self.head_dim).transpose(1, 2))
-            k = rotate(f.linear(h, b["k"], b["k_bias"]).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2))
-            v = f.linear(h, b["v"], b["v_bias"]).view(1, n, self.kv_heads, self.head_dim).transpose(1, 2)
-            state["k"][i, :, :, start : start + n] = k
-            state["v"][i, :, :, start : start + n] = v
+        for i in range(self.layers):
+            p = f"model.layers.{i}."
+            h = self._rms(x, p + "input_layernorm.weight")
+            q = rotate(heads(h, p + "self_attn.q_proj", self.heads))
+            state["k"][i, :, :, start : start + n] = rotate(heads(h, p + "self_attn.k_proj", self.kv_heads))
+            state["v"][i, :, :, start : start + n] = heads(h, p + "self_attn.v_proj", self.kv_heads)
             keys, values = state["k"][i, :, :, : start + n], state["v"][i, :, :, : start + n]
-            mask = None
-            if n > 1:  # each new position sees the cache and the new positions up to itself
-                mask = torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
             att = f.scaled_dot_product_attention(q, keys, values, attn_mask=mask, enable_gqa=True)
-            x = x + f.linear(att.transpose(1, 2).reshape(1, n, nq), b["o"])
-            h = self._rms(x, b["ln2"])
-            x = x + f.linear(f.silu(f.linear(h, b["gate"])) * f.linear(h, b["up"]), b["down"])
+            x = x + f.linear(att.transpose(1, 2).reshape(1, n, -1), w[p + "self_attn.o_proj.weight"])
+            h = self._rms(x, p + "post_attention_layernorm.weight")
+            gate, up = f.linear(h, w[p + "mlp.gate_proj.weight"]), f.linear(h, w[p + "mlp.up_proj.weight"])
+            x = x + f.linear(f.silu(gate) * up, w[p + "mlp.down_proj.weight"])
         state["used"] = start + n
-        return f.linear(self._rms(x[:, -1], self.norm), self.lm_head)[0]
+        return f.linear(self._rms(x[:, -1], "model.norm.weight"), self.lm_head)[0]
 
 
 class HFDecoder:
-    """The same interface over a transformers causal LM (for architectures :class:`LlamaDecoder` does not
-    compute); needs the ``[local]`` extra's transformers."""
+    """The same interface over transformers' causal LM, for other architectures."""
 
     def __init__(self, folder: Path, config: dict[str, Any]) -> None:
         import torch
@@ -210,7 +175,6 @@ class HFDecoder:
         self.model = transformers.AutoModelForCausalLM.from_pretrained(
             folder, local_files_only=True, dtype=torch.float32
         ).eval()
-        self.max_positions = int(config.get("max_position_embeddings") or 4096)
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         # transformers 5 names the key/value cache ``cache``; earlier releases ``past_key_values``
         forward = inspect.signature(self.model.forward).parameters
@@ -220,15 +184,14 @@ class HFDecoder:
         return {"cache": None, "used": 0}
 
     def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
-        kwargs = {self.cache_name: state["cache"]}
-        out = self.model(input_ids=self.torch.tensor([list(ids)]), use_cache=True, **kwargs)
+        out = self.model(input_ids=self.torch.tensor([list(ids)]), use_cache=True, **{self.cache_name: state["cache"]})
         state["cache"], state["used"] = out[self.cache_name], state["used"] + len(ids)
         return out.logits[0, -1]
 
 
 def load_decoder(folder: Path) -> LlamaDecoder | HFDecoder:
-    """The forward pass for a model folder: :class:`LlamaDecoder` when it computes the architecture (one
-    safetensors file), else :class:`HFDecoder`."""
+    """:class:`LlamaDecoder` for a folder whose architecture it computes (one safetensors file), else
+    :class:`HFDecoder`."""
     config = _read_json(folder / "config.json")
     if LlamaDecoder.supports(config) and (folder / "model.safetensors").is_file():
         return LlamaDecoder(folder, config)
@@ -248,12 +211,10 @@ def generate(
     stop_now: Callable[[list[int]], bool] | None = None,
     compute: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Iterator[int]:
-    """Token ids of the reply to ``prompt``, one at a time, until an ``eos`` id, ``budget`` ids, or
-    ``stop_now(ids so far)`` is true. Greedy unless ``temperature`` > 0 (then sampled from a generator seeded
-    with ``seed``: the global RNG is untouched); ``repeat_penalty`` divides the positive logits (multiplies the
-    negative ones) of tokens already in the sequence; ``allowed(ids so far)`` limits the next token. Each
-    forward step runs inside ``compute()`` (e.g. a thread-count setting) and ``torch.inference_mode``; the caller's
-    code between two ids runs outside both."""
+    """The reply's token ids one at a time, until an ``eos`` id, ``budget`` ids or ``stop_now(ids so far)``.
+    Greedy unless ``temperature`` > 0 (sampled with its own generator seeded by ``seed``); ``repeat_penalty``
+    divides positive (multiplies negative) logits of tokens already seen; ``allowed(ids so far)`` limits the next
+    token. Each forward step runs inside ``compute()`` and ``torch.inference_mode``, the caller's code outside."""
     torch = decoder.torch
     rng = torch.Generator().manual_seed(int(seed)) if temperature else None
     state = decoder.new_state(len(prompt) + budget)
