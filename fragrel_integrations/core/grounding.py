@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any, TypedDict, Unpack
 
@@ -158,50 +158,41 @@ def split_sentences(
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
     check_positive_int(max_words, "max_words")
-    spans: list[tuple[int, int]] = []
-    start = 0
+    sentences, start = [], 0
     for m in _SENTENCE_END.finditer(text):
-        if m.group("other") is None and m.start() > 0 and text[m.start() - 1] == ".":
-            before = text[start : m.start()].rsplit(None, 1)
-            word = before[-1].lstrip(_PUNCT[:8]).lower() if before else ""
+        if m.group("other") is None and text[m.start() - 1 : m.start()] == ".":
+            word = (text[start : m.start()].rsplit(None, 1) or [""])[-1].lstrip(_PUNCT[:8]).lower()
             if word in _TITLES or (word != "i." and _INITIALS.fullmatch(word)):
                 continue
-        end = m.start() + len(m.group(0).rstrip())
-        if text[start:end].strip():
-            spans += _clauses(text, start, end, long_words, max_words)
+        sentences.append((start, m.start() + len(m.group(0).rstrip())))
         start = m.end()
-    if text[start:].strip():
-        spans += _clauses(text, start, len(text), long_words, max_words)
-    return spans
+    sentences.append((start, len(text)))
+    return [c for a, b in sentences if text[a:b].strip() for c in _clauses(text, a, b, long_words, max_words)]
 
 
 def _clauses(text: str, start: int, end: int, long_words: int, max_words: int) -> list[tuple[int, int]]:
-    if len(word_units(text[start:end])) <= long_words:
-        return _windows(text, *_strip(text, start, end), max_words)
-    out, a = [], start
-    for m in _CLAUSE_END.finditer(text, start, end):
-        out.append(_strip(text, a, m.start()))
-        a = m.end()
-    out.append(_strip(text, a, end))
-    return [w for s in out if s[1] > s[0] for w in _windows(text, *s, max_words)]
+    """The sentence ``text[start:end]``, split after ``;`` and ``:`` when it is long, each piece in windows."""
+    pieces, a = [], start
+    if len(word_units(text[start:end])) > long_words:
+        for m in _CLAUSE_END.finditer(text, start, end):
+            pieces.append((a, m.start()))
+            a = m.end()
+    pieces.append((a, end))
+    return [w for a, b in pieces for w in _windows(text, a, b, max_words)]
 
 
 def _windows(text: str, start: int, end: int, max_words: int) -> list[tuple[int, int]]:
-    """``text[start:end]`` in runs of at most ``max_words`` word units (one run when it is short enough)."""
+    """``text[start:end]`` in runs of at most ``max_words`` word units, without surrounding blanks (blank runs
+    dropped)."""
     units = word_units(text[start:end])
-    if len(units) <= max_words:
-        return [(start, end)]
     cuts = [start + units[i][0] for i in range(max_words, len(units), max_words)]
-    bounds = [start, *cuts, end]
-    return [s for a, b in pairwise(bounds) if (s := _strip(text, a, b))[1] > s[0]]
+    return [s for a, b in pairwise([start, *cuts, end]) if (s := _strip(text, a, b))[1] > s[0]]
 
 
 def _strip(text: str, a: int, b: int) -> tuple[int, int]:
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
+    piece = text[a:b]
+    a += len(piece) - len(piece.lstrip())
+    return a, a + len(piece.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,14 +212,7 @@ class Evidence:
         return f"{self.doc_id}, fragment {self.position}, sentence {self.sentence + 1}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "quote": self.quote,
-            "doc_id": self.doc_id,
-            "position": self.position,
-            "sentence": self.sentence,
-            "start": self.start,
-            "score": self.score,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -406,10 +390,7 @@ def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str 
 def _split_word(token: str) -> tuple[str, str, str]:
     """(leading punctuation, core, trailing punctuation) of a whitespace token."""
     core = token.strip(_PUNCT)
-    if not core:
-        return token, "", ""
-    a = token.index(core)
-    return token[:a], core, token[a + len(core) :]
+    return token.partition(core) if core else (token, "", "")
 
 
 def _word_rule(words: list[tuple[str, str, str]], j: int, i: int, length: int, max_words: int) -> str:
