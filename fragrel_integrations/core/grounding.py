@@ -119,6 +119,8 @@ _WORD = re.compile(r"\S+")
 _TITLE_TEXT = "mr. mrs. ms. dr. st. messrs. mme. mlle. capt. col. gen. rev. sr. jr. mt."
 _TITLES = frozenset(_TITLE_TEXT.split())
 _INITIALS = re.compile(r"(?:[a-z]\.)+")
+#: What the answer functions take as retrieved text.
+_Hits = Sequence[ScoredFragment | Fragment | str]
 _PUNCT = "\"'“”‘’()[]_*,.;:!?-—"
 
 
@@ -253,29 +255,21 @@ class GroundedAnswer:
         }
 
 
-def _fragments(hits: Sequence[ScoredFragment | Fragment | str]) -> list[Fragment]:
+def _sentences(hits: _Hits) -> list[tuple[Fragment, int, int, int]]:
+    """(fragment, sentence number, start, end) of every sentence of ``hits`` with at least one word unit."""
     if isinstance(hits, str):
         raise TypeError("hits must be a list of retrieved fragments (ScoredFragment, Fragment or str), not one str")
     out = []
-    for i, h in enumerate(hits):
-        if isinstance(h, ScoredFragment):
-            out.append(h.fragment)
-        elif isinstance(h, Fragment):
-            out.append(h)
-        elif isinstance(h, str):
-            out.append(Fragment(h, "text", i))
+    for i, hit in enumerate(hits):
+        if isinstance(hit, ScoredFragment):
+            f = hit.fragment
+        elif isinstance(hit, Fragment):
+            f = hit
+        elif isinstance(hit, str):
+            f = Fragment(hit, "text", i)
         else:
-            raise TypeError(f"hits[{i}] must be a ScoredFragment, Fragment or str, got {type(h).__name__}")
-    return out
-
-
-def _candidates(fragments: list[Fragment]) -> list[tuple[Fragment, int, int, int]]:
-    """(fragment, sentence number, start, end) of every sentence with at least one word unit."""
-    out = []
-    for f in fragments:
-        for n, (a, b) in enumerate(split_sentences(f.text)):
-            if _UNIT.search(f.text, a, b):
-                out.append((f, n, a, b))
+            raise TypeError(f"hits[{i}] must be a ScoredFragment, Fragment or str, got {type(hit).__name__}")
+        out += [(f, n, a, b) for n, (a, b) in enumerate(split_sentences(f.text)) if _UNIT.search(f.text, a, b)]
     return out
 
 
@@ -284,13 +278,8 @@ def _bm25_text(text: str) -> str:
     return " ".join(w for _, _, w in word_units(text))
 
 
-def _evidence_steps(
-    question: str,
-    fragments: list[Fragment],
-    embedder: Embedder | None,
-    max_sentences: int,
-) -> Steps[list[Evidence]]:
-    sentences = _candidates(fragments)
+def _evidence_steps(question: str, hits: _Hits, embedder: Embedder | None, max_sentences: int) -> Steps[list[Evidence]]:
+    sentences = _sentences(hits)
     if not sentences:
         return []
     texts = [f.text[a:b] for f, _, a, b in sentences]
@@ -312,11 +301,7 @@ def _evidence_steps(
 
 
 def select_evidence(
-    question: str,
-    hits: Sequence[ScoredFragment | Fragment | str],
-    *,
-    embedder: Embedder | None = None,
-    max_sentences: int = 3,
+    question: str, hits: _Hits, *, embedder: Embedder | None = None, max_sentences: int = 3
 ) -> list[Evidence]:
     """The ``max_sentences`` sentences of ``hits`` that best match ``question``, best first. All sentences are
     ranked by BM25 over word units; with ``embedder`` the :data:`MAX_EMBEDDED_SENTENCES` best of them are embedded
@@ -328,7 +313,7 @@ def select_evidence(
     """
     _check_question(question)
     check_positive_int(max_sentences, "max_sentences")
-    return drive(_evidence_steps(question, _fragments(hits), embedder, max_sentences))
+    return drive(_evidence_steps(question, hits, embedder, max_sentences))
 
 
 def answer_messages(question: str, evidence: Sequence[str]) -> list[dict[str, str]]:
@@ -622,7 +607,7 @@ def _fit(question: str, quotes: list[str], model: Any, max_tokens: int) -> list[
 
 def grounded_answer_steps(
     question: str,
-    hits: Sequence[ScoredFragment | Fragment | str],
+    hits: _Hits,
     model: Any,
     *,
     embedder: Embedder | None = None,
@@ -636,8 +621,7 @@ def grounded_answer_steps(
     check_answer_settings(
         {"max_sentences": max_sentences, "max_tokens": max_tokens, "constrain": constrain, "options": options}
     )
-    fragments = _fragments(hits)
-    evidence = yield from _evidence_steps(question, fragments, embedder, max_sentences)
+    evidence = yield from _evidence_steps(question, hits, embedder, max_sentences)
     if not evidence:
         return GroundedAnswer(question, None, (), "", details={"reason": "no text retrieved"})
     quotes = _fit(question, [e.quote for e in evidence], model, max_tokens)
@@ -689,9 +673,7 @@ def check_answer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     return dict(settings)
 
 
-def grounded_answer(
-    question: str, hits: Sequence[ScoredFragment | Fragment | str], model: Any, **settings: Unpack[AnswerSettings]
-) -> GroundedAnswer:
+def grounded_answer(question: str, hits: _Hits, model: Any, **settings: Unpack[AnswerSettings]) -> GroundedAnswer:
     """Answer ``question`` from the retrieved ``hits`` with ``model`` (anything with ``invoke(messages, ...)``),
     returning only an answer the evidence supports (see the module docstring).
 
@@ -707,7 +689,7 @@ def grounded_answer(
 
 
 async def agrounded_answer(
-    question: str, hits: Sequence[ScoredFragment | Fragment | str], model: Any, **settings: Unpack[AnswerSettings]
+    question: str, hits: _Hits, model: Any, **settings: Unpack[AnswerSettings]
 ) -> GroundedAnswer:
     """Async :func:`grounded_answer` (the model by ``ainvoke``, the embedder in a worker thread)."""
     return await adrive(grounded_answer_steps(question, hits, model, **settings))
