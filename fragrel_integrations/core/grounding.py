@@ -516,18 +516,17 @@ def _span_in(answer: list[str], sentence: list[tuple[int, int, str]], asked: boo
     words = [w for _, _, w in sentence]
     m = len(answer)
     negations = _negations(words)
+    if asked and not negations:
+        return None  # a negative question answered from a positive sentence
     for i in range(len(words) - m + 1):
         if not all(_same(a, w) for a, w in zip(answer, words[i : i + m], strict=True)):
             continue
-        outside = any(a < i or b > i + m for a, b in negations)
-        if outside and not asked:  # the sentence denies what the span would state ("did not kill the captain")
-            continue
-        if asked and not negations:  # a negative question answered from a positive sentence
-            continue
+        if not asked and any(a < i or b > i + m for a, b in negations):
+            continue  # the sentence denies what the span would state ("did not kill the captain")
         if (i and _is_number(words[i - 1]) and _is_number(answer[0])) or (
             i + m < len(words) and _is_number(words[i + m]) and _is_number(answer[-1])
-        ):  # the span cuts a number ("five" of "twenty five")
-            continue
+        ):
+            continue  # the span cuts a number ("five" of "twenty five")
         return i, i + m
     return None
 
@@ -555,16 +554,12 @@ def answer_span(reply: str, evidence: Sequence[str], question: str = "") -> tupl
         raise TypeError(f"question must be str, got {type(question).__name__}")
     if isinstance(evidence, str):
         raise TypeError("evidence must be a list of sentences (str), not one str")
-    text = reply_answer(reply)
-    if not text:
-        return None
-    answer = [w for _, _, w in word_units(text)]
-    asked = {_norm(w) for _, _, w in word_units(question)}
-    if not answer or len(answer) > MAX_ANSWER_WORDS:
-        return None
-    if all(w in _FUNCTION_WORDS or _norm(w) in asked for w in answer):
-        return None  # only question words and function words: no answer
-    negative = bool(_negations([w for _, _, w in word_units(question)]))
+    answer = [w for _, _, w in word_units(reply_answer(reply) or "")]
+    asked = [w for _, _, w in word_units(question)]
+    stems = {_norm(w) for w in asked}
+    if not answer or len(answer) > MAX_ANSWER_WORDS or all(w in _FUNCTION_WORDS or _norm(w) in stems for w in answer):
+        return None  # no answer: nothing, too long, or only question words and function words
+    negative = bool(_negations(asked))
     for i, item in enumerate(evidence):
         if not isinstance(item, str):
             raise TypeError(f"evidence[{i}] must be str, got {type(item).__name__}")
