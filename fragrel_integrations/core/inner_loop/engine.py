@@ -23,7 +23,6 @@ from .loop_prompts import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_SYSTEM_PROMPT,
     NO_NEW_PASSAGES,
-    NO_PASSAGES,
     PASSAGE_TOKENS,
     check_prompt_template,
     join_query,
@@ -289,7 +288,7 @@ class InnerLoopEngine:
             texts = fit_texts(texts, budget, self._count, separator_tokens=PASSAGE_TOKENS)
         shown = tuple(fresh[: len(texts)])
         state.seen.update(fragment_key(h) for h in shown)
-        placeholder = NO_NEW_PASSAGES if hits and not fresh else NO_PASSAGES
+        placeholder = NO_NEW_PASSAGES if hits and not fresh else ""
         messages = self.messages(question, memory, texts, placeholder=placeholder)
         options = {"temperature": self.temperature, "max_tokens": self.max_stm_tokens, "stop": None, **self._format}
         try:
@@ -323,17 +322,12 @@ class InnerLoopEngine:
 
     def run(self, question: str) -> InnerLoopResult:
         """Run the loop to the end and return the result (``.answer`` is the final STM)."""
-        result: InnerLoopResult | None = None
-        for result in self.stream(question):  # noqa: B007 - the last snapshot is the result
-            pass
-        return result  # type: ignore[return-value]  # max_loops >= 1: at least one snapshot
+        *_, result = self.stream(question)  # the last snapshot (max_loops >= 1: there is one)
+        return result
 
     async def arun(self, question: str) -> InnerLoopResult:
         """Async :meth:`run` (never starts an event loop of its own)."""
-        result: InnerLoopResult | None = None
-        async for result in self.astream(question):  # noqa: B007
-            pass
-        return result  # type: ignore[return-value]
+        return [result async for result in self.astream(question)][-1]
 
     def __repr__(self) -> str:
         return (

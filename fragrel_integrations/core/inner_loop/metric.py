@@ -20,8 +20,6 @@ def lcs_length(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
     """
     if len(a) < len(b):
         a, b = b, a
-    if not b:
-        return 0
     row = [0] * (len(b) + 1)
     for x in a:
         diagonal = 0  # row[j - 1] of the previous row
