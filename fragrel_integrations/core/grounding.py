@@ -283,14 +283,13 @@ def _evidence_steps(question: str, hits: _Hits, embedder: Embedder | None, max_s
     if not sentences:
         return []
     texts = [f.text[a:b] for f, _, a, b in sentences]
-    scores = make_scorer("bm25", [_bm25_text(t) for t in texts])(_bm25_text(question))
-    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    scores = np.array(make_scorer("bm25", [_bm25_text(t) for t in texts])(_bm25_text(question)), dtype=np.float64)
+    order = np.argsort(-scores, kind="stable")
     if embedder is not None:  # the hybrid score over the BM25-best MAX_EMBEDDED_SENTENCES only
         best = order[:MAX_EMBEDDED_SENTENCES]
         vectors = yield CallStep(embed_documents, (embedder, [texts[i] for i in best]))
         dense = yield CallStep(DenseScorer(vectors, embedder), (question,))
         hybrid = 0.5 * minmax(scores[best]) + 0.5 * minmax(np.asarray(dense, dtype=np.float64))
-        scores = np.asarray(scores, dtype=np.float64).copy()
         scores[best] = hybrid
         order = np.concatenate([best[np.argsort(-hybrid, kind="stable")], order[MAX_EMBEDDED_SENTENCES:]])
     return [
@@ -358,18 +357,15 @@ def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str 
 
     if not any(opens(w[1]) for words in parsed for w in words):
         opens = bool  # no content word to start at: any word may
-    starts: list[str] = []
-    rules: list[str] = []
-    tails: list[str] = []
-    for j, words in enumerate(parsed):
-        for i in range(len(words)):
-            if opens(words[i][1]):
-                starts.append(f"s{j}w{i}")
-                rules.append(f"s{j}w{i} ::= " + _word_rule(words, j, i, 1, max_words))
-        for i in range(1, len(words)):  # continuation rules: word i as the (depth + 1)-th word of a quote
-            for depth in range(1, min(i, max_words - 1) + 1):
-                tails.append(f"s{j}w{i}x{depth} ::= " + _word_rule(words, j, i, depth + 1, max_words))
-    return "\n".join([f"root ::= {' | '.join(starts)}", *rules, *tails])
+    heads = [(j, i) for j, words in enumerate(parsed) for i, word in enumerate(words) if opens(word[1])]
+    rules = [f"s{j}w{i} ::= " + _word_rule(parsed[j], j, i, 1, max_words) for j, i in heads]
+    tails = [  # continuation rules: word i as the (depth + 1)-th word of a quote
+        f"s{j}w{i}x{depth} ::= " + _word_rule(words, j, i, depth + 1, max_words)
+        for j, words in enumerate(parsed)
+        for i in range(1, len(words))
+        for depth in range(1, min(i, max_words - 1) + 1)
+    ]
+    return "\n".join([f"root ::= {' | '.join(f's{j}w{i}' for j, i in heads)}", *rules, *tails])
 
 
 def _split_word(token: str) -> tuple[str, str, str]:
@@ -483,11 +479,9 @@ def reply_answer(reply: str) -> str | None:
         return None
     offset = 0
     for line in reply.splitlines(keepends=True):
-        m = _LABEL.match(line)
-        if m:
+        if m := _LABEL.match(line):
             rest = reply[offset + m.end() :].lstrip()
-            again = _LABEL.match(rest)  # "Answer: The answer is ..."
-            return (rest[again.end() :] if again else rest).strip()
+            return _LABEL.sub("", rest, count=1).strip()  # "Answer: The answer is ..." reads after both labels
         if line.strip() and not _ECHO.match(line):
             break
         offset += len(line)
@@ -501,9 +495,7 @@ _KOREAN_PARTICLES = frozenset(_KOREAN_PARTICLE_TEXT.split())
 
 def _same(reply_word: str, word: str) -> bool:
     """Whether a reply's word unit is the evidence's (equal, or a Korean word without its case particle)."""
-    if reply_word == word:
-        return True
-    return (
+    return reply_word == word or (
         "\uac00" <= word[:1] <= "\ud7a3"
         and word.startswith(reply_word)
         and word[len(reply_word) :] in _KOREAN_PARTICLES
