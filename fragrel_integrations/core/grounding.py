@@ -115,7 +115,6 @@ _SENTENCE_END = re.compile(
     rf"(?<={_LATIN_END})[{_CLOSERS}]*\s+|(?P<other>{_OTHER_END}+)[{_CLOSERS}]*\s*|\n[^\S\n]*\n\s*"
 )
 _CLAUSE_END = re.compile(r"(?<=[;:])\s+|(?<=[\uff1b\uff1a])\s*")
-_WORD = re.compile(r"\S+")
 _TITLE_TEXT = "mr. mrs. ms. dr. st. messrs. mme. mlle. capt. col. gen. rev. sr. jr. mt."
 _TITLES = frozenset(_TITLE_TEXT.split())
 _INITIALS = re.compile(r"(?:[a-z]\.)+")
@@ -347,7 +346,7 @@ def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str 
     """
     check_positive_int(max_words, "max_words")
     asked = {_norm(t) for t in tokenize(question)}
-    parsed = [[w for w in (_split_word(t) for t in _WORD.findall(s)) if w[1]] for s in sentences]
+    parsed = [[w for w in (_split_word(t) for t in s.split()) if w[1]] for s in sentences]
     if not any(parsed):
         raise ValueError("the evidence has no words to quote")
 
