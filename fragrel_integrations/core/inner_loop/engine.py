@@ -307,7 +307,7 @@ class InnerLoopEngine:
         state.rounds.append(InnerLoopRound(index, query, hits, shown, reply, stm, similarity))
         state.memory = stm
         if similarity is not None and similarity >= self.threshold:
-            state.converged, state.stop_reason = True, "converged"
+            state.stop_reason = "converged"
         elif index >= self.max_loops:
             state.stop_reason = "max_loops"
         return state.snapshot()
@@ -362,13 +362,11 @@ class _LoopState:
     memory: str = ""
     rounds: list[InnerLoopRound] = field(default_factory=list)
     seen: set[Hashable] = field(default_factory=set)
-    converged: bool = False
     stop_reason: StopReason | None = None
 
     def snapshot(self, stop_reason: StopReason | None = None) -> InnerLoopResult:
-        return InnerLoopResult(
-            self.question, self.memory, tuple(self.rounds), self.converged, stop_reason or self.stop_reason
-        )
+        reason = stop_reason or self.stop_reason
+        return InnerLoopResult(self.question, self.memory, tuple(self.rounds), reason == "converged", reason)
 
     def error(self, exc: Exception, stage: str) -> InnerLoopError:
         return InnerLoopError(
