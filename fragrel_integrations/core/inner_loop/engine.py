@@ -298,17 +298,14 @@ class InnerLoopEngine:
         if not isinstance(reply, str):
             raise TypeError(f"the chat model must return str, got {type(reply).__name__}")
         stm = truncate_to_tokens(strip_memory_label(reply), self.max_stm_tokens, self._count).strip()
-        index = len(state.rounds) + 1
+        similarity = lcs_similarity(memory, stm) if stm and state.rounds else None
+        state.rounds.append(InnerLoopRound(len(state.rounds) + 1, query, hits, shown, reply, stm or memory, similarity))
+        state.memory = stm or memory  # an empty reply keeps the previous memory
         if not stm:
-            state.rounds.append(InnerLoopRound(index, query, hits, shown, reply, memory, None))
             state.stop_reason = "empty_reply"
-            return state.snapshot()
-        similarity = lcs_similarity(memory, stm) if state.rounds else None
-        state.rounds.append(InnerLoopRound(index, query, hits, shown, reply, stm, similarity))
-        state.memory = stm
-        if similarity is not None and similarity >= self.threshold:
+        elif similarity is not None and similarity >= self.threshold:
             state.stop_reason = "converged"
-        elif index >= self.max_loops:
+        elif len(state.rounds) >= self.max_loops:
             state.stop_reason = "max_loops"
         return state.snapshot()
 
