@@ -54,6 +54,4 @@ def lcs_similarity(a: str, b: str) -> float:
     """
     ta, tb = lcs_tokens(a), lcs_tokens(b)
     longest = max(len(ta), len(tb))
-    if longest == 0:
-        return 1.0
-    return lcs_length(ta, tb) / longest
+    return lcs_length(ta, tb) / longest if longest else 1.0
