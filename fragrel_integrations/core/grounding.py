@@ -291,11 +291,8 @@ def _evidence_steps(question: str, hits: _Hits, embedder: Embedder | None, max_s
         hybrid = 0.5 * minmax(scores[best]) + 0.5 * minmax(np.asarray(dense, dtype=np.float64))
         scores[best] = hybrid
         order = np.concatenate([best[np.argsort(-hybrid, kind="stable")], order[MAX_EMBEDDED_SENTENCES:]])
-    return [
-        Evidence(texts[i], sentences[i][0].doc_id, sentences[i][0].position, sentences[i][1], sentences[i][2],
-                 float(scores[i]))
-        for i in order[:max_sentences]
-    ]  # fmt: skip
+    picked = [(sentences[i], float(scores[i])) for i in order[:max_sentences]]
+    return [Evidence(f.text[a:b], f.doc_id, f.position, n, a, score) for (f, n, a, b), score in picked]
 
 
 def select_evidence(
