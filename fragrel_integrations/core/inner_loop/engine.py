@@ -211,12 +211,11 @@ class InnerLoopEngine:
 
     def with_settings(self, **changes: Any) -> InnerLoopEngine:
         """A copy with some settings changed (``max_loops``, ``threshold``, ``dedupe``, ...)."""
-        unknown = sorted(set(changes) - set(self._settings()))
+        settings = self._settings()
+        unknown = sorted(set(changes) - set(settings))
         if unknown:
-            raise TypeError(f"unknown settings {unknown}; choose from {sorted(self._settings())}")
-        return InnerLoopEngine(
-            self._retriever, self.model, aretriever=self._aretriever, **{**self._settings(), **changes}
-        )
+            raise TypeError(f"unknown settings {unknown}; choose from {sorted(settings)}")
+        return InnerLoopEngine(self._retriever, self.model, aretriever=self._aretriever, **{**settings, **changes})
 
     @property
     def has_sync_retriever(self) -> bool:
