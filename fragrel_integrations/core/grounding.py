@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from itertools import pairwise
 from typing import Any, TypedDict, Unpack
 
@@ -115,10 +115,11 @@ _SENTENCE_END = re.compile(
     rf"(?<={_LATIN_END})[{_CLOSERS}]*\s+|(?P<other>{_OTHER_END}+)[{_CLOSERS}]*\s*|\n[^\S\n]*\n\s*"
 )
 _CLAUSE_END = re.compile(r"(?<=[;:])\s+|(?<=[\uff1b\uff1a])\s*")
-_WORD = re.compile(r"\S+")
 _TITLE_TEXT = "mr. mrs. ms. dr. st. messrs. mme. mlle. capt. col. gen. rev. sr. jr. mt."
 _TITLES = frozenset(_TITLE_TEXT.split())
 _INITIALS = re.compile(r"(?:[a-z]\.)+")
+#: What the answer functions take as retrieved text.
+_Hits = Sequence[ScoredFragment | Fragment | str]
 _PUNCT = "\"'“”‘’()[]_*,.;:!?-—"
 
 
@@ -158,50 +159,41 @@ def split_sentences(
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
     check_positive_int(max_words, "max_words")
-    spans: list[tuple[int, int]] = []
-    start = 0
+    sentences, start = [], 0
     for m in _SENTENCE_END.finditer(text):
-        if m.group("other") is None and m.start() > 0 and text[m.start() - 1] == ".":
-            before = text[start : m.start()].rsplit(None, 1)
-            word = before[-1].lstrip(_PUNCT[:8]).lower() if before else ""
+        if m.group("other") is None and text[m.start() - 1 : m.start()] == ".":
+            word = (text[start : m.start()].rsplit(None, 1) or [""])[-1].lstrip(_PUNCT[:8]).lower()
             if word in _TITLES or (word != "i." and _INITIALS.fullmatch(word)):
                 continue
-        end = m.start() + len(m.group(0).rstrip())
-        if text[start:end].strip():
-            spans += _clauses(text, start, end, long_words, max_words)
+        sentences.append((start, m.start() + len(m.group(0).rstrip())))
         start = m.end()
-    if text[start:].strip():
-        spans += _clauses(text, start, len(text), long_words, max_words)
-    return spans
+    sentences.append((start, len(text)))
+    return [c for a, b in sentences if text[a:b].strip() for c in _clauses(text, a, b, long_words, max_words)]
 
 
 def _clauses(text: str, start: int, end: int, long_words: int, max_words: int) -> list[tuple[int, int]]:
-    if len(word_units(text[start:end])) <= long_words:
-        return _windows(text, *_strip(text, start, end), max_words)
-    out, a = [], start
-    for m in _CLAUSE_END.finditer(text, start, end):
-        out.append(_strip(text, a, m.start()))
-        a = m.end()
-    out.append(_strip(text, a, end))
-    return [w for s in out if s[1] > s[0] for w in _windows(text, *s, max_words)]
+    """The sentence ``text[start:end]``, split after ``;`` and ``:`` when it is long, each piece in windows."""
+    pieces, a = [], start
+    if len(word_units(text[start:end])) > long_words:
+        for m in _CLAUSE_END.finditer(text, start, end):
+            pieces.append((a, m.start()))
+            a = m.end()
+    pieces.append((a, end))
+    return [w for a, b in pieces for w in _windows(text, a, b, max_words)]
 
 
 def _windows(text: str, start: int, end: int, max_words: int) -> list[tuple[int, int]]:
-    """``text[start:end]`` in runs of at most ``max_words`` word units (one run when it is short enough)."""
+    """``text[start:end]`` in runs of at most ``max_words`` word units, without surrounding blanks (blank runs
+    dropped)."""
     units = word_units(text[start:end])
-    if len(units) <= max_words:
-        return [(start, end)]
     cuts = [start + units[i][0] for i in range(max_words, len(units), max_words)]
-    bounds = [start, *cuts, end]
-    return [s for a, b in pairwise(bounds) if (s := _strip(text, a, b))[1] > s[0]]
+    return [s for a, b in pairwise([start, *cuts, end]) if (s := _strip(text, a, b))[1] > s[0]]
 
 
 def _strip(text: str, a: int, b: int) -> tuple[int, int]:
-    while a < b and text[a].isspace():
-        a += 1
-    while b > a and text[b - 1].isspace():
-        b -= 1
-    return a, b
+    piece = text[a:b]
+    a += len(piece) - len(piece.lstrip())
+    return a, a + len(piece.strip())
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,14 +213,7 @@ class Evidence:
         return f"{self.doc_id}, fragment {self.position}, sentence {self.sentence + 1}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "quote": self.quote,
-            "doc_id": self.doc_id,
-            "position": self.position,
-            "sentence": self.sentence,
-            "start": self.start,
-            "score": self.score,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,29 +254,21 @@ class GroundedAnswer:
         }
 
 
-def _fragments(hits: Sequence[ScoredFragment | Fragment | str]) -> list[Fragment]:
+def _sentences(hits: _Hits) -> list[tuple[Fragment, int, int, int]]:
+    """(fragment, sentence number, start, end) of every sentence of ``hits`` with at least one word unit."""
     if isinstance(hits, str):
         raise TypeError("hits must be a list of retrieved fragments (ScoredFragment, Fragment or str), not one str")
     out = []
-    for i, h in enumerate(hits):
-        if isinstance(h, ScoredFragment):
-            out.append(h.fragment)
-        elif isinstance(h, Fragment):
-            out.append(h)
-        elif isinstance(h, str):
-            out.append(Fragment(h, "text", i))
+    for i, hit in enumerate(hits):
+        if isinstance(hit, ScoredFragment):
+            f = hit.fragment
+        elif isinstance(hit, Fragment):
+            f = hit
+        elif isinstance(hit, str):
+            f = Fragment(hit, "text", i)
         else:
-            raise TypeError(f"hits[{i}] must be a ScoredFragment, Fragment or str, got {type(h).__name__}")
-    return out
-
-
-def _candidates(fragments: list[Fragment]) -> list[tuple[Fragment, int, int, int]]:
-    """(fragment, sentence number, start, end) of every sentence with at least one word unit."""
-    out = []
-    for f in fragments:
-        for n, (a, b) in enumerate(split_sentences(f.text)):
-            if _UNIT.search(f.text, a, b):
-                out.append((f, n, a, b))
+            raise TypeError(f"hits[{i}] must be a ScoredFragment, Fragment or str, got {type(hit).__name__}")
+        out += [(f, n, a, b) for n, (a, b) in enumerate(split_sentences(f.text)) if _UNIT.search(f.text, a, b)]
     return out
 
 
@@ -300,39 +277,26 @@ def _bm25_text(text: str) -> str:
     return " ".join(w for _, _, w in word_units(text))
 
 
-def _evidence_steps(
-    question: str,
-    fragments: list[Fragment],
-    embedder: Embedder | None,
-    max_sentences: int,
-) -> Steps[list[Evidence]]:
-    sentences = _candidates(fragments)
+def _evidence_steps(question: str, hits: _Hits, embedder: Embedder | None, max_sentences: int) -> Steps[list[Evidence]]:
+    sentences = _sentences(hits)
     if not sentences:
         return []
     texts = [f.text[a:b] for f, _, a, b in sentences]
-    scores = make_scorer("bm25", [_bm25_text(t) for t in texts])(_bm25_text(question))
-    order = np.argsort(-np.asarray(scores, dtype=np.float64), kind="stable")
+    scores = np.array(make_scorer("bm25", [_bm25_text(t) for t in texts])(_bm25_text(question)), dtype=np.float64)
+    order = np.argsort(-scores, kind="stable")
     if embedder is not None:  # the hybrid score over the BM25-best MAX_EMBEDDED_SENTENCES only
         best = order[:MAX_EMBEDDED_SENTENCES]
         vectors = yield CallStep(embed_documents, (embedder, [texts[i] for i in best]))
         dense = yield CallStep(DenseScorer(vectors, embedder), (question,))
         hybrid = 0.5 * minmax(scores[best]) + 0.5 * minmax(np.asarray(dense, dtype=np.float64))
-        scores = np.asarray(scores, dtype=np.float64).copy()
         scores[best] = hybrid
         order = np.concatenate([best[np.argsort(-hybrid, kind="stable")], order[MAX_EMBEDDED_SENTENCES:]])
-    return [
-        Evidence(texts[i], sentences[i][0].doc_id, sentences[i][0].position, sentences[i][1], sentences[i][2],
-                 float(scores[i]))
-        for i in order[:max_sentences]
-    ]  # fmt: skip
+    picked = [(sentences[i], float(scores[i])) for i in order[:max_sentences]]
+    return [Evidence(f.text[a:b], f.doc_id, f.position, n, a, score) for (f, n, a, b), score in picked]
 
 
 def select_evidence(
-    question: str,
-    hits: Sequence[ScoredFragment | Fragment | str],
-    *,
-    embedder: Embedder | None = None,
-    max_sentences: int = 3,
+    question: str, hits: _Hits, *, embedder: Embedder | None = None, max_sentences: int = 3
 ) -> list[Evidence]:
     """The ``max_sentences`` sentences of ``hits`` that best match ``question``, best first. All sentences are
     ranked by BM25 over word units; with ``embedder`` the :data:`MAX_EMBEDDED_SENTENCES` best of them are embedded
@@ -344,7 +308,7 @@ def select_evidence(
     """
     _check_question(question)
     check_positive_int(max_sentences, "max_sentences")
-    return drive(_evidence_steps(question, _fragments(hits), embedder, max_sentences))
+    return drive(_evidence_steps(question, hits, embedder, max_sentences))
 
 
 def answer_messages(question: str, evidence: Sequence[str]) -> list[dict[str, str]]:
@@ -379,7 +343,7 @@ def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str 
     """
     check_positive_int(max_words, "max_words")
     asked = {_norm(t) for t in tokenize(question)}
-    parsed = [[w for w in (_split_word(t) for t in _WORD.findall(s)) if w[1]] for s in sentences]
+    parsed = [[w for w in (_split_word(t) for t in s.split()) if w[1]] for s in sentences]
     if not any(parsed):
         raise ValueError("the evidence has no words to quote")
 
@@ -389,27 +353,21 @@ def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str 
 
     if not any(opens(w[1]) for words in parsed for w in words):
         opens = bool  # no content word to start at: any word may
-    starts: list[str] = []
-    rules: list[str] = []
-    tails: list[str] = []
-    for j, words in enumerate(parsed):
-        for i in range(len(words)):
-            if opens(words[i][1]):
-                starts.append(f"s{j}w{i}")
-                rules.append(f"s{j}w{i} ::= " + _word_rule(words, j, i, 1, max_words))
-        for i in range(1, len(words)):  # continuation rules: word i as the (depth + 1)-th word of a quote
-            for depth in range(1, min(i, max_words - 1) + 1):
-                tails.append(f"s{j}w{i}x{depth} ::= " + _word_rule(words, j, i, depth + 1, max_words))
-    return "\n".join([f"root ::= {' | '.join(starts)}", *rules, *tails])
+    heads = [(j, i) for j, words in enumerate(parsed) for i, word in enumerate(words) if opens(word[1])]
+    rules = [f"s{j}w{i} ::= " + _word_rule(parsed[j], j, i, 1, max_words) for j, i in heads]
+    tails = [  # continuation rules: word i as the (depth + 1)-th word of a quote
+        f"s{j}w{i}x{depth} ::= " + _word_rule(words, j, i, depth + 1, max_words)
+        for j, words in enumerate(parsed)
+        for i in range(1, len(words))
+        for depth in range(1, min(i, max_words - 1) + 1)
+    ]
+    return "\n".join([f"root ::= {' | '.join(f's{j}w{i}' for j, i in heads)}", *rules, *tails])
 
 
 def _split_word(token: str) -> tuple[str, str, str]:
     """(leading punctuation, core, trailing punctuation) of a whitespace token."""
     core = token.strip(_PUNCT)
-    if not core:
-        return token, "", ""
-    a = token.index(core)
-    return token[:a], core, token[a + len(core) :]
+    return token.partition(core) if core else (token, "", "")
 
 
 def _word_rule(words: list[tuple[str, str, str]], j: int, i: int, length: int, max_words: int) -> str:
@@ -517,11 +475,9 @@ def reply_answer(reply: str) -> str | None:
         return None
     offset = 0
     for line in reply.splitlines(keepends=True):
-        m = _LABEL.match(line)
-        if m:
+        if m := _LABEL.match(line):
             rest = reply[offset + m.end() :].lstrip()
-            again = _LABEL.match(rest)  # "Answer: The answer is ..."
-            return (rest[again.end() :] if again else rest).strip()
+            return _LABEL.sub("", rest, count=1).strip()  # "Answer: The answer is ..." reads after both labels
         if line.strip() and not _ECHO.match(line):
             break
         offset += len(line)
@@ -535,9 +491,7 @@ _KOREAN_PARTICLES = frozenset(_KOREAN_PARTICLE_TEXT.split())
 
 def _same(reply_word: str, word: str) -> bool:
     """Whether a reply's word unit is the evidence's (equal, or a Korean word without its case particle)."""
-    if reply_word == word:
-        return True
-    return (
+    return reply_word == word or (
         "\uac00" <= word[:1] <= "\ud7a3"
         and word.startswith(reply_word)
         and word[len(reply_word) :] in _KOREAN_PARTICLES
@@ -550,18 +504,17 @@ def _span_in(answer: list[str], sentence: list[tuple[int, int, str]], asked: boo
     words = [w for _, _, w in sentence]
     m = len(answer)
     negations = _negations(words)
+    if asked and not negations:
+        return None  # a negative question answered from a positive sentence
     for i in range(len(words) - m + 1):
         if not all(_same(a, w) for a, w in zip(answer, words[i : i + m], strict=True)):
             continue
-        outside = any(a < i or b > i + m for a, b in negations)
-        if outside and not asked:  # the sentence denies what the span would state ("did not kill the captain")
-            continue
-        if asked and not negations:  # a negative question answered from a positive sentence
-            continue
+        if not asked and any(a < i or b > i + m for a, b in negations):
+            continue  # the sentence denies what the span would state ("did not kill the captain")
         if (i and _is_number(words[i - 1]) and _is_number(answer[0])) or (
             i + m < len(words) and _is_number(words[i + m]) and _is_number(answer[-1])
-        ):  # the span cuts a number ("five" of "twenty five")
-            continue
+        ):
+            continue  # the span cuts a number ("five" of "twenty five")
         return i, i + m
     return None
 
@@ -589,16 +542,12 @@ def answer_span(reply: str, evidence: Sequence[str], question: str = "") -> tupl
         raise TypeError(f"question must be str, got {type(question).__name__}")
     if isinstance(evidence, str):
         raise TypeError("evidence must be a list of sentences (str), not one str")
-    text = reply_answer(reply)
-    if not text:
-        return None
-    answer = [w for _, _, w in word_units(text)]
-    asked = {_norm(w) for _, _, w in word_units(question)}
-    if not answer or len(answer) > MAX_ANSWER_WORDS:
-        return None
-    if all(w in _FUNCTION_WORDS or _norm(w) in asked for w in answer):
-        return None  # only question words and function words: no answer
-    negative = bool(_negations([w for _, _, w in word_units(question)]))
+    answer = [w for _, _, w in word_units(reply_answer(reply) or "")]
+    asked = [w for _, _, w in word_units(question)]
+    stems = {_norm(w) for w in asked}
+    if not answer or len(answer) > MAX_ANSWER_WORDS or all(w in _FUNCTION_WORDS or _norm(w) in stems for w in answer):
+        return None  # no answer: nothing, too long, or only question words and function words
+    negative = bool(_negations(asked))
     for i, item in enumerate(evidence):
         if not isinstance(item, str):
             raise TypeError(f"evidence[{i}] must be str, got {type(item).__name__}")
@@ -641,7 +590,7 @@ def _fit(question: str, quotes: list[str], model: Any, max_tokens: int) -> list[
 
 def grounded_answer_steps(
     question: str,
-    hits: Sequence[ScoredFragment | Fragment | str],
+    hits: _Hits,
     model: Any,
     *,
     embedder: Embedder | None = None,
@@ -655,8 +604,7 @@ def grounded_answer_steps(
     check_answer_settings(
         {"max_sentences": max_sentences, "max_tokens": max_tokens, "constrain": constrain, "options": options}
     )
-    fragments = _fragments(hits)
-    evidence = yield from _evidence_steps(question, fragments, embedder, max_sentences)
+    evidence = yield from _evidence_steps(question, hits, embedder, max_sentences)
     if not evidence:
         return GroundedAnswer(question, None, (), "", details={"reason": "no text retrieved"})
     quotes = _fit(question, [e.quote for e in evidence], model, max_tokens)
@@ -708,9 +656,7 @@ def check_answer_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     return dict(settings)
 
 
-def grounded_answer(
-    question: str, hits: Sequence[ScoredFragment | Fragment | str], model: Any, **settings: Unpack[AnswerSettings]
-) -> GroundedAnswer:
+def grounded_answer(question: str, hits: _Hits, model: Any, **settings: Unpack[AnswerSettings]) -> GroundedAnswer:
     """Answer ``question`` from the retrieved ``hits`` with ``model`` (anything with ``invoke(messages, ...)``),
     returning only an answer the evidence supports (see the module docstring).
 
@@ -726,7 +672,7 @@ def grounded_answer(
 
 
 async def agrounded_answer(
-    question: str, hits: Sequence[ScoredFragment | Fragment | str], model: Any, **settings: Unpack[AnswerSettings]
+    question: str, hits: _Hits, model: Any, **settings: Unpack[AnswerSettings]
 ) -> GroundedAnswer:
     """Async :func:`grounded_answer` (the model by ``ainvoke``, the embedder in a worker thread)."""
     return await adrive(grounded_answer_steps(question, hits, model, **settings))

@@ -33,11 +33,9 @@ class Step(Protocol):
 
     def run(self) -> Any:
         """The step's result, computed in the calling thread."""
-        ...
 
     async def arun(self) -> Any:
         """The step's result, without blocking the event loop."""
-        ...
 
 
 #: a workflow: yields steps, receives their results, returns ``T``
@@ -78,52 +76,33 @@ class CallStep:
         return await asyncio.to_thread(self.fn, *self.args, **self.kwargs)
 
 
-@dataclass(frozen=True, slots=True)
-class _Outcome:
-    """A step's result or the exception it raised."""
-
+def drive(steps: Steps[T]) -> T:
+    """Run the workflow synchronously and return its value: each step's result is sent into the workflow (the
+    first send starts it), a step's exception is raised inside it."""
     value: Any = None
     error: BaseException | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Finished:
-    """The workflow returned ``value``."""
-
-    value: Any
-
-
-def _resume(steps: Steps[Any], outcome: _Outcome) -> Step | _Finished:
-    """Send the outcome into the workflow (its first call starts it): the next step, or the return value."""
-    try:
-        return steps.throw(outcome.error) if outcome.error is not None else steps.send(outcome.value)
-    except StopIteration as stop:
-        return _Finished(stop.value)
-
-
-def _run(step: Step) -> _Outcome:
-    try:
-        return _Outcome(step.run())
-    except BaseException as exc:  # raised inside the workflow, which decides
-        return _Outcome(error=exc)
-
-
-def drive(steps: Steps[T]) -> T:
-    """Run the workflow synchronously and return its value; a step's exception is raised inside it."""
-    request = _resume(steps, _Outcome())
-    while not isinstance(request, _Finished):
-        request = _resume(steps, _run(request))
-    return request.value  # type: ignore[no-any-return]
+    while True:
+        try:
+            step = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = step.run(), None
+        except BaseException as exc:  # raised inside the workflow, which decides
+            value, error = None, exc
 
 
 async def adrive(steps: Steps[T]) -> T:
     """Async :func:`drive`: chat steps by ``ainvoke``, calls in a worker thread; a cancellation is raised inside
     the workflow too."""
-    request = _resume(steps, _Outcome())
-    while not isinstance(request, _Finished):
+    value: Any = None
+    error: BaseException | None = None
+    while True:
         try:
-            outcome = _Outcome(await request.arun())
+            step = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        try:
+            value, error = await step.arun(), None
         except BaseException as exc:  # a cancellation included: raised inside the workflow, which decides
-            outcome = _Outcome(error=exc)
-        request = _resume(steps, outcome)
-    return request.value  # type: ignore[no-any-return]
+            value, error = None, exc

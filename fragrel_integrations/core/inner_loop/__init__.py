@@ -1,7 +1,7 @@
 """ILM-TR's inner loop with a short-term memory (STM), framework-free.
 
-Modules: :mod:`.metric` (the LCS similarity that decides convergence), :mod:`.prompts` (the instructions, the
-round's messages and query), :mod:`.types` (rounds, results, the error) and :mod:`.engine` (the loop).
+Modules: :mod:`.metric` (the LCS similarity that decides convergence), :mod:`.loop_prompts` (the instructions, the
+round's messages and query), :mod:`.rounds` (rounds, results, the error) and :mod:`.engine` (the loop).
 
 The answer model reads the question in rounds. Each round retrieves with the question *plus* the current STM
 (joined by :func:`join_query`), shows the model the question, the retrieved passages and its current STM, and

@@ -1,5 +1,5 @@
 """The inner loop's engine: :class:`InnerLoopEngine` runs the rounds (sync and async) over a retriever and a
-chat model; the helpers the framework adapters share stand here until they move to the adapter kit."""
+chat model."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from .loop_prompts import (
     DEFAULT_PROMPT_TEMPLATE,
     DEFAULT_SYSTEM_PROMPT,
     NO_NEW_PASSAGES,
-    NO_PASSAGES,
     PASSAGE_TOKENS,
     check_prompt_template,
     join_query,
@@ -44,33 +43,36 @@ from .rounds import (
 __all__ = ["InnerLoopEngine"]
 
 
-def _as_hits(items: object, source: str) -> list[ScoredFragment]:
+def _as_hits(items: object) -> list[ScoredFragment]:
     if inspect.isawaitable(items):
         if inspect.iscoroutine(items):
             items.close()  # avoid the "never awaited" warning
         raise TypeError(
-            f"{source} returned an awaitable: pass an async retriever as aretriever=... (or as the retriever) "
+            "the retriever returned an awaitable: pass an async retriever as aretriever=... (or as the retriever) "
             "and call arun() / astream()"
         )
     if isinstance(items, str | bytes | Mapping) or not isinstance(items, Sequence | Iterator):
-        raise TypeError(f"{source} must return a list of ScoredFragment, Fragment or str, got {type(items).__name__}")
+        raise TypeError(
+            f"the retriever must return a list of ScoredFragment, Fragment or str, got {type(items).__name__}"
+        )
     out: list[ScoredFragment] = []
     for i, item in enumerate(items):
         if isinstance(item, ScoredFragment):
             out.append(item)
-        elif isinstance(item, Fragment):
-            out.append(ScoredFragment(item, 0.0, 0.0, 0.0))
-        elif isinstance(item, str):
-            out.append(ScoredFragment(Fragment(item), 0.0, 0.0, 0.0))
+        elif isinstance(item, Fragment | str):
+            out.append(ScoredFragment(Fragment(item) if isinstance(item, str) else item, 0.0, 0.0, 0.0))
         else:
             raise TypeError(
-                f"{source} returned a {type(item).__name__} at [{i}]; each item must be a ScoredFragment, "
+                f"the retriever returned a {type(item).__name__} at [{i}]; each item must be a ScoredFragment, "
                 "Fragment or str"
             )
     return out
 
 
-# ------------------------------------------------------------------------------------------------ checks
+def _check_bool(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
 
 
 def _check_threshold(value: object) -> float:
@@ -80,10 +82,6 @@ def _check_threshold(value: object) -> float:
             f"1.0 = identical), got {value!r}"
         )
     return float(value)
-
-
-def _check_question(question: object) -> str:
-    return check_query(question, what="question").strip()
 
 
 def _is_async_function(fn: object) -> bool:
@@ -116,9 +114,6 @@ def _resolve_retrievers(retriever: object, aretriever: object) -> tuple[SyncRetr
     if aretriever is not None and not callable(aretriever):
         raise TypeError(f"aretriever must be an async function query -> list, got {type(aretriever).__name__}")
     return sync, aretriever  # type: ignore[return-value]
-
-
-# ------------------------------------------------------------------------------------------------ adapters
 
 
 class InnerLoopEngine:
@@ -181,9 +176,7 @@ class InnerLoopEngine:
         self.max_loops = check_min_int(max_loops, "max_loops", 1, hint=" (the paper uses 5)")
         self.threshold = _check_threshold(threshold)
         self.max_stm_tokens = check_min_int(max_stm_tokens, "max_stm_tokens", 1)
-        if not isinstance(dedupe, bool):
-            raise TypeError(f"dedupe must be True or False, got {dedupe!r}")
-        self.dedupe = dedupe
+        self.dedupe = _check_bool(dedupe, "dedupe")
         self.context_tokens = None if context_tokens is None else check_min_int(context_tokens, "context_tokens", 1)
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise TypeError(f"system_prompt must be str or None, got {type(system_prompt).__name__}")
@@ -193,12 +186,8 @@ class InnerLoopEngine:
         if not isinstance(query_separator, str):
             raise TypeError(f"query_separator must be str, got {type(query_separator).__name__}")
         self.query_separator = query_separator
-        if not isinstance(show_progress, bool):
-            raise TypeError(f"show_progress must be True or False, got {show_progress!r}")
-        self.show_progress = show_progress
-        if not isinstance(constrained, bool):
-            raise TypeError(f"constrained must be True or False, got {constrained!r}")
-        self.constrained = constrained
+        self.show_progress = _check_bool(show_progress, "show_progress")
+        self.constrained = _check_bool(constrained, "constrained")
         # one line of memory, for models that enforce reply formats ({}: free text, the label stripped as before)
         self._format = format_kwargs(self.model, self.stm_format()) if constrained else {}
 
@@ -209,22 +198,10 @@ class InnerLoopEngine:
         the hundreds, and the reply would then not be constrained at all."""
         return ReplyFormat.regex(r"[A-Za-z0-9\"'][^\n]*", name="stm")
 
-    # -------------------------------------------------------------------------------------------- building
-
     def _settings(self) -> dict[str, Any]:
-        return {
-            "max_loops": self.max_loops,
-            "threshold": self.threshold,
-            "max_stm_tokens": self.max_stm_tokens,
-            "dedupe": self.dedupe,
-            "context_tokens": self.context_tokens,
-            "system_prompt": self.system_prompt,
-            "prompt_template": self.prompt_template,
-            "temperature": self.temperature,
-            "query_separator": self.query_separator,
-            "show_progress": self.show_progress,
-            "constrained": self.constrained,
-        }
+        """The keyword settings of ``__init__`` (those after ``aretriever``) as this engine holds them."""
+        names = list(inspect.signature(InnerLoopEngine).parameters)[3:]
+        return {name: getattr(self, name) for name in names}
 
     def with_retriever(
         self, retriever: SyncRetriever | AsyncRetriever | Any | None, *, aretriever: AsyncRetriever | None = None
@@ -234,12 +211,11 @@ class InnerLoopEngine:
 
     def with_settings(self, **changes: Any) -> InnerLoopEngine:
         """A copy with some settings changed (``max_loops``, ``threshold``, ``dedupe``, ...)."""
-        unknown = sorted(set(changes) - set(self._settings()))
+        settings = self._settings()
+        unknown = sorted(set(changes) - set(settings))
         if unknown:
-            raise TypeError(f"unknown settings {unknown}; choose from {sorted(self._settings())}")
-        return InnerLoopEngine(
-            self._retriever, self.model, aretriever=self._aretriever, **{**self._settings(), **changes}
-        )
+            raise TypeError(f"unknown settings {unknown}; choose from {sorted(settings)}")
+        return InnerLoopEngine(self._retriever, self.model, aretriever=self._aretriever, **{**settings, **changes})
 
     @property
     def has_sync_retriever(self) -> bool:
@@ -249,11 +225,88 @@ class InnerLoopEngine:
     def has_async_retriever(self) -> bool:
         return self._aretriever is not None
 
-    # -------------------------------------------------------------------------------------------- prompts
-
     def messages(self, question: str, memory: str, passages: Sequence[str], *, placeholder: str = "") -> list[dict]:
         """The chat messages of one round (system prompt, then the filled ``prompt_template``)."""
         return round_messages(self.system_prompt, self.prompt_template, question, memory, passages, placeholder)
+
+    def _count(self, text: str) -> int:
+        return count_tokens(self.model, text)
+
+    def _check_sync(self) -> None:
+        if self._retriever is None:
+            if self._aretriever is not None:
+                raise TypeError("this engine has only an async retriever: use await engine.arun(...) / astream(...)")
+            raise TypeError("this engine has no retriever: build it with one, or use engine.with_retriever(...)")
+
+    def _progress(self) -> tqdm:
+        return tqdm(total=self.max_loops, desc="inner loop", unit="round", leave=False, disable=not self.show_progress)
+
+    def stream(self, question: str) -> Iterator[InnerLoopResult]:
+        """Run the loop, yielding a snapshot after every round; the last one has ``stop_reason`` set.
+
+        Raises :class:`InnerLoopError` (with the completed rounds) if the retriever or the model raises.
+        """
+        self._check_sync()
+        state = _LoopState(check_query(question, what="question").strip())
+        with self._progress() as bar:
+            while state.stop_reason is None:
+                result = drive(self._round(state))
+                bar.update(1)
+                yield result
+
+    async def astream(self, question: str) -> AsyncIterator[InnerLoopResult]:
+        """Async :meth:`stream`: the model's ``ainvoke`` and the async retriever (else the sync one in a thread)."""
+        if self._aretriever is None:
+            self._check_sync()  # raises the "no retriever" error
+        state = _LoopState(check_query(question, what="question").strip())
+        with self._progress() as bar:
+            while state.stop_reason is None:
+                result = await adrive(self._round(state))
+                bar.update(1)
+                yield result
+
+    def _round(self, state: _LoopState) -> Steps[InnerLoopResult]:
+        """One round as steps (retrieve, pick the passages to show, ask the model, record the memory and decide
+        whether to stop), run by :func:`drive` or :func:`adrive`."""
+        question, memory = state.question, state.memory
+        query = join_query(question, memory, self.query_separator)
+        try:
+            items = yield _Retrieval(self._retriever, self._aretriever, query)
+        except Exception as exc:
+            raise state.error(exc, "retriever") from exc
+        hits = tuple(_as_hits(items))
+        fresh = list(hits)
+        if self.dedupe:  # fragments shown in an earlier round, and repeats within this one, are left out
+            first: dict[Hashable, ScoredFragment] = {}
+            for h in hits:
+                first.setdefault(fragment_key(h), h)
+            fresh = [h for key, h in first.items() if key not in state.seen]
+        texts = [h.text for h in fresh]
+        budget = self._context_budget(question, memory)
+        if budget is not None:
+            texts = fit_texts(texts, budget, self._count, separator_tokens=PASSAGE_TOKENS)
+        shown = tuple(fresh[: len(texts)])
+        state.seen.update(fragment_key(h) for h in shown)
+        placeholder = NO_NEW_PASSAGES if hits and not fresh else ""
+        messages = self.messages(question, memory, texts, placeholder=placeholder)
+        options = {"temperature": self.temperature, "max_tokens": self.max_stm_tokens, "stop": None, **self._format}
+        try:
+            reply = yield ChatStep(self.model, messages, options)
+        except Exception as exc:
+            raise state.error(exc, "model") from exc
+        if not isinstance(reply, str):
+            raise TypeError(f"the chat model must return str, got {type(reply).__name__}")
+        stm = truncate_to_tokens(strip_memory_label(reply), self.max_stm_tokens, self._count).strip()
+        similarity = lcs_similarity(memory, stm) if stm and state.rounds else None
+        state.rounds.append(InnerLoopRound(len(state.rounds) + 1, query, hits, shown, reply, stm or memory, similarity))
+        state.memory = stm or memory  # an empty reply keeps the previous memory
+        if not stm:
+            state.stop_reason = "empty_reply"
+        elif similarity is not None and similarity >= self.threshold:
+            state.stop_reason = "converged"
+        elif len(state.rounds) >= self.max_loops:
+            state.stop_reason = "max_loops"
+        return state.snapshot()
 
     def _context_budget(self, question: str, memory: str) -> int | None:
         limits = [] if self.context_tokens is None else [self.context_tokens]
@@ -263,84 +316,14 @@ class InnerLoopEngine:
             limits.append(max(0, window - skeleton - self.max_stm_tokens))
         return min(limits) if limits else None
 
-    def _clean(self, reply: str) -> str:
-        text = strip_memory_label(reply)
-        return truncate_to_tokens(text, self.max_stm_tokens, self._count).strip()
-
-    def _count(self, text: str) -> int:
-        return count_tokens(self.model, text)
-
-    # -------------------------------------------------------------------------------------------- running
-
-    def _check_sync(self) -> SyncRetriever:
-        if self._retriever is None:
-            if self._aretriever is not None:
-                raise TypeError("this engine has only an async retriever: use await engine.arun(...) / astream(...)")
-            raise TypeError("this engine has no retriever: build it with one, or use engine.with_retriever(...)")
-        return self._retriever
-
-    def stream(self, question: str) -> Iterator[InnerLoopResult]:
-        """Run the loop, yielding a snapshot after every round; the last one has ``stop_reason`` set.
-
-        Raises :class:`InnerLoopError` (with the completed rounds) if the retriever or the model raises.
-        """
-        self._check_sync()
-        state = _LoopState(self, _check_question(question))
-        with self._progress() as bar:
-            yield from self._sync_rounds(state, bar)
-
-    def _progress(self) -> tqdm:
-        return tqdm(total=self.max_loops, desc="inner loop", unit="round", leave=False, disable=not self.show_progress)
-
-    def _sync_rounds(self, state: _LoopState, bar: tqdm) -> Iterator[InnerLoopResult]:
-        while not state.done:
-            result = drive(self._round(state))
-            bar.update(1)
-            yield result
-
-    def _round(self, state: _LoopState) -> Steps[InnerLoopResult]:
-        """One round as steps (retrieve, then ask the model), run by :func:`drive` or :func:`adrive`."""
-        query = state.query()
-        try:
-            items = yield _Retrieval(self._retriever, self._aretriever, query)
-        except Exception as exc:
-            raise state.error(exc, "retriever") from exc
-        messages = state.prepare(query, _as_hits(items, "the retriever"))
-        options = {"temperature": self.temperature, "max_tokens": self.max_stm_tokens, "stop": None, **self._format}
-        try:
-            reply = yield ChatStep(self.model, messages, options)
-        except Exception as exc:
-            raise state.error(exc, "model") from exc
-        return state.accept(reply)
-
-    async def astream(self, question: str) -> AsyncIterator[InnerLoopResult]:
-        """Async :meth:`stream`: the model's ``ainvoke`` and the async retriever (else the sync one in a thread)."""
-        if self._retriever is None and self._aretriever is None:
-            self._check_sync()  # raises the "no retriever" error
-        state = _LoopState(self, _check_question(question))
-        with self._progress() as bar:
-            async for result in self._async_rounds(state, bar):
-                yield result
-
-    async def _async_rounds(self, state: _LoopState, bar: tqdm) -> AsyncIterator[InnerLoopResult]:
-        while not state.done:
-            result = await adrive(self._round(state))
-            bar.update(1)
-            yield result
-
     def run(self, question: str) -> InnerLoopResult:
         """Run the loop to the end and return the result (``.answer`` is the final STM)."""
-        result: InnerLoopResult | None = None
-        for result in self.stream(question):  # noqa: B007 - the last snapshot is the result
-            pass
-        return result  # type: ignore[return-value]  # max_loops >= 1: at least one snapshot
+        *_, result = self.stream(question)  # the last snapshot (max_loops >= 1: there is one)
+        return result
 
     async def arun(self, question: str) -> InnerLoopResult:
         """Async :meth:`run` (never starts an event loop of its own)."""
-        result: InnerLoopResult | None = None
-        async for result in self.astream(question):  # noqa: B007
-            pass
-        return result  # type: ignore[return-value]
+        return [result async for result in self.astream(question)][-1]
 
     def __repr__(self) -> str:
         return (
@@ -371,74 +354,20 @@ class _Retrieval:
 class _LoopState:
     """The bookkeeping of one run, shared by the sync and async loops."""
 
-    engine: InnerLoopEngine
     question: str
     memory: str = ""
     rounds: list[InnerLoopRound] = field(default_factory=list)
     seen: set[Hashable] = field(default_factory=set)
-    converged: bool = False
     stop_reason: StopReason | None = None
-    _pending: tuple[str, tuple[ScoredFragment, ...], tuple[ScoredFragment, ...]] | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.stop_reason is not None
-
-    def query(self) -> str:
-        return join_query(self.question, self.memory, self.engine.query_separator)
-
-    def prepare(self, query: str, hits: list[ScoredFragment]) -> list[dict]:
-        """Pick the passages to show (dedupe, budget) and build the round's messages."""
-        engine = self.engine
-        fresh = [h for h in hits if fragment_key(h) not in self.seen] if engine.dedupe else list(hits)
-        if engine.dedupe:  # one fragment retrieved twice in the same round is shown once
-            unique: dict[Hashable, ScoredFragment] = {}
-            for h in fresh:
-                unique.setdefault(fragment_key(h), h)
-            fresh = list(unique.values())
-        budget = engine._context_budget(self.question, self.memory)
-        texts = [h.text for h in fresh]
-        if budget is not None:
-            texts = fit_texts(texts, budget, engine._count, separator_tokens=PASSAGE_TOKENS)
-        shown = tuple(fresh[: len(texts)])
-        self.seen.update(fragment_key(h) for h in shown)
-        self._pending = (query, tuple(hits), shown)
-        placeholder = NO_NEW_PASSAGES if hits and not fresh else NO_PASSAGES
-        return engine.messages(self.question, self.memory, texts, placeholder=placeholder)
-
-    def accept(self, reply: object) -> InnerLoopResult:
-        """Record the model's reply as the new memory and decide whether to stop."""
-        if not isinstance(reply, str):
-            raise TypeError(f"the chat model must return str, got {type(reply).__name__}")
-        if self._pending is None:  # pragma: no cover - internal invariant
-            raise RuntimeError("internal error: accept() called before prepare()")
-        query, hits, shown = self._pending
-        self._pending = None
-        stm = self.engine._clean(reply)
-        index = len(self.rounds) + 1
-        if not stm:
-            self.rounds.append(InnerLoopRound(index, query, hits, shown, reply, self.memory, None))
-            self.stop_reason = "empty_reply"
-            return self.snapshot()
-        similarity = lcs_similarity(self.memory, stm) if self.rounds else None
-        self.rounds.append(InnerLoopRound(index, query, hits, shown, reply, stm, similarity))
-        self.memory = stm
-        if similarity is not None and similarity >= self.engine.threshold:
-            self.converged, self.stop_reason = True, "converged"
-        elif index >= self.engine.max_loops:
-            self.stop_reason = "max_loops"
-        return self.snapshot()
 
     def snapshot(self, stop_reason: StopReason | None = None) -> InnerLoopResult:
-        return InnerLoopResult(
-            self.question, self.memory, tuple(self.rounds), self.converged, stop_reason or self.stop_reason
-        )
+        reason = stop_reason or self.stop_reason
+        return InnerLoopResult(self.question, self.memory, tuple(self.rounds), reason == "converged", reason)
 
     def error(self, exc: Exception, stage: str) -> InnerLoopError:
-        result = self.snapshot("error")
         return InnerLoopError(
             f"the {stage} raised {type(exc).__name__} in round {len(self.rounds) + 1} of the inner loop: {exc}; "
             f"the {len(self.rounds)} completed round(s) are in .result",
-            result,
+            self.snapshot("error"),
             stage,
         )

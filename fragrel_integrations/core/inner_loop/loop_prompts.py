@@ -10,11 +10,8 @@ from collections.abc import Sequence
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
     "DEFAULT_SYSTEM_PROMPT",
-    "EMPTY_MEMORY",
     "NO_NEW_PASSAGES",
-    "NO_PASSAGES",
     "PASSAGE_TOKENS",
-    "TEMPLATE_FIELDS",
     "check_prompt_template",
     "join_query",
     "round_messages",
@@ -50,10 +47,10 @@ Your memory so far: {memory}
 
 Write your updated memory now: one or two plain sentences that answer the question."""
 
-EMPTY_MEMORY = "(empty)"
-NO_PASSAGES = "(no passages were retrieved)"
+_EMPTY_MEMORY = "(empty)"
+_NO_PASSAGES = "(no passages were retrieved)"
 NO_NEW_PASSAGES = "(no new passages; the earlier ones are already reflected in your memory)"
-TEMPLATE_FIELDS = frozenset({"question", "memory", "context"})
+_TEMPLATE_FIELDS = frozenset({"question", "memory", "context"})
 PASSAGE_TOKENS = 4  # "[12] " and the line break around each passage
 _LABEL = re.compile(r"^\s*(?:updated\s+)?memory\s*:\s*", re.IGNORECASE)
 
@@ -68,7 +65,7 @@ def check_prompt_template(template: object) -> str:
         raise ValueError(
             f"prompt_template is not a valid format string ({exc}); write literal braces as {{{{ and }}}}"
         ) from exc
-    if names != TEMPLATE_FIELDS:
+    if names != _TEMPLATE_FIELDS:
         raise ValueError(
             f"prompt_template must use exactly the fields {{question}}, {{memory}} and {{context}}, got {sorted(names)}"
         )
@@ -79,16 +76,13 @@ def round_messages(
     system_prompt: str | None, template: str, question: str, memory: str, passages: Sequence[str], placeholder: str = ""
 ) -> list[dict]:
     """The chat messages of one round: ``system_prompt`` (if any), then ``template`` filled with the numbered
-    ``passages`` (``placeholder`` or :data:`NO_PASSAGES` when there are none).
+    ``passages`` (``placeholder``, or a note that none were retrieved, when there are none).
 
     >>> round_messages(None, "{question} {memory} {context}", "Where?", "", ["Mary went home."])
     [{'role': 'user', 'content': 'Where? (empty) [1] Mary went home.'}]
     """
-    if passages:
-        context = "\n".join(f"[{i}] {p}" for i, p in enumerate(passages, start=1))
-    else:
-        context = placeholder or NO_PASSAGES
-    user = template.format(question=question, memory=memory or EMPTY_MEMORY, context=context)
+    context = "\n".join(f"[{i}] {p}" for i, p in enumerate(passages, start=1)) or placeholder or _NO_PASSAGES
+    user = template.format(question=question, memory=memory or _EMPTY_MEMORY, context=context)
     system = [{"role": "system", "content": system_prompt}] if system_prompt else []
     return [*system, {"role": "user", "content": user}]
 

@@ -20,8 +20,6 @@ def lcs_length(a: Sequence[Hashable], b: Sequence[Hashable]) -> int:
     """
     if len(a) < len(b):
         a, b = b, a
-    if not b:
-        return 0
     row = [0] * (len(b) + 1)
     for x in a:
         diagonal = 0  # row[j - 1] of the previous row
@@ -56,6 +54,4 @@ def lcs_similarity(a: str, b: str) -> float:
     """
     ta, tb = lcs_tokens(a), lcs_tokens(b)
     longest = max(len(ta), len(tb))
-    if longest == 0:
-        return 1.0
-    return lcs_length(ta, tb) / longest
+    return lcs_length(ta, tb) / longest if longest else 1.0

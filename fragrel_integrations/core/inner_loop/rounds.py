@@ -88,15 +88,11 @@ class InnerLoopResult:
     @property
     def fragments(self) -> list[ScoredFragment]:
         """The fragments the model was shown, over all rounds, each once (first showing), in order."""
-        seen: set[Hashable] = set()
-        out = []
+        first: dict[Hashable, ScoredFragment] = {}
         for r in self.rounds:
             for hit in r.shown:
-                key = fragment_key(hit)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(hit)
-        return out
+                first.setdefault(fragment_key(hit), hit)
+        return list(first.values())
 
     @property
     def supported(self) -> bool:
