@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._cache_dir import default_cache_dir
 from ..models.embedder import Embedder
 from .embedder_identity import embedder_id, embedder_identity
 from .index import FragRelIndex
@@ -79,7 +80,12 @@ def file_index(
     window_words = "auto" if window_words is None else window_words
     needs_embeddings = scorer in ("dense", "hybrid") or relation.needs_embeddings
     embedder = None
-    if needs_embeddings or not embed_model:  # BM25 alone reads no embeddings: an embed_model folder is not loaded
+    if not embed_model:
+        served = {"--embed-base-url": embed_base_url, "--embed-api-key": embed_api_key}
+        for option, value in {**served, "--embed-window-tokens": embed_window_tokens}.items():
+            if value is not None:
+                raise ValueError(f"{option} needs --embed-model (a model folder, or the name the server serves)")
+    elif needs_embeddings:  # BM25 alone reads no embeddings: an embed_model folder is not loaded
         embedder = _user_embedder(embed_model, embed_base_url, embed_api_key, embed_window_tokens, timeout)
     if dense_candidates < 0:
         raise ValueError(f"--dense-candidates must be >= 0 (0: embed the whole file), got {dense_candidates}")
@@ -103,140 +109,84 @@ def file_index(
 
     if not needs_embeddings:  # BM25 alone: no embedder is loaded, nothing is cached
         return build()
-    active = embedder or _default_embedder()  # loaded here: embedding the question needs it anyway
-    settings = {
+    from ..models import local
+
+    active = embedder or local.default_embedder()  # loaded here: embedding the question needs it anyway
+    key_fields = {
+        "file_sha256": file_sha256(data),
+        "model": local.default_embedder_id() if embedder is None else embedder_id(embedder),
+        "format": VERSION,
+        "layout": CACHE_LAYOUT,
         "fragment_words": fragment_words,
         "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
         "embed_window_tokens": embedder_window_tokens(active),
     }
-    model = None if embedder is None else embedder_id(embedder)
-    location = _cache_location(data, name, settings, cache_dir, model) if cache else None
+    key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
+    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(path).stem)[:40]
+    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    cache_file = folder / f"{stem}-{key[:32]}.fragrel"
     if scorer == "hybrid" and not relation.needs_embeddings and dense_candidates:
+        # the vectors of BM25's best fragments per query, kept in a file recording the embedder's identity
         fragments = [f for f in split_words(text, fragment_words=fragment_words, doc_id=name) if f.text]
         if not fragments:
             raise ValueError(f"{path} holds no words")
+        texts = [f.text for f in fragments]
         options = {"candidates": dense_candidates, "window_words": window_words, "embedder": active}
-        staged = _staged_scorer([f.text for f in fragments], options, location, report)
+        staged = None
+        if cache:
+            try:
+                identity = embedder_identity(active)  # one probe embedding: the model behind the name
+                store = WindowVectorFile(
+                    cache_file.with_suffix(".vectors"), key=key, n_fragments=len(texts), identity=identity, rebuild=True
+                )
+                staged = StagedHybridScorer(texts, store=store, **options)
+            except ValueError as exc:
+                report(f"ignoring the cache file ({exc}); delete it to cache again")
+        if staged is None:
+            staged = StagedHybridScorer(texts, **options)
         return FragRelIndex(fragments, **{**kwargs, "scorer": staged}, show_progress=False)
-    if location is None:
+    if not cache:
         return build()
-    return _cached_index(build, location, name, kwargs, report)
-
-
-def _default_embedder() -> Embedder:
-    from ..models.local import default_embedder
-
-    return default_embedder()
+    if cache_file.is_file():
+        try:
+            return FragRelIndex.load(cache_file, expect={"cache_key": key}, **kwargs)
+        except ValueError as exc:
+            if not is_index_file(cache_file):
+                report(f"ignoring the cache file ({exc}); delete it to cache again")
+                return build()
+            logger.warning("rebuilding the cache file %s: %s", cache_file, exc)
+    index = build()
+    try:
+        index.save(cache_file, metadata={"cache_key": key, **key_fields, "source": name})
+    except (OSError, ValueError) as exc:
+        report(f"could not write the cache ({exc}); use --no-cache or --cache-dir")
+    return index
 
 
 def _user_embedder(
-    embed_model: str | None,
-    embed_base_url: str | None,
-    embed_api_key: str | None,
-    embed_window_tokens: int | None,
-    timeout: float,
-) -> Embedder | None:
-    """The embedder the options name: a served model, a sentence-transformers folder, or None for the default."""
-    if not embed_model:
-        given = [
-            option
-            for option, value in (
-                ("--embed-base-url", embed_base_url),
-                ("--embed-api-key", embed_api_key),
-                ("--embed-window-tokens", embed_window_tokens),
-            )
-            if value is not None
-        ]
-        if given:
-            raise ValueError(f"{given[0]} needs --embed-model (a model folder, or the name the server serves)")
-        return None
-    if embed_window_tokens is not None and embed_window_tokens < 1:
-        raise ValueError(f"--embed-window-tokens must be >= 1 (tokens the model reads), got {embed_window_tokens}")
-    if embed_base_url:
+    model: str, base_url: str | None, api_key: str | None, window_tokens: int | None, timeout: float
+) -> Embedder:
+    """The embedder ``--embed-model`` names: served at ``base_url``, else a sentence-transformers folder."""
+    if window_tokens is not None and window_tokens < 1:
+        raise ValueError(f"--embed-window-tokens must be >= 1 (tokens the model reads), got {window_tokens}")
+    if base_url:
         from ..models.openai_embeddings import OpenAIEmbedder
 
         return OpenAIEmbedder(
-            embed_model,
-            base_url=embed_base_url,
-            api_key=embed_api_key,
-            max_input_tokens=SERVED_WINDOW_TOKENS if embed_window_tokens is None else embed_window_tokens,
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            max_input_tokens=SERVED_WINDOW_TOKENS if window_tokens is None else window_tokens,
             timeout=timeout,
         )
-    if embed_api_key is not None or embed_window_tokens is not None:
+    if api_key is not None or window_tokens is not None:
         raise ValueError("--embed-api-key and --embed-window-tokens are for a served model: add --embed-base-url URL")
-    folder = Path(embed_model).expanduser()
+    folder = Path(model).expanduser()
     if not folder.is_dir():
         raise ValueError(
-            f"--embed-model {embed_model}: no such folder (a sentence-transformers model on disk); for a model "
+            f"--embed-model {model}: no such folder (a sentence-transformers model on disk); for a model "
             "served over HTTP add --embed-base-url URL (https://api.openai.com/v1 for OpenAI)"
         )
     from ..models.local import MiniLMEmbedder
 
     return MiniLMEmbedder(model_path=folder)
-
-
-def _cache_location(
-    data: bytes, name: str, settings: dict[str, Any], cache_dir: str | Path | None, model: str | None
-) -> tuple[Path, str, dict[str, Any]]:
-    """``(path, key, key fields)`` of the cache file for ``data`` embedded by ``model`` (None: the embedded
-    default) with ``settings``."""
-    from .._cache_dir import default_cache_dir
-    from ..models.local import default_embedder_id
-
-    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    key_fields = {
-        "file_sha256": file_sha256(data),
-        "model": model or default_embedder_id(),
-        "format": VERSION,
-        "layout": CACHE_LAYOUT,
-        **settings,
-    }
-    key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
-    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
-    return folder / f"{stem}-{key[:32]}.fragrel", key, key_fields
-
-
-def _staged_scorer(
-    texts: list[str],
-    options: dict[str, Any],
-    location: tuple[Path, str, dict[str, Any]] | None,
-    report: Callable[[str], None],
-) -> StagedHybridScorer:
-    """The staged hybrid scorer, its vectors kept in a ``.vectors`` file beside ``location`` (None: not kept) that
-    records the embedder's identity; a file that does not match or cannot be read is rebuilt (one logged line)."""
-    if location is not None:
-        path, key, _ = location
-        try:
-            identity = embedder_identity(options["embedder"])  # one probe embedding: the model behind the name
-            store = WindowVectorFile(
-                path.with_suffix(".vectors"), key=key, n_fragments=len(texts), identity=identity, rebuild=True
-            )
-            return StagedHybridScorer(texts, store=store, **options)
-        except ValueError as exc:
-            report(f"ignoring the cache file ({exc}); delete it to cache again")
-    return StagedHybridScorer(texts, **options)
-
-
-def _cached_index(
-    build: Callable[[], FragRelIndex],
-    location: tuple[Path, str, dict[str, Any]],
-    name: str,
-    load_kwargs: dict[str, Any],
-    report: Callable[[str], None],
-) -> FragRelIndex:
-    """The index read from the cache file at ``location``, or ``build()`` and cached there."""
-    path, key, key_fields = location
-    if path.is_file():
-        try:
-            return FragRelIndex.load(path, expect={"cache_key": key}, **load_kwargs)
-        except ValueError as exc:
-            if not is_index_file(path):
-                report(f"ignoring the cache file ({exc}); delete it to cache again")
-                return build()
-            logger.warning("rebuilding the cache file %s: %s", path, exc)
-    index = build()
-    try:
-        index.save(path, metadata={"cache_key": key, **key_fields, "source": name})
-    except (OSError, ValueError) as exc:
-        report(f"could not write the cache ({exc}); use --no-cache or --cache-dir")
-    return index
