@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ._validation import check_text
-from .cli_code import add_json_argument, add_retrieve_code_arguments, format_ranked, terminal_safe
+from .cli_code import add_retrieve_code_arguments, format_ranked, score_dict, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
 from .core.file_index import SERVED_TIMEOUT, SERVED_WINDOW_TOKENS, file_index
@@ -211,13 +211,12 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
     """The index over ``args.file``: :func:`~fragrel_integrations.core.file_index.file_index` picks the embedder
     the options name and reuses the on-disk cache."""
     alpha, w_rel, fragment_words, _, top_m = _settings(args)
-    relation = _relation(args.relation, w_rel)
     data = _read_bytes(args.file)
     return file_index(
         args.file,
         data,
         book_text(data, args.file),
-        relation=relation,
+        relation=_relation(args.relation, w_rel),
         alpha=alpha,
         fragment_words=fragment_words,
         top_m=top_m,
@@ -231,33 +230,25 @@ def build_index(args: argparse.Namespace) -> FragRelIndex:
 
 def hit_dict(hit: ScoredFragment) -> dict:
     f = hit.fragment
-    return {
-        "doc_id": f.doc_id,
-        "position": f.position,
-        "score": hit.score,
-        "independent_score": hit.independent_score,
-        "environment_score": hit.environment_score,
-        "text": f.text,
-    }
+    return {"doc_id": f.doc_id, "position": f.position, **score_dict(hit), "text": f.text}
 
 
 def format_hits(hits: Sequence[ScoredFragment], width: int = 240) -> str:
     return format_ranked(hits, lambda h: f"{h.fragment.doc_id}[{h.fragment.position}]", "text", width)
 
 
-def check_timeout(args: argparse.Namespace, needs: str | None = None) -> None:
-    """``--timeout`` is positive seconds; with ``needs`` (an option) it must come with that option."""
-    timeout = getattr(args, "timeout", None)
-    if timeout is None:
+def check_timeout(args: argparse.Namespace) -> None:
+    """``--timeout`` is positive seconds; ``retrieve``'s bounds the requests to ``--embed-base-url`` alone."""
+    if args.timeout is None:
         return
-    if not 0 < timeout < float("inf"):
-        raise ValueError(f"--timeout must be positive seconds, got {timeout:g}")
-    if needs is not None and not getattr(args, needs.lstrip("-").replace("-", "_"), None):
-        raise ValueError(f"--timeout bounds requests to a server: add {needs} URL (with --embed-model NAME)")
+    if not 0 < args.timeout < float("inf"):
+        raise ValueError(f"--timeout must be positive seconds, got {args.timeout:g}")
+    if args.command == "retrieve" and not args.embed_base_url:
+        raise ValueError("--timeout bounds requests to a server: add --embed-base-url URL (with --embed-model NAME)")
 
 
 def _cmd_retrieve(args: argparse.Namespace) -> int:
-    check_timeout(args, needs="--embed-base-url")
+    check_timeout(args)
     index = build_index(args)
     hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words, order=_settings(args)[3])
     if args.json:
@@ -288,8 +279,7 @@ def _chat_model(args: argparse.Namespace) -> Any:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from .core.grounding import answer_messages as evidence_messages
-    from .core.grounding import grounded_answer
+    from .core.grounding import answer_messages, grounded_answer
     from .models.chat import context_window
     from .models.tokens import count_message_tokens
 
@@ -298,7 +288,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     check_timeout(args)
     model = _chat_model(args)
     window = context_window(model, default=8192)
-    room = window - args.max_tokens - count_message_tokens(model, evidence_messages(args.question, [])) - 16
+    room = window - args.max_tokens - count_message_tokens(model, answer_messages(args.question, [])) - 16
     if room < 32:
         raise ValueError(
             f"the context window ({window} tokens) leaves no room for context after --max-tokens "
@@ -358,7 +348,7 @@ def _add_retrieve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"seconds each request to --embed-base-url may take, retries included (default {SERVED_TIMEOUT:g})",
     )
-    add_json_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
@@ -384,7 +374,7 @@ def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
     )
-    add_json_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 #: The subcommands: name -> (one-line help, description or None, options, what runs it).
@@ -466,11 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_inputs(args)
         return int(args.func(args))
-    except (ValueError, TypeError, ImportError, ConnectionError, TimeoutError) as exc:
-        print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
-        return 2
-    except Exception as exc:  # an HTTP error status from a server (a refused key, a 500 after retries)
-        if not isinstance(getattr(exc, "status_code", None), int):
+    except Exception as exc:  # bad input, a missing extra, a server unreachable or answering an HTTP error status
+        known = (ValueError, TypeError, ImportError, ConnectionError, TimeoutError)
+        if not isinstance(exc, known) and not isinstance(getattr(exc, "status_code", None), int):
             raise
         print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
         return 2

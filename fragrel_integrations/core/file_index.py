@@ -81,21 +81,16 @@ def file_index(
     needs_embeddings = scorer in ("dense", "hybrid") or relation.needs_embeddings
     embedder = None
     if not embed_model:
-        served = {"--embed-base-url": embed_base_url, "--embed-api-key": embed_api_key}
-        for option, value in {**served, "--embed-window-tokens": embed_window_tokens}.items():
+        named = {"--embed-base-url": embed_base_url, "--embed-api-key": embed_api_key}
+        named["--embed-window-tokens"] = embed_window_tokens
+        for option, value in named.items():
             if value is not None:
                 raise ValueError(f"{option} needs --embed-model (a model folder, or the name the server serves)")
     elif needs_embeddings:  # BM25 alone reads no embeddings: an embed_model folder is not loaded
         embedder = _user_embedder(embed_model, embed_base_url, embed_api_key, embed_window_tokens, timeout)
     if dense_candidates < 0:
         raise ValueError(f"--dense-candidates must be >= 0 (0: embed the whole file), got {dense_candidates}")
-    kwargs: dict[str, Any] = {
-        "relation": relation,
-        "alpha": alpha,
-        "scorer": scorer,
-        "top_m": top_m,
-        "embedder": embedder,
-    }
+    kwargs: dict[str, Any] = dict(relation=relation, alpha=alpha, scorer=scorer, top_m=top_m, embedder=embedder)
 
     def build() -> FragRelIndex:
         return FragRelIndex.from_texts(
