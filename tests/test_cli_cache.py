@@ -269,9 +269,15 @@ def test_cache_files_keep_their_names_and_keys_so_files_cached_before_are_reused
     """The key is a SHA-256 of these fields (the file's bytes, the model, the format, the cache layout, the
     splitting and the embedder's window): a cache written by an earlier version is read, not rebuilt."""
     cache = tmp_path / "cache"
-    fields = {"file_sha256": hashlib.sha256(book.read_bytes()).hexdigest(), "model": "counting-test-model"}
-    fields |= {"format": VERSION, "layout": 2, "fragment_words": 100, "window_words": "auto"}
-    fields["embed_window_tokens"] = 52
+    fields = {
+        "file_sha256": hashlib.sha256(book.read_bytes()).hexdigest(),
+        "model": "counting-test-model",
+        "format": VERSION,
+        "layout": 2,
+        "fragment_words": 100,
+        "window_words": "auto",
+        "embed_window_tokens": 52,
+    }
     key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
     retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
     retrieve(capsys, book, "--cache-dir", str(cache))  # the staged scorer's vectors

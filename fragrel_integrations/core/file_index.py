@@ -1,13 +1,11 @@
 """The index of one text file as the ``fragrel`` command builds it: the embedder its options name, and the
-on-disk cache of the file's embeddings.
+on-disk cache.
 
-The cache file is named by a SHA-256 of the file's bytes, the embedder's id (the embedded default's when none is
-named), its input window and the splitting, so a changed file, model or splitting is embedded afresh. With the
-hybrid score and a relation that reads no embeddings, only the ``dense_candidates`` fragments BM25 ranks best for
-a query are embedded (:class:`~fragrel_integrations.core.staged.StagedHybridScorer`), their vectors kept in a
-``.vectors`` file as they accumulate; otherwise the whole index is kept in a ``.fragrel`` file. A damaged or
-stale cache file is rebuilt with one logged warning; any other file there is reported and left alone. The
-keywords are the command's options, and errors name them so.
+A cache file is keyed by a SHA-256 of the file's bytes, the embedder's id and input window, and the splitting. The
+hybrid score with a relation that reads no embeddings embeds only the ``dense_candidates`` fragments BM25 ranks
+best per query and keeps their vectors in a ``.vectors`` file; otherwise the whole index is kept in a ``.fragrel``
+file. A damaged or stale cache file is rebuilt (one logged warning); any other file there is reported and left
+alone. The keywords are the command's options, and errors name them so.
 
 >>> from fragrel_integrations.core import ContextRelation
 >>> text = "the cat sat down. the dog ran off."
