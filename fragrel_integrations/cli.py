@@ -27,7 +27,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._validation import check_text
 from .cli_code import add_retrieve_code_arguments, format_ranked, score_dict, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
@@ -425,15 +424,12 @@ def _check_inputs(args: argparse.Namespace) -> None:
             f"the question is {'empty' if not question else 'blank'}: give the question to answer, e.g. "
             f'fragrel {args.command} BOOK.txt "Who was shipwrecked?"'
         )
-    if question is not None:
-        try:
-            check_text(question, "the question")
-        except ValueError:
-            at = next(i for i, c in enumerate(question) if "\ud800" <= c <= "\udfff")
-            raise ValueError(
-                f"the question holds a byte that is not UTF-8 (character {at}): type it in UTF-8, or run under a "
-                "UTF-8 locale (e.g. LANG=C.UTF-8)"
-            ) from None
+    at = next((i for i, c in enumerate(question or "") if "\ud800" <= c <= "\udfff"), None)  # a lone surrogate
+    if at is not None:
+        raise ValueError(
+            f"the question holds a byte that is not UTF-8 (character {at}): type it in UTF-8, or run under a "
+            "UTF-8 locale (e.g. LANG=C.UTF-8)"
+        )
     if getattr(args, "file", None) is not None:
         book_text(_read_bytes(args.file), args.file)
 
