@@ -27,35 +27,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._validation import check_text
-from .cli_code import add_json_argument, add_retrieve_code_arguments, format_ranked, terminal_safe
+from .cli_code import add_retrieve_code_arguments, format_ranked, score_dict, terminal_safe
 from .core import CompositeRelation, ContextRelation, FragRelIndex, ScoredFragment, SemanticRelation
 from .core.code.loader import wide_codec
-from .core.embedder_identity import embedder_id, embedder_identity
+from .core.file_index import SERVED_TIMEOUT, SERVED_WINDOW_TOKENS, file_index
 from .core.fragments import Fragment
 from .core.presets import AUTO, DEFAULT_PRESET, PRESET_NAMES, Preset, preset
 from .core.relations import Relation
 from .core.staged import DEFAULT_CANDIDATES
-from .core.windows import embedder_window_tokens
 
 __all__ = ["build_parser", "main"]
-
-logger = logging.getLogger(__name__)
-
-#: Bumped when what the cache key covers changes, so that older cache files are never reused (2: the key holds
-#: the embedder's input window and the file records the embedder's whole identity).
-CACHE_LAYOUT = 2
 
 #: The independent score without --scorer: hybrid ranked the README question's passage and bAbI facts in
 #: 500-word fragments higher than dense or BM25 alone (and is the best base on LoCoMo dev, docs/results.md).
 DEFAULT_SCORER = "hybrid"
-
-#: Input window assumed for a served embedding model (``--embed-base-url``), which does not say its own: what
-#: BERT-family embedders (e5, bge, gte) read; raise it with ``--embed-window-tokens`` for longer-context models.
-SERVED_WINDOW_TOKENS = 512
-
-#: Seconds ``fragrel retrieve`` gives each request to ``--embed-base-url`` (retries included) without --timeout.
-SERVED_TIMEOUT = 60.0
 
 
 def _relation(name: str, w_rel: float) -> Relation:
@@ -213,231 +198,56 @@ def _settings(args: argparse.Namespace) -> tuple[float, float, int, str, int | N
     return alpha, w_rel, words, p.order, top_m
 
 
+#: The options passed to :func:`~fragrel_integrations.core.file_index.file_index` as they are (each option's
+#: ``dest`` is the parameter's name).
+_INDEX_OPTIONS = (
+    "scorer", "window_words", "dense_candidates", "cache_dir",
+    "embed_model", "embed_base_url", "embed_api_key", "embed_window_tokens",
+)  # fmt: skip
+
+
 def build_index(args: argparse.Namespace) -> FragRelIndex:
-    """The index over ``args.file``; embeddings come from the on-disk cache when the same file was embedded
-    with the same model and splitting before (see :func:`cached_index`). With the hybrid score and a relation
-    that reads no embeddings, only the ``--dense-candidates`` fragments BM25 ranks best for a question are
-    embedded (:class:`~fragrel_integrations.core.staged.StagedHybridScorer`), and cached as they accumulate."""
+    """The index over ``args.file``: :func:`~fragrel_integrations.core.file_index.file_index` picks the embedder
+    the options name and reuses the on-disk cache."""
     alpha, w_rel, fragment_words, _, top_m = _settings(args)
-    relation = _relation(args.relation, w_rel)
     data = _read_bytes(args.file)
-    text = book_text(data, args.file)
-    window_words = "auto" if args.window_words is None else args.window_words
-    kwargs: dict[str, Any] = {"relation": relation, "alpha": alpha, "scorer": args.scorer, "top_m": top_m}
-    needs_embeddings = args.scorer in ("dense", "hybrid") or relation.needs_embeddings
-    # BM25 alone reads no embeddings: an --embed-model folder is not loaded (its options are still checked)
-    embedder = user_embedder(args) if needs_embeddings or not args.embed_model else None
-    if embedder is not None:
-        kwargs["embedder"] = embedder
-    if args.dense_candidates < 0:
-        raise ValueError(f"--dense-candidates must be >= 0 (0: embed the whole file), got {args.dense_candidates}")
-
-    def build() -> FragRelIndex:
-        return FragRelIndex.from_texts(
-            [text],
-            doc_ids=[Path(args.file).name],
-            fragment_words=fragment_words,
-            window_words=window_words,
-            show_progress=not args.quiet,
-            **kwargs,
-        )
-
-    if not needs_embeddings:  # BM25 alone: no embedder is loaded, nothing is cached
-        return build()
-    model = None if embedder is None else embedder_id(embedder)
-    settings = {
-        "fragment_words": fragment_words,
-        "window_words": window_words,  # "auto": resolved from the embedder's window, which the key holds too
-        "embed_window_tokens": embedder_window_tokens(embedder or _default_embedder()),
-    }
-    if args.scorer == "hybrid" and not relation.needs_embeddings and args.dense_candidates:
-        return staged_index(args, data, text, settings, kwargs, model)
-    if args.no_cache:
-        return build()
-    return cached_index(
-        build,
+    return file_index(
+        args.file,
         data,
-        name=Path(args.file).name,
-        settings=settings,
-        cache_dir=args.cache_dir,
-        load_kwargs=kwargs,
-        model=model,
+        book_text(data, args.file),
+        relation=_relation(args.relation, w_rel),
+        alpha=alpha,
+        fragment_words=fragment_words,
+        top_m=top_m,
+        timeout=args.timeout or SERVED_TIMEOUT,
+        cache=not args.no_cache,
+        show_progress=not args.quiet,
+        report=lambda line: print(f"fragrel: {line}", file=sys.stderr),
+        **{name: getattr(args, name) for name in _INDEX_OPTIONS},
     )
-
-
-def _default_embedder() -> Any:
-    """The embedded default (loaded here: embedding the question needs it anyway)."""
-    from .models.local import default_embedder
-
-    return default_embedder()
-
-
-def staged_index(
-    args: argparse.Namespace,
-    data: bytes,
-    text: str,
-    settings: dict[str, Any],
-    kwargs: dict[str, Any],
-    model: str | None,
-) -> FragRelIndex:
-    """The index whose hybrid score embeds only BM25's best fragments per question; their vectors are kept in
-    a :class:`~fragrel_integrations.core.staged.WindowVectorFile` keyed like :func:`cached_index`'s files and
-    recording the embedder's identity; a file that does not match or cannot be read is rebuilt (one logged
-    line)."""
-    from .core.splitters import split_words
-    from .core.staged import StagedHybridScorer, WindowVectorFile
-
-    name = Path(args.file).name
-    fragments = [f for f in split_words(text, fragment_words=settings["fragment_words"], doc_id=name) if f.text]
-    if not fragments:
-        raise ValueError(f"{args.file} holds no words")
-    texts = [f.text for f in fragments]
-    options = {
-        "candidates": args.dense_candidates,
-        "window_words": settings["window_words"],
-        "embedder": kwargs.get("embedder") or _default_embedder(),
-    }
-    if args.no_cache:
-        scorer = StagedHybridScorer(texts, **options)
-    else:
-        path, key, _ = cache_location(data, name=name, settings=settings, cache_dir=args.cache_dir, model=model)
-        try:
-            identity = embedder_identity(options["embedder"])  # one probe embedding: the model behind the name
-            store = WindowVectorFile(
-                path.with_suffix(".vectors"), key=key, n_fragments=len(fragments), identity=identity, rebuild=True
-            )
-            scorer = StagedHybridScorer(texts, store=store, **options)
-        except ValueError as exc:
-            print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
-            scorer = StagedHybridScorer(texts, **options)
-    return FragRelIndex(fragments, **{**kwargs, "scorer": scorer}, show_progress=False)
-
-
-def user_embedder(args: argparse.Namespace) -> Any:
-    """The embedder ``--embed-model`` / ``--embed-base-url`` name, or None for the embedded default."""
-    if not args.embed_model:
-        given = [
-            o
-            for o, v in (
-                ("--embed-base-url", args.embed_base_url),
-                ("--embed-api-key", args.embed_api_key),
-                ("--embed-window-tokens", args.embed_window_tokens),
-            )
-            if v is not None
-        ]
-        if given:
-            raise ValueError(f"{given[0]} needs --embed-model (a model folder, or the name the server serves)")
-        return None
-    if args.embed_window_tokens is not None and args.embed_window_tokens < 1:
-        raise ValueError(f"--embed-window-tokens must be >= 1 (tokens the model reads), got {args.embed_window_tokens}")
-    if args.embed_base_url:
-        from .models.openai_embeddings import OpenAIEmbedder
-
-        window = SERVED_WINDOW_TOKENS if args.embed_window_tokens is None else args.embed_window_tokens
-        timeout = SERVED_TIMEOUT if getattr(args, "timeout", None) is None else args.timeout
-        return OpenAIEmbedder(
-            args.embed_model,
-            base_url=args.embed_base_url,
-            api_key=args.embed_api_key,
-            max_input_tokens=window,
-            timeout=timeout,
-        )
-    if args.embed_api_key is not None or args.embed_window_tokens is not None:
-        raise ValueError("--embed-api-key and --embed-window-tokens are for a served model: add --embed-base-url URL")
-    path = Path(args.embed_model).expanduser()
-    if not path.is_dir():
-        raise ValueError(
-            f"--embed-model {args.embed_model}: no such folder (a sentence-transformers model on disk); for a model "
-            "served over HTTP add --embed-base-url URL (https://api.openai.com/v1 for OpenAI)"
-        )
-    from .models.local import MiniLMEmbedder
-
-    return MiniLMEmbedder(model_path=path)
-
-
-def cached_index(
-    build: Any,
-    data: bytes,
-    *,
-    name: str,
-    settings: dict[str, Any],
-    cache_dir: str | Path | None,
-    load_kwargs: dict[str, Any],
-    model: str | None = None,
-) -> FragRelIndex:
-    """Load the cached index of ``data`` (file bytes) split with ``settings``, or ``build()`` it and cache it.
-
-    The cache file is named by a SHA-256 of the file's bytes, the embedding ``model`` (its id; None: the
-    embedded default) and ``settings`` (splitting, the embedder's input window), so a changed file, model or
-    splitting is embedded afresh; loading checks the embedder's whole recorded identity too. A cache file that
-    is a damaged or stale FragRel index is rebuilt with a logged warning; any other file there is reported and
-    left alone.
-    """
-    from .core.saved_index import is_index_file
-
-    path, key, key_fields = cache_location(data, name=name, settings=settings, cache_dir=cache_dir, model=model)
-    if path.is_file():
-        try:
-            return FragRelIndex.load(path, expect={"cache_key": key}, **load_kwargs)
-        except ValueError as exc:
-            if not is_index_file(path):
-                print(f"fragrel: ignoring the cache file ({exc}); delete it to cache again", file=sys.stderr)
-                return build()
-            logger.warning("rebuilding the cache file %s: %s", path, exc)
-    index = build()
-    try:
-        index.save(path, metadata={"cache_key": key, **key_fields, "source": name})
-    except (OSError, ValueError) as exc:
-        print(f"fragrel: could not write the cache ({exc}); use --no-cache or --cache-dir", file=sys.stderr)
-    return index
-
-
-def cache_location(
-    data: bytes, *, name: str, settings: dict[str, Any], cache_dir: str | Path | None, model: str | None
-) -> tuple[Path, str, dict[str, Any]]:
-    """``(path, key, key fields)`` of the cache file for ``data`` embedded by ``model`` with ``settings``."""
-    from ._cache_dir import default_cache_dir
-    from .core.saved_index import VERSION, file_sha256
-    from .models.local import default_embedder_id
-
-    folder = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    model = model or default_embedder_id()
-    key_fields = {"file_sha256": file_sha256(data), "model": model, "format": VERSION, "layout": CACHE_LAYOUT}
-    key_fields.update(settings)
-    key = file_sha256(json.dumps(key_fields, sort_keys=True).encode("utf-8"))
-    stem = "".join(c if c.isalnum() or c in "-_" else "_" for c in Path(name).stem)[:40]
-    return folder / f"{stem}-{key[:32]}.fragrel", key, key_fields
 
 
 def hit_dict(hit: ScoredFragment) -> dict:
     f = hit.fragment
-    return {
-        "doc_id": f.doc_id,
-        "position": f.position,
-        "score": hit.score,
-        "independent_score": hit.independent_score,
-        "environment_score": hit.environment_score,
-        "text": f.text,
-    }
+    return {"doc_id": f.doc_id, "position": f.position, **score_dict(hit), "text": f.text}
 
 
 def format_hits(hits: Sequence[ScoredFragment], width: int = 240) -> str:
     return format_ranked(hits, lambda h: f"{h.fragment.doc_id}[{h.fragment.position}]", "text", width)
 
 
-def check_timeout(args: argparse.Namespace, needs: str | None = None) -> None:
-    """``--timeout`` is positive seconds; with ``needs`` (an option) it must come with that option."""
-    timeout = getattr(args, "timeout", None)
-    if timeout is None:
+def check_timeout(args: argparse.Namespace) -> None:
+    """``--timeout`` is positive seconds; ``retrieve``'s bounds the requests to ``--embed-base-url`` alone."""
+    if args.timeout is None:
         return
-    if not 0 < timeout < float("inf"):
-        raise ValueError(f"--timeout must be positive seconds, got {timeout:g}")
-    if needs is not None and not getattr(args, needs.lstrip("-").replace("-", "_"), None):
-        raise ValueError(f"--timeout bounds requests to a server: add {needs} URL (with --embed-model NAME)")
+    if not 0 < args.timeout < float("inf"):
+        raise ValueError(f"--timeout must be positive seconds, got {args.timeout:g}")
+    if args.command == "retrieve" and not args.embed_base_url:
+        raise ValueError("--timeout bounds requests to a server: add --embed-base-url URL (with --embed-model NAME)")
 
 
 def _cmd_retrieve(args: argparse.Namespace) -> int:
-    check_timeout(args, needs="--embed-base-url")
+    check_timeout(args)
     index = build_index(args)
     hits = index.retrieve(args.question, k=args.k, budget_words=args.budget_words, order=_settings(args)[3])
     if args.json:
@@ -468,8 +278,7 @@ def _chat_model(args: argparse.Namespace) -> Any:
 
 
 def _cmd_ask(args: argparse.Namespace) -> int:
-    from .core.grounding import answer_messages as evidence_messages
-    from .core.grounding import grounded_answer
+    from .core.grounding import answer_messages, grounded_answer
     from .models.chat import context_window
     from .models.tokens import count_message_tokens
 
@@ -478,7 +287,7 @@ def _cmd_ask(args: argparse.Namespace) -> int:
     check_timeout(args)
     model = _chat_model(args)
     window = context_window(model, default=8192)
-    room = window - args.max_tokens - count_message_tokens(model, evidence_messages(args.question, [])) - 16
+    room = window - args.max_tokens - count_message_tokens(model, answer_messages(args.question, [])) - 16
     if room < 32:
         raise ValueError(
             f"the context window ({window} tokens) leaves no room for context after --max-tokens "
@@ -538,7 +347,7 @@ def _add_retrieve_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"seconds each request to --embed-base-url may take, retries included (default {SERVED_TIMEOUT:g})",
     )
-    add_json_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
@@ -564,7 +373,7 @@ def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
     )
-    add_json_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 #: The subcommands: name -> (one-line help, description or None, options, what runs it).
@@ -615,15 +424,12 @@ def _check_inputs(args: argparse.Namespace) -> None:
             f"the question is {'empty' if not question else 'blank'}: give the question to answer, e.g. "
             f'fragrel {args.command} BOOK.txt "Who was shipwrecked?"'
         )
-    if question is not None:
-        try:
-            check_text(question, "the question")
-        except ValueError:
-            at = next(i for i, c in enumerate(question) if "\ud800" <= c <= "\udfff")
-            raise ValueError(
-                f"the question holds a byte that is not UTF-8 (character {at}): type it in UTF-8, or run under a "
-                "UTF-8 locale (e.g. LANG=C.UTF-8)"
-            ) from None
+    at = next((i for i, c in enumerate(question or "") if "\ud800" <= c <= "\udfff"), None)  # a lone surrogate
+    if at is not None:
+        raise ValueError(
+            f"the question holds a byte that is not UTF-8 (character {at}): type it in UTF-8, or run under a "
+            "UTF-8 locale (e.g. LANG=C.UTF-8)"
+        )
     if getattr(args, "file", None) is not None:
         book_text(_read_bytes(args.file), args.file)
 
@@ -646,11 +452,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         _check_inputs(args)
         return int(args.func(args))
-    except (ValueError, TypeError, ImportError, ConnectionError, TimeoutError) as exc:
-        print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
-        return 2
-    except Exception as exc:  # an HTTP error status from a server (a refused key, a 500 after retries)
-        if not isinstance(getattr(exc, "status_code", None), int):
+    except Exception as exc:  # bad input, a missing extra, a server unreachable or answering an HTTP error status
+        known = (ValueError, TypeError, ImportError, ConnectionError, TimeoutError)
+        if not isinstance(exc, known) and not isinstance(getattr(exc, "status_code", None), int):
             raise
         print(terminal_safe(f"fragrel: error: {exc}"), file=sys.stderr)
         return 2

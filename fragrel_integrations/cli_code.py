@@ -15,12 +15,12 @@ from .core.scorers import CODE_SCORER_NAMES
 
 __all__ = [
     "INDEX_OPTIONS",
-    "add_json_argument",
     "add_retrieve_code_arguments",
     "code_hit_dict",
     "format_code_hits",
     "read_context",
     "retrieve_code",
+    "score_dict",
     "terminal_safe",
 ]
 
@@ -85,13 +85,8 @@ def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"skip (and report) larger source files (default {DEFAULT_MAX_FILE_BYTES})",
     )
     parser.add_argument("--prompt", action="store_true", help="print a RepoCoder-format completion prompt")
-    add_json_argument(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
-
-
-def add_json_argument(parser: argparse.ArgumentParser) -> None:
-    """The ``--json`` flag every retrieving subcommand takes."""
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def read_context(value: str) -> str:
@@ -109,15 +104,18 @@ def read_context(value: str) -> str:
     return value
 
 
+def score_dict(hit: ScoredFragment) -> dict[str, float]:
+    """The three scores of ``hit``, as ``--json`` prints them."""
+    return {name: getattr(hit, name) for name in ("score", "independent_score", "environment_score")}
+
+
 def code_hit_dict(hit: ScoredFragment) -> dict:
     m = hit.fragment.metadata
     return {
         "path": m.get("path", hit.fragment.doc_id),
         "start_line": m.get("start_line"),
         "end_line": m.get("end_line"),
-        "score": hit.score,
-        "independent_score": hit.independent_score,
-        "environment_score": hit.environment_score,
+        **score_dict(hit),
         "text": hit.fragment.text,
     }
 

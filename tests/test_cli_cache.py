@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -12,6 +13,7 @@ from conftest import BagOfWordsEmbedder
 
 from fragrel_integrations.cli import main
 from fragrel_integrations.core.embedder_identity import IDENTITY_PROBE
+from fragrel_integrations.core.saved_index import VERSION
 from fragrel_integrations.models import local
 
 BOOK = " ".join(f"filler{i % 37} words here" for i in range(400)) + " the captain was killed by the cook " + "x " * 90
@@ -233,7 +235,7 @@ def test_a_damaged_cache_file_is_rebuilt_with_a_warning(model, book, tmp_path, c
         conn.execute("UPDATE header SET value = ? WHERE key = 'settings'", (damage,))
     conn.close()
     embedded = model.n_texts
-    with caplog.at_level(logging.WARNING, logger="fragrel_integrations.cli"):
+    with caplog.at_level(logging.WARNING, logger="fragrel_integrations.core.file_index"):
         again, _ = retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
     assert again == first and model.n_texts > embedded  # embedded again
     assert "rebuilding the cache file" in caplog.text and entry.name in caplog.text and "nested" in caplog.text
@@ -261,3 +263,29 @@ def test_the_cache_key_holds_the_served_embedders_window(book, tmp_path, capsys)
         again = texts() - wide - narrow
     assert narrow > wide and again == 2  # the question and the identity probe; the book comes from the cache
     assert len(list(cache.iterdir())) == 2
+
+
+def test_cache_files_keep_their_names_and_keys_so_files_cached_before_are_reused(model, book, tmp_path, capsys):
+    """The key is a SHA-256 of these fields (the file's bytes, the model, the format, the cache layout, the
+    splitting and the embedder's window): a cache written by an earlier version is read, not rebuilt."""
+    cache = tmp_path / "cache"
+    fields = {
+        "file_sha256": hashlib.sha256(book.read_bytes()).hexdigest(),
+        "model": "counting-test-model",
+        "format": VERSION,
+        "layout": 2,
+        "fragment_words": 100,
+        "window_words": "auto",
+        "embed_window_tokens": 52,
+    }
+    key = hashlib.sha256(json.dumps(fields, sort_keys=True).encode("utf-8")).hexdigest()
+    retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
+    retrieve(capsys, book, "--cache-dir", str(cache))  # the staged scorer's vectors
+    assert sorted(p.name for p in cache.iterdir()) == [f"book-{key[:32]}.fragrel", f"book-{key[:32]}.vectors"]
+    with sqlite3.connect(cache / f"book-{key[:32]}.fragrel") as conn:
+        metadata = json.loads(dict(conn.execute("SELECT key, value FROM header"))["metadata"])
+    assert metadata == {"cache_key": key, **fields, "source": "book.txt"}
+    embedded = model.n_texts
+    retrieve(capsys, book, "--cache-dir", str(cache), "--dense-candidates", "0")
+    retrieve(capsys, book, "--cache-dir", str(cache))
+    assert model.n_texts == embedded
