@@ -71,7 +71,7 @@ def babi_items(data: Path, task_file: str, n: int) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------------ tasks
 def task_prompts(data: Path, n: int) -> dict[str, list[tuple[list[dict], object]]]:
-    from fragrel_integrations.cli import answer_messages
+    from fragrel_integrations.core.grounding import answer_messages
 
     qa1 = babi_items(data, "qa1_single-supporting-fact_test.txt", n)
     qa2 = babi_items(data, "qa2_two-supporting-facts_test.txt", n)

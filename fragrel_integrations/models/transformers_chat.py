@@ -130,7 +130,7 @@ class InProcessChatModel(ChatModelBase):
         if room < 1:
             raise ValueError(
                 f"the prompt has {n_prompt} tokens but the context window is {self.context_window}: "
-                f"shorten the messages (fragrel_integrations.models.tokens.fit_texts) or {self._window_fix}"
+                f"shorten the messages (fragrel_integrations.core.token_budget.fit_texts) or {self._window_fix}"
             )
         return min(self.default_max_tokens if max_tokens is None else max_tokens, room)
 
