@@ -30,7 +30,6 @@ __all__ = [
     "build_memory",
     "build_path_memory",
     "check_optional_session",
-    "check_run_session",
     "collect_turns",
     "is_final_reply",
     "last_turn",

@@ -23,7 +23,6 @@ __all__ = [
     "ADAPTER_SETTING_DOCS",
     "arun",
     "astream",
-    "attach_output",
     "bind_retriever",
     "engine_for_adapter",
     "question_of",

@@ -34,31 +34,19 @@ from ..core.triplets.text_api import parse_calls, render_read, render_write, ter
 from ..models.embedder import embed_documents, embed_query
 
 __all__ = [
-    "DOCUMENT_KIND",
-    "TRIPLET_KEYS",
     "apply_puts",
     "best_terms",
     "core_triplet_store",
-    "document_text",
     "find_records",
     "get_item",
-    "is_triplet_value",
-    "item_fields",
     "list_namespaces",
     "lookup",
     "matches",
-    "namespace_matches",
-    "put_document",
     "reachable",
     "read_facts",
-    "read_pattern",
-    "record_value",
     "relation_key",
     "run_batch",
-    "search_documents",
     "search_items",
-    "search_records",
-    "split_value",
     "triplet_hit",
     "write_fact",
 ]
@@ -209,17 +197,12 @@ def find_records(
     """Current triplets (oldest first) with a term in ``names`` as subject or object (exact), a relation in
     ``relation_names`` (normalised) and, with ``properties``, a payload or a subject/object node (of
     ``node_kinds``) holding one of them, as LlamaIndex's ``SimplePropertyGraphStore`` matches."""
-    found: dict[int, TripletRecord] = {}
     if names:
-        for name in dict.fromkeys(names):
-            for field in ("t1", "t3"):
-                for r in core.read(**{field: name}, namespace=namespace, fuzzy=False):
-                    found[r.id] = r
-        candidates = list(found.values())
-    elif relation_names:
-        for rel in dict.fromkeys(relation_names):
-            for r in core.read(t2=rel, namespace=namespace, fuzzy=False):
-                found[r.id] = r
+        reads = [{field: name} for name in dict.fromkeys(names) for field in ("t1", "t3")]
+    else:
+        reads = [{"t2": rel} for rel in dict.fromkeys(relation_names or ())]
+    if reads:
+        found = {r.id: r for where in reads for r in core.read(**where, namespace=namespace, fuzzy=False)}
         candidates = list(found.values())
     else:
         candidates = core.records(namespace=namespace)

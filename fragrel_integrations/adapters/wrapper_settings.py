@@ -431,19 +431,5 @@ class WrapperSettings:
         (with ``preset="auto"``, those of the pool's kind of text); ``ranks_by_words``: the base already ranks by
         the query's words (see :meth:`for_pool`)."""
         s = self.for_pool(fragments, ranks_by_words=ranks_by_words)
-        return rerank(
-            query,
-            fragments,
-            relation=s.relation,  # type: ignore[arg-type]
-            alpha=s.alpha,  # type: ignore[arg-type]
-            k=k,
-            scores=scores,
-            embedder=s.embedder,
-            score_embedder=s.score_embedder,
-            store=s.store,
-            expand=s.expand,
-            order=s.order,  # type: ignore[arg-type]
-            outside=s.outside,
-            top_m=s.top_m or None,
-            lexical=s.lexical,  # type: ignore[arg-type]
-        )
+        names = ("relation", "alpha", "embedder", "score_embedder", "store", "expand", "order", "outside", "lexical")
+        return rerank(query, fragments, k=k, scores=scores, top_m=s.top_m or None, **{n: getattr(s, n) for n in names})
