@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
-from .._validation import check_query
+from .._validation import check_min_int, check_query
 from ..core.fragments import Fragment, ScoredFragment
 from ..core.presets import AUTO, DEFAULT_PRESET, Preset
 from ..core.presets import preset as get_preset
@@ -125,13 +125,7 @@ def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def _count_check(name: str, meaning: str, default: str) -> Callable[[Any], int | None]:
     """The check of a setting that is None (``default``) or an int >= 0 (``meaning``)."""
-
-    def check(value: object) -> int | None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-            raise ValueError(f"{name} must be an int >= 0 ({meaning}) or None ({default}), got {value!r}")
-        return value
-
-    return check
+    return _optional(partial(check_min_int, name=name, minimum=0, hint=f" ({meaning}) or None ({default})"))
 
 
 def resolve_k(value: object, alias: object, default: int | None, name: str = "similarity_top_k") -> int | None:
