@@ -141,13 +141,9 @@ def namespace_matches(ns: tuple[str, ...], path: Sequence[str], match_type: str)
 def read_pattern(query: str) -> tuple[str | None, str | None, str | None] | None:
     """``a>>b>>`` or ``[MEM_READ{a>>b>>}]`` as a read pattern; None for free text."""
     calls = [c for c in parse_calls(query) if c.kind == "read"]
-    if calls:
-        return calls[0].fields
-    if query.count(">>") == 2:
+    if not calls and query.count(">>") == 2:
         calls = parse_calls(f"[MEM_READ{{{query.strip()}}}]")
-        if calls:
-            return calls[0].fields
-    return None
+    return calls[0].fields if calls else None
 
 
 def lookup(core: TripletStore, query: str, namespace: Namespace, k: int) -> list[TripletRecord]:
@@ -372,8 +368,7 @@ def list_namespaces(
     (:func:`namespace_matches`), cut to ``max_depth`` labels, sorted, paged by ``offset``/``limit``."""
     spaces = sorted(set(core.namespaces()) | set(core.node_namespaces(kind=DOCUMENT_KIND)))
     conditions = list(conditions)
-    if conditions:
-        spaces = [ns for ns in spaces if all(namespace_matches(ns, path, kind) for path, kind in conditions)]
+    spaces = [ns for ns in spaces if all(namespace_matches(ns, path, kind) for path, kind in conditions)]
     if max_depth is not None:
         spaces = sorted({ns[:max_depth] for ns in spaces})
     return spaces[offset : offset + limit]
