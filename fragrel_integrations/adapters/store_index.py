@@ -16,14 +16,7 @@ from .._validation import check_min_int
 from ..core.scm.interactions import MemoryItem
 from ..core.scm.stream import check_session
 
-__all__ = [
-    "StoreIndexAdapter",
-    "check_entry",
-    "check_filter",
-    "check_search",
-    "default_entry_id",
-    "first_hits",
-]
+__all__ = ["StoreIndexAdapter", "check_entry", "check_filter", "check_search", "default_entry_id", "first_hits"]
 
 
 def default_entry_id(session_id: str, index: int) -> str:

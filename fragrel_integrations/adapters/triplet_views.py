@@ -358,11 +358,7 @@ def search_items(
 
 
 def list_namespaces(
-    core: TripletStore,
-    conditions: Iterable[tuple[Sequence[str], str]],
-    max_depth: int | None,
-    offset: int,
-    limit: int,
+    core: TripletStore, conditions: Iterable[tuple[Sequence[str], str]], max_depth: int | None, offset: int, limit: int
 ) -> list[tuple[str, ...]]:
     """The namespaces of triplets and documents matching every ``(path, match_type)`` condition
     (:func:`namespace_matches`), cut to ``max_depth`` labels, sorted, paged by ``offset``/``limit``."""
