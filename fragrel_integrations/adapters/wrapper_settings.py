@@ -27,7 +27,7 @@ serves a relation that needs embeddings, and re-scoring a score-less pool by cos
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -239,26 +239,6 @@ def _check_embedder(value: object) -> Any:
     return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
 
 
-#: The settings :meth:`WrapperSettings.resolve` takes, by the name every wrapper gives them, in the order it
-#: checks them.
-SETTING_NAMES: tuple[str, ...] = (
-    "preset",
-    "relation",
-    "alpha",
-    "top_m",
-    "lexical",
-    "order",
-    "outside",
-    "store",
-    "expand",
-    "doc_id_key",
-    "position_key",
-    "on_missing_position",
-    "embedder",
-    "score_embedder",
-)
-
-
 #: What each setting means, in the words every wrapper shows (LangChain field and LlamaIndex ``Field`` descriptions).
 SETTING_DOCS: dict[str, str] = {
     "preset": "Settings for a kind of text: 'auto' (chosen per pool from what it looks like), 'general', 'story', "
@@ -288,9 +268,6 @@ SETTING_DOCS: dict[str, str] = {
     "old spelling), 'isolate' (no environment for it) or 'links' (LlamaIndex PREVIOUS/NEXT relationships between "
     "candidates; adjacent chunks only).",
 }
-
-#: The settings a wrapper checks field by field (:func:`field_checks`); the embedders are checked by :meth:`resolve`.
-FIELD_SETTINGS: tuple[str, ...] = tuple(name for name in SETTING_NAMES if name not in ("embedder", "score_embedder"))
 
 
 def field_checks(names: Sequence[str], *, links: bool = True) -> dict[str, Callable[[Any], Any]]:
@@ -427,3 +404,9 @@ class WrapperSettings:
         s = self.for_pool(fragments, ranks_by_words=ranks_by_words)
         names = ("relation", "alpha", "embedder", "score_embedder", "store", "expand", "order", "outside", "lexical")
         return rerank(query, fragments, k=k, scores=scores, top_m=s.top_m or None, **{n: getattr(s, n) for n in names})
+
+
+#: The settings :meth:`WrapperSettings.resolve` takes, by the name every wrapper gives them.
+SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in fields(WrapperSettings))
+#: The settings a wrapper checks field by field (:func:`field_checks`); the embedders are checked by :meth:`resolve`.
+FIELD_SETTINGS: tuple[str, ...] = tuple(name for name in SETTING_NAMES if name not in ("embedder", "score_embedder"))
