@@ -75,7 +75,7 @@ def build_memory(
         )
     if len(given) > 1:
         names = [f"{name}=" for name in streams]
-        listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+        listed = f"{', '.join(names[:-1])} and {names[-1]}"  # two given: at least two stream arguments
         raise ValueError(f"pass at most one of {listed}, got {' and '.join(given)}")
     stream: MemoryStream | str | Path = ":memory:"
     if given:

@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -244,14 +245,8 @@ def reachable(
 def triplet_hit(record: TripletRecord) -> tuple[str, str, dict[str, Any]]:
     """A retrieved triplet as a text node: its text ``"subject relation object"``, its id and its metadata (the
     three terms, the key and the validity)."""
-    metadata = {
-        "subject": record.t1,
-        "relation": record.t2,
-        "object": record.t3,
-        "triplet_key": record.key,
-        "valid_from": record.valid_from,
-        "valid_to": record.valid_to,
-    }
+    validity = {"valid_from": record.valid_from, "valid_to": record.valid_to}
+    metadata = {**record.triplet.as_dict(), "triplet_key": record.key, **validity}
     return f"{record.t1} {record.t2} {record.t3}", f"triplet-{record.id}", metadata
 
 
@@ -323,13 +318,8 @@ def item_fields(record: TripletRecord | NodeRecord) -> dict[str, Any]:
         key, value, created, updated = record.id, dict(props["value"]), props["created_at"], props["updated_at"]
     else:
         key, value, created, updated = record.key, record_value(record), record.created_at, record.created_at
-    return {
-        "namespace": record.namespace,
-        "key": key,
-        "value": value,
-        "created_at": datetime.fromtimestamp(created, tz=UTC),
-        "updated_at": datetime.fromtimestamp(updated, tz=UTC),
-    }
+    utc = partial(datetime.fromtimestamp, tz=UTC)
+    return dict(namespace=record.namespace, key=key, value=value, created_at=utc(created), updated_at=utc(updated))
 
 
 def get_item(core: TripletStore, namespace: Namespace, key: str) -> dict[str, Any] | None:
