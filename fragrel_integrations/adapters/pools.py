@@ -27,8 +27,6 @@ from ..core.rerank import rank_scores
 from .wrapper_settings import WrapperSettings, read_key, stored_key
 
 __all__ = [
-    "SCORE_KINDS",
-    "Key",
     "chain_order",
     "check_score_kind",
     "default_pool_size",

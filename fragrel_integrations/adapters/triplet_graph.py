@@ -24,7 +24,7 @@ from ..core.triplets.node_table import NodeRecord
 from ..core.triplets.text_api import parse_calls
 from .triplet_views import best_terms, find_records, reachable, relation_key
 
-__all__ = ["NODE_KINDS", "TripletGraph"]
+__all__ = ["TripletGraph"]
 
 #: The node-table kinds a graph view owns (others belong to other views).
 NODE_KINDS = ("entity", "chunk")

@@ -35,7 +35,6 @@ from ..core.triplets.text_api import parse_calls, render_read, render_write, ter
 from ..models.embedder import embed_documents, embed_query
 
 __all__ = [
-    "apply_puts",
     "best_terms",
     "core_triplet_store",
     "find_records",

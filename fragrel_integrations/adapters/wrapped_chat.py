@@ -10,7 +10,7 @@ from typing import Any
 
 from ..models.chat import aiter_in_thread
 
-__all__ = ["MEDIA_BLOCKS", "astream_pieces", "content_text", "reply_text", "role_messages", "stream_pieces"]
+__all__ = ["astream_pieces", "content_text", "reply_text", "role_messages", "stream_pieces"]
 
 
 #: Content blocks a text model cannot read (OpenAI-style content parts and LangChain's standard blocks).
