@@ -14,6 +14,7 @@ duck-typed (``namespace``, ``key``, ``value``), so the helpers work on any store
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -45,6 +46,7 @@ FIELDS = ("observation", "response", "summary")
 DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
 #: How far below the last cached slot a read looks for a write that another process made late.
 RACE_SLOTS = 4
+_STREAM_KEY = re.compile(rf"([0-9]{{{KEY_DIGITS}}})(?:-[0-9A-Za-z]+)?")
 
 _LOCKS_GUARD = threading.Lock()
 _LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
@@ -83,12 +85,8 @@ def new_key(slot: int) -> str:
 
 def slot_of(key: str) -> int | None:
     """The slot of a key the stream wrote (``0000000007`` or ``0000000007-<hex>``), or None for any other key."""
-    head, sep, tail = key.partition("-")
-    if len(head) != KEY_DIGITS or not (head.isascii() and head.isdigit()):
-        return None
-    if sep and not (tail and tail.isascii() and tail.isalnum()):
-        return None
-    return int(head)
+    match = _STREAM_KEY.fullmatch(key)
+    return int(match[1]) if match else None
 
 
 def session_label(session_id: str) -> str:

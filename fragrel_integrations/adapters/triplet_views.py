@@ -325,8 +325,7 @@ def get_item(core: TripletStore, namespace: Namespace, key: str) -> dict[str, An
     """:func:`item_fields` of the triplet, else the document, stored under ``key`` (None: neither)."""
     record = core.get(key, namespace=namespace)
     if record is None:
-        found = [r for r in core.get_nodes([key], namespace=namespace) if r.kind == DOCUMENT_KIND]
-        record = found[0] if found else None
+        record = next((r for r in core.get_nodes([key], namespace=namespace) if r.kind == DOCUMENT_KIND), None)
     return None if record is None else item_fields(record)
 
 
