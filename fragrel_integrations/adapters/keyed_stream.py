@@ -316,9 +316,8 @@ class KeyedStoreStream(BaseMemoryStream):
             results = self._batch_ends(ns, (first[2], last[2]), refresh, [(turns, 0), (None, cached.total)])
         except (TypeError, ValueError):  # a store that cannot compare a foreign item's value: read everything
             return None
-        for (_, created, _), found in zip((first, last), results[:2], strict=True):
-            if found is None or created_of(found) != created:
-                return None
+        if any(created_of(found) != created for (_, created, _), found in zip((first, last), results[:2], strict=True)):
+            return None  # gone (None) or rewritten
         page, beyond = (p if isinstance(p, list) else [] for p in results[2:])
         try:
             new = entries(ns, page) if len(page) < self.page_size else self._search_all(ns, filter=turns)

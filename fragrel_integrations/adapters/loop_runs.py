@@ -111,8 +111,7 @@ def bind_retriever(
     found: dict[Hashable, T] = {}
 
     def convert(hits: Iterable[ScoredFragment]) -> list[T]:
-        pairs = [(hit, found.get(fragment_key(hit))) for hit in hits]
-        return [fresh(hit) if item is None else item for hit, item in pairs]
+        return [fresh(hit) if (item := found.get(fragment_key(hit))) is None else item for hit in hits]
 
     if calls is None:
         return engine, convert

@@ -173,8 +173,7 @@ def search_records(
     given = flt or {}
     exact = {k: given[k] for k in TRIPLET_KEYS if isinstance(given.get(k), str) and given[k].strip()}
     if exact:
-        fields = (exact.get("subject"), exact.get("relation"), exact.get("object"))
-        records = core.read(*fields, namespace=prefix, prefix=True, fuzzy=False)
+        records = core.read(*(exact.get(k) for k in TRIPLET_KEYS), namespace=prefix, prefix=True, fuzzy=False)
     else:
         records = core.records(namespace=prefix, prefix=True)
     records.sort(key=lambda r: r.id, reverse=True)  # newest first
