@@ -92,8 +92,7 @@ def linked_keys(ids: Sequence[str], *, previous: Sequence[str | None], following
         while cur is not None and ids[cur] not in keys:
             keys[ids[cur]] = (run, position)
             position += 1
-            nxt = following[cur]
-            cur = first.get(nxt) if nxt is not None else None
+            cur = first.get(following[cur])  # type: ignore[arg-type]  # None: the run ends
     return [keys.setdefault(item_id, (f"fragrel-links:{item_id}", 0)) for item_id in ids]
 
 

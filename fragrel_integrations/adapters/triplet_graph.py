@@ -67,8 +67,7 @@ class TripletGraph:
 
     def known_nodes(self, records: Iterable[TripletRecord]) -> dict[str, NodeRecord]:
         """The stored nodes of the subjects and objects of ``records``, by id."""
-        records = list(records)
-        ids = sorted({r.t1 for r in records} | {r.t3 for r in records})
+        ids = sorted({term for r in records for term in (r.t1, r.t3)})
         return {r.id: r for r in self.node_records(ids)}
 
     def with_nodes(
