@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -212,14 +213,8 @@ class StoreIndexAdapter:
         """The first ``k`` hits of ``session_id`` (see :func:`first_hits`) in a store's result: the hits' ``ids``,
         with their ``metadatas`` and ``scores`` where the store returned them (shorter lists: the rest have none;
         a hit without a score scores 0.0)."""
-        candidates = (
-            (
-                self.hit_index(metadatas[n] if n < len(metadatas) else None, hit_id, session_id),
-                float(scores[n]) if n < len(scores) else 0.0,
-            )
-            for n, hit_id in enumerate(ids)
-        )
-        return first_hits(candidates, k)
+        padded = zip(ids, chain(metadatas, repeat(None)), chain(scores, repeat(0.0)), strict=False)  # ids' length
+        return first_hits(((self.hit_index(m, hit_id, session_id), float(s)) for hit_id, m, s in padded), k)
 
     def __repr__(self) -> str:
         return (
