@@ -351,18 +351,18 @@ class WrapperSettings:
         ``order``, ``lexical``; with ``"auto"`` they are chosen per pool); ``expand`` defaults to 1 with a ``store``,
         else 0; ``top_m=0`` lets every candidate lend support. ``links=False`` for a framework whose candidates
         carry no PREVIOUS/NEXT relationships."""
-        given = dict(locals())
-        s = {name: check(given[name]) for name, check in field_checks(FIELD_SETTINGS, links=links).items()}
-        if s["expand"] is None:
-            s["expand"] = 0 if s["store"] is None else 1
-        if s["expand"] > 0 and s["store"] is None:
+        given = dict(locals())  # the arguments by name
+        checked = {name: check(given[name]) for name, check in field_checks(FIELD_SETTINGS, links=links).items()}
+        if checked["expand"] is None:
+            checked["expand"] = 0 if checked["store"] is None else 1
+        if checked["expand"] > 0 and checked["store"] is None:
             raise ValueError(
                 "expand > 0 needs a store: fill a FragmentStore with add_positions(chunks, store=store) or "
                 "PositionTagger(store=store); or leave expand unset"
             )
-        check_keys(s["doc_id_key"], s["position_key"])
-        settings = cls(**s, embedder=_check_embedder(embedder), score_embedder=_check_embedder(score_embedder))
-        return settings if s["preset"] == AUTO else settings.for_pool(())  # lexical: per base (for_pool)
+        check_keys(checked["doc_id_key"], checked["position_key"])
+        settings = cls(**checked, embedder=_check_embedder(embedder), score_embedder=_check_embedder(score_embedder))
+        return settings if checked["preset"] == AUTO else settings.for_pool(())  # lexical: per base (for_pool)
 
     @classmethod
     def of(cls, wrapper: object, *, links: bool = True) -> WrapperSettings:
