@@ -79,8 +79,7 @@ def build_memory(
         raise ValueError(f"pass at most one of {listed}, got {' and '.join(given)}")
     stream: MemoryStream | str | Path = ":memory:"
     if given:
-        value = streams[given[0]]
-        stream = convert(given[0], value) if convert is not None else value
+        stream = streams[given[0]] if convert is None else convert(given[0], streams[given[0]])
     return SelfControlledMemory(model, stream=stream, embedder=optional_embedder(embedder), **memory_kwargs)
 
 
@@ -217,11 +216,9 @@ class OpenTurn(Generic[M]):
         if observation is not None and final:
             self.messages = []
             return observation, text.strip()
-        if role == "user":
-            if observation is None or any(r != "user" for r, _, _ in self.messages):
-                self.messages = []  # a new turn
-            self.messages.append((role, text, original))
-        elif observation is not None:
+        if role == "user" and (observation is None or any(r != "user" for r, _, _ in self.messages)):
+            self.messages = []  # a new turn
+        if role == "user" or observation is not None:
             self.messages.append((role, text, original))
         return None
 
