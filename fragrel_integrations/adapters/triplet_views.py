@@ -146,14 +146,20 @@ def read_pattern(query: str) -> tuple[str | None, str | None, str | None] | None
     return calls[0].fields if calls else None
 
 
+def _read_or_search(
+    core: TripletStore, query: str, namespace: Namespace, k: int, prefix: bool = False
+) -> list[TripletRecord]:
+    """The triplets a read pattern reads (best score first), else the ``k`` a term search finds for free text."""
+    pattern = read_pattern(query)
+    if pattern is None:
+        return core.search(query, namespace=namespace, prefix=prefix, k=k)
+    return sorted(core.read(*pattern, namespace=namespace, prefix=prefix), key=lambda r: (-r.score, r.id))
+
+
 def lookup(core: TripletStore, query: str, namespace: Namespace, k: int) -> list[TripletRecord]:
     """At most ``k`` triplets for ``query``: a read pattern reads (exact, else fuzzy; best score first), free text
     is matched against every stored term. A blank query is a ValueError (:func:`check_query`)."""
-    pattern = read_pattern(check_query(query))
-    if pattern is not None:
-        records = core.read(*pattern, namespace=namespace)
-        return sorted(records, key=lambda r: (-r.score, r.id))[:k]
-    return core.search(query, namespace=namespace, k=k)
+    return _read_or_search(core, check_query(query), namespace, k)[:k]
 
 
 def search_records(
@@ -163,12 +169,7 @@ def search_records(
     text ``query`` (at least ``need`` asked of the term search), else every triplet, newest first; ``flt``
     applies to each value (plain subject/relation/object filters are pushed into an exact database read)."""
     if query:
-        pattern = read_pattern(query)
-        if pattern is not None:
-            records = core.read(*pattern, namespace=prefix, prefix=True)
-            records.sort(key=lambda r: (-r.score, r.id))
-        else:
-            records = core.search(query, namespace=prefix, prefix=True, k=max(need * 4, 20))
+        records = _read_or_search(core, query, prefix, max(need * 4, 20), prefix=True)
         return [(r, r.score) for r in records if matches(record_value(r), flt)]
     given = flt or {}
     exact = {k: given[k] for k in TRIPLET_KEYS if isinstance(given.get(k), str) and given[k].strip()}
