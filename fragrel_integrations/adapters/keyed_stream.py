@@ -57,12 +57,9 @@ def store_lock(store: object) -> threading.RLock:
     """The one lock of this process for ``store``: every stream object on the same store shares it."""
     with _LOCKS_GUARD:
         try:
-            lock = _LOCKS.get(store)
-            if lock is None:
-                lock = _LOCKS[store] = threading.RLock()
+            return _LOCKS.setdefault(store, threading.RLock())
         except TypeError:  # not weak-referenceable
-            lock = _LOCKS_BY_ID.setdefault(id(store), threading.RLock())
-        return lock
+            return _LOCKS_BY_ID.setdefault(id(store), threading.RLock())
 
 
 def seq(slot: int) -> str:
