@@ -30,7 +30,6 @@ __all__ = [
     "build_memory",
     "build_path_memory",
     "check_optional_session",
-    "check_run_session",
     "collect_turns",
     "is_final_reply",
     "last_turn",
@@ -76,12 +75,11 @@ def build_memory(
         )
     if len(given) > 1:
         names = [f"{name}=" for name in streams]
-        listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+        listed = f"{', '.join(names[:-1])} and {names[-1]}"  # two given: at least two stream arguments
         raise ValueError(f"pass at most one of {listed}, got {' and '.join(given)}")
     stream: MemoryStream | str | Path = ":memory:"
     if given:
-        value = streams[given[0]]
-        stream = convert(given[0], value) if convert is not None else value
+        stream = streams[given[0]] if convert is None else convert(given[0], streams[given[0]])
     return SelfControlledMemory(model, stream=stream, embedder=optional_embedder(embedder), **memory_kwargs)
 
 
@@ -218,11 +216,9 @@ class OpenTurn(Generic[M]):
         if observation is not None and final:
             self.messages = []
             return observation, text.strip()
-        if role == "user":
-            if observation is None or any(r != "user" for r, _, _ in self.messages):
-                self.messages = []  # a new turn
-            self.messages.append((role, text, original))
-        elif observation is not None:
+        if role == "user" and (observation is None or any(r != "user" for r, _, _ in self.messages)):
+            self.messages = []  # a new turn
+        if role == "user" or observation is not None:
             self.messages.append((role, text, original))
         return None
 

@@ -14,11 +14,12 @@ duck-typed (``namespace``, ``key``, ``value``), so the helpers work on any store
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import unquote
 
@@ -30,22 +31,12 @@ from ..core.scm.stream import BaseMemoryStream, check_session
 
 __all__ = [
     "DEFAULT_NAMESPACE",
-    "RACE_SLOTS",
-    "Cached",
-    "Entry",
     "KeyedStoreStream",
-    "check_namespace",
-    "created_of",
-    "decode_item",
     "entries",
-    "merge_new",
     "new_key",
     "owned_namespace",
     "seq",
-    "session_label",
-    "slot_of",
     "stamp",
-    "store_lock",
     "turn_value",
 ]
 
@@ -55,6 +46,7 @@ FIELDS = ("observation", "response", "summary")
 DEFAULT_NAMESPACE: tuple[str, ...] = ("fragrel", "scm")
 #: How far below the last cached slot a read looks for a write that another process made late.
 RACE_SLOTS = 4
+_STREAM_KEY = re.compile(rf"([0-9]{{{KEY_DIGITS}}})(?:-[0-9A-Za-z]+)?")
 
 _LOCKS_GUARD = threading.Lock()
 _LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
@@ -65,12 +57,9 @@ def store_lock(store: object) -> threading.RLock:
     """The one lock of this process for ``store``: every stream object on the same store shares it."""
     with _LOCKS_GUARD:
         try:
-            lock = _LOCKS.get(store)
-            if lock is None:
-                lock = _LOCKS[store] = threading.RLock()
+            return _LOCKS.setdefault(store, threading.RLock())
         except TypeError:  # not weak-referenceable
-            lock = _LOCKS_BY_ID.setdefault(id(store), threading.RLock())
-        return lock
+            return _LOCKS_BY_ID.setdefault(id(store), threading.RLock())
 
 
 def seq(slot: int) -> str:
@@ -93,12 +82,8 @@ def new_key(slot: int) -> str:
 
 def slot_of(key: str) -> int | None:
     """The slot of a key the stream wrote (``0000000007`` or ``0000000007-<hex>``), or None for any other key."""
-    head, sep, tail = key.partition("-")
-    if len(head) != KEY_DIGITS or not (head.isascii() and head.isdigit()):
-        return None
-    if sep and not (tail and tail.isascii() and tail.isalnum()):
-        return None
-    return int(head)
+    match = _STREAM_KEY.fullmatch(key)
+    return int(match[1]) if match else None
 
 
 def session_label(session_id: str) -> str:
@@ -173,16 +158,7 @@ def decode_item(session_id: str, index: int, item: Any) -> MemoryItem:
     if raw is not None:
         embedding = np.asarray(raw, dtype=np.float32).ravel()
         embedding.flags.writeable = False
-    created = value.get("created")
-    return MemoryItem(
-        session_id,
-        index,
-        value["observation"],
-        value["response"],
-        value["summary"],
-        embedding,
-        float(created) if isinstance(created, int | float) else 0.0,
-    )
+    return MemoryItem(session_id, index, *(value[f] for f in FIELDS), embedding, created_of(item) or 0.0)
 
 
 class Cached(NamedTuple):
@@ -295,17 +271,21 @@ class KeyedStoreStream(BaseMemoryStream):
     def _ns(self, session_id: str) -> tuple[str, ...]:
         return (*self.namespace, session_label(check_session(session_id)))
 
+    def _paged(self, fetch: Callable[[int], list[Any]]) -> Iterator[list[Any]]:
+        """The pages ``fetch(offset)`` returns, from offset 0 until a page shorter than ``page_size``."""
+        offset = 0
+        while True:
+            page = fetch(offset)
+            yield page
+            if len(page) < self.page_size:
+                return
+            offset += len(page)
+
     def _scan(self, ns: tuple[str, ...], offset: int = 0, **kwargs: Any) -> tuple[list[Entry], int]:
         """The stream items of one session namespace (optionally filtered) from ``offset`` on, paging through
         ``store.search``, and how many items of any kind the pages held."""
-        found: list[Entry] = []
-        seen = 0
-        while True:
-            page = self.store.search(ns, limit=self.page_size, offset=offset + seen, **kwargs)
-            found.extend(entries(ns, page))
-            seen += len(page)
-            if len(page) < self.page_size:
-                return found, seen
+        pages = list(self._paged(lambda at: self.store.search(ns, limit=self.page_size, offset=offset + at, **kwargs)))
+        return [e for page in pages for e in entries(ns, page)], sum(map(len, pages))
 
     def _search_all(self, ns: tuple[str, ...], **kwargs: Any) -> list[Entry]:
         """Every stream item of one session namespace (optionally filtered)."""
@@ -333,9 +313,8 @@ class KeyedStoreStream(BaseMemoryStream):
             results = self._batch_ends(ns, (first[2], last[2]), refresh, [(turns, 0), (None, cached.total)])
         except (TypeError, ValueError):  # a store that cannot compare a foreign item's value: read everything
             return None
-        for (_, created, _), found in zip((first, last), results[:2], strict=True):
-            if found is None or created_of(found) != created:
-                return None
+        if any(created_of(found) != created for (_, created, _), found in zip((first, last), results[:2], strict=True)):
+            return None  # gone (None) or rewritten
         page, beyond = (p if isinstance(p, list) else [] for p in results[2:])
         try:
             new = entries(ns, page) if len(page) < self.page_size else self._search_all(ns, filter=turns)
@@ -395,30 +374,18 @@ class KeyedStoreStream(BaseMemoryStream):
 
     def sessions(self) -> list[str]:
         """The session ids with at least one interaction, sorted."""
-        depth = len(self.namespace) + 1
-        labels: set[str] = set()
-        offset = 0
-        while True:
-            page = self.store.list_namespaces(
-                prefix=self.namespace, max_depth=depth, limit=self.page_size, offset=offset
-            )
-            labels.update(ns[-1] for ns in page if len(ns) == depth and tuple(ns[:-1]) == self.namespace)
-            if len(page) < self.page_size:
-                break
-            offset += len(page)
+        prefix, depth = self.namespace, len(self.namespace) + 1
+        pages = self._paged(
+            lambda at: self.store.list_namespaces(prefix=prefix, max_depth=depth, limit=self.page_size, offset=at)
+        )
+        labels = {ns[-1] for page in pages for ns in page if len(ns) == depth and tuple(ns[:-1]) == prefix}
         # a store may keep listing a namespace whose items were all deleted
         names = [unquote(label) for label in labels]
         return sorted(name for name in names if name and self._scan_one(self._ns(name)))
 
     def _scan_one(self, ns: tuple[str, ...]) -> bool:
-        offset = 0
-        while True:
-            page = self.store.search(ns, limit=self.page_size, offset=offset)
-            if entries(ns, page):
-                return True
-            if len(page) < self.page_size:
-                return False
-            offset += len(page)
+        pages = self._paged(lambda at: self.store.search(ns, limit=self.page_size, offset=at))
+        return any(entries(ns, page) for page in pages)
 
     def clear(self, session_id: str) -> int:
         """Delete the session's interactions (one batch of deletes); returns how many were deleted."""

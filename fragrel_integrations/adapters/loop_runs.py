@@ -23,7 +23,6 @@ __all__ = [
     "ADAPTER_SETTING_DOCS",
     "arun",
     "astream",
-    "attach_output",
     "bind_retriever",
     "engine_for_adapter",
     "question_of",
@@ -35,8 +34,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: The loop settings the LangChain and LlamaIndex adapters take next to (or instead of) a built engine.
 ADAPTER_SETTINGS = ("max_loops", "threshold", "max_stm_tokens", "dedupe", "show_progress")
-"""The loop settings the LangChain and LlamaIndex adapters take next to (or instead of) a built engine."""
 
 #: What each loop setting means (None: the engine's own value, or its default).
 ADAPTER_SETTING_DOCS: dict[str, str] = {
@@ -112,8 +111,7 @@ def bind_retriever(
     found: dict[Hashable, T] = {}
 
     def convert(hits: Iterable[ScoredFragment]) -> list[T]:
-        pairs = [(hit, found.get(fragment_key(hit))) for hit in hits]
-        return [fresh(hit) if item is None else item for hit, item in pairs]
+        return [fresh(hit) if (item := found.get(fragment_key(hit))) is None else item for hit in hits]
 
     if calls is None:
         return engine, convert
@@ -133,51 +131,48 @@ def bind_retriever(
     return engine.with_retriever(lambda query: as_hits(retrieve(query)), aretriever=ahits), convert
 
 
-@contextmanager
-def attach_output(output: Callable[[InnerLoopResult], object]) -> Iterator[None]:
-    """Give an :class:`InnerLoopError` raised inside the block the adapter's output of the completed rounds, as
-    ``.output`` (the LangChain dict, the LlamaIndex ``Response``)."""
-    try:
-        yield
-    except InnerLoopError as exc:
-        exc.output = output(exc.result)  # type: ignore[attr-defined]
-        raise
-
-
+#: What :func:`bind_retriever` returns: the engine for one call and the conversion of hits to framework items.
 Bound = tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list[Any]]]
-"""What :func:`bind_retriever` returns: the engine for one call and the conversion of hits to framework items."""
+#: The adapter's output of a loop result, given the conversion of hits (e.g. :func:`result_dict`).
 Output = Callable[[InnerLoopResult, Callable[[Iterable[ScoredFragment]], list[Any]]], T]
-"""The adapter's output of a loop result, given the conversion of hits (e.g. :func:`result_dict`)."""
+
+
+@contextmanager
+def _outputs(bound: Bound, output: Output[T]) -> Iterator[tuple[InnerLoopEngine, Callable[[InnerLoopResult], T]]]:
+    """The bound engine and the adapter's ``output`` of a result; an :class:`InnerLoopError` raised inside the
+    block gets the output of the completed rounds as ``.output`` (the LangChain dict, the LlamaIndex ``Response``)."""
+    engine, items = bound
+    try:
+        yield engine, lambda result: output(result, items)
+    except InnerLoopError as exc:
+        exc.output = output(exc.result, items)  # type: ignore[attr-defined]
+        raise
 
 
 def run(bound: Bound, question: str, output: Output[T]) -> T:
     """Run the bound engine on ``question``; its ``output``, which an :class:`InnerLoopError` carries too."""
-    engine, items = bound
-    with attach_output(lambda result: output(result, items)):
-        return output(engine.run(question), items)
+    with _outputs(bound, output) as (engine, out):
+        return out(engine.run(question))
 
 
 async def arun(bound: Bound, question: str, output: Output[T]) -> T:
     """Async :func:`run`."""
-    engine, items = bound
-    with attach_output(lambda result: output(result, items)):
-        return output(await engine.arun(question), items)
+    with _outputs(bound, output) as (engine, out):
+        return out(await engine.arun(question))
 
 
 def stream(bound: Bound, question: str, output: Output[T]) -> Iterator[T]:
     """:func:`run`, yielding the ``output`` of each round's snapshot (the last one is the final result)."""
-    engine, items = bound
-    with attach_output(lambda result: output(result, items)):
+    with _outputs(bound, output) as (engine, out):
         for snapshot in engine.stream(question):
-            yield output(snapshot, items)
+            yield out(snapshot)
 
 
 async def astream(bound: Bound, question: str, output: Output[T]) -> AsyncIterator[T]:
     """Async :func:`stream`."""
-    engine, items = bound
-    with attach_output(lambda result: output(result, items)):
+    with _outputs(bound, output) as (engine, out):
         async for snapshot in engine.astream(question):
-            yield output(snapshot, items)
+            yield out(snapshot)
 
 
 def question_of(value: object, adapter: str) -> str:

@@ -23,16 +23,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..core.fragments import Fragment, ScoredFragment, parse_position
+from ..core.rerank import rank_scores
 from .wrapper_settings import WrapperSettings, read_key, stored_key
 
 __all__ = [
-    "DEFAULT_SCORE_KEYS",
-    "SCORE_KINDS",
-    "Key",
     "chain_order",
     "check_score_kind",
     "default_pool_size",
-    "fill_missing",
     "fuse_minmax",
     "isolated_key",
     "jsonable_metadata",
@@ -42,7 +39,6 @@ __all__ = [
     "read_location",
     "read_score",
     "rerank_items",
-    "rerank_pool",
 ]
 
 T = TypeVar("T")
@@ -96,30 +92,8 @@ def linked_keys(ids: Sequence[str], *, previous: Sequence[str | None], following
         while cur is not None and ids[cur] not in keys:
             keys[ids[cur]] = (run, position)
             position += 1
-            nxt = following[cur]
-            cur = first.get(nxt) if nxt is not None else None
+            cur = first.get(following[cur])  # type: ignore[arg-type]  # None: the run ends
     return [keys.setdefault(item_id, (f"fragrel-links:{item_id}", 0)) for item_id in ids]
-
-
-def fill_missing(
-    keys: Sequence[Key | None],
-    policy: str,
-    *,
-    isolated: Callable[[int], Key],
-    linked: Callable[[list[int]], list[Key]],
-    error: Callable[[list[int]], Exception],
-) -> list[Key]:
-    """``keys`` with the missing ones (None) filled by the ``on_missing_position`` policy: ``"raise"`` raises
-    ``error(missing indices)``, ``"isolate"`` uses ``isolated(i)``, ``"links"`` ``linked(missing indices)``."""
-    missing = [i for i, key in enumerate(keys) if key is None]
-    out = list(keys)
-    if missing:
-        if policy == "raise":
-            raise error(missing)
-        filled = [isolated(i) for i in missing] if policy == "isolate" else linked(missing)
-        for i, key in zip(missing, filled, strict=True):
-            out[i] = key
-    return out  # type: ignore[return-value]
 
 
 def chain_order(ids: Sequence[str], *, previous: Sequence[str | None], following: Sequence[str | None]) -> list[int]:
@@ -223,7 +197,7 @@ def minmax_scores(raw: Sequence[float | None]) -> np.ndarray:
     ([1.0, 0.0], [1.0, 0.5])
     """
     if any(s is None for s in raw):
-        return 1.0 - np.arange(len(raw), dtype=np.float64) / max(len(raw), 1)
+        return rank_scores(len(raw))
     s = np.asarray(raw, dtype=np.float64)
     span = float(s.max() - s.min()) if s.size else 0.0
     return (s - s.min()) / span if span > 0 else np.ones_like(s)
@@ -250,30 +224,6 @@ def fuse_minmax(
 # ------------------------------------------------------------------------------------------------ re-ranking
 
 
-def rerank_pool(
-    settings: WrapperSettings,
-    query: str,
-    items: Sequence[T],
-    fragments: Sequence[Fragment],
-    *,
-    scores: Sequence[float | None] | None,
-    k: int | None,
-    ranks_by_words: bool,
-    neighbour: Callable[[Fragment], T],
-) -> list[tuple[T, ScoredFragment]]:
-    """Re-rank a pool (``fragments[i]`` is ``items[i]`` as a core fragment) with ``settings``; each hit with the
-    first item at its location, or ``neighbour(fragment)`` for a stored neighbour that joined the pool."""
-    hits = settings.rerank(query, fragments, scores=scores, k=k, ranks_by_words=ranks_by_words)
-    first: dict[Key, T] = {}
-    for item, fragment in zip(items, fragments, strict=True):
-        first.setdefault((fragment.doc_id, fragment.position), item)
-    out = []
-    for hit in hits:
-        item = first.get((hit.fragment.doc_id, hit.fragment.position))
-        out.append((neighbour(hit.fragment) if item is None else item, hit))
-    return out
-
-
 def _no_links(missing: list[int]) -> list[Key]:
     raise ValueError("on_missing_position='links' needs items with PREVIOUS/NEXT links (LlamaIndex nodes)")
 
@@ -287,18 +237,30 @@ def rerank_items(
     fragment: Callable[[T, Key], Fragment],
     isolated: Callable[[int], Key],
     error: Callable[[list[int]], Exception],
-    linked: Callable[[list[int]], list[Key]] | None = None,
+    linked: Callable[[list[int]], list[Key]] = _no_links,
+    neighbour: Callable[[Fragment], T],
     **options: Any,
 ) -> list[tuple[T, ScoredFragment]]:
-    """:func:`rerank_pool` over framework items: ``locate(item)`` reads its ``(doc_id, position)`` (None: missing,
-    filled by :func:`fill_missing` with ``isolated`` / ``linked`` / ``error``), ``fragment(item, key)`` is the item
-    as a core fragment; ``options`` are :func:`rerank_pool`'s (``scores``, ``k``, ``ranks_by_words``, ``neighbour``)."""
-    keys = fill_missing(
-        [locate(item) for item in items],
-        settings.on_missing_position,
-        isolated=isolated,
-        linked=linked or _no_links,
-        error=error,
-    )
-    fragments = [fragment(item, key) for item, key in zip(items, keys, strict=True)]
-    return rerank_pool(settings, query, items, fragments, **options)
+    """Re-rank framework items with ``settings``: ``locate(item)`` reads its ``(doc_id, position)``, None where it
+    is missing, which the ``on_missing_position`` policy fills (``"raise"`` raises ``error(missing indices)``,
+    ``"isolate"`` uses ``isolated(i)``, ``"links"`` ``linked(missing indices)``); ``fragment(item, key)`` is the
+    item as a core fragment; ``options`` are :meth:`WrapperSettings.rerank`'s (``scores``, ``k``,
+    ``ranks_by_words``). Each hit comes with the first item at its location, or ``neighbour(fragment)`` for a
+    stored neighbour that joined the pool."""
+    keys = [locate(item) for item in items]
+    missing = [i for i, key in enumerate(keys) if key is None]
+    if missing and settings.on_missing_position == "raise":
+        raise error(missing)
+    if missing:
+        filled = [isolated(i) for i in missing] if settings.on_missing_position == "isolate" else linked(missing)
+        for i, key in zip(missing, filled, strict=True):
+            keys[i] = key
+    fragments = [fragment(item, key) for item, key in zip(items, keys, strict=True)]  # type: ignore[arg-type]
+    first: dict[Key, T] = {}
+    for item, f in zip(items, fragments, strict=True):
+        first.setdefault((f.doc_id, f.position), item)
+    out = []
+    for hit in settings.rerank(query, fragments, **options):
+        item = first.get((hit.fragment.doc_id, hit.fragment.position))
+        out.append((neighbour(hit.fragment) if item is None else item, hit))
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, repeat
 from typing import Any
 
 import numpy as np
@@ -16,22 +17,7 @@ from .._validation import check_min_int
 from ..core.scm.interactions import MemoryItem
 from ..core.scm.stream import check_session
 
-__all__ = [
-    "PROBE_BLOCK",
-    "EntryIds",
-    "StoreIndexAdapter",
-    "check_entry",
-    "check_filter",
-    "check_keys",
-    "check_search",
-    "check_store_options",
-    "default_entry_id",
-    "entry_id",
-    "first_hits",
-    "owned_index",
-    "probe_ids",
-    "read_index",
-]
+__all__ = ["StoreIndexAdapter", "check_entry", "check_filter", "check_search", "default_entry_id", "first_hits"]
 
 
 def default_entry_id(session_id: str, index: int) -> str:
@@ -47,13 +33,9 @@ def read_index(value: object) -> int | None:
     """
     if isinstance(value, bool):
         return None
-    if isinstance(value, int | np.integer):
+    if isinstance(value, int | np.integer) or (isinstance(value, float) and value.is_integer()):
         return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+    return int(value) if isinstance(value, str) and value.isdigit() else None
 
 
 def check_keys(session_key: object, index_key: object) -> tuple[str, str]:
@@ -64,19 +46,6 @@ def check_keys(session_key: object, index_key: object) -> tuple[str, str]:
     if session_key == index_key:
         raise ValueError(f"session_key and index_key must differ, both are {session_key!r}")
     return session_key, index_key  # type: ignore[return-value]
-
-
-def check_store_options(
-    session_key: object, index_key: object, fetch_k: object, make_id: object
-) -> tuple[str, str, int | None, Callable[[str, int], str]]:
-    """Validate what both vector-store adapters take: the metadata keys (:func:`check_keys`), ``fetch_k`` (an int
-    >= 1 or None) and ``make_id`` (a function ``(session_id, index) -> str``; None: :func:`default_entry_id`)."""
-    session_key, index_key = check_keys(session_key, index_key)
-    if fetch_k is not None:
-        check_min_int(fetch_k, "fetch_k", 1, hint=" or None")
-    if make_id is not None and not callable(make_id):
-        raise TypeError(f"make_id must be a function (session_id, index) -> str, got {type(make_id).__name__}")
-    return session_key, index_key, fetch_k, make_id or default_entry_id  # type: ignore[return-value]
 
 
 def check_filter(value: object, name: str, returns: str, hint: str = "") -> None:
@@ -108,54 +77,17 @@ def first_hits(candidates: Iterable[tuple[int | None, float]], k: int) -> list[t
     >>> first_hits([(3, 0.9), (None, 0.8), (3, 0.7), (1, 0.5), (0, 0.4)], 2)
     [(3, 0.9), (1, 0.5)]
     """
-    hits: list[tuple[int, float]] = []
-    seen: set[int] = set()
+    hits: dict[int, float] = {}
     for index, score in candidates:
-        if index is None or index in seen:
-            continue
-        seen.add(index)
-        hits.append((index, score))
-        if len(hits) == k:
-            break
-    return hits
+        if index is not None and index not in hits:
+            hits[index] = score
+            if len(hits) == k:
+                break
+    return list(hits.items())
 
 
-def owned_index(metadata: Mapping[str, Any] | None, session_id: str, session_key: str, index_key: str) -> int | None:
-    """The interaction index an entry's ``metadata`` records, if the entry is a turn of ``session_id``, else None
-    (adapters post-filter every store's results with it, so another session's turns never come back).
-
-    >>> owned_index({"scm_session": "ana", "scm_index": "3"}, "ana", "scm_session", "scm_index")
-    3
-    >>> owned_index({"scm_session": "bob", "scm_index": 3}, "ana", "scm_session", "scm_index") is None
-    True
-    """
-    metadata = metadata or {}
-    if metadata.get(session_key) != session_id:
-        return None
-    return read_index(metadata.get(index_key))
-
-
-#: Ids asked of a store per probe of :func:`probe_ids`.
+#: Ids asked of a store per probe of :meth:`StoreIndexAdapter.probe_session`.
 PROBE_BLOCK = 256
-
-
-def probe_ids(ids_of: Callable[[int, int], set[str]], found: Callable[[list[str]], set[str]]) -> set[str]:
-    """The entry ids a store holds for one session, probed in blocks of :data:`PROBE_BLOCK` until a block has none:
-    ``ids_of(start, stop)`` gives the ids of interaction indexes ``start..stop-1``, ``found(ids)`` those of them the
-    store holds.
-
-    >>> held = {f"scm:ana:{i}" for i in range(300)}
-    >>> len(probe_ids(lambda a, b: {f"scm:ana:{i}" for i in range(a, b)}, lambda ids: held & set(ids)))
-    300
-    """
-    hits: set[str] = set()
-    start = 0
-    while True:
-        block = found(sorted(ids_of(start, start + PROBE_BLOCK)))
-        if not block:
-            return hits
-        hits |= block
-        start += PROBE_BLOCK
 
 
 class EntryIds:
@@ -189,8 +121,7 @@ class EntryIds:
     def forget(self, session_id: str) -> None:
         """Forget the ids of ``session_id`` (after its entries were deleted)."""
         with self._lock:
-            for entry_id in [i for i, (s, _) in self._owners.items() if s == session_id]:
-                del self._owners[entry_id]
+            self._owners = {i: owner for i, owner in self._owners.items() if owner[0] != session_id}
 
 
 def check_entry(item: object, text: object) -> None:
@@ -223,9 +154,13 @@ class StoreIndexAdapter:
     def __init__(
         self, store: object, *, session_key: object, index_key: object, fetch_k: object, make_id: object
     ) -> None:
-        self.session_key, self.index_key, self.fetch_k, self.make_id = check_store_options(
-            session_key, index_key, fetch_k, make_id
-        )
+        self.session_key, self.index_key = check_keys(session_key, index_key)
+        if fetch_k is not None:
+            check_min_int(fetch_k, "fetch_k", 1, hint=" or None")
+        if make_id is not None and not callable(make_id):
+            raise TypeError(f"make_id must be a function (session_id, index) -> str, got {type(make_id).__name__}")
+        self.fetch_k: int | None = fetch_k  # type: ignore[assignment]
+        self.make_id: Callable[[str, int], str] = make_id or default_entry_id  # type: ignore[assignment]
         self._store_name = type(store).__name__
         #: The entry ids this object added, with their (session, index): what a store that returns ids only is read by.
         self.added_ids = EntryIds()
@@ -246,8 +181,8 @@ class StoreIndexAdapter:
         """The interaction index of a store hit if it is a turn of ``session_id``, else None: read from its
         ``metadata`` when the store returns it, else from its id (the default id's text, or the ids this object
         added)."""
-        if metadata is not None:
-            return owned_index(metadata, session_id, self.session_key, self.index_key)
+        if metadata is not None:  # post-filtered, so another session's turns never come back
+            return read_index(metadata.get(self.index_key)) if metadata.get(self.session_key) == session_id else None
         if hit_id is None:
             return None
         if self.make_id is default_entry_id:
@@ -257,9 +192,15 @@ class StoreIndexAdapter:
         return owner[1] if owner is not None and owner[0] == session_id else None
 
     def probe_session(self, session_id: str, found: Callable[[list[str]], set[str]]) -> set[str]:
-        """The ids of ``session_id``'s entries a store holds, probing :meth:`entry_id` ids in blocks (see
-        :func:`probe_ids`); ``found(ids)`` returns those of ``ids`` the store holds."""
-        return probe_ids(lambda start, stop: {self.entry_id(session_id, i) for i in range(start, stop)}, found)
+        """The ids of ``session_id``'s entries a store holds, probing :meth:`entry_id` ids of consecutive indexes in
+        blocks of :data:`PROBE_BLOCK` until a block has none; ``found(ids)`` returns those of ``ids`` the store
+        holds."""
+        hits: set[str] = set()
+        start = 0
+        while block := found(sorted({self.entry_id(session_id, i) for i in range(start, start + PROBE_BLOCK)})):
+            hits |= block
+            start += PROBE_BLOCK
+        return hits
 
     def ranked_hits(
         self,
@@ -272,14 +213,8 @@ class StoreIndexAdapter:
         """The first ``k`` hits of ``session_id`` (see :func:`first_hits`) in a store's result: the hits' ``ids``,
         with their ``metadatas`` and ``scores`` where the store returned them (shorter lists: the rest have none;
         a hit without a score scores 0.0)."""
-        candidates = (
-            (
-                self.hit_index(metadatas[n] if n < len(metadatas) else None, hit_id, session_id),
-                float(scores[n]) if n < len(scores) else 0.0,
-            )
-            for n, hit_id in enumerate(ids)
-        )
-        return first_hits(candidates, k)
+        padded = zip(ids, chain(metadatas, repeat(None)), chain(scores, repeat(0.0)), strict=False)  # ids' length
+        return first_hits(((self.hit_index(m, hit_id, session_id), float(s)) for hit_id, m, s in padded), k)
 
     def __repr__(self) -> str:
         return (

@@ -29,9 +29,6 @@ __all__ = [
     "TreeSearch",
     "abuild_tree",
     "build_tree",
-    "check_fields",
-    "check_mode",
-    "check_tree_relation",
     "hit_id",
     "hit_metadata",
     "leaf_summariser",
@@ -97,11 +94,7 @@ def tree_inputs(texts: list[str], ids: Sequence[str | None], metadatas: list[dic
 
 
 def leaf_summariser(
-    chat_model: Any,
-    summariser: str | None,
-    embedder: Any,
-    owner: str,
-    **options: Any,
+    chat_model: Any, summariser: str | None, embedder: Any, owner: str, **options: Any
 ) -> tuple[str, Summariser | ExtractiveSummariser]:
     """The summariser of single chunks for an ingestion step: ``"llm"`` (one ``chat_model`` call per chunk) or
     ``"extractive"`` (no model call; sentences embedded with ``embedder``, None = the embedded MiniLM); None

@@ -24,7 +24,7 @@ from ..core.triplets.node_table import NodeRecord
 from ..core.triplets.text_api import parse_calls
 from .triplet_views import best_terms, find_records, reachable, relation_key
 
-__all__ = ["NODE_KINDS", "TripletGraph"]
+__all__ = ["TripletGraph"]
 
 #: The node-table kinds a graph view owns (others belong to other views).
 NODE_KINDS = ("entity", "chunk")
@@ -67,8 +67,7 @@ class TripletGraph:
 
     def known_nodes(self, records: Iterable[TripletRecord]) -> dict[str, NodeRecord]:
         """The stored nodes of the subjects and objects of ``records``, by id."""
-        records = list(records)
-        ids = sorted({r.t1 for r in records} | {r.t3 for r in records})
+        ids = sorted({term for r in records for term in (r.t1, r.t3)})
         return {r.id: r for r in self.node_records(ids)}
 
     def with_nodes(

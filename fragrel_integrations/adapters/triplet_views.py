@@ -22,6 +22,7 @@ import json
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -34,31 +35,18 @@ from ..core.triplets.text_api import parse_calls, render_read, render_write, ter
 from ..models.embedder import embed_documents, embed_query
 
 __all__ = [
-    "DOCUMENT_KIND",
-    "TRIPLET_KEYS",
-    "apply_puts",
     "best_terms",
     "core_triplet_store",
-    "document_text",
     "find_records",
     "get_item",
-    "is_triplet_value",
-    "item_fields",
     "list_namespaces",
     "lookup",
     "matches",
-    "namespace_matches",
-    "put_document",
     "reachable",
     "read_facts",
-    "read_pattern",
-    "record_value",
     "relation_key",
     "run_batch",
-    "search_documents",
     "search_items",
-    "search_records",
-    "split_value",
     "triplet_hit",
     "write_fact",
 ]
@@ -153,23 +141,25 @@ def namespace_matches(ns: tuple[str, ...], path: Sequence[str], match_type: str)
 def read_pattern(query: str) -> tuple[str | None, str | None, str | None] | None:
     """``a>>b>>`` or ``[MEM_READ{a>>b>>}]`` as a read pattern; None for free text."""
     calls = [c for c in parse_calls(query) if c.kind == "read"]
-    if calls:
-        return calls[0].fields
-    if query.count(">>") == 2:
+    if not calls and query.count(">>") == 2:
         calls = parse_calls(f"[MEM_READ{{{query.strip()}}}]")
-        if calls:
-            return calls[0].fields
-    return None
+    return calls[0].fields if calls else None
+
+
+def _read_or_search(
+    core: TripletStore, query: str, namespace: Namespace, k: int, prefix: bool = False
+) -> list[TripletRecord]:
+    """The triplets a read pattern reads (best score first), else the ``k`` a term search finds for free text."""
+    pattern = read_pattern(query)
+    if pattern is None:
+        return core.search(query, namespace=namespace, prefix=prefix, k=k)
+    return sorted(core.read(*pattern, namespace=namespace, prefix=prefix), key=lambda r: (-r.score, r.id))
 
 
 def lookup(core: TripletStore, query: str, namespace: Namespace, k: int) -> list[TripletRecord]:
     """At most ``k`` triplets for ``query``: a read pattern reads (exact, else fuzzy; best score first), free text
     is matched against every stored term. A blank query is a ValueError (:func:`check_query`)."""
-    pattern = read_pattern(check_query(query))
-    if pattern is not None:
-        records = core.read(*pattern, namespace=namespace)
-        return sorted(records, key=lambda r: (-r.score, r.id))[:k]
-    return core.search(query, namespace=namespace, k=k)
+    return _read_or_search(core, check_query(query), namespace, k)[:k]
 
 
 def search_records(
@@ -179,18 +169,12 @@ def search_records(
     text ``query`` (at least ``need`` asked of the term search), else every triplet, newest first; ``flt``
     applies to each value (plain subject/relation/object filters are pushed into an exact database read)."""
     if query:
-        pattern = read_pattern(query)
-        if pattern is not None:
-            records = core.read(*pattern, namespace=prefix, prefix=True)
-            records.sort(key=lambda r: (-r.score, r.id))
-        else:
-            records = core.search(query, namespace=prefix, prefix=True, k=max(need * 4, 20))
+        records = _read_or_search(core, query, prefix, max(need * 4, 20), prefix=True)
         return [(r, r.score) for r in records if matches(record_value(r), flt)]
     given = flt or {}
     exact = {k: given[k] for k in TRIPLET_KEYS if isinstance(given.get(k), str) and given[k].strip()}
     if exact:
-        fields = (exact.get("subject"), exact.get("relation"), exact.get("object"))
-        records = core.read(*fields, namespace=prefix, prefix=True, fuzzy=False)
+        records = core.read(*(exact.get(k) for k in TRIPLET_KEYS), namespace=prefix, prefix=True, fuzzy=False)
     else:
         records = core.records(namespace=prefix, prefix=True)
     records.sort(key=lambda r: r.id, reverse=True)  # newest first
@@ -209,17 +193,12 @@ def find_records(
     """Current triplets (oldest first) with a term in ``names`` as subject or object (exact), a relation in
     ``relation_names`` (normalised) and, with ``properties``, a payload or a subject/object node (of
     ``node_kinds``) holding one of them, as LlamaIndex's ``SimplePropertyGraphStore`` matches."""
-    found: dict[int, TripletRecord] = {}
     if names:
-        for name in dict.fromkeys(names):
-            for field in ("t1", "t3"):
-                for r in core.read(**{field: name}, namespace=namespace, fuzzy=False):
-                    found[r.id] = r
-        candidates = list(found.values())
-    elif relation_names:
-        for rel in dict.fromkeys(relation_names):
-            for r in core.read(t2=rel, namespace=namespace, fuzzy=False):
-                found[r.id] = r
+        reads = [{field: name} for name in dict.fromkeys(names) for field in ("t1", "t3")]
+    else:
+        reads = [{"t2": rel} for rel in dict.fromkeys(relation_names or ())]
+    if reads:
+        found = {r.id: r for where in reads for r in core.read(**where, namespace=namespace, fuzzy=False)}
         candidates = list(found.values())
     else:
         candidates = core.records(namespace=namespace)
@@ -265,14 +244,8 @@ def reachable(
 def triplet_hit(record: TripletRecord) -> tuple[str, str, dict[str, Any]]:
     """A retrieved triplet as a text node: its text ``"subject relation object"``, its id and its metadata (the
     three terms, the key and the validity)."""
-    metadata = {
-        "subject": record.t1,
-        "relation": record.t2,
-        "object": record.t3,
-        "triplet_key": record.key,
-        "valid_from": record.valid_from,
-        "valid_to": record.valid_to,
-    }
+    validity = {"valid_from": record.valid_from, "valid_to": record.valid_to}
+    metadata = {**record.triplet.as_dict(), "triplet_key": record.key, **validity}
     return f"{record.t1} {record.t2} {record.t3}", f"triplet-{record.id}", metadata
 
 
@@ -344,21 +317,15 @@ def item_fields(record: TripletRecord | NodeRecord) -> dict[str, Any]:
         key, value, created, updated = record.id, dict(props["value"]), props["created_at"], props["updated_at"]
     else:
         key, value, created, updated = record.key, record_value(record), record.created_at, record.created_at
-    return {
-        "namespace": record.namespace,
-        "key": key,
-        "value": value,
-        "created_at": datetime.fromtimestamp(created, tz=UTC),
-        "updated_at": datetime.fromtimestamp(updated, tz=UTC),
-    }
+    utc = partial(datetime.fromtimestamp, tz=UTC)
+    return dict(namespace=record.namespace, key=key, value=value, created_at=utc(created), updated_at=utc(updated))
 
 
 def get_item(core: TripletStore, namespace: Namespace, key: str) -> dict[str, Any] | None:
     """:func:`item_fields` of the triplet, else the document, stored under ``key`` (None: neither)."""
     record = core.get(key, namespace=namespace)
     if record is None:
-        found = [r for r in core.get_nodes([key], namespace=namespace) if r.kind == DOCUMENT_KIND]
-        record = found[0] if found else None
+        record = next((r for r in core.get_nodes([key], namespace=namespace) if r.kind == DOCUMENT_KIND), None)
     return None if record is None else item_fields(record)
 
 
@@ -379,18 +346,13 @@ def search_items(
 
 
 def list_namespaces(
-    core: TripletStore,
-    conditions: Iterable[tuple[Sequence[str], str]],
-    max_depth: int | None,
-    offset: int,
-    limit: int,
+    core: TripletStore, conditions: Iterable[tuple[Sequence[str], str]], max_depth: int | None, offset: int, limit: int
 ) -> list[tuple[str, ...]]:
     """The namespaces of triplets and documents matching every ``(path, match_type)`` condition
     (:func:`namespace_matches`), cut to ``max_depth`` labels, sorted, paged by ``offset``/``limit``."""
     spaces = sorted(set(core.namespaces()) | set(core.node_namespaces(kind=DOCUMENT_KIND)))
     conditions = list(conditions)
-    if conditions:
-        spaces = [ns for ns in spaces if all(namespace_matches(ns, path, kind) for path, kind in conditions)]
+    spaces = [ns for ns in spaces if all(namespace_matches(ns, path, kind) for path, kind in conditions)]
     if max_depth is not None:
         spaces = sorted({ns[:max_depth] for ns in spaces})
     return spaces[offset : offset + limit]

@@ -8,11 +8,9 @@ import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..models.chat import (
-    aiter_in_thread,
-)
+from ..models.chat import aiter_in_thread
 
-__all__ = ["MEDIA_BLOCKS", "astream_pieces", "content_text", "reply_text", "role_messages", "stream_pieces"]
+__all__ = ["astream_pieces", "content_text", "reply_text", "role_messages", "stream_pieces"]
 
 
 #: Content blocks a text model cannot read (OpenAI-style content parts and LangChain's standard blocks).

@@ -27,11 +27,11 @@ serves a relation that needs embeddings, and re-scoring a score-less pool by cos
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any, Literal
 
-from .._validation import check_query
+from .._validation import check_min_int, check_query
 from ..core.fragments import Fragment, ScoredFragment
 from ..core.presets import AUTO, DEFAULT_PRESET, Preset
 from ..core.presets import preset as get_preset
@@ -46,36 +46,19 @@ __all__ = [
     "ENVIRONMENT_SCORE_KEY",
     "FIELD_SETTINGS",
     "INDEPENDENT_SCORE_KEY",
-    "LEGACY_KEYS",
-    "MISSING_POSITION_ALIASES",
-    "MISSING_POSITION_MODES",
-    "ORDERS",
-    "OUTSIDE_MODES",
     "POOL_LEXICAL",
-    "RAISE_ON_MISSING_POSITION",
-    "RELEVANCE_SCORE_KEY",
     "SCORE_KEYS",
     "SETTING_DOCS",
     "SETTING_NAMES",
     "WrapperSettings",
-    "check_alpha_setting",
-    "check_expand",
     "check_k",
     "check_key",
     "check_keys",
-    "check_lexical",
     "check_on_missing_position",
     "check_order",
-    "check_outside",
     "check_pool_size",
-    "check_preset",
     "check_query",
-    "check_relation",
-    "check_score_key",
-    "check_store",
-    "check_top_m_setting",
     "field_checks",
-    "missing_position_policy",
     "read_key",
     "resolve_k",
     "score_metadata",
@@ -96,15 +79,10 @@ DEFAULT_POSITION_KEY = "fragrel_position"
 #: The default keys' old names, still read where an item lacks the default key (items tagged before the rename).
 LEGACY_KEYS: dict[str, str] = {DEFAULT_DOC_ID_KEY: "doc_id", DEFAULT_POSITION_KEY: "position"}
 
-ORDERS: tuple[str, str] = ("score", "position")
-OUTSIDE_MODES: tuple[str, str] = ("floor", "ignore")
-
 #: ``on_missing_position``: ``"raise"`` a ValueError naming the fix, ``"isolate"`` (no environment for such a
-#: candidate) or ``"links"`` (LlamaIndex PREVIOUS/NEXT relationships; LangChain Documents have none).
-MISSING_POSITION_MODES: tuple[str, str, str] = ("raise", "isolate", "links")
-#: Old spellings, still accepted: ``"error"`` was the LangChain retriever's name for ``"raise"``.
-MISSING_POSITION_ALIASES: dict[str, str] = {"error": "raise"}
-RAISE_ON_MISSING_POSITION: tuple[str, str] = ("raise", "error")
+#: candidate) or ``"links"`` (LlamaIndex PREVIOUS/NEXT relationships; LangChain Documents have none); ``"error"``
+#: is the LangChain retriever's old name for ``"raise"``.
+_MISSING_POSITION_MODES: tuple[str, str, str] = ("raise", "isolate", "links")
 
 
 def score_metadata(hit: ScoredFragment) -> dict[str, float]:
@@ -120,7 +98,7 @@ def score_metadata(hit: ScoredFragment) -> dict[str, float]:
 POOL_LEXICAL: dict[str, float] = {"general": 0.5, "dialogue": 0.5, "story": 0.5, "haystack": 0.5, "multidoc": 0.5}
 
 
-def check_preset(value: object) -> str:
+def _check_preset(value: object) -> str:
     """A preset name (``"auto"``, ``"general"``, ``"dialogue"``, ...); ValueError listing the names otherwise."""
     if isinstance(value, Preset):
         return value.name
@@ -129,10 +107,8 @@ def check_preset(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
-def check_lexical(value: object) -> float | None:
-    """``lexical``: None (the preset's) or the weight in [0, 1] of the pool's own BM25 score in ``s_ind``."""
-    if value is None:
-        return None
+def _check_lexical(value: object) -> float:
+    """``lexical``: the weight in [0, 1] of the pool's own BM25 score in ``s_ind``."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
         raise ValueError(
             f"lexical must be a number in [0, 1] (weight of a BM25 score computed on the candidate pool; 0: the "
@@ -141,26 +117,14 @@ def check_lexical(value: object) -> float | None:
     return float(value)
 
 
-def check_alpha_setting(value: object) -> float | None:
-    """``alpha``: None (the preset's) or a finite number >= 0.
-
-    >>> check_alpha_setting(-1)
-    Traceback (most recent call last):
-    ValueError: alpha must be a finite number >= 0, got -1.0
-    """
-    return None if value is None else check_alpha(value)
+def _optional(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``check`` for a setting whose None means "the default"."""
+    return lambda value: None if value is None else check(value)
 
 
-def check_top_m_setting(value: object) -> int | None:
-    """``top_m``: None (the preset's), 0 (every candidate lends support) or a positive int."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"top_m must be an int >= 0 (how many of the best candidates lend support; 0: all) or None "
-            f"(the preset's), got {value!r}"
-        )
-    return int(value)
+def _count_check(name: str, meaning: str, default: str) -> Callable[[Any], int | None]:
+    """The check of a setting that is None (``default``) or an int >= 0 (``meaning``)."""
+    return _optional(partial(check_min_int, name=name, minimum=0, hint=f" ({meaning}) or None ({default})"))
 
 
 def resolve_k(value: object, alias: object, default: int | None, name: str = "similarity_top_k") -> int | None:
@@ -182,25 +146,16 @@ def check_pool_size(value: object) -> int | None:
     return check_k(value, "pool_size")
 
 
-def check_expand(value: object) -> int | None:
-    """``expand``: None (1 with a store, else 0) or the neighbour radius, an int >= 0."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"expand must be an int >= 0 (neighbour radius) or None (1 with a store), got {value!r}")
-    return value
-
-
 def check_order(value: object) -> str | None:
     """``order``: None (the preset's), ``"score"`` or ``"position"`` (document order)."""
-    if value is not None and value not in ORDERS:
+    if value is not None and value not in ("score", "position"):
         raise ValueError(f"order must be 'score' or 'position' (document order) or None (the preset's), got {value!r}")
     return value  # type: ignore[return-value]
 
 
-def check_outside(value: object) -> str:
+def _check_outside(value: object) -> str:
     """``outside``: ``"floor"`` or ``"ignore"``."""
-    if value not in OUTSIDE_MODES:
+    if value not in ("floor", "ignore"):
         raise ValueError(f"outside must be 'floor' or 'ignore', got {value!r}")
     return value  # type: ignore[return-value]
 
@@ -208,8 +163,8 @@ def check_outside(value: object) -> str:
 def check_on_missing_position(value: object, *, links: bool = True) -> str:
     """The canonical ``on_missing_position`` (old spellings mapped); ``links=False`` where candidates carry no
     PREVIOUS/NEXT relationships (LangChain Documents)."""
-    canonical = MISSING_POSITION_ALIASES.get(value, value) if isinstance(value, str) else value
-    if canonical not in MISSING_POSITION_MODES:
+    canonical = "raise" if isinstance(value, str) and value == "error" else value
+    if canonical not in _MISSING_POSITION_MODES:
         raise ValueError(
             f"on_missing_position must be 'raise' (alias 'error'), 'isolate' or 'links' (LlamaIndex nodes), "
             f"got {value!r}"
@@ -220,11 +175,6 @@ def check_on_missing_position(value: object, *, links: bool = True) -> str:
             "do not have: use 'isolate', or write positions with add_positions"
         )
     return canonical  # type: ignore[return-value]
-
-
-def missing_position_policy(value: str) -> str:
-    """The canonical name of an ``on_missing_position`` value (aliases mapped; others returned as given)."""
-    return MISSING_POSITION_ALIASES.get(value, value)
 
 
 def stored_key(metadata: Mapping[str, Any], key: str) -> str:
@@ -264,20 +214,14 @@ def check_keys(doc_id_key: object, position_key: object) -> tuple[str, str]:
     return doc_id_key, position_key
 
 
-def check_score_key(value: object) -> str | None:
-    """``score_key``: None (the store's relevance score, then ``relevance_score``, then ``score``) or the
-    metadata key that holds the base retriever's score."""
-    return None if value is None else check_key("score_key", value)
-
-
-def check_relation(value: object) -> Relation | None:
+def _check_relation(value: object) -> Relation | None:
     """``relation``: None (the preset's ``ContextRelation``) or a core :class:`Relation`."""
     if value is not None and not isinstance(value, Relation):
         raise TypeError(f"relation must be a Relation such as ContextRelation(0.3) or None, got {value!r}")
     return value
 
 
-def check_store(value: object) -> NeighbourSource | None:
+def _check_store(value: object) -> NeighbourSource | None:
     """``store``: None or a :class:`~fragrel_integrations.FragmentStore` (anything with ``neighbours(keys,
     radius=)``)."""
     if value is not None and not callable(getattr(value, "neighbours", None)):
@@ -292,25 +236,6 @@ def _check_embedder(value: object) -> Any:
     from ..models.convert import optional_embedder
 
     return optional_embedder(value)  # LangChain, LlamaIndex or plain embedders; TypeError naming the fix
-
-
-#: The settings :meth:`WrapperSettings.resolve` takes, by the name every wrapper gives them.
-SETTING_NAMES: tuple[str, ...] = (
-    "preset",
-    "relation",
-    "alpha",
-    "top_m",
-    "order",
-    "lexical",
-    "outside",
-    "embedder",
-    "score_embedder",
-    "store",
-    "expand",
-    "doc_id_key",
-    "position_key",
-    "on_missing_position",
-)
 
 
 #: What each setting means, in the words every wrapper shows (LangChain field and LlamaIndex ``Field`` descriptions).
@@ -343,9 +268,6 @@ SETTING_DOCS: dict[str, str] = {
     "candidates; adjacent chunks only).",
 }
 
-#: The settings a wrapper checks field by field (:func:`field_checks`); the embedders are checked by :meth:`resolve`.
-FIELD_SETTINGS: tuple[str, ...] = tuple(name for name in SETTING_NAMES if name not in ("embedder", "score_embedder"))
-
 
 def field_checks(names: Sequence[str], *, links: bool = True) -> dict[str, Callable[[Any], Any]]:
     """The kit's check of each named wrapper field, for a pydantic ``mode="before"`` field validator (so a bad
@@ -362,19 +284,19 @@ def field_checks(names: Sequence[str], *, links: bool = True) -> dict[str, Calla
         "top_n": partial(check_k, name="top_n"),
         "pool_size": check_pool_size,
         "budget_words": partial(check_k, name="budget_words"),
-        "preset": check_preset,
-        "alpha": check_alpha_setting,
-        "top_m": check_top_m_setting,
-        "lexical": check_lexical,
-        "relation": check_relation,
-        "store": check_store,
-        "expand": check_expand,
-        "outside": check_outside,
+        "preset": _check_preset,
+        "alpha": _optional(check_alpha),
+        "top_m": _count_check("top_m", "how many of the best candidates lend support; 0: all", "the preset's"),
+        "lexical": _optional(_check_lexical),
+        "relation": _check_relation,
+        "store": _check_store,
+        "expand": _count_check("expand", "neighbour radius", "1 with a store"),
+        "outside": _check_outside,
         "order": check_order,
         "on_missing_position": partial(check_on_missing_position, links=links),
         "doc_id_key": partial(check_key, "doc_id_key"),
         "position_key": partial(check_key, "position_key"),
-        "score_key": check_score_key,
+        "score_key": _optional(partial(check_key, "score_key")),
     }
     return {name: checks[name] for name in names}
 
@@ -429,36 +351,18 @@ class WrapperSettings:
         ``order``, ``lexical``; with ``"auto"`` they are chosen per pool); ``expand`` defaults to 1 with a ``store``,
         else 0; ``top_m=0`` lets every candidate lend support. ``links=False`` for a framework whose candidates
         carry no PREVIOUS/NEXT relationships."""
-        name = check_preset(preset)
-        relation, alpha, top_m = check_relation(relation), check_alpha_setting(alpha), check_top_m_setting(top_m)
-        lexical = check_lexical(lexical)
-        order, outside = check_order(order), check_outside(outside)
-        store, expand = check_store(store), check_expand(expand)
-        if expand is None:
-            expand = 0 if store is None else 1
-        if expand > 0 and store is None:
+        given = dict(locals())  # the arguments by name
+        checked = {name: check(given[name]) for name, check in field_checks(FIELD_SETTINGS, links=links).items()}
+        if checked["expand"] is None:
+            checked["expand"] = 0 if checked["store"] is None else 1
+        if checked["expand"] > 0 and checked["store"] is None:
             raise ValueError(
                 "expand > 0 needs a store: fill a FragmentStore with add_positions(chunks, store=store) or "
                 "PositionTagger(store=store); or leave expand unset"
             )
-        doc_id_key, position_key = check_keys(doc_id_key, position_key)
-        settings = cls(
-            preset=name,
-            relation=relation,
-            alpha=alpha,
-            top_m=top_m,
-            order=order,  # type: ignore[arg-type]
-            lexical=lexical,
-            outside=outside,  # type: ignore[arg-type]
-            embedder=_check_embedder(embedder),
-            score_embedder=_check_embedder(score_embedder),
-            store=store,
-            expand=expand,
-            doc_id_key=doc_id_key,
-            position_key=position_key,
-            on_missing_position=check_on_missing_position(on_missing_position, links=links),  # type: ignore[arg-type]
-        )
-        return settings if name == AUTO else settings.for_pool(())  # lexical: per base (for_pool)
+        check_keys(checked["doc_id_key"], checked["position_key"])
+        settings = cls(**checked, embedder=_check_embedder(embedder), score_embedder=_check_embedder(score_embedder))
+        return settings if checked["preset"] == AUTO else settings.for_pool(())  # lexical: per base (for_pool)
 
     @classmethod
     def of(cls, wrapper: object, *, links: bool = True) -> WrapperSettings:
@@ -497,19 +401,11 @@ class WrapperSettings:
         (with ``preset="auto"``, those of the pool's kind of text); ``ranks_by_words``: the base already ranks by
         the query's words (see :meth:`for_pool`)."""
         s = self.for_pool(fragments, ranks_by_words=ranks_by_words)
-        return rerank(
-            query,
-            fragments,
-            relation=s.relation,  # type: ignore[arg-type]
-            alpha=s.alpha,  # type: ignore[arg-type]
-            k=k,
-            scores=scores,
-            embedder=s.embedder,
-            score_embedder=s.score_embedder,
-            store=s.store,
-            expand=s.expand,
-            order=s.order,  # type: ignore[arg-type]
-            outside=s.outside,
-            top_m=s.top_m or None,
-            lexical=s.lexical,  # type: ignore[arg-type]
-        )
+        names = ("relation", "alpha", "embedder", "score_embedder", "store", "expand", "order", "outside", "lexical")
+        return rerank(query, fragments, k=k, scores=scores, top_m=s.top_m or None, **{n: getattr(s, n) for n in names})
+
+
+#: The settings :meth:`WrapperSettings.resolve` takes, by the name every wrapper gives them.
+SETTING_NAMES: tuple[str, ...] = tuple(field.name for field in fields(WrapperSettings))
+#: The settings a wrapper checks field by field (:func:`field_checks`); the embedders are checked by :meth:`resolve`.
+FIELD_SETTINGS: tuple[str, ...] = tuple(name for name in SETTING_NAMES if name not in ("embedder", "score_embedder"))
