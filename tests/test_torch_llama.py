@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 from _llm_fixtures import get_embedded
 
@@ -98,8 +99,11 @@ def test_seeded_sampling_repeats_and_leaves_the_global_rng_alone(folder):
 
 def test_allowed_and_stop_now_limit_the_tokens(folder):
     decoder = load_decoder(folder)
-    ids = ChatTokenizer(folder).prompt_ids(MESSAGES)
-    assert list(generate(decoder, ids, budget=5, eos=set(), allowed=lambda _: [42])) == [42] * 5
+    tok = ChatTokenizer(folder)
+    ids = tok.prompt_ids(MESSAGES)
+    only_42 = np.zeros(len(tok), dtype=bool)
+    only_42[42] = True
+    assert list(generate(decoder, ids, budget=5, eos=set(), allowed=lambda _: only_42)) == [42] * 5
     assert list(generate(decoder, ids, budget=5, eos=set(), stop_now=lambda out: len(out) >= 2)) != []
     assert len(list(generate(decoder, ids, budget=5, eos=set(), stop_now=lambda out: len(out) >= 2))) == 2
 

@@ -207,14 +207,15 @@ def generate(
     temperature: float | None = None,
     repeat_penalty: float = 1.0,
     seed: int = 0,
-    allowed: Callable[[list[int]], Collection[int]] | None = None,
+    allowed: Callable[[list[int]], Any] | None = None,
     stop_now: Callable[[list[int]], bool] | None = None,
     compute: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Iterator[int]:
     """The reply's token ids one at a time, until an ``eos`` id, ``budget`` ids or ``stop_now(ids so far)``.
     Greedy unless ``temperature`` > 0 (sampled with its own generator seeded by ``seed``); ``repeat_penalty``
-    divides positive (multiplies negative) logits of tokens already seen; ``allowed(ids so far)`` limits the next
-    token. Each forward step runs inside ``compute()`` and ``torch.inference_mode``, the caller's code outside."""
+    divides positive (multiplies negative) logits of tokens already seen; ``allowed(ids so far)``, a numpy bool
+    mask over the vocabulary, limits the next token. Each forward step runs inside ``compute()`` and
+    ``torch.inference_mode``, the caller's code outside."""
     torch = decoder.torch
     rng = torch.Generator().manual_seed(int(seed)) if temperature else None
     state = decoder.new_state(len(prompt) + budget)
@@ -234,7 +235,8 @@ def generate(
             x[seen] = torch.where(picked > 0, picked / repeat_penalty, picked * repeat_penalty)
         if allowed is not None:
             ok = torch.zeros_like(seen)
-            ok[list(allowed(out))] = True
+            mask = torch.from_numpy(allowed(out))
+            ok[: len(mask)] = mask
             x = x.masked_fill(~ok, -math.inf)
         if temperature:
             token = int(torch.multinomial(torch.softmax(x / temperature, -1), 1, generator=rng))

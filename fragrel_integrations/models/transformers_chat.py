@@ -29,6 +29,7 @@ from .._lazy import LazyInstance
 from .._optional import require
 from .._validation import check_positive_int
 from .chat import ChatModelBase, Messages, to_messages
+from .regex_masks import RegexVocabulary
 from .structured import ReplyFormat
 from .torch_llama import ChatTokenizer, generate, load_decoder
 
@@ -363,40 +364,35 @@ class TransformersChatModel(InProcessChatModel):
                 return self._model.step(prompt, self._model.new_state(len(prompt))).double().numpy()
 
     def supports_format(self, reply_format: ReplyFormat) -> bool:
-        """Choice formats only, token by token (``lm-format-enforcer``): on an open regex its cost per token is
-        many times the generation's, so other replies are parsed from free text."""
-        return reply_format.kind == "choice" and importlib.util.find_spec("lmformatenforcer") is not None
+        """Choice and regex formats, token by token (:mod:`.regex_masks`, with ``interegular`` installed);
+        grammars and JSON schemas are parsed from free text."""
+        if reply_format.kind not in ("choice", "regex") or importlib.util.find_spec("interegular") is None:
+            return False
+        return self._vocabulary.compiles(_regex(reply_format))
 
     def _allowed_tokens(self, reply_format: ReplyFormat) -> Any:
-        """The ids that may follow a reply's ids under a choice format."""
-        import lmformatenforcer as lmfe
-
-        labels = "|".join(re.escape(label) for label in reply_format.choices)
-        enforcer = lmfe.TokenEnforcer(self._token_data, lmfe.RegexParser(f"({labels})"))
-        return lambda ids: enforcer.get_allowed_tokens(list(ids)).allowed_tokens
+        """``allowed(reply ids so far)``: the ids that keep the reply on its way to a match of the format."""
+        return self._vocabulary.allowed_ids(_regex(reply_format), self._tok.eos_ids)
 
     @functools.cached_property
-    def _token_data(self) -> Any:
-        """lm-format-enforcer's view of the vocabulary: each token's text, and whether it starts a word."""
-        import lmformatenforcer as lmfe
-
+    def _vocabulary(self) -> RegexVocabulary:
+        """Each token's text as a reply's next piece (read after a digit, so a leading space is kept)."""
         tok = self._tok
         zero = tok.encode("0")[-1]
-        regular = []
-        for tid in range(len(tok)):
-            if tid not in tok.special_ids:
-                after_zero = tok.decode([zero, tid], skip_special=False)[1:]
-                regular.append((tid, after_zero, len(after_zero) > len(tok.decode([tid], skip_special=False))))
-
-        def decode(ids: list[int]) -> str:
-            return tok.decode(ids, skip_special=False).rstrip("\ufffd")
-
-        eos = min(tok.eos_ids) if tok.eos_ids else len(tok)
-        return lmfe.TokenEnforcerTokenizerData(regular, decode, eos, False, self._model.vocab_size)
+        special = set(tok.special_ids)
+        return RegexVocabulary(
+            ["" if tid in special else tok.decode([zero, tid], skip_special=False)[1:] for tid in range(len(tok))]
+        )
 
     def _free(self) -> None:
         self._model = None
-        vars(self).pop("_token_data", None)
+        vars(self).pop("_vocabulary", None)
+
+
+def _regex(reply_format: ReplyFormat) -> str:
+    if reply_format.kind == "choice":
+        return "|".join(re.escape(label) for label in reply_format.choices)
+    return reply_format.spec
 
 
 def _cut(text: str, stop: list[str] | None) -> str:
