@@ -21,14 +21,7 @@ from typing import Any, NamedTuple
 
 from ..._optional import require
 
-__all__ = [
-    "SPECS",
-    "ImportRecord",
-    "LanguageSpec",
-    "get_language",
-    "get_parser",
-    "get_query",
-]
+__all__ = ["SPECS", "ImportRecord", "LanguageSpec", "get_language", "get_parser", "get_query"]
 
 
 class ImportRecord(NamedTuple):
@@ -53,28 +46,16 @@ def _string_content(node: Any) -> str:
 
 
 def _python_imports(node: Any) -> list[ImportRecord]:
-    out: list[ImportRecord] = []
-    if node.type == "import_statement":
-        for child in node.children_by_field_name("name"):
-            if child.type == "aliased_import":
-                out.append(
-                    ImportRecord(
-                        _text(child.child_by_field_name("name")), None, _text(child.child_by_field_name("alias"))
-                    )
-                )
-            else:
-                out.append(ImportRecord(_text(child), None, None))
-        return out
-    module = _text(node.child_by_field_name("module_name"))
-    if any(c.type == "wildcard_import" for c in node.children):
+    plain = node.type == "import_statement"  # import a.b [as c]; else from m import x [as y], or *
+    module = "" if plain else _text(node.child_by_field_name("module_name"))
+    if not plain and any(c.type == "wildcard_import" for c in node.children):
         return [ImportRecord(module, None, None, True)]
+    out = []
     for child in node.children_by_field_name("name"):
-        if child.type == "aliased_import":
-            name = _text(child.child_by_field_name("name"))
-            out.append(ImportRecord(module, name, _text(child.child_by_field_name("alias"))))
-        else:
-            name = _text(child)
-            out.append(ImportRecord(module, name, name))
+        aliased = child.type == "aliased_import"
+        name = _text(child.child_by_field_name("name") if aliased else child)
+        alias = _text(child.child_by_field_name("alias")) if aliased else (None if plain else name)
+        out.append(ImportRecord(name, None, alias) if plain else ImportRecord(module, name, alias))
     return out
 
 
@@ -140,13 +121,6 @@ def _go_imports(node: Any) -> list[ImportRecord]:
     if alias in ("_", "."):
         return [ImportRecord(path, None, None, alias == ".")]
     return [ImportRecord(path, None, alias)]
-
-
-def _dotted_package(node: Any) -> str:
-    target = next(
-        (c for c in node.named_children if c.type in ("scoped_identifier", "identifier", "package_identifier")), None
-    )
-    return _text(target)
 
 
 # --------------------------------------------------------------------------------------------- queries
@@ -217,99 +191,67 @@ class LanguageSpec:
     scope (definitions inside are not top-level); ``self_names`` are receivers that mean "this class".
     """
 
-    name: str
     grammar_module: str
-    grammar_function: str
     query: str
     read_imports: Callable[[Any], list[ImportRecord]]
     class_kinds: frozenset[str]
     function_kinds: frozenset[str]
-    self_names: frozenset[str]
-    comment_prefix: str
-    bare_call_fallback: bool  # may a bare call resolve by a repository-unique name (inherited methods)?
+    self_names: frozenset[str] = frozenset({"this"})
+    comment_prefix: str = "//"
+    grammar_function: str = "language"
 
 
 _JS_FUNCTIONS = frozenset(
-    {
-        "function_declaration",
-        "generator_function_declaration",
-        "method_definition",
-        "arrow_function",
-        "function_expression",
-        "generator_function",
-    }
+    {"function_declaration", "generator_function_declaration", "method_definition", "arrow_function"}
+    | {"function_expression", "generator_function"}
 )
-
+_JS_CLASSES = frozenset({"class_declaration", "class"})
 _TYPESCRIPT = LanguageSpec(
-    "typescript",
     "tree_sitter_typescript",
-    "language_typescript",
     _TS_QUERY,
     _js_imports,
-    frozenset({"class_declaration", "abstract_class_declaration", "class"}),
+    _JS_CLASSES | {"abstract_class_declaration"},
     _JS_FUNCTIONS,
-    frozenset({"this"}),
-    "//",
-    False,
+    grammar_function="language_typescript",
 )
+_JAVA_CLASSES = frozenset({"class_declaration", "interface_declaration", "enum_declaration", "record_declaration"})
 
 SPECS: dict[str, LanguageSpec] = {
     "python": LanguageSpec(
-        "python",
         "tree_sitter_python",
-        "language",
         _PYTHON_QUERY,
         _python_imports,
         frozenset({"class_definition"}),
         frozenset({"function_definition", "lambda"}),
         frozenset({"self", "cls"}),
         "#",
-        False,
     ),
-    "javascript": LanguageSpec(
-        "javascript",
-        "tree_sitter_javascript",
-        "language",
-        _JS_QUERY,
-        _js_imports,
-        frozenset({"class_declaration", "class"}),
-        _JS_FUNCTIONS,
-        frozenset({"this"}),
-        "//",
-        False,
-    ),
+    "javascript": LanguageSpec("tree_sitter_javascript", _JS_QUERY, _js_imports, _JS_CLASSES, _JS_FUNCTIONS),
     "typescript": _TYPESCRIPT,
-    "tsx": replace(_TYPESCRIPT, name="tsx", grammar_function="language_tsx"),
+    "tsx": replace(_TYPESCRIPT, grammar_function="language_tsx"),
     "java": LanguageSpec(
-        "java",
         "tree_sitter_java",
-        "language",
         _JAVA_QUERY,
         _java_imports,
-        frozenset({"class_declaration", "interface_declaration", "enum_declaration", "record_declaration"}),
+        _JAVA_CLASSES,
         frozenset({"method_declaration", "constructor_declaration", "lambda_expression"}),
         frozenset({"this", "super"}),
-        "//",
-        True,
     ),
     "go": LanguageSpec(
-        "go",
         "tree_sitter_go",
-        "language",
         _GO_QUERY,
         _go_imports,
         frozenset(),
         frozenset({"function_declaration", "method_declaration", "func_literal"}),
         frozenset(),
-        "//",
-        False,
     ),
 }
 
 
 def package_name(node: Any) -> str:
     """The dotted package a ``@package`` node declares (Java ``package a.b;``, Go ``package p``)."""
-    return _dotted_package(node)
+    kinds = ("scoped_identifier", "identifier", "package_identifier")
+    return _text(next((c for c in node.named_children if c.type in kinds), None))
 
 
 def _spec(language: str) -> LanguageSpec:

@@ -35,19 +35,10 @@ from pathlib import Path, PurePosixPath
 from ..._validation import check_positive_int
 
 __all__ = [
-    "DEFAULT_EXCLUDE_DIRS",
-    "DEFAULT_MAX_FILE_BYTES",
-    "DEFAULT_MAX_FILE_LINES",
-    "LANGUAGES",
-    "Repository",
-    "SkippedFile",
-    "SourceFile",
-    "decode_source",
-    "language_for_path",
-    "load_repository",
-    "read_source_file",
-    "wide_codec",
-]
+    "DEFAULT_EXCLUDE_DIRS", "DEFAULT_MAX_FILE_BYTES", "DEFAULT_MAX_FILE_LINES", "LANGUAGES", "Repository",
+    "SkippedFile", "SourceFile", "decode_source", "language_for_path", "load_repository", "read_source_file",
+    "wide_codec"
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -64,30 +55,9 @@ _EXT_TO_LANGUAGE = {ext: lang for lang, exts in LANGUAGES.items() for ext in ext
 
 #: Folder names never entered (vendored code, build outputs, caches, virtual environments, VCS metadata).
 DEFAULT_EXCLUDE_DIRS: frozenset[str] = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        "__pycache__",
-        "node_modules",
-        "bower_components",
-        "vendor",
-        "third_party",
-        "site-packages",
-        "build",
-        "dist",
-        "target",
-        "venv",
-        ".venv",
-        ".tox",
-        ".nox",
-        ".eggs",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".idea",
-        ".vscode",
-    }
+    {".git", ".hg", ".svn", "__pycache__", "node_modules", "bower_components", "vendor", "third_party"}
+    | {"site-packages", "build", "dist", "target", "venv", ".venv", ".tox", ".nox", ".eggs", ".mypy_cache"}
+    | {".pytest_cache", ".ruff_cache", ".idea", ".vscode"}
 )
 _GENERATED_SUFFIXES = (".min.js", ".bundle.js", "_pb2.py", "_pb2_grpc.py", ".pb.go", ".pb.gw.go")
 _BINARY_PROBE = 8192
@@ -232,26 +202,17 @@ def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
     """
     try:
         st = os.lstat(full)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror or exc}"
-    if not stat.S_ISREG(st.st_mode):
-        return f"not a regular file ({_file_kind(st.st_mode)})"
-    if st.st_size > max_file_bytes:
-        return f"larger than max_file_bytes={max_file_bytes}"
-    try:
-        fd = os.open(full, _OPEN_FLAGS)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror or exc}"
-    try:
-        with open(fd, "rb", closefd=True) as fh:
+        if not stat.S_ISREG(st.st_mode):
+            return f"not a regular file ({_file_kind(st.st_mode)})"
+        if st.st_size > max_file_bytes:
+            return f"larger than max_file_bytes={max_file_bytes}"
+        with open(os.open(full, _OPEN_FLAGS), "rb", closefd=True) as fh:
             mode = os.fstat(fh.fileno()).st_mode
             if not stat.S_ISREG(mode):
                 return f"not a regular file ({_file_kind(mode)})"
             data = fh.read(max_file_bytes + 1)
+    except FileNotFoundError:
+        return "missing"
     except OSError as exc:
         return f"unreadable: {exc.strerror or exc}"
     if len(data) > max_file_bytes:
@@ -259,8 +220,9 @@ def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
     return data
 
 
-def _check_cap(name: str, value: object) -> int:
-    return check_positive_int(value, name)
+def _inside(root: Path, link: Path) -> bool:
+    target = link.resolve()
+    return target == root or root in target.parents
 
 
 def _check_languages(languages: Iterable[str] | None) -> frozenset[str]:
@@ -289,8 +251,8 @@ def read_source_file(
     Returns a :class:`SourceFile`, or a :class:`SkippedFile` saying why it is left out (missing, unreadable,
     not a regular file, over a cap, binary, generated, undecodable). Never raises for the file's content or type.
     """
-    _check_cap("max_file_bytes", max_file_bytes)
-    _check_cap("max_file_lines", max_file_lines)
+    check_positive_int(max_file_bytes, "max_file_bytes")
+    check_positive_int(max_file_lines, "max_file_lines")
     if "\x00" in str(rel_path):
         raise ValueError(f"{rel_path!r} holds a NUL character: give the path of a file inside the repository")
     root_path = Path(root).resolve()
@@ -302,14 +264,9 @@ def read_source_file(
     if language is None or language not in _check_languages(languages):
         return SkippedFile(rel, "not a source file of an indexed language")
     if full.is_symlink():
-        target = full.resolve()
-        inside = target == root_path or root_path in target.parents
-        return SkippedFile(
-            rel,
-            "symlink (its target inside the root is indexed under its own path)"
-            if inside
-            else "symlink pointing outside the root",
-        )
+        if _inside(root_path, full):
+            return SkippedFile(rel, "symlink (its target inside the root is indexed under its own path)")
+        return SkippedFile(rel, "symlink pointing outside the root")
     data = _read_regular(full, max_file_bytes)
     if isinstance(data, str):
         return SkippedFile(rel, data)
@@ -325,12 +282,12 @@ def read_source_file(
     text, encoding = decoded
     if wide and _is_generated(rel, text[:2048].encode("utf-8", "replace")):
         return SkippedFile(rel, "generated")
-    n_lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)  # as SourceFile.n_lines
-    if n_lines > max_file_lines:
+    source = SourceFile(rel, language, text, encoding)
+    if source.n_lines > max_file_lines:
         return SkippedFile(rel, f"more than max_file_lines={max_file_lines} lines")
     if encoding != "utf-8":
         logger.info("%s is not valid UTF-8; decoded as %s", rel, encoding)
-    return SourceFile(rel, language, text, encoding)
+    return source
 
 
 def _walk(root: Path, onerror: Callable[[OSError], None]) -> Iterator[tuple[str, list[str], list[str]]]:
@@ -387,8 +344,8 @@ def load_repository(
     root_path = Path(root)
     if not root_path.is_dir():
         raise ValueError(f"{str(root)!r} is not a directory: give the root folder of a repository")
-    _check_cap("max_file_bytes", max_file_bytes)
-    _check_cap("max_file_lines", max_file_lines)
+    check_positive_int(max_file_bytes, "max_file_bytes")
+    check_positive_int(max_file_lines, "max_file_lines")
     chosen = _check_languages(languages)
     root_path = root_path.resolve()
     excluded = frozenset(exclude_dirs)
@@ -409,8 +366,7 @@ def load_repository(
         keep = []
         for d in sorted(dirnames):
             if (base / d).is_symlink():
-                target = (base / d).resolve()
-                inside = target == root_path or root_path in target.parents
+                inside = _inside(root_path, base / d)
                 reason = "symlinked folder (not followed)" if inside else "symlink pointing outside the root"
                 repo.skipped.append(SkippedFile(prefix + d, reason))
             elif d in excluded or (d.startswith(".") and not include_hidden):
