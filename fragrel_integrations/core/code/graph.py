@@ -41,20 +41,13 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from .loader import Repository
+from .loader import Repository, load_repository
 from .parse import parse_source
 from .resolve import CallResolver, folder_chain, folder_of
 from .syntax import CallSite, Definition, FileSyntax
 
 # CallSite, Definition, FileSyntax (:mod:`.syntax`) and parse_source (:mod:`.parse`) are re-exported here
-__all__ = [
-    "CallSite",
-    "CodeGraph",
-    "Definition",
-    "EdgeWeights",
-    "FileSyntax",
-    "parse_source",
-]
+__all__ = ["CallSite", "CodeGraph", "Definition", "EdgeWeights", "FileSyntax", "parse_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -109,17 +102,12 @@ class CodeGraph:
         if len(set(paths)) != len(paths):
             raise ValueError("two FileSyntax objects share a path: give each file once")
         self.file_index = {p: i for i, p in enumerate(paths)}
-        dirs = sorted({d for p in paths for d in folder_chain(p)} | {""})
-        self.dirs = dirs
-        self.dir_index = {d: i for i, d in enumerate(dirs)}
-        self.n_dirs, self.n_files = len(dirs), len(self.files)
+        self.dirs = sorted({d for p in paths for d in folder_chain(p)} | {""})
+        self.dir_index = {d: i for i, d in enumerate(self.dirs)}
+        self.n_dirs, self.n_files = len(self.dirs), len(self.files)
         sizes = np.fromiter((f.n_nodes for f in self.files), np.int64, self.n_files)
         base = self.n_dirs + self.n_files
-        self.file_offset = (
-            base + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-            if self.n_files
-            else np.zeros(0, np.int64)
-        )
+        self.file_offset = base + np.cumsum(sizes) - sizes
         self.n_nodes = int(base + sizes.sum())
         self._resolver = CallResolver(self.files, root_name)
         self.call_edges = self._resolve_calls()
@@ -148,8 +136,6 @@ class CodeGraph:
     @classmethod
     def from_path(cls, root: str, *, show_progress: bool = True, **load_kwargs: Any) -> CodeGraph:
         """Load (see :func:`~.loader.load_repository`) and parse the repository at ``root``."""
-        from .loader import load_repository
-
         return cls.from_repository(load_repository(root, **load_kwargs), show_progress=show_progress)
 
     def with_file(self, path: str, syntax: FileSyntax | None) -> CodeGraph:
@@ -184,44 +170,28 @@ class CodeGraph:
         return np.unique(np.asarray(rows, np.int64), axis=0)
 
     def _build_adjacency(self) -> sp.csr_array:
-        w = self.weights
-        us, vs, ws = [], [], []
-        dir_parent = [self.dir_index[folder_of(d)] if d else -1 for d in self.dirs]
-        for i, p in enumerate(dir_parent):
-            if p >= 0:
-                us.append(np.array([i]))
-                vs.append(np.array([p]))
-                ws.append(np.array([w.directory]))
+        w, n = self.weights, self.n_nodes
+        # folder -> parent folder and file -> folder (directory), file -> syntax root, syntax, call edges
+        has_root = np.array([f.n_nodes > 0 for f in self.files], bool)
         file_nodes = np.arange(self.n_dirs, self.n_dirs + self.n_files, dtype=np.int64)
-        if self.n_files:
-            us.append(file_nodes)
-            vs.append(np.array([self.dir_index[folder_of(f.path)] for f in self.files], np.int64))
-            ws.append(np.full(self.n_files, w.directory))
-            has_root = np.array([f.n_nodes > 0 for f in self.files])
-            us.append(file_nodes[has_root])
-            vs.append(self.file_offset[has_root])
-            ws.append(np.full(int(has_root.sum()), w.file_root))
+        us = [np.arange(1, self.n_dirs + self.n_files, dtype=np.int64), file_nodes[has_root]]
+        folders = [folder_of(d) for d in self.dirs[1:]] + [folder_of(f.path) for f in self.files]
+        vs = [np.array([self.dir_index[d] for d in folders], np.int64), self.file_offset[has_root]]
+        ws = [np.full(len(folders), w.directory), np.full(int(has_root.sum()), w.file_root)]
         for i, f in enumerate(self.files):
             child = np.flatnonzero(f.parent >= 0)
-            off = self.file_offset[i]
-            us.append(off + child)
-            vs.append(off + f.parent[child].astype(np.int64))
+            us.append(self.file_offset[i] + child)
+            vs.append(self.file_offset[i] + f.parent[child].astype(np.int64))
             ws.append(np.full(child.size, w.syntax))
-        if len(self.call_edges):
-            us.append(self.call_edges[:, 0])
-            vs.append(self.call_edges[:, 1])
-            ws.append(np.full(len(self.call_edges), w.call))
-        n = self.n_nodes
-        if not us:
-            return sp.csr_array((n, n), dtype=np.float64)
+        us.append(self.call_edges[:, 0])
+        vs.append(self.call_edges[:, 1])
+        ws.append(np.full(len(self.call_edges), w.call))
         u, v, wt = np.concatenate(us), np.concatenate(vs), np.concatenate(ws).astype(np.float64)
         rows, cols, vals = np.concatenate([u, v]), np.concatenate([v, u]), np.concatenate([wt, wt])
         # the largest weight wins where two kinds of edge join the same pair
         key = rows * n + cols
         order = np.lexsort((-vals, key))
-        key, rows, cols, vals = key[order], rows[order], cols[order], vals[order]
-        first = np.ones(key.size, bool)
-        first[1:] = key[1:] != key[:-1]
+        first = order[np.unique(key[order], return_index=True)[1]]
         return sp.csr_array((vals[first], (rows[first], cols[first])), shape=(n, n))
 
     # ----------------------------------------------------------------------------------------- lookups
@@ -259,8 +229,7 @@ class CodeGraph:
         i = self._file(path)
         f = self.files[i]
         hits = np.flatnonzero(f.start_line == line)
-        out = [int(self.file_offset[i]) + int(h) for h in hits if kind is None or f.kind_name(int(h)) == kind]
-        return out
+        return [int(self.file_offset[i]) + int(h) for h in hits if kind is None or f.kind_name(int(h)) == kind]
 
     def definition(self, name: str, path: str | None = None) -> list[int]:
         """Global ids of the definitions called ``name`` (in ``path`` only, when given)."""
@@ -275,9 +244,9 @@ class CodeGraph:
             return f"dir:{self.dirs[node] or '.'}"
         if node < self.n_dirs + self.n_files:
             return f"file:{self.files[node - self.n_dirs].path}"
-        i = int(np.searchsorted(self.file_offset, node, side="right") - 1)
-        f, lid = self.files[i], node - int(self.file_offset[i])
-        return f"{f.path}:{f.start_line[lid]}-{f.end_line[lid]} {f.kind_name(lid)}"
+        path, lid = self._locate(node)
+        f = self.syntax(path)
+        return f"{path}:{f.start_line[lid]}-{f.end_line[lid]} {f.kind_name(lid)}"
 
     def call_edge_labels(self) -> list[tuple[str, str]]:
         """Call edges as readable ``(call site, definition)`` labels (for inspection and tests)."""
@@ -285,12 +254,7 @@ class CodeGraph:
 
     def stable_call_edges(self) -> set[tuple[str, int, str, int]]:
         """Call edges keyed by ``(path, local id)`` pairs: comparable across graphs of the same repository."""
-        out = set()
-        for a, b in self.call_edges:
-            pa, la = self._locate(int(a))
-            pb, lb = self._locate(int(b))
-            out.add((pa, la, pb, lb))
-        return out
+        return {(*self._locate(int(a)), *self._locate(int(b))) for a, b in self.call_edges}
 
     def _locate(self, node: int) -> tuple[str, int]:
         i = int(np.searchsorted(self.file_offset, node, side="right") - 1)
