@@ -49,13 +49,7 @@ from .index_cache import check_cache, reuse_cache
 from .index_file import StoredIndex, read_index, write_index
 from .loader import Repository, SkippedFile, SourceFile, language_for_path, load_repository, read_source_file
 
-__all__ = [
-    "CodeRelation",
-    "UpdateReport",
-    "code_lines",
-    "fragment_relation",
-    "split_code",
-]
+__all__ = ["CodeRelation", "UpdateReport", "code_lines", "fragment_relation", "split_code"]
 
 logger = logging.getLogger(__name__)
 
@@ -102,8 +96,8 @@ def split_code(
     ...  for f in split_code("\\n".join("abcde"), path="a.py", fragment_lines=2, stride=2)]
     [(0, 1, 2), (1, 3, 4), (2, 5, 5)]
     """
-    for name, v in (("fragment_lines", fragment_lines), ("stride", stride)):
-        check_positive_int(v, name)
+    check_positive_int(fragment_lines, "fragment_lines")
+    check_positive_int(stride, "stride")
     if stride > fragment_lines:
         raise ValueError(f"stride ({stride}) must not exceed fragment_lines ({fragment_lines}): lines would be lost")
     lines = code_lines(text)
@@ -116,6 +110,14 @@ def split_code(
         if start + fragment_lines >= len(lines):
             break
     return out
+
+
+def _windows(files: Sequence[SourceFile], fragment_lines: int, stride: int) -> list[Fragment]:
+    return [
+        fr
+        for f in files
+        for fr in split_code(f.text, path=f.path, fragment_lines=fragment_lines, stride=stride, language=f.language)
+    ]
 
 
 # --------------------------------------------------------------------------------------------- covers
@@ -248,10 +250,8 @@ class _Search:
         self.factor = np.ones(graph.n_nodes)
         self.anchor[relay[pendant]] = relay[nb]
         self.factor[relay[pendant]] = factor
-        self.pendant = np.zeros(graph.n_nodes, bool)
-        self.pendant[relay[pendant]] = True
-        keep = np.ones(relay.size, bool)
-        keep[pendant] = False
+        self.pendant = self.anchor != np.arange(graph.n_nodes)
+        keep = ~self.pendant[relay]
         self.nodes = relay[keep]
         self.local = np.full(graph.n_nodes, -1, np.int64)
         self.local[self.nodes] = np.arange(self.nodes.size)
@@ -284,8 +284,8 @@ class _Search:
         left = sp.csr_array(m_rows[:, cols]) @ sp.dia_array((missing, 0), shape=(cols.size, cols.size))
         return sp.csr_array(left @ sp.csr_array(m[:, cols]).T)
 
-    def reach_any(self, seeds: np.ndarray, limit: float | None = None) -> np.ndarray:
-        """Global ids of the nodes within the threshold (or cost ``limit``) of at least one of ``seeds``
+    def reach_any(self, seeds: np.ndarray, limit: float) -> np.ndarray:
+        """Global ids of the nodes within cost ``limit`` of at least one of ``seeds``
         (a superset where folded nodes are involved: a folded node counts as near when its anchor is)."""
         from scipy.sparse.csgraph import dijkstra
 
@@ -295,9 +295,7 @@ class _Search:
         seeds = np.unique(seeds[seeds >= 0])
         if seeds.size == 0:
             return direct
-        d = dijkstra(
-            self.cost, directed=True, indices=seeds, limit=self.limit if limit is None else limit, min_only=True
-        )
+        d = dijkstra(self.cost, directed=True, indices=seeds, limit=limit, min_only=True)
         near = self.nodes[np.isfinite(d)]
         hit = np.zeros(self.graph.n_nodes, bool)
         hit[near] = True
@@ -372,7 +370,7 @@ def fragment_relation(
     rows_src = [(a, sp.csc_array(mr[:, sources])) for a, mr in rows_classes]
     cols_t = [(b, sp.csr_array(mc.T)) for b, mc in classes]
     cut = threshold * math.exp(-1e-9)
-    parts_r, parts_c, parts_v = [], [], []
+    parts = []
     for pos, block in search.blocks(sources, show_progress=show_progress):
         for a, left in rows_src:
             left_pos = sp.csr_array(left[:, pos])
@@ -384,19 +382,10 @@ def fragment_relation(
                     blk = block.copy()
                     blk.data[blk.data * (a * b) < cut] = 0.0
                     blk.eliminate_zeros()
-                part = (left_pos @ blk @ right).tocoo()  # rows x fragments, this group's share
-                parts_r.append(part.row)
-                parts_c.append(part.col)
-                parts_v.append(part.data)
-    extra = search.self_terms(m, m[rows_arr]).tocoo()
-    parts_r.append(extra.row)
-    parts_c.append(extra.col)
-    parts_v.append(extra.data)
-    if not parts_r:
-        return sp.csr_array((rows_arr.size, n), dtype=np.float64)
-    num = sp.csr_array(
-        (np.concatenate(parts_v), (np.concatenate(parts_r), np.concatenate(parts_c))), shape=(rows_arr.size, n)
-    ).tocoo()  # duplicates summed
+                parts.append((left_pos @ blk @ right).tocoo())  # rows x fragments, this group's share
+    parts.append(search.self_terms(m, m[rows_arr]).tocoo())
+    data, row, col = (np.concatenate(x) for x in zip(*[(p.data, p.row, p.col) for p in parts], strict=True))
+    num = sp.csr_array((data, (row, col)), shape=(rows_arr.size, n)).tocoo()  # duplicates summed
     r, c, v = num.row, num.col, num.data
     den = covers.total[rows_arr][r] * covers.total[c]
     keep = (den > 0) & (rows_arr[r] != c) & (v > 0)
@@ -454,9 +443,6 @@ class CodeRelation(Relation):
         fragment_lines: int = 20,
         stride: int = 10,
         skipped: Sequence[SkippedFile] = (),
-        path_key: str = "path",
-        start_key: str = "start_line",
-        end_key: str = "end_line",
         show_progress: bool = False,
     ) -> None:
         if not isinstance(graph, CodeGraph):
@@ -466,7 +452,6 @@ class CodeRelation(Relation):
         self.root = Path(root).resolve() if root is not None else None
         self.fragment_lines, self.stride = fragment_lines, stride
         self.skipped = list(skipped)
-        self.path_key, self.start_key, self.end_key = path_key, start_key, end_key
         self.fragments: list[Fragment] = list(fragments or [])
         self.versions: dict[str, str | None] | None = None  # grammar versions of a loaded index (None: built here)
         self._index = self._span_index(self.fragments)
@@ -516,15 +501,10 @@ class CodeRelation(Relation):
             if stored is not None:
                 return stored
         graph = CodeGraph.from_repository(repo, weights=settings["edge_weights"], show_progress=show_progress)
-        fragments = [
-            fr
-            for f in repo.files
-            for fr in split_code(f.text, path=f.path, fragment_lines=fragment_lines, stride=stride, language=f.language)
-        ]
         rel = cls(
             graph,
             threshold=threshold,
-            fragments=fragments,
+            fragments=_windows(repo.files, fragment_lines, stride),
             root=repo.root,
             fragment_lines=fragment_lines,
             stride=stride,
@@ -550,9 +530,7 @@ class CodeRelation(Relation):
         """``(path, start_line, end_line)`` of a fragment from its metadata, or None when it cannot be mapped
         (to :attr:`graph`, or to ``graph`` when given)."""
         meta: Mapping[str, Any] = fragment.metadata
-        path = meta.get(self.path_key, meta.get("path"))
-        start = meta.get(self.start_key, meta.get("start_line"))
-        end = meta.get(self.end_key, meta.get("end_line"))
+        path, start, end = meta.get("path"), meta.get("start_line"), meta.get("end_line")
         if path is None or start is None or end is None:
             return None
         try:
@@ -650,13 +628,7 @@ class CodeRelation(Relation):
 
         # fragments: drop this file's windows, add the new ones, keep (path, position) order
         kept_idx = [i for i, f in enumerate(self.fragments) if f.metadata.get("path") != path]
-        added = (
-            split_code(
-                source.text, path=path, fragment_lines=self.fragment_lines, stride=self.stride, language=source.language
-            )
-            if source is not None
-            else []
-        )
+        added = _windows([source] if source is not None else [], self.fragment_lines, self.stride)
         merged = [(self.fragments[i], i) for i in kept_idx] + [(f, -1) for f in added]
         merged.sort(key=lambda t: (str(t[0].metadata.get("path", "")), t[0].doc_id, t[0].position))
         fragments = [f for f, _ in merged]
@@ -691,12 +663,9 @@ class CodeRelation(Relation):
             recompute[m.row[near[m.col]]] = True
         rows = np.flatnonzero(recompute)
         n = len(fragments)
-        if search is not None and rows.size:
-            fresh = fragment_relation(
-                new, spans, threshold=self.threshold, rows=rows, _search=search, _covers_cache=covers
-            ).tocoo()
-        else:
-            fresh = sp.coo_array((rows.size, n), dtype=np.float64)
+        fresh = fragment_relation(
+            new, spans, threshold=self.threshold, rows=rows, _search=search, _covers_cache=covers
+        ).tocoo()  # empty without targets or rows
         # keep old entries between rows that were not recomputed; add the fresh rows and mirror them
         keep_new = np.flatnonzero(~recompute)
         new_of_old = np.full(len(self.fragments), -1, np.int64)

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._optional import require
 from .languages import SPECS, ImportRecord, get_language, get_parser, get_query, package_name
 from .loader import SourceFile
 from .syntax import CallSite, Definition, FileSyntax
@@ -52,8 +53,7 @@ def parse_source(source: SourceFile) -> FileSyntax:
     as ordinary nodes); the definitions and calls in its well-formed parts are found as usual.
     """
     spec = SPECS[source.language]
-    data = source.text.encode("utf-8", "surrogatepass")
-    tree = get_parser(source.language).parse(data)
+    tree = get_parser(source.language).parse(source.text.encode("utf-8", "surrogatepass"))
     parent: list[int] = []
     start: list[int] = []
     end: list[int] = []
@@ -93,31 +93,24 @@ def parse_source(source: SourceFile) -> FileSyntax:
     calls_raw: list[tuple[int, str, str | None, bool]] = []
     imports: list[ImportRecord] = []
     package = None
-    qc = _query_cursor(source.language)
-    for _, caps in qc.matches(tree.root_node):
-        if "function" in caps or "class" in caps:
-            what = "function" if "function" in caps else "class"
-            node = caps[what][0]
-            if node.id in local:
-                name = caps[f"{what}.name"][0].text.decode("utf-8", "replace")
-                defs_raw.append((local[node.id], name, what, node))
-        elif "call" in caps or "new" in caps:
-            what = "call" if "call" in caps else "new"
-            node = caps[what][0]
-            if node.id in local:
-                recv = caps.get(f"{what}.receiver")
-                calls_raw.append(
-                    (
-                        local[node.id],
-                        caps[f"{what}.name"][0].text.decode("utf-8", "replace"),
-                        _receiver_text(recv[0]) if recv else None,
-                        what == "new",
-                    )
-                )
-        elif "import" in caps:
+    query = require("tree_sitter", "code").QueryCursor(get_query(source.language))
+    for _, caps in query.matches(tree.root_node):
+        if "import" in caps:
             imports.extend(spec.read_imports(caps["import"][0]))
-        elif "package" in caps:
+            continue
+        if "package" in caps:
             package = package_name(caps["package"][0])
+            continue
+        what = next(w for w in ("function", "class", "call", "new") if w in caps)  # one per query pattern
+        node = caps[what][0]
+        if node.id not in local:
+            continue
+        name = caps[f"{what}.name"][0].text.decode("utf-8", "replace")
+        if what in ("function", "class"):
+            defs_raw.append((local[node.id], name, what, node))
+        else:
+            recv = caps.get(f"{what}.receiver")
+            calls_raw.append((local[node.id], name, _receiver_text(recv[0]) if recv else None, what == "new"))
 
     def_at = {d[0]: d for d in defs_raw}
     class_name = {d[0]: d[1] for d in defs_raw if d[2] == "class"}
@@ -182,10 +175,3 @@ def parse_source(source: SourceFile) -> FileSyntax:
         imports=imports,
         package=package,
     )
-
-
-def _query_cursor(language: str) -> Any:
-    from ..._optional import require
-
-    ts = require("tree_sitter", "code")
-    return ts.QueryCursor(get_query(language))
