@@ -703,19 +703,7 @@ class CodeRelation(Relation):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Store the index in one SQLite file (atomically replaced; no pickle). See :mod:`.index_file`."""
-        write_index(
-            StoredIndex(
-                graph=self.graph,
-                fragments=self.fragments,
-                weights=self.weights,
-                threshold=self.threshold,
-                fragment_lines=self.fragment_lines,
-                stride=self.stride,
-                root=str(self.root) if self.root is not None else None,
-                skipped=self.skipped,
-            ),
-            path,
-        )
+        write_index(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> CodeRelation:

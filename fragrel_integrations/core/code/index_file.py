@@ -17,10 +17,10 @@ import sqlite3
 import stat
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,6 +30,9 @@ from ..fragments import Fragment
 from .graph import CodeGraph, EdgeWeights, FileSyntax
 from .loader import SkippedFile
 
+if TYPE_CHECKING:
+    from .code_relation import CodeRelation
+
 __all__ = ["FORMAT", "StoredIndex", "grammar_versions", "is_code_index", "read_index", "write_index"]
 
 logger = logging.getLogger(__name__)
@@ -38,14 +41,7 @@ T = TypeVar("T")
 
 #: The header's ``format`` value of a code index file.
 FORMAT = "fragrel-code-index"
-_PACKAGES = (
-    "tree-sitter",
-    "tree-sitter-python",
-    "tree-sitter-javascript",
-    "tree-sitter-typescript",
-    "tree-sitter-java",
-    "tree-sitter-go",
-)
+_PACKAGES = ("tree-sitter", *(f"tree-sitter-{lang}" for lang in ("python", "javascript", "typescript", "java", "go")))
 _FORMAT = SavedFormat(
     FORMAT,
     1,
@@ -122,8 +118,8 @@ def _unnpz(blob: bytes) -> dict[str, np.ndarray]:
         raise ValueError(f"a stored array cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
-def write_index(index: StoredIndex, path: str | os.PathLike[str]) -> None:
-    """Write ``index`` to the SQLite file ``path`` (replaced atomically)."""
+def write_index(index: StoredIndex | CodeRelation, path: str | os.PathLike[str]) -> None:
+    """Write ``index`` (or a CodeRelation: the same attributes) to the SQLite file ``path`` (replaced atomically)."""
     is_code_index(path)  # raises rather than replace a file that is not an index
     g = index.graph
     w = sp.csr_array(index.weights)
@@ -131,12 +127,7 @@ def write_index(index: StoredIndex, path: str | os.PathLike[str]) -> None:
         "threshold": index.threshold,
         "fragment_lines": index.fragment_lines,
         "stride": index.stride,
-        "edge_weights": {
-            "syntax": g.weights.syntax,
-            "directory": g.weights.directory,
-            "file_root": g.weights.file_root,
-            "call": g.weights.call,
-        },
+        "edge_weights": asdict(g.weights),
         "root": str(index.root) if index.root is not None else None,
         "root_name": g.root_name,
         "content_hash": g.content_hash(),
