@@ -5,8 +5,8 @@ does not import tree-sitter. Modules: :mod:`.loader` (files), :mod:`.syntax` (pe
 :mod:`.parse` (tree-sitter), :mod:`.resolve` (cross-language call resolution), :mod:`.graph` (the code graph),
 :mod:`.code_relation` (eq. 8), :mod:`.index_file` (the SQLite file), :mod:`.index_cache` (reusing it),
 :mod:`.code_file` (save / load), :mod:`.repository_index` (:func:`from_repository`: ``FragRelIndex.from_repository``,
-the one entry point that builds a code index, whose body is :mod:`.build`) and :mod:`.prompt` (RepoCoder). The code scorers
-(Jaccard, ``code_scorer``) are the core's :mod:`fragrel_integrations.core.scorers`.
+the one entry point that builds a code index, whose body is :mod:`.build`) and :mod:`.prompt` (RepoCoder).
+The code scorers (Jaccard, ``code_scorer``) are the core's :mod:`fragrel_integrations.core.scorers`.
 
 >>> from fragrel_integrations.core.code import from_repository            # doctest: +SKIP
 >>> index = from_repository("path/to/repo", cache="repo.fragrel.sqlite")  # doctest: +SKIP
