@@ -46,7 +46,7 @@ from ..fragments import Fragment
 from ..relations import FragmentLayout, Relation
 from .graph import CodeGraph, EdgeWeights, FileSyntax, parse_source
 from .index_cache import check_cache, reuse_cache
-from .index_file import StoredIndex, read_index, write_index
+from .index_file import read_index, write_index
 from .loader import Repository, SkippedFile, SourceFile, language_for_path, load_repository, read_source_file
 
 __all__ = ["CodeRelation", "UpdateReport", "code_lines", "fragment_relation", "split_code"]
@@ -608,7 +608,7 @@ class CodeRelation(Relation):
         if isinstance(item, SkippedFile):
             if item.reason != "missing":
                 self.skipped.append(item)
-            return self._apply(path, None)
+            item = None
         return self._apply(path, item)
 
     def remove_file(self, path: str) -> UpdateReport:
@@ -712,18 +712,11 @@ class CodeRelation(Relation):
         The stored relation matrix is used as is (no graph search). Raises ValueError for a file that is not
         such an index."""
 
-        def build(stored: StoredIndex) -> CodeRelation:
-            rel = cls(
-                stored.graph,
-                threshold=stored.threshold,
-                fragments=stored.fragments,
-                weights=stored.weights,
-                root=root if root is not None else stored.root,
-                fragment_lines=stored.fragment_lines,
-                stride=stored.stride,
-                skipped=stored.skipped,
-            )
-            rel.versions = stored.versions
+        def build(versions: dict[str, str | None] | None, **stored: Any) -> CodeRelation:
+            if root is not None:
+                stored["root"] = root
+            rel = cls(**stored)
+            rel.versions = versions
             return rel
 
         return read_index(path, build)

@@ -1,4 +1,4 @@
-"""The code index's SQLite file format: a :class:`StoredIndex` (what a CodeRelation holds) in one file.
+"""The code index's SQLite file format: what a CodeRelation holds, in one file.
 
 A :class:`~fragrel_integrations._sqlite.SavedFormat` (its header, atomic replace and damage rule). The header
 holds the settings, the root and the tree-sitter and grammar versions (what built it); tables: ``files``
@@ -17,10 +17,10 @@ import sqlite3
 import stat
 import zipfile
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -33,7 +33,7 @@ from .loader import SkippedFile
 if TYPE_CHECKING:
     from .code_relation import CodeRelation
 
-__all__ = ["FORMAT", "StoredIndex", "grammar_versions", "is_code_index", "read_index", "write_index"]
+__all__ = ["FORMAT", "grammar_versions", "is_code_index", "read_index", "write_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -66,21 +66,6 @@ def grammar_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
-
-
-@dataclass
-class StoredIndex:
-    """What one index file holds: the graph, the windows, their relation matrix and the index settings."""
-
-    graph: CodeGraph
-    fragments: list[Fragment]
-    weights: sp.csr_array
-    threshold: float
-    fragment_lines: int
-    stride: int
-    root: str | None
-    skipped: list[SkippedFile]
-    versions: dict[str, str | None] | None = None
 
 
 def is_code_index(path: str | os.PathLike[str]) -> bool:
@@ -118,8 +103,8 @@ def _unnpz(blob: bytes) -> dict[str, np.ndarray]:
         raise ValueError(f"a stored array cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
-def write_index(index: StoredIndex | CodeRelation, path: str | os.PathLike[str]) -> None:
-    """Write ``index`` (or a CodeRelation: the same attributes) to the SQLite file ``path`` (replaced atomically)."""
+def write_index(index: CodeRelation, path: str | os.PathLike[str]) -> None:
+    """Write ``index`` to the SQLite file ``path`` (replaced atomically)."""
     is_code_index(path)  # raises rather than replace a file that is not an index
     g = index.graph
     w = sp.csr_array(index.weights)
@@ -154,8 +139,10 @@ def write_index(index: StoredIndex | CodeRelation, path: str | os.PathLike[str])
     _FORMAT.write(path, header, built_by={"grammars": grammar_versions()}, fill=fill)
 
 
-def read_index(path: str | os.PathLike[str], build: Callable[[StoredIndex], T]) -> T:
-    """Read an index written by :func:`write_index` and return ``build(stored)``.
+def read_index(path: str | os.PathLike[str], build: Callable[..., T]) -> T:
+    """Read an index written by :func:`write_index` and return ``build(versions, **stored)``: the grammar
+    versions it was built with, and the CodeRelation arguments (``graph``, ``fragments``, ``weights``,
+    ``threshold``, ``fragment_lines``, ``stride``, ``root``, ``skipped``).
 
     The stored relation matrix is used as is (no graph search). ``build`` runs inside the damage rule, so a
     stored value it rejects reads as a damaged index. Raises ValueError for a file that is not such an index.
@@ -173,7 +160,7 @@ def read_index(path: str | os.PathLike[str], build: Callable[[StoredIndex], T]) 
     return built
 
 
-def _read(conn: sqlite3.Connection, meta: dict, build: Callable[[StoredIndex], T]) -> tuple[T, object]:
+def _read(conn: sqlite3.Connection, meta: dict[str, Any], build: Callable[..., T]) -> tuple[T, object]:
     files = [
         FileSyntax.from_records(json.loads(rec), _unnpz(blob))
         for _, rec, blob in conn.execute("SELECT path, records, arrays FROM files ORDER BY path")
@@ -194,15 +181,8 @@ def _read(conn: sqlite3.Connection, meta: dict, build: Callable[[StoredIndex], T
     if graph.content_hash() != meta.get("content_hash"):
         raise ValueError("its content hash differs from its files")
     versions = meta["built_by"].get("grammars")
-    stored = StoredIndex(
-        graph=graph,
-        fragments=fragments,
-        weights=weights,
-        threshold=meta["threshold"],
-        fragment_lines=meta["fragment_lines"],
-        stride=meta["stride"],
-        root=meta.get("root"),
-        skipped=skipped,
-        versions=versions,
+    settings = {k: meta[k] for k in ("threshold", "fragment_lines", "stride")}
+    built = build(
+        versions, graph=graph, fragments=fragments, weights=weights, root=meta.get("root"), skipped=skipped, **settings
     )
-    return build(stored), versions
+    return built, versions

@@ -76,11 +76,8 @@ def _js_imports(node: Any) -> list[ImportRecord]:
             if child.type == "shorthand_property_identifier_pattern":
                 out.append(ImportRecord(module, _text(child), _text(child)))
             elif child.type == "pair_pattern":
-                out.append(
-                    ImportRecord(
-                        module, _text(child.child_by_field_name("key")), _text(child.child_by_field_name("value"))
-                    )
-                )
+                key, value = child.child_by_field_name("key"), child.child_by_field_name("value")
+                out.append(ImportRecord(module, _text(key), _text(value)))
         return out
     source = node.child_by_field_name("source")
     if source is None:

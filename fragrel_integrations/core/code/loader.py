@@ -144,22 +144,16 @@ def decode_source(data: bytes, fallback_encoding: str | None = "latin-1") -> tup
     >>> decode_source("x = 1".encode("utf-16"))
     ('x = 1', 'utf-16')
     """
-    codec = wide_codec(data)
-    if codec is not None:
+    wide = wide_codec(data)
+    tries = [(wide, wide)] if wide else [("utf-8-sig", "utf-8"), (fallback_encoding, fallback_encoding)]
+    for codec, name in tries:
+        if codec is None:  # no fallback encoding
+            break
         try:
-            return data.decode(codec), codec
-        except UnicodeDecodeError:
-            return None
-    try:
-        return data.decode("utf-8-sig"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    if fallback_encoding is None:
-        return None
-    try:
-        return data.decode(fallback_encoding), fallback_encoding
-    except (UnicodeDecodeError, LookupError):
-        return None
+            return data.decode(codec), name
+        except (UnicodeDecodeError, LookupError):
+            pass
+    return None
 
 
 def wide_codec(data: bytes) -> str | None:
