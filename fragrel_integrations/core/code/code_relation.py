@@ -395,6 +395,10 @@ def fragment_relation(
 # --------------------------------------------------------------------------------------------- relation
 
 
+def _settings(threshold: float, fragment_lines: int, stride: int, edge_weights: EdgeWeights) -> dict[str, Any]:
+    return {"threshold": threshold, "fragment_lines": fragment_lines, "stride": stride, "edge_weights": edge_weights}
+
+
 class _SparseSums:
     """``sums(s)`` for a fixed sparse symmetric weight matrix with zero diagonal."""
 
@@ -490,12 +494,7 @@ class CodeRelation(Relation):
         # a cache path holding anything but an index of ours is refused before any work (never overwritten)
         cached = check_cache(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
-        settings = {
-            "threshold": _check_threshold(threshold),
-            "fragment_lines": fragment_lines,
-            "stride": stride,
-            "edge_weights": edge_weights or EdgeWeights(),
-        }
+        settings = _settings(_check_threshold(threshold), fragment_lines, stride, edge_weights or EdgeWeights())
         if cached and cache is not None:
             stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress)
             if stored is not None:
@@ -517,12 +516,7 @@ class CodeRelation(Relation):
 
     def settings(self) -> dict[str, Any]:
         """The index settings a stored index must share to be reused (threshold, windows, edge weights)."""
-        return {
-            "threshold": self.threshold,
-            "fragment_lines": self.fragment_lines,
-            "stride": self.stride,
-            "edge_weights": self.graph.weights,
-        }
+        return _settings(self.threshold, self.fragment_lines, self.stride, self.graph.weights)
 
     # ----------------------------------------------------------------------------------------- mapping
 

@@ -112,7 +112,6 @@ def parse_source(source: SourceFile) -> FileSyntax:
             recv = caps.get(f"{what}.receiver")
             calls_raw.append((local[node.id], name, _receiver_text(recv[0]) if recv else None, what == "new"))
 
-    def_at = {d[0]: d for d in defs_raw}
     class_name = {d[0]: d[1] for d in defs_raw if d[2] == "class"}
     go_scope = {d[0]: _go_receiver_type(d[3]) for d in defs_raw if d[3].type == "method_declaration"}
 
@@ -142,23 +141,17 @@ def parse_source(source: SourceFile) -> FileSyntax:
         default = par is not None and par.type == "export_statement" and any(c.type == "default" for c in par.children)
         definitions.append(Definition(lid, name, what, scope, top, default))
 
+    owners = {**go_scope, **class_name}  # a call's enclosing class: its nearest class or method ancestor's
     calls = []
     seen_calls = set()
     for lid, name, recv, is_new in calls_raw:
         if (lid, name) in seen_calls:
             continue
         seen_calls.add((lid, name))
-        owner = None
         p = int(parent_arr[lid])
-        while p >= 0:
-            if p in class_name and def_at[p][2] == "class":
-                owner = class_name[p]
-                break
-            if p in go_scope:
-                owner = go_scope[p]
-                break
+        while p >= 0 and p not in owners:
             p = int(parent_arr[p])
-        calls.append(CallSite(lid, name, recv, is_new, owner))
+        calls.append(CallSite(lid, name, recv, is_new, owners.get(p)))
     return FileSyntax(
         path=source.path,
         language=source.language,
