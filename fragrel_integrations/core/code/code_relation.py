@@ -45,8 +45,8 @@ from ..._validation import check_positive_int
 from ..fragments import Fragment
 from ..relations import FragmentLayout, Relation
 from .graph import CodeGraph, EdgeWeights, FileSyntax, parse_source
-from .index_cache import check_cache, reuse_cache
-from .index_file import read_index, write_index
+from .index_cache import reuse_cache
+from .index_file import is_code_index, read_index, write_index
 from .loader import Repository, SkippedFile, SourceFile, language_for_path, load_repository, read_source_file
 
 __all__ = ["CodeRelation", "UpdateReport", "code_lines", "fragment_relation", "split_code"]
@@ -180,21 +180,13 @@ def _covers(graph: CodeGraph, spans: Sequence[tuple[str, int, int] | None]) -> _
 # --------------------------------------------------------------------------------------------- search
 
 
-def _global_parent(graph: CodeGraph) -> np.ndarray:
-    parent = np.full(graph.n_nodes, -1, np.int64)
-    for i, f in enumerate(graph.files):
-        off = int(graph.file_offset[i])
-        p = f.parent.astype(np.int64)
-        parent[off : off + f.n_nodes] = np.where(p >= 0, off + p, -1)
-    return parent
-
-
 def _relay_nodes(graph: CodeGraph, targets: np.ndarray) -> np.ndarray:
     """Nodes that can lie on a simple path between two ``targets``: the targets, call sites and definitions,
     their syntax ancestors, and every file and folder node. Other syntax nodes hang off these as dead ends."""
     keep = np.zeros(graph.n_nodes, bool)
     keep[: graph.n_dirs + graph.n_files] = True
-    parent = _global_parent(graph)
+    syntax = [np.where(f.parent >= 0, graph.file_offset[i] + f.parent, -1) for i, f in enumerate(graph.files)]
+    parent = np.concatenate([np.full(graph.n_dirs + graph.n_files, -1, np.int64), *syntax])
     cur = np.unique(np.concatenate([targets, graph.call_edges.ravel(), graph.file_offset]).astype(np.int64))
     while cur.size:
         cur = cur[~keep[cur]]
@@ -492,7 +484,7 @@ class CodeRelation(Relation):
         another database) raises ValueError before any work: it is never overwritten.
         """
         # a cache path holding anything but an index of ours is refused before any work (never overwritten)
-        cached = check_cache(cache)
+        cached = cache is not None and is_code_index(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
         settings = _settings(_check_threshold(threshold), fragment_lines, stride, edge_weights or EdgeWeights())
         if cached and cache is not None:
@@ -613,9 +605,7 @@ class CodeRelation(Relation):
         t0 = time.perf_counter()
         old = self.graph
         present = path in old.file_index
-        if (source is None and not present) or (
-            source is not None and present and old.syntax(path).sha1 == source.sha1
-        ):
+        if (source.sha1 if source is not None else None) == (old.syntax(path).sha1 if present else None):
             return UpdateReport(path, "unchanged", 0, 0, 0, time.perf_counter() - t0)
         new = old.with_file(path, parse_source(source) if source is not None else None)
         action = "removed" if source is None else ("updated" if present else "added")

@@ -8,21 +8,15 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .index_file import grammar_versions, is_code_index
+from .index_file import grammar_versions
 from .loader import Repository
 
 if TYPE_CHECKING:
     from .code_relation import CodeRelation
 
-__all__ = ["check_cache", "reuse_cache"]
+__all__ = ["reuse_cache"]
 
 logger = logging.getLogger(__name__)
-
-
-def check_cache(cache: str | os.PathLike[str] | None) -> bool:
-    """Whether ``cache`` holds an index of ours. Raises ValueError for anything else (a user's file, another
-    database): it is refused before any work and never overwritten."""
-    return cache is not None and is_code_index(cache)
 
 
 def reuse_cache(

@@ -148,13 +148,10 @@ _JS_COMMON = """
 
 _JS_QUERY = _JS_COMMON + "(class_declaration name: (identifier) @class.name) @class\n"
 
-_TS_QUERY = (
-    _JS_COMMON
-    + """
+_TS_QUERY = f"""{_JS_COMMON}
 (class_declaration name: (type_identifier) @class.name) @class
 (abstract_class_declaration name: (type_identifier) @class.name) @class
 """
-)
 
 _JAVA_QUERY = """
 (method_declaration name: (identifier) @function.name) @function

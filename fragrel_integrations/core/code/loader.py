@@ -363,14 +363,11 @@ def load_repository(
                 inside = _inside(root_path, base / d)
                 reason = "symlinked folder (not followed)" if inside else "symlink pointing outside the root"
                 repo.skipped.append(SkippedFile(prefix + d, reason))
-            elif d in excluded or (d.startswith(".") and not include_hidden):
-                continue
-            else:
+            elif d not in excluded and (include_hidden or not d.startswith(".")):
                 keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
-            language = language_for_path(name)
-            if language is None or language not in chosen:
+            if language_for_path(name) not in chosen:
                 continue
             item = read_source_file(
                 root_path,

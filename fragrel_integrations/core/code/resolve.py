@@ -213,17 +213,15 @@ class CallResolver:
             return self._in_dir(t[1], name) if name else []
         if kind == "class":
             if name is None:
-                node = self.classes[t[1]].get(t[2])
-                return [(t[1], node)] if node is not None else []
+                return [(t[1], n) for n in [self.classes[t[1]].get(t[2])] if n is not None]
             return self._methods(t[1], t[2], name)
         if kind == "member":
             return self._methods(t[1], t[2], t[3]) if name is None else []
         if kind == "symbol":
             path, sym = t[1], t[2]
-            if sym == "default":
-                defs = [(path, n) for n in self.default_export.get(path, [])]
-            else:
-                defs = self._export(path, sym)
+            defs = (
+                [(path, n) for n in self.default_export.get(path, [])] if sym == "default" else self._export(path, sym)
+            )
             if name is None:
                 return defs
             return [h for p, n in defs for h in self._methods(p, self.class_of.get((p, n), ""), name)]
