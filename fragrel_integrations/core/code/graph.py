@@ -89,11 +89,7 @@ class CodeGraph:
     """
 
     def __init__(
-        self,
-        files: Sequence[FileSyntax],
-        *,
-        weights: EdgeWeights | None = None,
-        root_name: str | None = None,
+        self, files: Sequence[FileSyntax], *, weights: EdgeWeights | None = None, root_name: str | None = None
     ) -> None:
         self.weights = weights or EdgeWeights()
         self.root_name = root_name
@@ -118,11 +114,7 @@ class CodeGraph:
 
     @classmethod
     def from_repository(
-        cls,
-        repository: Repository,
-        *,
-        weights: EdgeWeights | None = None,
-        show_progress: bool = True,
+        cls, repository: Repository, *, weights: EdgeWeights | None = None, show_progress: bool = True
     ) -> CodeGraph:
         """Parse every file of a loaded repository (progress bar unless ``show_progress=False``)."""
         files = [
