@@ -123,27 +123,22 @@ def _windows(files: Sequence[SourceFile], fragment_lines: int, stride: int) -> l
 # --------------------------------------------------------------------------------------------- covers
 
 
-def _file_covers(f: FileSyntax, spans: Sequence[tuple[int, int]]) -> list[np.ndarray]:
-    """Local ids of the maximal nodes of ``f`` inside each ``(start, end)`` line span (see module docstring)."""
-    out = []
-    n = f.n_nodes
-    for a, b in spans:
-        if n == 0 or b < a or a > int(f.end_line[0]) or b < 1:
-            out.append(np.zeros(0, np.int64))
-            continue
-        lo, hi = np.searchsorted(f.start_line, [a, b + 1])  # pre-order => start lines are sorted
-        idx = np.arange(lo, hi, dtype=np.int64)
-        inside = f.end_line[lo:hi] <= b
-        par = f.parent[lo:hi].astype(np.int64)
-        parent_inside = np.zeros(hi - lo, bool)
-        ok = par >= lo
-        parent_inside[ok] = inside[par[ok] - lo]
-        cover = idx[inside & ~parent_inside]
-        if cover.size == 0:  # the span lies inside one node: take the innermost node containing it
-            enclosing = np.flatnonzero((f.start_line[:hi] <= a) & (f.end_line[:hi] >= b))
-            cover = enclosing[-1:].astype(np.int64)
-        out.append(cover)
-    return out
+def _file_cover(f: FileSyntax, a: int, b: int) -> np.ndarray:
+    """Local ids of the maximal nodes of ``f`` inside the line span ``a..b`` (see module docstring)."""
+    if f.n_nodes == 0 or b < a or a > int(f.end_line[0]) or b < 1:
+        return np.zeros(0, np.int64)
+    lo, hi = np.searchsorted(f.start_line, [a, b + 1])  # pre-order => start lines are sorted
+    idx = np.arange(lo, hi, dtype=np.int64)
+    inside = f.end_line[lo:hi] <= b
+    par = f.parent[lo:hi].astype(np.int64)
+    parent_inside = np.zeros(hi - lo, bool)
+    ok = par >= lo
+    parent_inside[ok] = inside[par[ok] - lo]
+    cover = idx[inside & ~parent_inside]
+    if cover.size == 0:  # the span lies inside one node: take the innermost node containing it
+        enclosing = np.flatnonzero((f.start_line[:hi] <= a) & (f.end_line[:hi] >= b))
+        return enclosing[-1:].astype(np.int64)
+    return cover
 
 
 @dataclass(frozen=True)
@@ -156,19 +151,14 @@ class _Covers:
 
 def _covers(graph: CodeGraph, spans: Sequence[tuple[str, int, int] | None]) -> _Covers:
     rows, cols, vals = [], [], []
-    by_file: dict[int, list[tuple[int, int, int]]] = {}
     for i, span in enumerate(spans):
         if span is None or span[0] not in graph.file_index:
             continue
-        by_file.setdefault(graph.file_index[span[0]], []).append((i, span[1], span[2]))
-    for fi, items in by_file.items():
-        f = graph.files[fi]
-        off = int(graph.file_offset[fi])
-        for (i, _, _), cover in zip(items, _file_covers(f, [(a, b) for _, a, b in items]), strict=True):
-            if cover.size:
-                rows.append(np.full(cover.size, i, np.int64))
-                cols.append(off + cover)
-                vals.append(f.size[cover].astype(np.float64))
+        fi = graph.file_index[span[0]]
+        cover = _file_cover(graph.files[fi], span[1], span[2])
+        rows.append(np.full(cover.size, i, np.int64))
+        cols.append(graph.file_offset[fi] + cover)
+        vals.append(graph.files[fi].size[cover].astype(np.float64))
     n = len(spans)
     if rows:
         m = sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, graph.n_nodes))

@@ -173,18 +173,18 @@ def _is_generated(rel: str, head: bytes) -> bool:
     return b"Code generated" in head[:2048] and b"DO NOT EDIT" in head[:2048]
 
 
+_FILE_KINDS = {
+    stat.S_IFDIR: "folder",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFLNK: "symlink",
+}
+
+
 def _file_kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "folder"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISLNK, "symlink"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
+    return _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
 
 
 def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
