@@ -28,7 +28,7 @@ import hashlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -284,33 +284,6 @@ def read_source_file(
     return source
 
 
-def _walk(root: Path, onerror: Callable[[OSError], None]) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``os.walk(root, onerror=onerror, followlinks=False)`` (top-down; the caller may prune ``dirnames`` in
-    place) without recursion: Python 3.11's ``os.walk`` recurses once per folder level, so 1,000 nested
-    folders raised RecursionError. Symlinked folders are listed in ``dirnames`` but never entered."""
-    stack = [str(root)]
-    while stack:
-        top = stack.pop()
-        dirnames: list[str] = []
-        filenames: list[str] = []
-        try:
-            with os.scandir(top) as entries:
-                for entry in entries:
-                    try:
-                        is_dir = entry.is_dir()
-                    except OSError:
-                        is_dir = False
-                    (dirnames if is_dir else filenames).append(entry.name)
-        except OSError as exc:
-            onerror(exc)
-            continue
-        yield top, dirnames, filenames
-        for name in reversed(dirnames):  # pre-order, as os.walk
-            path = os.path.join(top, name)
-            if not os.path.islink(path):
-                stack.append(path)
-
-
 def load_repository(
     root: str | os.PathLike[str],
     *,
@@ -345,18 +318,24 @@ def load_repository(
     excluded = frozenset(exclude_dirs)
     repo = Repository(root_path)
 
-    def unreadable_folder(exc: OSError) -> None:
-        where = Path(exc.filename) if exc.filename else root_path
-        try:
-            rel = where.relative_to(root_path).as_posix()
-        except ValueError:
-            rel = str(where)
-        repo.skipped.append(SkippedFile(rel, f"unreadable folder: {exc.strerror or exc}"))
-
-    for dirpath, dirnames, filenames in _walk(root_path, unreadable_folder):
-        base = Path(dirpath)
+    stack = [root_path]
+    while stack:  # pre-order without recursion (Python 3.11's os.walk recursed once per folder level)
+        base = stack.pop()
         rel_dir = base.relative_to(root_path).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
+        dirnames: list[str] = []
+        filenames: list[str] = []
+        try:
+            with os.scandir(base) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    (dirnames if is_dir else filenames).append(entry.name)
+        except OSError as exc:
+            repo.skipped.append(SkippedFile(rel_dir, f"unreadable folder: {exc.strerror or exc}"))
+            continue
         keep = []
         for d in sorted(dirnames):
             if (base / d).is_symlink():
@@ -365,7 +344,7 @@ def load_repository(
                 repo.skipped.append(SkippedFile(prefix + d, reason))
             elif d not in excluded and (include_hidden or not d.startswith(".")):
                 keep.append(d)
-        dirnames[:] = keep
+        stack += [base / d for d in reversed(keep)]
         for name in sorted(filenames):
             if language_for_path(name) not in chosen:
                 continue

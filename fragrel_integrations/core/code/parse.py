@@ -54,11 +54,7 @@ def parse_source(source: SourceFile) -> FileSyntax:
     """
     spec = SPECS[source.language]
     tree = get_parser(source.language).parse(source.text.encode("utf-8", "surrogatepass"))
-    parent: list[int] = []
-    start: list[int] = []
-    end: list[int] = []
-    size: list[int] = []
-    kind: list[int] = []
+    parent, start, end, size, kind = [], [], [], [], []  # per named node, in pre-order (its local id)
     local: dict[int, int] = {}
     cursor = tree.walk()
     anc = [-1]
@@ -115,10 +111,10 @@ def parse_source(source: SourceFile) -> FileSyntax:
     class_name = {d[0]: d[1] for d in defs_raw if d[2] == "class"}
     go_scope = {d[0]: _go_receiver_type(d[3]) for d in defs_raw if d[3].type == "method_declaration"}
 
-    def enclosing(lid: int) -> tuple[int, int]:
-        """(nearest class-kind ancestor, nearest function-kind ancestor), -1 when none; nearest first."""
+    definitions = []
+    for lid, name, what, node in sorted(defs_raw, key=lambda d: d[0]):
+        cls_anc = fn_anc = -1  # the nearest class-kind and function-kind ancestors
         p = int(parent_arr[lid])
-        cls_anc = fn_anc = -1
         while p >= 0 and (cls_anc < 0 or fn_anc < 0):
             k = int(kind_arr[p])
             if cls_anc < 0 and k in class_ids:
@@ -126,11 +122,6 @@ def parse_source(source: SourceFile) -> FileSyntax:
             if fn_anc < 0 and k in function_ids:
                 fn_anc = p
             p = int(parent_arr[p])
-        return cls_anc, fn_anc
-
-    definitions = []
-    for lid, name, what, node in sorted(defs_raw, key=lambda d: d[0]):
-        cls_anc, fn_anc = enclosing(lid)
         if lid in go_scope:
             scope, top = go_scope[lid], False
         elif cls_anc >= 0 and (fn_anc < 0 or fn_anc < cls_anc):  # pre-order: the larger id is the nearer one

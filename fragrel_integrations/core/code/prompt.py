@@ -46,8 +46,7 @@ def _comment(language: str | None, comment: str | None) -> str:
         if not isinstance(comment, str) or not comment.strip():
             raise ValueError(f"comment must be a non-empty comment marker such as '#' or '//', got {comment!r}")
         return comment
-    spec = SPECS.get(language or "python")
-    return spec.comment_prefix if spec is not None else "#"
+    return SPECS[language].comment_prefix if language in SPECS else "#"  # Python's by default
 
 
 def _block(fragment: Fragment, mark: str, separator: str) -> str:

@@ -257,11 +257,7 @@ class CallResolver:
                     hits = self._methods(same[0], recv, name)
             if not hits and lang == "go" and "." not in recv:
                 # a method value on a same-package type: T.M
-                hits = [
-                    (p, n)
-                    for p in self.dir_files.get(folder_of(f.path), ())
-                    for n in self.methods[p].get((recv, name), [])
-                ]
+                hits = [h for p in self.dir_files.get(folder_of(f.path), ()) for h in self._methods(p, recv, name)]
             if hits:
                 return hits
         return self._unique(name)
