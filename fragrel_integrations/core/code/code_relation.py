@@ -215,13 +215,9 @@ class _Search:
         self.threshold = threshold
         targets = np.asarray(targets, np.int64)
         relay = _relay_nodes(graph, targets)
-        local = np.full(graph.n_nodes, -1, np.int64)
-        local[relay] = np.arange(relay.size)
         cost = sp.csr_array(graph.cost[relay][:, relay])  # symmetric: directed search is exact
         deg = np.diff(cost.indptr)
-        is_target = np.zeros(relay.size, bool)
-        is_target[local[targets]] = True
-        one = np.flatnonzero(is_target & (deg == 1))
+        one = np.flatnonzero(np.isin(relay, targets) & (deg == 1))
         nb = cost.indices[cost.indptr[one]]
         pendant = one[deg[nb] >= 2]
         nb = cost.indices[cost.indptr[pendant]]
@@ -238,9 +234,7 @@ class _Search:
         self.local = np.full(graph.n_nodes, -1, np.int64)
         self.local[self.nodes] = np.arange(self.nodes.size)
         self.cost = sp.csr_array(cost[keep][:, keep])
-        self.is_target = np.zeros(self.nodes.size, bool)
-        folded = np.unique(self.anchor[targets])
-        self.is_target[self.local[folded]] = True
+        self.is_target = np.isin(self.nodes, self.anchor[targets])
         # a folded pair needs Dis(anchors) >= t / (a * b) >= t: the search limit stays that of the threshold
         self.limit = _limit(threshold)
 
@@ -301,10 +295,8 @@ class _Search:
             group = src_local[pos]
             near = dijkstra(self.cost, directed=True, indices=group, limit=self.limit, min_only=True)
             region = np.flatnonzero(np.isfinite(near))
-            to_region = np.full(self.nodes.size, -1, np.int64)
-            to_region[region] = np.arange(region.size)
             sub = self.cost[region][:, region]
-            dist = dijkstra(sub, directed=True, indices=to_region[group], limit=self.limit)
+            dist = dijkstra(sub, directed=True, indices=np.searchsorted(region, group), limit=self.limit)
             r, c = np.nonzero(np.isfinite(dist))
             keep = self.is_target[region[c]]
             r, c = r[keep], c[keep]

@@ -35,6 +35,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,6 @@ class CodeGraph:
         self._resolver = CallResolver(self.files, root_name)
         self.call_edges = self._resolve_calls()
         self.adjacency = self._build_adjacency()
-        self._cost: sp.csr_array | None = None
 
     # ----------------------------------------------------------------------------------------- builders
 
@@ -266,14 +266,12 @@ class CodeGraph:
 
     # ----------------------------------------------------------------------------------------- relations
 
-    @property
+    @cached_property
     def cost(self) -> sp.csr_array:
         """Edge costs ``-log w`` for Dijkstra, with weight-1.0 edges at :data:`MIN_COST` (never an explicit 0)."""
-        if self._cost is None:
-            c = self.adjacency.copy()
-            c.data = np.maximum(-np.log(c.data), MIN_COST)
-            self._cost = c
-        return self._cost
+        c = self.adjacency.copy()
+        c.data = np.maximum(-np.log(c.data), MIN_COST)
+        return c
 
     def node_relation(self, a: int, b: int | Sequence[int] | None = None, *, threshold: float = 0.0) -> Any:
         """``Dis(a, b)``: the largest product of edge weights over paths from ``a`` to ``b`` (0 if none, or if

@@ -168,9 +168,7 @@ def wide_codec(data: bytes) -> str | None:
 
 def _is_generated(rel: str, head: bytes) -> bool:
     name = rel.rsplit("/", 1)[-1].lower()
-    if name.endswith(_GENERATED_SUFFIXES):
-        return True
-    return b"Code generated" in head[:2048] and b"DO NOT EDIT" in head[:2048]
+    return name.endswith(_GENERATED_SUFFIXES) or (b"Code generated" in head[:2048] and b"DO NOT EDIT" in head[:2048])
 
 
 _FILE_KINDS = {
@@ -356,10 +354,7 @@ def load_repository(
                 fallback_encoding=fallback_encoding,
                 languages=chosen,
             )
-            if isinstance(item, SourceFile):
-                repo.files.append(item)
-            else:
-                repo.skipped.append(item)
+            (repo.files if isinstance(item, SourceFile) else repo.skipped).append(item)
     repo.files.sort(key=lambda f: f.path)
     repo.skipped.sort(key=lambda s: s.path)
     for s in repo.skipped:

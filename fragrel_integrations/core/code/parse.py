@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -18,19 +17,16 @@ __all__ = ["parse_source"]
 _SIMPLE_RECEIVER = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*$")
 
 
-def _kind_ids(language: str, names: Iterable[str]) -> frozenset[int]:
+def _kind_ids(language: str, names: frozenset[str]) -> frozenset[int]:
     lang = get_language(language)
-    wanted = set(names)
     return frozenset(
-        i for i in range(lang.node_kind_count) if lang.node_kind_is_named(i) and lang.node_kind_for_id(i) in wanted
+        i for i in range(lang.node_kind_count) if lang.node_kind_is_named(i) and lang.node_kind_for_id(i) in names
     )
 
 
 def _receiver_text(node: Any) -> str:
     text = node.text.decode("utf-8", "replace")
-    if node.type in ("this", "super"):
-        return text
-    return text if _SIMPLE_RECEIVER.match(text) else "?"
+    return text if node.type in ("this", "super") or _SIMPLE_RECEIVER.match(text) else "?"
 
 
 def _go_receiver_type(node: Any) -> str | None:
