@@ -175,13 +175,11 @@ def _relay_nodes(graph: CodeGraph, targets: np.ndarray) -> np.ndarray:
     their syntax ancestors, and every file and folder node. Other syntax nodes hang off these as dead ends."""
     keep = np.zeros(graph.n_nodes, bool)
     keep[: graph.n_dirs + graph.n_files] = True
-    syntax = [np.where(f.parent >= 0, graph.file_offset[i] + f.parent, -1) for i, f in enumerate(graph.files)]
-    parent = np.concatenate([np.full(graph.n_dirs + graph.n_files, -1, np.int64), *syntax])
     cur = np.unique(np.concatenate([targets, graph.call_edges.ravel(), graph.file_offset]).astype(np.int64))
     while cur.size:
         cur = cur[~keep[cur]]
         keep[cur] = True
-        cur = parent[cur]
+        cur = graph.parent[cur]
         cur = np.unique(cur[cur >= 0])
     return np.flatnonzero(keep)
 

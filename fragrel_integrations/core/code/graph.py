@@ -157,28 +157,28 @@ class CodeGraph:
                     src = off + call.node
                     if target != src:
                         rows.append((src, target))
-        if not rows:
-            return np.zeros((0, 2), np.int64)
-        return np.unique(np.asarray(rows, np.int64), axis=0)
+        return np.unique(np.asarray(rows, np.int64).reshape(-1, 2), axis=0)
+
+    @cached_property
+    def parent(self) -> np.ndarray:
+        """Global id of each node's syntax parent (-1 for folders, files and syntax roots)."""
+        syntax = [np.where(f.parent >= 0, self.file_offset[i] + f.parent, -1) for i, f in enumerate(self.files)]
+        return np.concatenate([np.full(self.n_dirs + self.n_files, -1, np.int64), *syntax])
 
     def _build_adjacency(self) -> sp.csr_array:
         w, n = self.weights, self.n_nodes
-        # folder -> parent folder and file -> folder (directory), file -> syntax root, syntax, call edges
         has_root = np.array([f.n_nodes > 0 for f in self.files], bool)
-        file_nodes = np.arange(self.n_dirs, self.n_dirs + self.n_files, dtype=np.int64)
-        us = [np.arange(1, self.n_dirs + self.n_files, dtype=np.int64), file_nodes[has_root]]
         folders = [folder_of(d) for d in self.dirs[1:]] + [folder_of(f.path) for f in self.files]
-        vs = [np.array([self.dir_index[d] for d in folders], np.int64), self.file_offset[has_root]]
-        ws = [np.full(len(folders), w.directory), np.full(int(has_root.sum()), w.file_root)]
-        for i, f in enumerate(self.files):
-            child = np.flatnonzero(f.parent >= 0)
-            us.append(self.file_offset[i] + child)
-            vs.append(self.file_offset[i] + f.parent[child].astype(np.int64))
-            ws.append(np.full(child.size, w.syntax))
-        us.append(self.call_edges[:, 0])
-        vs.append(self.call_edges[:, 1])
-        ws.append(np.full(len(self.call_edges), w.call))
-        u, v, wt = np.concatenate(us), np.concatenate(vs), np.concatenate(ws).astype(np.float64)
+        child = np.flatnonzero(self.parent >= 0)
+        edges = [  # (u, v, weight): folder -> parent folder and file -> folder, file -> syntax root, syntax, calls
+            (np.arange(1, self.n_dirs + self.n_files), [self.dir_index[d] for d in folders], w.directory),
+            (self.n_dirs + np.flatnonzero(has_root), self.file_offset[has_root], w.file_root),
+            (child, self.parent[child], w.syntax),
+            (self.call_edges[:, 0], self.call_edges[:, 1], w.call),
+        ]
+        u = np.concatenate([np.asarray(a, np.int64) for a, _, _ in edges])
+        v = np.concatenate([np.asarray(b, np.int64) for _, b, _ in edges])
+        wt = np.concatenate([np.full(len(a), weight, np.float64) for a, _, weight in edges])
         rows, cols, vals = np.concatenate([u, v]), np.concatenate([v, u]), np.concatenate([wt, wt])
         # the largest weight wins where two kinds of edge join the same pair
         key = rows * n + cols

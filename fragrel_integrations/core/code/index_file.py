@@ -161,17 +161,11 @@ def read_index(path: str | os.PathLike[str], build: Callable[..., T]) -> T:
 
 
 def _read(conn: sqlite3.Connection, meta: dict[str, Any], build: Callable[..., T]) -> tuple[T, object]:
-    files = [
-        FileSyntax.from_records(json.loads(rec), _unnpz(blob))
-        for _, rec, blob in conn.execute("SELECT path, records, arrays FROM files ORDER BY path")
-    ]
+    rows = conn.execute("SELECT records, arrays FROM files ORDER BY path")
+    files = [FileSyntax.from_records(json.loads(rec), _unnpz(blob)) for rec, blob in rows]
     skipped = [SkippedFile(a, b) for a, b in conn.execute("SELECT path, reason FROM skipped")]
-    fragments = [
-        Fragment(text, doc_id, position, json.loads(m))
-        for doc_id, position, text, m in conn.execute(
-            "SELECT doc_id, position, text, metadata FROM fragments ORDER BY idx"
-        )
-    ]
+    rows = conn.execute("SELECT doc_id, position, text, metadata FROM fragments ORDER BY idx")
+    fragments = [Fragment(text, doc_id, position, json.loads(m)) for doc_id, position, text, m in rows]
     (blob,) = conn.execute("SELECT value FROM relation WHERE name = 'weights'").fetchone()
     arrays = _unnpz(blob)
     weights = sp.csr_array(
