@@ -287,8 +287,7 @@ class _Search:
         if np.any(src_local < 0):
             raise ValueError("every source must be a node of the relay subgraph")
         order = np.argsort(src_local, kind="stable")  # neighbouring ids share regions
-        starts = range(0, order.size, _GROUP)
-        for start in tqdm(starts, desc="code relation", unit="group", disable=not show_progress):
+        for start in tqdm(range(0, order.size, _GROUP), desc="code relation", unit="group", disable=not show_progress):
             pos = order[start : start + _GROUP]
             group = src_local[pos]
             near = dijkstra(self.cost, directed=True, indices=group, limit=self.limit, min_only=True)
@@ -435,10 +434,9 @@ class CodeRelation(Relation):
             weights = fragment_relation(
                 graph, [self.span(f) for f in self.fragments], threshold=self.threshold, show_progress=show_progress
             )
-        weights = sp.csr_array(weights, dtype=np.float64)
-        if weights.shape != (len(self.fragments), len(self.fragments)):
-            raise ValueError(f"weights must be {len(self.fragments)} x {len(self.fragments)}, got {weights.shape}")
-        self.weights = weights
+        self.weights = sp.csr_array(weights, dtype=np.float64)
+        if self.weights.shape != (len(self.fragments), len(self.fragments)):
+            raise ValueError(f"weights must be {len(self.fragments)} x {len(self.fragments)}, got {self.weights.shape}")
 
     # ----------------------------------------------------------------------------------------- building
 
@@ -497,11 +495,11 @@ class CodeRelation(Relation):
         (to :attr:`graph`, or to ``graph`` when given)."""
         meta: Mapping[str, Any] = fragment.metadata
         path, start, end = meta.get("path"), meta.get("start_line"), meta.get("end_line")
-        if path is None or start is None or end is None:
+        if path is None:
             return None
         try:
             start, end = int(start), int(end)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError):  # None included
             return None
         path = _clean_path(path)
         if os.path.isabs(path) and self.root is not None:
@@ -620,11 +618,9 @@ class CodeRelation(Relation):
         near = np.zeros(new.n_nodes, bool)
         for seeds, factor in ((touching, ew.call * rest), (changed, ew.call)):
             if search is not None and seeds:
-                reach = min(1.0, self.threshold / factor)
-                near[search.reach_any(np.asarray(seeds, np.int64), limit=_limit(reach))] = True
-        if near.any():
-            m = covers.matrix.tocoo()
-            recompute[m.row[near[m.col]]] = True
+                near[search.reach_any(np.asarray(seeds, np.int64), _limit(min(1.0, self.threshold / factor)))] = True
+        m = covers.matrix.tocoo()
+        recompute[m.row[near[m.col]]] = True
         rows = np.flatnonzero(recompute)
         n = len(fragments)
         fresh = fragment_relation(
