@@ -303,6 +303,13 @@ class _Search:
             yield pos, block
 
 
+def _summed(parts: list[sp.coo_array], shape: tuple[int, int]) -> sp.coo_array:
+    """The sum of the COO blocks ``parts`` (their concatenation is freed on return: it is the peak memory)."""
+    data = np.concatenate([p.data for p in parts])
+    coords = (np.concatenate([p.row for p in parts]), np.concatenate([p.col for p in parts]))
+    return sp.csr_array((data, coords), shape=shape).tocoo()  # duplicates summed
+
+
 def fragment_relation(
     graph: CodeGraph,
     spans: Sequence[tuple[str, int, int] | None],
@@ -355,8 +362,7 @@ def fragment_relation(
                     blk.eliminate_zeros()
                 parts.append((left_pos @ blk @ right).tocoo())  # rows x fragments, this group's share
     parts.append(search.self_terms(m, m[rows_arr]).tocoo())
-    data, row, col = (np.concatenate(x) for x in zip(*[(p.data, p.row, p.col) for p in parts], strict=True))
-    num = sp.csr_array((data, (row, col)), shape=(rows_arr.size, n)).tocoo()  # duplicates summed
+    num = _summed(parts, (rows_arr.size, n))
     r, c, v = num.row, num.col, num.data
     den = covers.total[rows_arr][r] * covers.total[c]
     keep = (den > 0) & (rows_arr[r] != c) & (v > 0)

@@ -195,50 +195,36 @@ class LanguageSpec:
     grammar_function: str = "language"
 
 
+_PY_CLASSES = frozenset({"class_definition"})
+_PY_FUNCTIONS = frozenset({"function_definition", "lambda"})
 _JS_FUNCTIONS = frozenset(
     {"function_declaration", "generator_function_declaration", "method_definition", "arrow_function"}
     | {"function_expression", "generator_function"}
 )
 _JS_CLASSES = frozenset({"class_declaration", "class"})
-_TYPESCRIPT = LanguageSpec(
-    "tree_sitter_typescript",
-    _TS_QUERY,
-    _js_imports,
-    _JS_CLASSES | {"abstract_class_declaration"},
-    _JS_FUNCTIONS,
-    grammar_function="language_typescript",
-)
+_TS_CLASSES = _JS_CLASSES | {"abstract_class_declaration"}
 _JAVA_CLASSES = frozenset({"class_declaration", "interface_declaration", "enum_declaration", "record_declaration"})
+_JAVA_FUNCTIONS = frozenset({"method_declaration", "constructor_declaration", "lambda_expression"})
+_GO_FUNCTIONS = frozenset({"function_declaration", "method_declaration", "func_literal"})
+_JAVA_SELF = frozenset({"this", "super"})
+# TypeScript and TSX: one grammar wheel with two grammars
+_TYPESCRIPT = LanguageSpec("tree_sitter_typescript", _TS_QUERY, _js_imports, _TS_CLASSES, _JS_FUNCTIONS)
 
 SPECS: dict[str, LanguageSpec] = {
     "python": LanguageSpec(
         "tree_sitter_python",
         _PYTHON_QUERY,
         _python_imports,
-        frozenset({"class_definition"}),
-        frozenset({"function_definition", "lambda"}),
+        _PY_CLASSES,
+        _PY_FUNCTIONS,
         frozenset({"self", "cls"}),
         "#",
     ),
     "javascript": LanguageSpec("tree_sitter_javascript", _JS_QUERY, _js_imports, _JS_CLASSES, _JS_FUNCTIONS),
-    "typescript": _TYPESCRIPT,
+    "typescript": replace(_TYPESCRIPT, grammar_function="language_typescript"),
     "tsx": replace(_TYPESCRIPT, grammar_function="language_tsx"),
-    "java": LanguageSpec(
-        "tree_sitter_java",
-        _JAVA_QUERY,
-        _java_imports,
-        _JAVA_CLASSES,
-        frozenset({"method_declaration", "constructor_declaration", "lambda_expression"}),
-        frozenset({"this", "super"}),
-    ),
-    "go": LanguageSpec(
-        "tree_sitter_go",
-        _GO_QUERY,
-        _go_imports,
-        frozenset(),
-        frozenset({"function_declaration", "method_declaration", "func_literal"}),
-        frozenset(),
-    ),
+    "java": LanguageSpec("tree_sitter_java", _JAVA_QUERY, _java_imports, _JAVA_CLASSES, _JAVA_FUNCTIONS, _JAVA_SELF),
+    "go": LanguageSpec("tree_sitter_go", _GO_QUERY, _go_imports, frozenset(), _GO_FUNCTIONS, frozenset()),
 }
 
 
