@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import accumulate
 
 from .languages import SPECS
 from .syntax import CallSite, FileSyntax
@@ -61,10 +62,8 @@ class CallResolver:
         init_dirs = {folder_of(p) for p in py_paths if p.rsplit("/", 1)[-1] == "__init__.py"}
         self.py_modules: dict[str, str] = {}
         for p in sorted(py_paths):
-            parts = p[:-3].split("/")
-            is_init = parts[-1] == "__init__"
-            if is_init:
-                parts = parts[:-1]
+            is_init = posixpath.basename(p) == "__init__.py"
+            parts = p[:-3].split("/")[: -1 if is_init else None]
             if parts:
                 self.py_modules.setdefault(".".join(parts), p)
             d = folder_of(p)
@@ -89,10 +88,8 @@ class CallResolver:
             base = base[: len(base) - (dots - 1)]
             rest = [p for p in module[dots:].split(".") if p]
             stem = "/".join(base + rest)
-            for cand in ((stem + ".py") if rest else None, (stem + "/__init__.py").lstrip("/")):
-                if cand and cand in self.files:
-                    return cand
-            return None
+            cands = ((stem + ".py") if rest else None, (stem + "/__init__.py").lstrip("/"))
+            return next((c for c in cands if c and c in self.files), None)
         return self.py_modules.get(module)
 
     def _js_module(self, module: str, from_path: str) -> str | None:
@@ -116,11 +113,9 @@ class CallResolver:
         return None
 
     def _java_class(self, package: str, name: str) -> tuple[str, int] | None:
-        for p in self.java_pkg.get(package, ()):
-            node = self.classes[p].get(name)
-            if node is not None:
-                return p, node
-        return None
+        return next(
+            ((p, self.classes[p][name]) for p in self.java_pkg.get(package, ()) if name in self.classes[p]), None
+        )
 
     def _bindings(self, f: FileSyntax) -> dict[str, list[tuple]]:
         """Local name -> targets: ("module", path), ("symbol", path, name), ("dir", folder),
@@ -134,20 +129,15 @@ class CallResolver:
                     if p:
                         out["*" if imp.star else imp.alias].append(("module", p))
                 elif imp.name is None:  # import a.b binds a, and a.b
-                    parts = imp.module.split(".")
-                    for i in range(1, len(parts) + 1):
-                        p = self._py_module(".".join(parts[:i]), f.path)
+                    for prefix in accumulate(imp.module.split("."), lambda a, b: f"{a}.{b}"):
+                        p = self._py_module(prefix, f.path)
                         if p:
-                            out[".".join(parts[:i])].append(("module", p))
-                else:
-                    sep = "" if imp.module.endswith(".") else "."
-                    sub = self._py_module(imp.module + sep + imp.name, f.path)
-                    if sub:
-                        out[imp.alias or imp.name].append(("module", sub))
-                        continue
+                            out[prefix].append(("module", p))
+                else:  # from m import x: the submodule m.x, else the symbol x of m
+                    sub = self._py_module(imp.module + ("" if imp.module.endswith(".") else ".") + imp.name, f.path)
                     p = self._py_module(imp.module, f.path)
-                    if p:
-                        out[imp.alias or imp.name].append(("symbol", p, imp.name))
+                    if sub or p:
+                        out[imp.alias or imp.name].append(("module", sub) if sub else ("symbol", p, imp.name))
             elif lang in ("javascript", "typescript", "tsx"):
                 p = self._js_module(imp.module, f.path)
                 if p and imp.alias:
