@@ -72,10 +72,8 @@ def code_lines(text: str) -> list[str]:
     >>> code_lines("a\\fb\\r\\nc\\n")
     ['a\\x0cb', 'c']
     """
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    lines = text.removesuffix("\n").split("\n") if text else []
+    return [line.removesuffix("\r") for line in lines]
 
 
 def split_code(

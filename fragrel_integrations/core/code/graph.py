@@ -68,8 +68,7 @@ class EdgeWeights:
     call: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in ("syntax", "directory", "file_root", "call"):
-            v = getattr(self, name)
+        for name, v in vars(self).items():
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < float(v) <= 1.0:
                 raise ValueError(f"EdgeWeights.{name} must be a number in (0, 1], got {v!r}")
 
@@ -258,11 +257,8 @@ class CodeGraph:
 
     def content_hash(self) -> str:
         """Hash of the files' contents and the edge weights (identifies what a relation matrix was built on)."""
-        h = hashlib.sha1()
-        for f in self.files:
-            h.update(f"{f.path}\0{f.sha1}\0".encode())
-        h.update(repr(self.weights).encode())
-        return h.hexdigest()
+        text = "".join(f"{f.path}\0{f.sha1}\0" for f in self.files) + repr(self.weights)
+        return hashlib.sha1(text.encode()).hexdigest()
 
     # ----------------------------------------------------------------------------------------- relations
 

@@ -153,9 +153,10 @@ def read_index(path: str | os.PathLike[str], build: Callable[..., T]) -> T:
     if not is_code_index(p):
         raise ValueError(f"{str(path)!r} is empty: build the index first (CodeRelation.from_repository)")
     built, versions = _FORMAT.read(p, lambda conn, meta: _read(conn, meta, build))
-    if versions != grammar_versions():
+    installed = grammar_versions()
+    if versions != installed:
         logger.warning(
-            "%s was built with %s; installed: %s (rebuild for exact parse results)", path, versions, grammar_versions()
+            "%s was built with %s; installed: %s (rebuild for exact parse results)", path, versions, installed
         )
     return built
 
@@ -167,10 +168,8 @@ def _read(conn: sqlite3.Connection, meta: dict[str, Any], build: Callable[..., T
     rows = conn.execute("SELECT doc_id, position, text, metadata FROM fragments ORDER BY idx")
     fragments = [Fragment(text, doc_id, position, json.loads(m)) for doc_id, position, text, m in rows]
     (blob,) = conn.execute("SELECT value FROM relation WHERE name = 'weights'").fetchone()
-    arrays = _unnpz(blob)
-    weights = sp.csr_array(
-        (arrays["data"], arrays["indices"], arrays["indptr"]), shape=tuple(int(x) for x in arrays["shape"])
-    )
+    w = _unnpz(blob)
+    weights = sp.csr_array((w["data"], w["indices"], w["indptr"]), shape=tuple(int(x) for x in w["shape"]))
     graph = CodeGraph(files, weights=EdgeWeights(**meta["edge_weights"]), root_name=meta.get("root_name"))
     if graph.content_hash() != meta.get("content_hash"):
         raise ValueError("its content hash differs from its files")

@@ -53,8 +53,7 @@ def _block(fragment: Fragment, mark: str, separator: str) -> str:
     path = fragment.metadata.get("path", fragment.doc_id)
     lines = [f"{mark} the below code fragment can be found in:", f"{mark} {path}", separator]
     lines += [f"{mark} {line}" if line else mark for line in fragment.text.split("\n")]
-    lines.append(separator)
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, separator, ""])
 
 
 def build_prompt(
