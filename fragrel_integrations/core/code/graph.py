@@ -217,10 +217,9 @@ class CodeGraph:
     def nodes_at(self, path: str, line: int, kind: str | None = None) -> list[int]:
         """Global ids of the syntax nodes of ``path`` that start on ``line`` (optionally of one ``kind``),
         outermost first."""
-        i = self._file(path)
-        f = self.files[i]
+        f = self.syntax(path)
         hits = np.flatnonzero(f.start_line == line)
-        return [int(self.file_offset[i]) + int(h) for h in hits if kind is None or f.kind_name(int(h)) == kind]
+        return [self.node(path, int(h)) for h in hits if kind is None or f.kind_name(int(h)) == kind]
 
     def definition(self, name: str, path: str | None = None) -> list[int]:
         """Global ids of the definitions called ``name`` (in ``path`` only, when given)."""

@@ -88,10 +88,9 @@ def _js_imports(node: Any) -> list[ImportRecord]:
         for child in clause.named_children:
             if child.type == "identifier":
                 out.append(ImportRecord(module, "default", _text(child)))
-            elif child.type == "namespace_import":
+            elif child.type == "namespace_import":  # import * as ns
                 ids = [c for c in child.named_children if c.type == "identifier"]
-                if ids:
-                    out.append(ImportRecord(module, None, _text(ids[0])))
+                out += [ImportRecord(module, None, _text(ids[0]))] if ids else []
             elif child.type == "named_imports":
                 for spec in (c for c in child.named_children if c.type == "import_specifier"):
                     name = _text(spec.child_by_field_name("name"))
