@@ -269,9 +269,7 @@ class _Search:
             return direct
         d = dijkstra(self.cost, directed=True, indices=seeds, limit=limit, min_only=True)
         near = self.nodes[np.isfinite(d)]
-        hit = np.zeros(self.graph.n_nodes, bool)
-        hit[near] = True
-        folded = np.flatnonzero(self.pendant & hit[self.anchor])
+        folded = np.flatnonzero(self.pendant & np.isin(self.anchor, near))
         return np.unique(np.concatenate([near, folded, direct]))
 
     def blocks(self, sources: np.ndarray, show_progress: bool = False):
@@ -469,10 +467,9 @@ class CodeRelation(Relation):
         cached = cache is not None and is_code_index(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
         settings = _settings(_check_threshold(threshold), fragment_lines, stride, edge_weights or EdgeWeights())
-        if cached and cache is not None:
-            stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress)
-            if stored is not None:
-                return stored
+        stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress) if cached else None
+        if stored is not None:
+            return stored
         graph = CodeGraph.from_repository(repo, weights=settings["edge_weights"], show_progress=show_progress)
         rel = cls(
             graph,
@@ -546,8 +543,7 @@ class CodeRelation(Relation):
 
     def relation(self, a: Fragment, b: Fragment) -> float:
         """Eq. 8 between two fragments (0 when either cannot be mapped)."""
-        w = fragment_relation(self.graph, [self.span(a), self.span(b)], threshold=self.threshold)
-        return float(w[0, 1])
+        return float(fragment_relation(self.graph, [self.span(a), self.span(b)], threshold=self.threshold)[0, 1])
 
     # ----------------------------------------------------------------------------------------- updates
 
@@ -656,10 +652,8 @@ class CodeRelation(Relation):
         todo = sorted(
             [p for p, f in current.items() if stored.get(p) != f.sha1] + [p for p in stored if p not in current]
         )
-        reports = [
-            self._apply(p, current.get(p))
-            for p in tqdm(todo, desc="updating", unit="file", disable=not show_progress or not todo)
-        ]
+        progress = tqdm(todo, desc="updating", unit="file", disable=not show_progress or not todo)
+        reports = [self._apply(p, current.get(p)) for p in progress]
         self.skipped = list(repository.skipped)
         return [r for r in reports if r.action != "unchanged"]
 

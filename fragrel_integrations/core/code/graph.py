@@ -116,9 +116,8 @@ class CodeGraph:
         cls, repository: Repository, *, weights: EdgeWeights | None = None, show_progress: bool = True
     ) -> CodeGraph:
         """Parse every file of a loaded repository (progress bar unless ``show_progress=False``)."""
-        files = [
-            parse_source(f) for f in tqdm(repository.files, desc="parsing", unit="file", disable=not show_progress)
-        ]
+        progress = tqdm(repository.files, desc="parsing", unit="file", disable=not show_progress)
+        files = [parse_source(f) for f in progress]
         bad = [f.path for f in files if f.has_error]
         if bad:
             logger.info("%d file(s) with syntax errors (parsed with error recovery): %s", len(bad), bad[:10])

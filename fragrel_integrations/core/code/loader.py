@@ -321,8 +321,7 @@ def load_repository(
         base = stack.pop()
         rel_dir = base.relative_to(root_path).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
-        dirnames: list[str] = []
-        filenames: list[str] = []
+        dirnames, filenames = [], []
         try:
             with os.scandir(base) as entries:
                 for entry in entries:

@@ -219,7 +219,6 @@ class CallResolver:
 
     def resolve(self, f: FileSyntax, call: CallSite) -> list[tuple[str, int]]:
         lang, name, recv = f.language, call.name, call.receiver
-        spec = SPECS[lang]
         binds = self.bindings[f.path]
         if recv is None:
             if lang == "java":
@@ -234,7 +233,7 @@ class CallResolver:
                 return self._in_dir(folder_of(f.path), name) or self._via(binds, "*", name)
             hits = self._in_module(f.path, name) or [(f.path, n) for n in self.nested[f.path].get(name, [])]
             return hits or self._via(binds, name, None) or self._via(binds, "*", name)
-        if recv in spec.self_names:
+        if recv in SPECS[lang].self_names:
             hits = self._methods(f.path, call.enclosing_class, name) if call.enclosing_class else []
             return hits or self._unique(name)
         if recv != "?":
