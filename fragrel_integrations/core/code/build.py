@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...models.embedder import Embedder
+from ...models.embedder import Embedder, embed_documents
 from .. import scorers
 from .code_relation import CodeRelation
 
@@ -88,8 +88,6 @@ def build_code_index(
     if scorer in ("dense", "hybrid"):
         if embedder is None:
             raise ValueError(f"scorer={scorer!r} needs an embedder (e.g. models.local.default_embedder())")
-        from ...models.embedder import embed_documents
-
         embeddings = embed_documents(embedder, texts, batch_size=batch_size, show_progress=show_progress)
     built = scorers.code_scorer(scorer, texts, embeddings=embeddings, embedder=embedder)
     return index_type(

@@ -45,17 +45,11 @@ from ..._validation import check_positive_int
 from ..fragments import Fragment
 from ..relations import FragmentLayout, Relation
 from .graph import CodeGraph, EdgeWeights, FileSyntax, parse_source
-from .index_cache import check_cache, reuse_cache
-from .index_file import StoredIndex, read_index, write_index
+from .index_cache import reuse_cache
+from .index_file import is_code_index, read_index, write_index
 from .loader import Repository, SkippedFile, SourceFile, language_for_path, load_repository, read_source_file
 
-__all__ = [
-    "CodeRelation",
-    "UpdateReport",
-    "code_lines",
-    "fragment_relation",
-    "split_code",
-]
+__all__ = ["CodeRelation", "UpdateReport", "code_lines", "fragment_relation", "split_code"]
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +72,8 @@ def code_lines(text: str) -> list[str]:
     >>> code_lines("a\\fb\\r\\nc\\n")
     ['a\\x0cb', 'c']
     """
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    lines = text.removesuffix("\n").split("\n") if text else []
+    return [line.removesuffix("\r") for line in lines]
 
 
 def split_code(
@@ -102,8 +94,8 @@ def split_code(
     ...  for f in split_code("\\n".join("abcde"), path="a.py", fragment_lines=2, stride=2)]
     [(0, 1, 2), (1, 3, 4), (2, 5, 5)]
     """
-    for name, v in (("fragment_lines", fragment_lines), ("stride", stride)):
-        check_positive_int(v, name)
+    check_positive_int(fragment_lines, "fragment_lines")
+    check_positive_int(stride, "stride")
     if stride > fragment_lines:
         raise ValueError(f"stride ({stride}) must not exceed fragment_lines ({fragment_lines}): lines would be lost")
     lines = code_lines(text)
@@ -118,30 +110,33 @@ def split_code(
     return out
 
 
+def _windows(files: Sequence[SourceFile], fragment_lines: int, stride: int) -> list[Fragment]:
+    return [
+        fr
+        for f in files
+        for fr in split_code(f.text, path=f.path, fragment_lines=fragment_lines, stride=stride, language=f.language)
+    ]
+
+
 # --------------------------------------------------------------------------------------------- covers
 
 
-def _file_covers(f: FileSyntax, spans: Sequence[tuple[int, int]]) -> list[np.ndarray]:
-    """Local ids of the maximal nodes of ``f`` inside each ``(start, end)`` line span (see module docstring)."""
-    out = []
-    n = f.n_nodes
-    for a, b in spans:
-        if n == 0 or b < a or a > int(f.end_line[0]) or b < 1:
-            out.append(np.zeros(0, np.int64))
-            continue
-        lo, hi = np.searchsorted(f.start_line, [a, b + 1])  # pre-order => start lines are sorted
-        idx = np.arange(lo, hi, dtype=np.int64)
-        inside = f.end_line[lo:hi] <= b
-        par = f.parent[lo:hi].astype(np.int64)
-        parent_inside = np.zeros(hi - lo, bool)
-        ok = par >= lo
-        parent_inside[ok] = inside[par[ok] - lo]
-        cover = idx[inside & ~parent_inside]
-        if cover.size == 0:  # the span lies inside one node: take the innermost node containing it
-            enclosing = np.flatnonzero((f.start_line[:hi] <= a) & (f.end_line[:hi] >= b))
-            cover = enclosing[-1:].astype(np.int64)
-        out.append(cover)
-    return out
+def _file_cover(f: FileSyntax, a: int, b: int) -> np.ndarray:
+    """Local ids of the maximal nodes of ``f`` inside the line span ``a..b`` (see module docstring)."""
+    if f.n_nodes == 0 or b < a or a > int(f.end_line[0]) or b < 1:
+        return np.zeros(0, np.int64)
+    lo, hi = np.searchsorted(f.start_line, [a, b + 1])  # pre-order => start lines are sorted
+    idx = np.arange(lo, hi, dtype=np.int64)
+    inside = f.end_line[lo:hi] <= b
+    par = f.parent[lo:hi].astype(np.int64)
+    parent_inside = np.zeros(hi - lo, bool)
+    ok = par >= lo
+    parent_inside[ok] = inside[par[ok] - lo]
+    cover = idx[inside & ~parent_inside]
+    if cover.size == 0:  # the span lies inside one node: take the innermost node containing it
+        enclosing = np.flatnonzero((f.start_line[:hi] <= a) & (f.end_line[:hi] >= b))
+        return enclosing[-1:].astype(np.int64)
+    return cover
 
 
 @dataclass(frozen=True)
@@ -154,19 +149,14 @@ class _Covers:
 
 def _covers(graph: CodeGraph, spans: Sequence[tuple[str, int, int] | None]) -> _Covers:
     rows, cols, vals = [], [], []
-    by_file: dict[int, list[tuple[int, int, int]]] = {}
     for i, span in enumerate(spans):
         if span is None or span[0] not in graph.file_index:
             continue
-        by_file.setdefault(graph.file_index[span[0]], []).append((i, span[1], span[2]))
-    for fi, items in by_file.items():
-        f = graph.files[fi]
-        off = int(graph.file_offset[fi])
-        for (i, _, _), cover in zip(items, _file_covers(f, [(a, b) for _, a, b in items]), strict=True):
-            if cover.size:
-                rows.append(np.full(cover.size, i, np.int64))
-                cols.append(off + cover)
-                vals.append(f.size[cover].astype(np.float64))
+        fi = graph.file_index[span[0]]
+        cover = _file_cover(graph.files[fi], span[1], span[2])
+        rows.append(np.full(cover.size, i, np.int64))
+        cols.append(graph.file_offset[fi] + cover)
+        vals.append(graph.files[fi].size[cover].astype(np.float64))
     n = len(spans)
     if rows:
         m = sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, graph.n_nodes))
@@ -178,26 +168,16 @@ def _covers(graph: CodeGraph, spans: Sequence[tuple[str, int, int] | None]) -> _
 # --------------------------------------------------------------------------------------------- search
 
 
-def _global_parent(graph: CodeGraph) -> np.ndarray:
-    parent = np.full(graph.n_nodes, -1, np.int64)
-    for i, f in enumerate(graph.files):
-        off = int(graph.file_offset[i])
-        p = f.parent.astype(np.int64)
-        parent[off : off + f.n_nodes] = np.where(p >= 0, off + p, -1)
-    return parent
-
-
 def _relay_nodes(graph: CodeGraph, targets: np.ndarray) -> np.ndarray:
     """Nodes that can lie on a simple path between two ``targets``: the targets, call sites and definitions,
     their syntax ancestors, and every file and folder node. Other syntax nodes hang off these as dead ends."""
     keep = np.zeros(graph.n_nodes, bool)
     keep[: graph.n_dirs + graph.n_files] = True
-    parent = _global_parent(graph)
     cur = np.unique(np.concatenate([targets, graph.call_edges.ravel(), graph.file_offset]).astype(np.int64))
     while cur.size:
         cur = cur[~keep[cur]]
         keep[cur] = True
-        cur = parent[cur]
+        cur = graph.parent[cur]
         cur = np.unique(cur[cur >= 0])
     return np.flatnonzero(keep)
 
@@ -231,13 +211,9 @@ class _Search:
         self.threshold = threshold
         targets = np.asarray(targets, np.int64)
         relay = _relay_nodes(graph, targets)
-        local = np.full(graph.n_nodes, -1, np.int64)
-        local[relay] = np.arange(relay.size)
         cost = sp.csr_array(graph.cost[relay][:, relay])  # symmetric: directed search is exact
         deg = np.diff(cost.indptr)
-        is_target = np.zeros(relay.size, bool)
-        is_target[local[targets]] = True
-        one = np.flatnonzero(is_target & (deg == 1))
+        one = np.flatnonzero(np.isin(relay, targets) & (deg == 1))
         nb = cost.indices[cost.indptr[one]]
         pendant = one[deg[nb] >= 2]
         nb = cost.indices[cost.indptr[pendant]]
@@ -248,17 +224,13 @@ class _Search:
         self.factor = np.ones(graph.n_nodes)
         self.anchor[relay[pendant]] = relay[nb]
         self.factor[relay[pendant]] = factor
-        self.pendant = np.zeros(graph.n_nodes, bool)
-        self.pendant[relay[pendant]] = True
-        keep = np.ones(relay.size, bool)
-        keep[pendant] = False
+        self.pendant = self.anchor != np.arange(graph.n_nodes)
+        keep = ~self.pendant[relay]
         self.nodes = relay[keep]
         self.local = np.full(graph.n_nodes, -1, np.int64)
         self.local[self.nodes] = np.arange(self.nodes.size)
         self.cost = sp.csr_array(cost[keep][:, keep])
-        self.is_target = np.zeros(self.nodes.size, bool)
-        folded = np.unique(self.anchor[targets])
-        self.is_target[self.local[folded]] = True
+        self.is_target = np.isin(self.nodes, self.anchor[targets])
         # a folded pair needs Dis(anchors) >= t / (a * b) >= t: the search limit stays that of the threshold
         self.limit = _limit(threshold)
 
@@ -284,8 +256,8 @@ class _Search:
         left = sp.csr_array(m_rows[:, cols]) @ sp.dia_array((missing, 0), shape=(cols.size, cols.size))
         return sp.csr_array(left @ sp.csr_array(m[:, cols]).T)
 
-    def reach_any(self, seeds: np.ndarray, limit: float | None = None) -> np.ndarray:
-        """Global ids of the nodes within the threshold (or cost ``limit``) of at least one of ``seeds``
+    def reach_any(self, seeds: np.ndarray, limit: float) -> np.ndarray:
+        """Global ids of the nodes within cost ``limit`` of at least one of ``seeds``
         (a superset where folded nodes are involved: a folded node counts as near when its anchor is)."""
         from scipy.sparse.csgraph import dijkstra
 
@@ -295,13 +267,9 @@ class _Search:
         seeds = np.unique(seeds[seeds >= 0])
         if seeds.size == 0:
             return direct
-        d = dijkstra(
-            self.cost, directed=True, indices=seeds, limit=self.limit if limit is None else limit, min_only=True
-        )
+        d = dijkstra(self.cost, directed=True, indices=seeds, limit=limit, min_only=True)
         near = self.nodes[np.isfinite(d)]
-        hit = np.zeros(self.graph.n_nodes, bool)
-        hit[near] = True
-        folded = np.flatnonzero(self.pendant & hit[self.anchor])
+        folded = np.flatnonzero(self.pendant & np.isin(self.anchor, near))
         return np.unique(np.concatenate([near, folded, direct]))
 
     def blocks(self, sources: np.ndarray, show_progress: bool = False):
@@ -315,16 +283,13 @@ class _Search:
         if np.any(src_local < 0):
             raise ValueError("every source must be a node of the relay subgraph")
         order = np.argsort(src_local, kind="stable")  # neighbouring ids share regions
-        starts = range(0, order.size, _GROUP)
-        for start in tqdm(starts, desc="code relation", unit="group", disable=not show_progress):
+        for start in tqdm(range(0, order.size, _GROUP), desc="code relation", unit="group", disable=not show_progress):
             pos = order[start : start + _GROUP]
             group = src_local[pos]
             near = dijkstra(self.cost, directed=True, indices=group, limit=self.limit, min_only=True)
             region = np.flatnonzero(np.isfinite(near))
-            to_region = np.full(self.nodes.size, -1, np.int64)
-            to_region[region] = np.arange(region.size)
             sub = self.cost[region][:, region]
-            dist = dijkstra(sub, directed=True, indices=to_region[group], limit=self.limit)
+            dist = dijkstra(sub, directed=True, indices=np.searchsorted(region, group), limit=self.limit)
             r, c = np.nonzero(np.isfinite(dist))
             keep = self.is_target[region[c]]
             r, c = r[keep], c[keep]
@@ -332,6 +297,13 @@ class _Search:
             val[val > 1.0 - 1e-6] = 1.0  # only all-weight-1.0 paths get here (MIN_COST rounding)
             block = sp.csr_array((val, (r, self.nodes[region[c]])), shape=(pos.size, self.graph.n_nodes))
             yield pos, block
+
+
+def _summed(parts: list[sp.coo_array], shape: tuple[int, int]) -> sp.coo_array:
+    """The sum of the COO blocks ``parts`` (their concatenation is freed on return: it is the peak memory)."""
+    data = np.concatenate([p.data for p in parts])
+    coords = (np.concatenate([p.row for p in parts]), np.concatenate([p.col for p in parts]))
+    return sp.csr_array((data, coords), shape=shape).tocoo()  # duplicates summed
 
 
 def fragment_relation(
@@ -372,7 +344,7 @@ def fragment_relation(
     rows_src = [(a, sp.csc_array(mr[:, sources])) for a, mr in rows_classes]
     cols_t = [(b, sp.csr_array(mc.T)) for b, mc in classes]
     cut = threshold * math.exp(-1e-9)
-    parts_r, parts_c, parts_v = [], [], []
+    parts = []
     for pos, block in search.blocks(sources, show_progress=show_progress):
         for a, left in rows_src:
             left_pos = sp.csr_array(left[:, pos])
@@ -384,19 +356,9 @@ def fragment_relation(
                     blk = block.copy()
                     blk.data[blk.data * (a * b) < cut] = 0.0
                     blk.eliminate_zeros()
-                part = (left_pos @ blk @ right).tocoo()  # rows x fragments, this group's share
-                parts_r.append(part.row)
-                parts_c.append(part.col)
-                parts_v.append(part.data)
-    extra = search.self_terms(m, m[rows_arr]).tocoo()
-    parts_r.append(extra.row)
-    parts_c.append(extra.col)
-    parts_v.append(extra.data)
-    if not parts_r:
-        return sp.csr_array((rows_arr.size, n), dtype=np.float64)
-    num = sp.csr_array(
-        (np.concatenate(parts_v), (np.concatenate(parts_r), np.concatenate(parts_c))), shape=(rows_arr.size, n)
-    ).tocoo()  # duplicates summed
+                parts.append((left_pos @ blk @ right).tocoo())  # rows x fragments, this group's share
+    parts.append(search.self_terms(m, m[rows_arr]).tocoo())
+    num = _summed(parts, (rows_arr.size, n))
     r, c, v = num.row, num.col, num.data
     den = covers.total[rows_arr][r] * covers.total[c]
     keep = (den > 0) & (rows_arr[r] != c) & (v > 0)
@@ -404,6 +366,10 @@ def fragment_relation(
 
 
 # --------------------------------------------------------------------------------------------- relation
+
+
+def _settings(threshold: float, fragment_lines: int, stride: int, edge_weights: EdgeWeights) -> dict[str, Any]:
+    return {"threshold": threshold, "fragment_lines": fragment_lines, "stride": stride, "edge_weights": edge_weights}
 
 
 class _SparseSums:
@@ -454,9 +420,6 @@ class CodeRelation(Relation):
         fragment_lines: int = 20,
         stride: int = 10,
         skipped: Sequence[SkippedFile] = (),
-        path_key: str = "path",
-        start_key: str = "start_line",
-        end_key: str = "end_line",
         show_progress: bool = False,
     ) -> None:
         if not isinstance(graph, CodeGraph):
@@ -466,7 +429,6 @@ class CodeRelation(Relation):
         self.root = Path(root).resolve() if root is not None else None
         self.fragment_lines, self.stride = fragment_lines, stride
         self.skipped = list(skipped)
-        self.path_key, self.start_key, self.end_key = path_key, start_key, end_key
         self.fragments: list[Fragment] = list(fragments or [])
         self.versions: dict[str, str | None] | None = None  # grammar versions of a loaded index (None: built here)
         self._index = self._span_index(self.fragments)
@@ -474,10 +436,9 @@ class CodeRelation(Relation):
             weights = fragment_relation(
                 graph, [self.span(f) for f in self.fragments], threshold=self.threshold, show_progress=show_progress
             )
-        weights = sp.csr_array(weights, dtype=np.float64)
-        if weights.shape != (len(self.fragments), len(self.fragments)):
-            raise ValueError(f"weights must be {len(self.fragments)} x {len(self.fragments)}, got {weights.shape}")
-        self.weights = weights
+        self.weights = sp.csr_array(weights, dtype=np.float64)
+        if self.weights.shape != (len(self.fragments), len(self.fragments)):
+            raise ValueError(f"weights must be {len(self.fragments)} x {len(self.fragments)}, got {self.weights.shape}")
 
     # ----------------------------------------------------------------------------------------- building
 
@@ -503,28 +464,17 @@ class CodeRelation(Relation):
         another database) raises ValueError before any work: it is never overwritten.
         """
         # a cache path holding anything but an index of ours is refused before any work (never overwritten)
-        cached = check_cache(cache)
+        cached = cache is not None and is_code_index(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
-        settings = {
-            "threshold": _check_threshold(threshold),
-            "fragment_lines": fragment_lines,
-            "stride": stride,
-            "edge_weights": edge_weights or EdgeWeights(),
-        }
-        if cached and cache is not None:
-            stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress)
-            if stored is not None:
-                return stored
+        settings = _settings(_check_threshold(threshold), fragment_lines, stride, edge_weights or EdgeWeights())
+        stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress) if cached else None
+        if stored is not None:
+            return stored
         graph = CodeGraph.from_repository(repo, weights=settings["edge_weights"], show_progress=show_progress)
-        fragments = [
-            fr
-            for f in repo.files
-            for fr in split_code(f.text, path=f.path, fragment_lines=fragment_lines, stride=stride, language=f.language)
-        ]
         rel = cls(
             graph,
             threshold=threshold,
-            fragments=fragments,
+            fragments=_windows(repo.files, fragment_lines, stride),
             root=repo.root,
             fragment_lines=fragment_lines,
             stride=stride,
@@ -537,12 +487,7 @@ class CodeRelation(Relation):
 
     def settings(self) -> dict[str, Any]:
         """The index settings a stored index must share to be reused (threshold, windows, edge weights)."""
-        return {
-            "threshold": self.threshold,
-            "fragment_lines": self.fragment_lines,
-            "stride": self.stride,
-            "edge_weights": self.graph.weights,
-        }
+        return _settings(self.threshold, self.fragment_lines, self.stride, self.graph.weights)
 
     # ----------------------------------------------------------------------------------------- mapping
 
@@ -550,14 +495,12 @@ class CodeRelation(Relation):
         """``(path, start_line, end_line)`` of a fragment from its metadata, or None when it cannot be mapped
         (to :attr:`graph`, or to ``graph`` when given)."""
         meta: Mapping[str, Any] = fragment.metadata
-        path = meta.get(self.path_key, meta.get("path"))
-        start = meta.get(self.start_key, meta.get("start_line"))
-        end = meta.get(self.end_key, meta.get("end_line"))
-        if path is None or start is None or end is None:
+        path, start, end = meta.get("path"), meta.get("start_line"), meta.get("end_line")
+        if path is None:
             return None
         try:
             start, end = int(start), int(end)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError):  # None included
             return None
         path = _clean_path(path)
         if os.path.isabs(path) and self.root is not None:
@@ -600,8 +543,7 @@ class CodeRelation(Relation):
 
     def relation(self, a: Fragment, b: Fragment) -> float:
         """Eq. 8 between two fragments (0 when either cannot be mapped)."""
-        w = fragment_relation(self.graph, [self.span(a), self.span(b)], threshold=self.threshold)
-        return float(w[0, 1])
+        return float(fragment_relation(self.graph, [self.span(a), self.span(b)], threshold=self.threshold)[0, 1])
 
     # ----------------------------------------------------------------------------------------- updates
 
@@ -630,7 +572,7 @@ class CodeRelation(Relation):
         if isinstance(item, SkippedFile):
             if item.reason != "missing":
                 self.skipped.append(item)
-            return self._apply(path, None)
+            item = None
         return self._apply(path, item)
 
     def remove_file(self, path: str) -> UpdateReport:
@@ -641,22 +583,14 @@ class CodeRelation(Relation):
         t0 = time.perf_counter()
         old = self.graph
         present = path in old.file_index
-        if (source is None and not present) or (
-            source is not None and present and old.syntax(path).sha1 == source.sha1
-        ):
+        if (source.sha1 if source is not None else None) == (old.syntax(path).sha1 if present else None):
             return UpdateReport(path, "unchanged", 0, 0, 0, time.perf_counter() - t0)
         new = old.with_file(path, parse_source(source) if source is not None else None)
         action = "removed" if source is None else ("updated" if present else "added")
 
         # fragments: drop this file's windows, add the new ones, keep (path, position) order
         kept_idx = [i for i, f in enumerate(self.fragments) if f.metadata.get("path") != path]
-        added = (
-            split_code(
-                source.text, path=path, fragment_lines=self.fragment_lines, stride=self.stride, language=source.language
-            )
-            if source is not None
-            else []
-        )
+        added = _windows([source] if source is not None else [], self.fragment_lines, self.stride)
         merged = [(self.fragments[i], i) for i in kept_idx] + [(f, -1) for f in added]
         merged.sort(key=lambda t: (str(t[0].metadata.get("path", "")), t[0].doc_id, t[0].position))
         fragments = [f for f, _ in merged]
@@ -684,19 +618,14 @@ class CodeRelation(Relation):
         near = np.zeros(new.n_nodes, bool)
         for seeds, factor in ((touching, ew.call * rest), (changed, ew.call)):
             if search is not None and seeds:
-                reach = min(1.0, self.threshold / factor)
-                near[search.reach_any(np.asarray(seeds, np.int64), limit=_limit(reach))] = True
-        if near.any():
-            m = covers.matrix.tocoo()
-            recompute[m.row[near[m.col]]] = True
+                near[search.reach_any(np.asarray(seeds, np.int64), _limit(min(1.0, self.threshold / factor)))] = True
+        m = covers.matrix.tocoo()
+        recompute[m.row[near[m.col]]] = True
         rows = np.flatnonzero(recompute)
         n = len(fragments)
-        if search is not None and rows.size:
-            fresh = fragment_relation(
-                new, spans, threshold=self.threshold, rows=rows, _search=search, _covers_cache=covers
-            ).tocoo()
-        else:
-            fresh = sp.coo_array((rows.size, n), dtype=np.float64)
+        fresh = fragment_relation(
+            new, spans, threshold=self.threshold, rows=rows, _search=search, _covers_cache=covers
+        ).tocoo()  # empty without targets or rows
         # keep old entries between rows that were not recomputed; add the fresh rows and mirror them
         keep_new = np.flatnonzero(~recompute)
         new_of_old = np.full(len(self.fragments), -1, np.int64)
@@ -723,10 +652,8 @@ class CodeRelation(Relation):
         todo = sorted(
             [p for p, f in current.items() if stored.get(p) != f.sha1] + [p for p in stored if p not in current]
         )
-        reports = [
-            self._apply(p, current.get(p))
-            for p in tqdm(todo, desc="updating", unit="file", disable=not show_progress or not todo)
-        ]
+        progress = tqdm(todo, desc="updating", unit="file", disable=not show_progress or not todo)
+        reports = [self._apply(p, current.get(p)) for p in progress]
         self.skipped = list(repository.skipped)
         return [r for r in reports if r.action != "unchanged"]
 
@@ -734,19 +661,7 @@ class CodeRelation(Relation):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Store the index in one SQLite file (atomically replaced; no pickle). See :mod:`.index_file`."""
-        write_index(
-            StoredIndex(
-                graph=self.graph,
-                fragments=self.fragments,
-                weights=self.weights,
-                threshold=self.threshold,
-                fragment_lines=self.fragment_lines,
-                stride=self.stride,
-                root=str(self.root) if self.root is not None else None,
-                skipped=self.skipped,
-            ),
-            path,
-        )
+        write_index(self, path)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None) -> CodeRelation:
@@ -755,18 +670,11 @@ class CodeRelation(Relation):
         The stored relation matrix is used as is (no graph search). Raises ValueError for a file that is not
         such an index."""
 
-        def build(stored: StoredIndex) -> CodeRelation:
-            rel = cls(
-                stored.graph,
-                threshold=stored.threshold,
-                fragments=stored.fragments,
-                weights=stored.weights,
-                root=root if root is not None else stored.root,
-                fragment_lines=stored.fragment_lines,
-                stride=stored.stride,
-                skipped=stored.skipped,
-            )
-            rel.versions = stored.versions
+        def build(versions: dict[str, str | None] | None, **stored: Any) -> CodeRelation:
+            if root is not None:
+                stored["root"] = root
+            rel = cls(**stored)
+            rel.versions = versions
             return rel
 
         return read_index(path, build)

@@ -35,26 +35,20 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from .loader import Repository
+from .loader import Repository, load_repository
 from .parse import parse_source
 from .resolve import CallResolver, folder_chain, folder_of
 from .syntax import CallSite, Definition, FileSyntax
 
 # CallSite, Definition, FileSyntax (:mod:`.syntax`) and parse_source (:mod:`.parse`) are re-exported here
-__all__ = [
-    "CallSite",
-    "CodeGraph",
-    "Definition",
-    "EdgeWeights",
-    "FileSyntax",
-    "parse_source",
-]
+__all__ = ["CallSite", "CodeGraph", "Definition", "EdgeWeights", "FileSyntax", "parse_source"]
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +68,7 @@ class EdgeWeights:
     call: float = 0.8
 
     def __post_init__(self) -> None:
-        for name in ("syntax", "directory", "file_root", "call"):
-            v = getattr(self, name)
+        for name, v in vars(self).items():
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0.0 < float(v) <= 1.0:
                 raise ValueError(f"EdgeWeights.{name} must be a number in (0, 1], got {v!r}")
 
@@ -96,11 +89,7 @@ class CodeGraph:
     """
 
     def __init__(
-        self,
-        files: Sequence[FileSyntax],
-        *,
-        weights: EdgeWeights | None = None,
-        root_name: str | None = None,
+        self, files: Sequence[FileSyntax], *, weights: EdgeWeights | None = None, root_name: str | None = None
     ) -> None:
         self.weights = weights or EdgeWeights()
         self.root_name = root_name
@@ -109,37 +98,26 @@ class CodeGraph:
         if len(set(paths)) != len(paths):
             raise ValueError("two FileSyntax objects share a path: give each file once")
         self.file_index = {p: i for i, p in enumerate(paths)}
-        dirs = sorted({d for p in paths for d in folder_chain(p)} | {""})
-        self.dirs = dirs
-        self.dir_index = {d: i for i, d in enumerate(dirs)}
-        self.n_dirs, self.n_files = len(dirs), len(self.files)
+        self.dirs = sorted({d for p in paths for d in folder_chain(p)} | {""})
+        self.dir_index = {d: i for i, d in enumerate(self.dirs)}
+        self.n_dirs, self.n_files = len(self.dirs), len(self.files)
         sizes = np.fromiter((f.n_nodes for f in self.files), np.int64, self.n_files)
         base = self.n_dirs + self.n_files
-        self.file_offset = (
-            base + np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-            if self.n_files
-            else np.zeros(0, np.int64)
-        )
+        self.file_offset = base + np.cumsum(sizes) - sizes
         self.n_nodes = int(base + sizes.sum())
         self._resolver = CallResolver(self.files, root_name)
         self.call_edges = self._resolve_calls()
         self.adjacency = self._build_adjacency()
-        self._cost: sp.csr_array | None = None
 
     # ----------------------------------------------------------------------------------------- builders
 
     @classmethod
     def from_repository(
-        cls,
-        repository: Repository,
-        *,
-        weights: EdgeWeights | None = None,
-        show_progress: bool = True,
+        cls, repository: Repository, *, weights: EdgeWeights | None = None, show_progress: bool = True
     ) -> CodeGraph:
         """Parse every file of a loaded repository (progress bar unless ``show_progress=False``)."""
-        files = [
-            parse_source(f) for f in tqdm(repository.files, desc="parsing", unit="file", disable=not show_progress)
-        ]
+        progress = tqdm(repository.files, desc="parsing", unit="file", disable=not show_progress)
+        files = [parse_source(f) for f in progress]
         bad = [f.path for f in files if f.has_error]
         if bad:
             logger.info("%d file(s) with syntax errors (parsed with error recovery): %s", len(bad), bad[:10])
@@ -148,8 +126,6 @@ class CodeGraph:
     @classmethod
     def from_path(cls, root: str, *, show_progress: bool = True, **load_kwargs: Any) -> CodeGraph:
         """Load (see :func:`~.loader.load_repository`) and parse the repository at ``root``."""
-        from .loader import load_repository
-
         return cls.from_repository(load_repository(root, **load_kwargs), show_progress=show_progress)
 
     def with_file(self, path: str, syntax: FileSyntax | None) -> CodeGraph:
@@ -179,49 +155,33 @@ class CodeGraph:
                     src = off + call.node
                     if target != src:
                         rows.append((src, target))
-        if not rows:
-            return np.zeros((0, 2), np.int64)
-        return np.unique(np.asarray(rows, np.int64), axis=0)
+        return np.unique(np.asarray(rows, np.int64).reshape(-1, 2), axis=0)
+
+    @cached_property
+    def parent(self) -> np.ndarray:
+        """Global id of each node's syntax parent (-1 for folders, files and syntax roots)."""
+        syntax = [np.where(f.parent >= 0, self.file_offset[i] + f.parent, -1) for i, f in enumerate(self.files)]
+        return np.concatenate([np.full(self.n_dirs + self.n_files, -1, np.int64), *syntax])
 
     def _build_adjacency(self) -> sp.csr_array:
-        w = self.weights
-        us, vs, ws = [], [], []
-        dir_parent = [self.dir_index[folder_of(d)] if d else -1 for d in self.dirs]
-        for i, p in enumerate(dir_parent):
-            if p >= 0:
-                us.append(np.array([i]))
-                vs.append(np.array([p]))
-                ws.append(np.array([w.directory]))
-        file_nodes = np.arange(self.n_dirs, self.n_dirs + self.n_files, dtype=np.int64)
-        if self.n_files:
-            us.append(file_nodes)
-            vs.append(np.array([self.dir_index[folder_of(f.path)] for f in self.files], np.int64))
-            ws.append(np.full(self.n_files, w.directory))
-            has_root = np.array([f.n_nodes > 0 for f in self.files])
-            us.append(file_nodes[has_root])
-            vs.append(self.file_offset[has_root])
-            ws.append(np.full(int(has_root.sum()), w.file_root))
-        for i, f in enumerate(self.files):
-            child = np.flatnonzero(f.parent >= 0)
-            off = self.file_offset[i]
-            us.append(off + child)
-            vs.append(off + f.parent[child].astype(np.int64))
-            ws.append(np.full(child.size, w.syntax))
-        if len(self.call_edges):
-            us.append(self.call_edges[:, 0])
-            vs.append(self.call_edges[:, 1])
-            ws.append(np.full(len(self.call_edges), w.call))
-        n = self.n_nodes
-        if not us:
-            return sp.csr_array((n, n), dtype=np.float64)
-        u, v, wt = np.concatenate(us), np.concatenate(vs), np.concatenate(ws).astype(np.float64)
+        w, n = self.weights, self.n_nodes
+        has_root = np.array([f.n_nodes > 0 for f in self.files], bool)
+        folders = [folder_of(d) for d in self.dirs[1:]] + [folder_of(f.path) for f in self.files]
+        child = np.flatnonzero(self.parent >= 0)
+        edges = [  # (u, v, weight): folder -> parent folder and file -> folder, file -> syntax root, syntax, calls
+            (np.arange(1, self.n_dirs + self.n_files), [self.dir_index[d] for d in folders], w.directory),
+            (self.n_dirs + np.flatnonzero(has_root), self.file_offset[has_root], w.file_root),
+            (child, self.parent[child], w.syntax),
+            (self.call_edges[:, 0], self.call_edges[:, 1], w.call),
+        ]
+        u = np.concatenate([np.asarray(a, np.int64) for a, _, _ in edges])
+        v = np.concatenate([np.asarray(b, np.int64) for _, b, _ in edges])
+        wt = np.concatenate([np.full(len(a), weight, np.float64) for a, _, weight in edges])
         rows, cols, vals = np.concatenate([u, v]), np.concatenate([v, u]), np.concatenate([wt, wt])
         # the largest weight wins where two kinds of edge join the same pair
         key = rows * n + cols
         order = np.lexsort((-vals, key))
-        key, rows, cols, vals = key[order], rows[order], cols[order], vals[order]
-        first = np.ones(key.size, bool)
-        first[1:] = key[1:] != key[:-1]
+        first = order[np.unique(key[order], return_index=True)[1]]
         return sp.csr_array((vals[first], (rows[first], cols[first])), shape=(n, n))
 
     # ----------------------------------------------------------------------------------------- lookups
@@ -256,11 +216,9 @@ class CodeGraph:
     def nodes_at(self, path: str, line: int, kind: str | None = None) -> list[int]:
         """Global ids of the syntax nodes of ``path`` that start on ``line`` (optionally of one ``kind``),
         outermost first."""
-        i = self._file(path)
-        f = self.files[i]
+        f = self.syntax(path)
         hits = np.flatnonzero(f.start_line == line)
-        out = [int(self.file_offset[i]) + int(h) for h in hits if kind is None or f.kind_name(int(h)) == kind]
-        return out
+        return [self.node(path, int(h)) for h in hits if kind is None or f.kind_name(int(h)) == kind]
 
     def definition(self, name: str, path: str | None = None) -> list[int]:
         """Global ids of the definitions called ``name`` (in ``path`` only, when given)."""
@@ -275,9 +233,9 @@ class CodeGraph:
             return f"dir:{self.dirs[node] or '.'}"
         if node < self.n_dirs + self.n_files:
             return f"file:{self.files[node - self.n_dirs].path}"
-        i = int(np.searchsorted(self.file_offset, node, side="right") - 1)
-        f, lid = self.files[i], node - int(self.file_offset[i])
-        return f"{f.path}:{f.start_line[lid]}-{f.end_line[lid]} {f.kind_name(lid)}"
+        path, lid = self._locate(node)
+        f = self.syntax(path)
+        return f"{path}:{f.start_line[lid]}-{f.end_line[lid]} {f.kind_name(lid)}"
 
     def call_edge_labels(self) -> list[tuple[str, str]]:
         """Call edges as readable ``(call site, definition)`` labels (for inspection and tests)."""
@@ -285,12 +243,7 @@ class CodeGraph:
 
     def stable_call_edges(self) -> set[tuple[str, int, str, int]]:
         """Call edges keyed by ``(path, local id)`` pairs: comparable across graphs of the same repository."""
-        out = set()
-        for a, b in self.call_edges:
-            pa, la = self._locate(int(a))
-            pb, lb = self._locate(int(b))
-            out.add((pa, la, pb, lb))
-        return out
+        return {(*self._locate(int(a)), *self._locate(int(b))) for a, b in self.call_edges}
 
     def _locate(self, node: int) -> tuple[str, int]:
         i = int(np.searchsorted(self.file_offset, node, side="right") - 1)
@@ -302,22 +255,17 @@ class CodeGraph:
 
     def content_hash(self) -> str:
         """Hash of the files' contents and the edge weights (identifies what a relation matrix was built on)."""
-        h = hashlib.sha1()
-        for f in self.files:
-            h.update(f"{f.path}\0{f.sha1}\0".encode())
-        h.update(repr(self.weights).encode())
-        return h.hexdigest()
+        text = "".join(f"{f.path}\0{f.sha1}\0" for f in self.files) + repr(self.weights)
+        return hashlib.sha1(text.encode()).hexdigest()
 
     # ----------------------------------------------------------------------------------------- relations
 
-    @property
+    @cached_property
     def cost(self) -> sp.csr_array:
         """Edge costs ``-log w`` for Dijkstra, with weight-1.0 edges at :data:`MIN_COST` (never an explicit 0)."""
-        if self._cost is None:
-            c = self.adjacency.copy()
-            c.data = np.maximum(-np.log(c.data), MIN_COST)
-            self._cost = c
-        return self._cost
+        c = self.adjacency.copy()
+        c.data = np.maximum(-np.log(c.data), MIN_COST)
+        return c
 
     def node_relation(self, a: int, b: int | Sequence[int] | None = None, *, threshold: float = 0.0) -> Any:
         """``Dis(a, b)``: the largest product of edge weights over paths from ``a`` to ``b`` (0 if none, or if

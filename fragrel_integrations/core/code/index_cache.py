@@ -6,41 +6,27 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from .index_file import grammar_versions, is_code_index
+from .index_file import grammar_versions
 from .loader import Repository
 
-__all__ = ["check_cache", "reuse_cache"]
+if TYPE_CHECKING:
+    from .code_relation import CodeRelation
+
+__all__ = ["reuse_cache"]
 
 logger = logging.getLogger(__name__)
 
 
-class _Index(Protocol):
-    versions: dict[str, str | None] | None
-
-    def settings(self) -> dict[str, Any]: ...
-    def sync(self, repository: Repository, *, show_progress: bool = False) -> list[Any]: ...
-    def save(self, path: str | os.PathLike[str]) -> None: ...
-
-
-IndexT = TypeVar("IndexT", bound=_Index)
-
-
-def check_cache(cache: str | os.PathLike[str] | None) -> bool:
-    """Whether ``cache`` holds an index of ours. Raises ValueError for anything else (a user's file, another
-    database): it is refused before any work and never overwritten."""
-    return cache is not None and is_code_index(cache)
-
-
 def reuse_cache(
-    load: Callable[..., IndexT],
+    load: Callable[..., CodeRelation],
     cache: str | os.PathLike[str],
     repository: Repository,
     settings: dict[str, Any],
     *,
     show_progress: bool = True,
-) -> IndexT | None:
+) -> CodeRelation | None:
     """The index stored in ``cache`` (read with ``load(cache, root=...)``), synced with ``repository`` and saved
     back when files changed; None when it is damaged or was built with other settings or grammars."""
     try:

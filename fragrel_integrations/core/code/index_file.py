@@ -1,4 +1,4 @@
-"""The code index's SQLite file format: a :class:`StoredIndex` (what a CodeRelation holds) in one file.
+"""The code index's SQLite file format: what a CodeRelation holds, in one file.
 
 A :class:`~fragrel_integrations._sqlite.SavedFormat` (its header, atomic replace and damage rule). The header
 holds the settings, the root and the tree-sitter and grammar versions (what built it); tables: ``files``
@@ -17,10 +17,10 @@ import sqlite3
 import stat
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,7 +30,10 @@ from ..fragments import Fragment
 from .graph import CodeGraph, EdgeWeights, FileSyntax
 from .loader import SkippedFile
 
-__all__ = ["FORMAT", "StoredIndex", "grammar_versions", "is_code_index", "read_index", "write_index"]
+if TYPE_CHECKING:
+    from .code_relation import CodeRelation
+
+__all__ = ["FORMAT", "grammar_versions", "is_code_index", "read_index", "write_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -38,14 +41,7 @@ T = TypeVar("T")
 
 #: The header's ``format`` value of a code index file.
 FORMAT = "fragrel-code-index"
-_PACKAGES = (
-    "tree-sitter",
-    "tree-sitter-python",
-    "tree-sitter-javascript",
-    "tree-sitter-typescript",
-    "tree-sitter-java",
-    "tree-sitter-go",
-)
+_PACKAGES = ("tree-sitter", *(f"tree-sitter-{lang}" for lang in ("python", "javascript", "typescript", "java", "go")))
 _FORMAT = SavedFormat(
     FORMAT,
     1,
@@ -70,21 +66,6 @@ def grammar_versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             out[name] = None
     return out
-
-
-@dataclass
-class StoredIndex:
-    """What one index file holds: the graph, the windows, their relation matrix and the index settings."""
-
-    graph: CodeGraph
-    fragments: list[Fragment]
-    weights: sp.csr_array
-    threshold: float
-    fragment_lines: int
-    stride: int
-    root: str | None
-    skipped: list[SkippedFile]
-    versions: dict[str, str | None] | None = None
 
 
 def is_code_index(path: str | os.PathLike[str]) -> bool:
@@ -122,7 +103,7 @@ def _unnpz(blob: bytes) -> dict[str, np.ndarray]:
         raise ValueError(f"a stored array cannot be read ({type(exc).__name__}: {exc})") from exc
 
 
-def write_index(index: StoredIndex, path: str | os.PathLike[str]) -> None:
+def write_index(index: CodeRelation, path: str | os.PathLike[str]) -> None:
     """Write ``index`` to the SQLite file ``path`` (replaced atomically)."""
     is_code_index(path)  # raises rather than replace a file that is not an index
     g = index.graph
@@ -131,12 +112,7 @@ def write_index(index: StoredIndex, path: str | os.PathLike[str]) -> None:
         "threshold": index.threshold,
         "fragment_lines": index.fragment_lines,
         "stride": index.stride,
-        "edge_weights": {
-            "syntax": g.weights.syntax,
-            "directory": g.weights.directory,
-            "file_root": g.weights.file_root,
-            "call": g.weights.call,
-        },
+        "edge_weights": asdict(g.weights),
         "root": str(index.root) if index.root is not None else None,
         "root_name": g.root_name,
         "content_hash": g.content_hash(),
@@ -163,8 +139,10 @@ def write_index(index: StoredIndex, path: str | os.PathLike[str]) -> None:
     _FORMAT.write(path, header, built_by={"grammars": grammar_versions()}, fill=fill)
 
 
-def read_index(path: str | os.PathLike[str], build: Callable[[StoredIndex], T]) -> T:
-    """Read an index written by :func:`write_index` and return ``build(stored)``.
+def read_index(path: str | os.PathLike[str], build: Callable[..., T]) -> T:
+    """Read an index written by :func:`write_index` and return ``build(versions, **stored)``: the grammar
+    versions it was built with, and the CodeRelation arguments (``graph``, ``fragments``, ``weights``,
+    ``threshold``, ``fragment_lines``, ``stride``, ``root``, ``skipped``).
 
     The stored relation matrix is used as is (no graph search). ``build`` runs inside the damage rule, so a
     stored value it rejects reads as a damaged index. Raises ValueError for a file that is not such an index.
@@ -175,43 +153,29 @@ def read_index(path: str | os.PathLike[str], build: Callable[[StoredIndex], T]) 
     if not is_code_index(p):
         raise ValueError(f"{str(path)!r} is empty: build the index first (CodeRelation.from_repository)")
     built, versions = _FORMAT.read(p, lambda conn, meta: _read(conn, meta, build))
-    if versions != grammar_versions():
+    installed = grammar_versions()
+    if versions != installed:
         logger.warning(
-            "%s was built with %s; installed: %s (rebuild for exact parse results)", path, versions, grammar_versions()
+            "%s was built with %s; installed: %s (rebuild for exact parse results)", path, versions, installed
         )
     return built
 
 
-def _read(conn: sqlite3.Connection, meta: dict, build: Callable[[StoredIndex], T]) -> tuple[T, object]:
-    files = [
-        FileSyntax.from_records(json.loads(rec), _unnpz(blob))
-        for _, rec, blob in conn.execute("SELECT path, records, arrays FROM files ORDER BY path")
-    ]
+def _read(conn: sqlite3.Connection, meta: dict[str, Any], build: Callable[..., T]) -> tuple[T, object]:
+    rows = conn.execute("SELECT records, arrays FROM files ORDER BY path")
+    files = [FileSyntax.from_records(json.loads(rec), _unnpz(blob)) for rec, blob in rows]
     skipped = [SkippedFile(a, b) for a, b in conn.execute("SELECT path, reason FROM skipped")]
-    fragments = [
-        Fragment(text, doc_id, position, json.loads(m))
-        for doc_id, position, text, m in conn.execute(
-            "SELECT doc_id, position, text, metadata FROM fragments ORDER BY idx"
-        )
-    ]
+    rows = conn.execute("SELECT doc_id, position, text, metadata FROM fragments ORDER BY idx")
+    fragments = [Fragment(text, doc_id, position, json.loads(m)) for doc_id, position, text, m in rows]
     (blob,) = conn.execute("SELECT value FROM relation WHERE name = 'weights'").fetchone()
-    arrays = _unnpz(blob)
-    weights = sp.csr_array(
-        (arrays["data"], arrays["indices"], arrays["indptr"]), shape=tuple(int(x) for x in arrays["shape"])
-    )
+    w = _unnpz(blob)
+    weights = sp.csr_array((w["data"], w["indices"], w["indptr"]), shape=tuple(int(x) for x in w["shape"]))
     graph = CodeGraph(files, weights=EdgeWeights(**meta["edge_weights"]), root_name=meta.get("root_name"))
     if graph.content_hash() != meta.get("content_hash"):
         raise ValueError("its content hash differs from its files")
     versions = meta["built_by"].get("grammars")
-    stored = StoredIndex(
-        graph=graph,
-        fragments=fragments,
-        weights=weights,
-        threshold=meta["threshold"],
-        fragment_lines=meta["fragment_lines"],
-        stride=meta["stride"],
-        root=meta.get("root"),
-        skipped=skipped,
-        versions=versions,
+    settings = {k: meta[k] for k in ("threshold", "fragment_lines", "stride")}
+    built = build(
+        versions, graph=graph, fragments=fragments, weights=weights, root=meta.get("root"), skipped=skipped, **settings
     )
-    return build(stored), versions
+    return built, versions

@@ -21,14 +21,7 @@ from typing import Any, NamedTuple
 
 from ..._optional import require
 
-__all__ = [
-    "SPECS",
-    "ImportRecord",
-    "LanguageSpec",
-    "get_language",
-    "get_parser",
-    "get_query",
-]
+__all__ = ["SPECS", "ImportRecord", "LanguageSpec", "get_language", "get_parser", "get_query"]
 
 
 class ImportRecord(NamedTuple):
@@ -53,28 +46,16 @@ def _string_content(node: Any) -> str:
 
 
 def _python_imports(node: Any) -> list[ImportRecord]:
-    out: list[ImportRecord] = []
-    if node.type == "import_statement":
-        for child in node.children_by_field_name("name"):
-            if child.type == "aliased_import":
-                out.append(
-                    ImportRecord(
-                        _text(child.child_by_field_name("name")), None, _text(child.child_by_field_name("alias"))
-                    )
-                )
-            else:
-                out.append(ImportRecord(_text(child), None, None))
-        return out
-    module = _text(node.child_by_field_name("module_name"))
-    if any(c.type == "wildcard_import" for c in node.children):
+    plain = node.type == "import_statement"  # import a.b [as c]; else from m import x [as y], or *
+    module = "" if plain else _text(node.child_by_field_name("module_name"))
+    if not plain and any(c.type == "wildcard_import" for c in node.children):
         return [ImportRecord(module, None, None, True)]
+    out = []
     for child in node.children_by_field_name("name"):
-        if child.type == "aliased_import":
-            name = _text(child.child_by_field_name("name"))
-            out.append(ImportRecord(module, name, _text(child.child_by_field_name("alias"))))
-        else:
-            name = _text(child)
-            out.append(ImportRecord(module, name, name))
+        aliased = child.type == "aliased_import"
+        name = _text(child.child_by_field_name("name") if aliased else child)
+        alias = _text(child.child_by_field_name("alias")) if aliased else (None if plain else name)
+        out.append(ImportRecord(name, None, alias) if plain else ImportRecord(module, name, alias))
     return out
 
 
@@ -95,11 +76,8 @@ def _js_imports(node: Any) -> list[ImportRecord]:
             if child.type == "shorthand_property_identifier_pattern":
                 out.append(ImportRecord(module, _text(child), _text(child)))
             elif child.type == "pair_pattern":
-                out.append(
-                    ImportRecord(
-                        module, _text(child.child_by_field_name("key")), _text(child.child_by_field_name("value"))
-                    )
-                )
+                key, value = child.child_by_field_name("key"), child.child_by_field_name("value")
+                out.append(ImportRecord(module, _text(key), _text(value)))
         return out
     source = node.child_by_field_name("source")
     if source is None:
@@ -110,10 +88,9 @@ def _js_imports(node: Any) -> list[ImportRecord]:
         for child in clause.named_children:
             if child.type == "identifier":
                 out.append(ImportRecord(module, "default", _text(child)))
-            elif child.type == "namespace_import":
+            elif child.type == "namespace_import":  # import * as ns
                 ids = [c for c in child.named_children if c.type == "identifier"]
-                if ids:
-                    out.append(ImportRecord(module, None, _text(ids[0])))
+                out += [ImportRecord(module, None, _text(ids[0]))] if ids else []
             elif child.type == "named_imports":
                 for spec in (c for c in child.named_children if c.type == "import_specifier"):
                     name = _text(spec.child_by_field_name("name"))
@@ -140,13 +117,6 @@ def _go_imports(node: Any) -> list[ImportRecord]:
     if alias in ("_", "."):
         return [ImportRecord(path, None, None, alias == ".")]
     return [ImportRecord(path, None, alias)]
-
-
-def _dotted_package(node: Any) -> str:
-    target = next(
-        (c for c in node.named_children if c.type in ("scoped_identifier", "identifier", "package_identifier")), None
-    )
-    return _text(target)
 
 
 # --------------------------------------------------------------------------------------------- queries
@@ -177,13 +147,10 @@ _JS_COMMON = """
 
 _JS_QUERY = _JS_COMMON + "(class_declaration name: (identifier) @class.name) @class\n"
 
-_TS_QUERY = (
-    _JS_COMMON
-    + """
+_TS_QUERY = f"""{_JS_COMMON}
 (class_declaration name: (type_identifier) @class.name) @class
 (abstract_class_declaration name: (type_identifier) @class.name) @class
 """
-)
 
 _JAVA_QUERY = """
 (method_declaration name: (identifier) @function.name) @function
@@ -217,99 +184,53 @@ class LanguageSpec:
     scope (definitions inside are not top-level); ``self_names`` are receivers that mean "this class".
     """
 
-    name: str
     grammar_module: str
-    grammar_function: str
     query: str
     read_imports: Callable[[Any], list[ImportRecord]]
     class_kinds: frozenset[str]
     function_kinds: frozenset[str]
-    self_names: frozenset[str]
-    comment_prefix: str
-    bare_call_fallback: bool  # may a bare call resolve by a repository-unique name (inherited methods)?
+    self_names: frozenset[str] = frozenset({"this"})
+    comment_prefix: str = "//"
+    grammar_function: str = "language"
 
 
+_PY_CLASSES = frozenset({"class_definition"})
+_PY_FUNCTIONS = frozenset({"function_definition", "lambda"})
 _JS_FUNCTIONS = frozenset(
-    {
-        "function_declaration",
-        "generator_function_declaration",
-        "method_definition",
-        "arrow_function",
-        "function_expression",
-        "generator_function",
-    }
+    {"function_declaration", "generator_function_declaration", "method_definition", "arrow_function"}
+    | {"function_expression", "generator_function"}
 )
-
-_TYPESCRIPT = LanguageSpec(
-    "typescript",
-    "tree_sitter_typescript",
-    "language_typescript",
-    _TS_QUERY,
-    _js_imports,
-    frozenset({"class_declaration", "abstract_class_declaration", "class"}),
-    _JS_FUNCTIONS,
-    frozenset({"this"}),
-    "//",
-    False,
-)
+_JS_CLASSES = frozenset({"class_declaration", "class"})
+_TS_CLASSES = _JS_CLASSES | {"abstract_class_declaration"}
+_JAVA_CLASSES = frozenset({"class_declaration", "interface_declaration", "enum_declaration", "record_declaration"})
+_JAVA_FUNCTIONS = frozenset({"method_declaration", "constructor_declaration", "lambda_expression"})
+_GO_FUNCTIONS = frozenset({"function_declaration", "method_declaration", "func_literal"})
+_JAVA_SELF = frozenset({"this", "super"})
+# TypeScript and TSX: one grammar wheel with two grammars
+_TYPESCRIPT = LanguageSpec("tree_sitter_typescript", _TS_QUERY, _js_imports, _TS_CLASSES, _JS_FUNCTIONS)
 
 SPECS: dict[str, LanguageSpec] = {
     "python": LanguageSpec(
-        "python",
         "tree_sitter_python",
-        "language",
         _PYTHON_QUERY,
         _python_imports,
-        frozenset({"class_definition"}),
-        frozenset({"function_definition", "lambda"}),
+        _PY_CLASSES,
+        _PY_FUNCTIONS,
         frozenset({"self", "cls"}),
         "#",
-        False,
     ),
-    "javascript": LanguageSpec(
-        "javascript",
-        "tree_sitter_javascript",
-        "language",
-        _JS_QUERY,
-        _js_imports,
-        frozenset({"class_declaration", "class"}),
-        _JS_FUNCTIONS,
-        frozenset({"this"}),
-        "//",
-        False,
-    ),
-    "typescript": _TYPESCRIPT,
-    "tsx": replace(_TYPESCRIPT, name="tsx", grammar_function="language_tsx"),
-    "java": LanguageSpec(
-        "java",
-        "tree_sitter_java",
-        "language",
-        _JAVA_QUERY,
-        _java_imports,
-        frozenset({"class_declaration", "interface_declaration", "enum_declaration", "record_declaration"}),
-        frozenset({"method_declaration", "constructor_declaration", "lambda_expression"}),
-        frozenset({"this", "super"}),
-        "//",
-        True,
-    ),
-    "go": LanguageSpec(
-        "go",
-        "tree_sitter_go",
-        "language",
-        _GO_QUERY,
-        _go_imports,
-        frozenset(),
-        frozenset({"function_declaration", "method_declaration", "func_literal"}),
-        frozenset(),
-        "//",
-        False,
-    ),
+    "javascript": LanguageSpec("tree_sitter_javascript", _JS_QUERY, _js_imports, _JS_CLASSES, _JS_FUNCTIONS),
+    "typescript": replace(_TYPESCRIPT, grammar_function="language_typescript"),
+    "tsx": replace(_TYPESCRIPT, grammar_function="language_tsx"),
+    "java": LanguageSpec("tree_sitter_java", _JAVA_QUERY, _java_imports, _JAVA_CLASSES, _JAVA_FUNCTIONS, _JAVA_SELF),
+    "go": LanguageSpec("tree_sitter_go", _GO_QUERY, _go_imports, frozenset(), _GO_FUNCTIONS, frozenset()),
 }
 
 
 def package_name(node: Any) -> str:
     """The dotted package a ``@package`` node declares (Java ``package a.b;``, Go ``package p``)."""
-    return _dotted_package(node)
+    kinds = ("scoped_identifier", "identifier", "package_identifier")
+    return _text(next((c for c in node.named_children if c.type in kinds), None))
 
 
 def _spec(language: str) -> LanguageSpec:

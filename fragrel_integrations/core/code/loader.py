@@ -28,26 +28,17 @@ import hashlib
 import logging
 import os
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from ..._validation import check_positive_int
 
 __all__ = [
-    "DEFAULT_EXCLUDE_DIRS",
-    "DEFAULT_MAX_FILE_BYTES",
-    "DEFAULT_MAX_FILE_LINES",
-    "LANGUAGES",
-    "Repository",
-    "SkippedFile",
-    "SourceFile",
-    "decode_source",
-    "language_for_path",
-    "load_repository",
-    "read_source_file",
-    "wide_codec",
-]
+    "DEFAULT_EXCLUDE_DIRS", "DEFAULT_MAX_FILE_BYTES", "DEFAULT_MAX_FILE_LINES", "LANGUAGES", "Repository",
+    "SkippedFile", "SourceFile", "decode_source", "language_for_path", "load_repository", "read_source_file",
+    "wide_codec"
+]  # fmt: skip
 
 logger = logging.getLogger(__name__)
 
@@ -64,30 +55,9 @@ _EXT_TO_LANGUAGE = {ext: lang for lang, exts in LANGUAGES.items() for ext in ext
 
 #: Folder names never entered (vendored code, build outputs, caches, virtual environments, VCS metadata).
 DEFAULT_EXCLUDE_DIRS: frozenset[str] = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        "__pycache__",
-        "node_modules",
-        "bower_components",
-        "vendor",
-        "third_party",
-        "site-packages",
-        "build",
-        "dist",
-        "target",
-        "venv",
-        ".venv",
-        ".tox",
-        ".nox",
-        ".eggs",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".idea",
-        ".vscode",
-    }
+    {".git", ".hg", ".svn", "__pycache__", "node_modules", "bower_components", "vendor", "third_party"}
+    | {"site-packages", "build", "dist", "target", "venv", ".venv", ".tox", ".nox", ".eggs", ".mypy_cache"}
+    | {".pytest_cache", ".ruff_cache", ".idea", ".vscode"}
 )
 _GENERATED_SUFFIXES = (".min.js", ".bundle.js", "_pb2.py", "_pb2_grpc.py", ".pb.go", ".pb.gw.go")
 _BINARY_PROBE = 8192
@@ -174,22 +144,16 @@ def decode_source(data: bytes, fallback_encoding: str | None = "latin-1") -> tup
     >>> decode_source("x = 1".encode("utf-16"))
     ('x = 1', 'utf-16')
     """
-    codec = wide_codec(data)
-    if codec is not None:
+    wide = wide_codec(data)
+    tries = [(wide, wide)] if wide else [("utf-8-sig", "utf-8"), (fallback_encoding, fallback_encoding)]
+    for codec, name in tries:
+        if codec is None:  # no fallback encoding
+            break
         try:
-            return data.decode(codec), codec
-        except UnicodeDecodeError:
-            return None
-    try:
-        return data.decode("utf-8-sig"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    if fallback_encoding is None:
-        return None
-    try:
-        return data.decode(fallback_encoding), fallback_encoding
-    except (UnicodeDecodeError, LookupError):
-        return None
+            return data.decode(codec), name
+        except (UnicodeDecodeError, LookupError):
+            pass
+    return None
 
 
 def wide_codec(data: bytes) -> str | None:
@@ -204,23 +168,21 @@ def wide_codec(data: bytes) -> str | None:
 
 def _is_generated(rel: str, head: bytes) -> bool:
     name = rel.rsplit("/", 1)[-1].lower()
-    if name.endswith(_GENERATED_SUFFIXES):
-        return True
-    return b"Code generated" in head[:2048] and b"DO NOT EDIT" in head[:2048]
+    return name.endswith(_GENERATED_SUFFIXES) or (b"Code generated" in head[:2048] and b"DO NOT EDIT" in head[:2048])
+
+
+_FILE_KINDS = {
+    stat.S_IFDIR: "folder",
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFLNK: "symlink",
+}
 
 
 def _file_kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "folder"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-        (stat.S_ISLNK, "symlink"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
+    return _FILE_KINDS.get(stat.S_IFMT(mode), "special file")
 
 
 def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
@@ -232,26 +194,17 @@ def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
     """
     try:
         st = os.lstat(full)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror or exc}"
-    if not stat.S_ISREG(st.st_mode):
-        return f"not a regular file ({_file_kind(st.st_mode)})"
-    if st.st_size > max_file_bytes:
-        return f"larger than max_file_bytes={max_file_bytes}"
-    try:
-        fd = os.open(full, _OPEN_FLAGS)
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        return f"unreadable: {exc.strerror or exc}"
-    try:
-        with open(fd, "rb", closefd=True) as fh:
+        if not stat.S_ISREG(st.st_mode):
+            return f"not a regular file ({_file_kind(st.st_mode)})"
+        if st.st_size > max_file_bytes:
+            return f"larger than max_file_bytes={max_file_bytes}"
+        with open(os.open(full, _OPEN_FLAGS), "rb", closefd=True) as fh:
             mode = os.fstat(fh.fileno()).st_mode
             if not stat.S_ISREG(mode):
                 return f"not a regular file ({_file_kind(mode)})"
             data = fh.read(max_file_bytes + 1)
+    except FileNotFoundError:
+        return "missing"
     except OSError as exc:
         return f"unreadable: {exc.strerror or exc}"
     if len(data) > max_file_bytes:
@@ -259,8 +212,9 @@ def _read_regular(full: Path, max_file_bytes: int) -> bytes | str:
     return data
 
 
-def _check_cap(name: str, value: object) -> int:
-    return check_positive_int(value, name)
+def _inside(root: Path, link: Path) -> bool:
+    target = link.resolve()
+    return target == root or root in target.parents
 
 
 def _check_languages(languages: Iterable[str] | None) -> frozenset[str]:
@@ -289,8 +243,8 @@ def read_source_file(
     Returns a :class:`SourceFile`, or a :class:`SkippedFile` saying why it is left out (missing, unreadable,
     not a regular file, over a cap, binary, generated, undecodable). Never raises for the file's content or type.
     """
-    _check_cap("max_file_bytes", max_file_bytes)
-    _check_cap("max_file_lines", max_file_lines)
+    check_positive_int(max_file_bytes, "max_file_bytes")
+    check_positive_int(max_file_lines, "max_file_lines")
     if "\x00" in str(rel_path):
         raise ValueError(f"{rel_path!r} holds a NUL character: give the path of a file inside the repository")
     root_path = Path(root).resolve()
@@ -302,14 +256,9 @@ def read_source_file(
     if language is None or language not in _check_languages(languages):
         return SkippedFile(rel, "not a source file of an indexed language")
     if full.is_symlink():
-        target = full.resolve()
-        inside = target == root_path or root_path in target.parents
-        return SkippedFile(
-            rel,
-            "symlink (its target inside the root is indexed under its own path)"
-            if inside
-            else "symlink pointing outside the root",
-        )
+        if _inside(root_path, full):
+            return SkippedFile(rel, "symlink (its target inside the root is indexed under its own path)")
+        return SkippedFile(rel, "symlink pointing outside the root")
     data = _read_regular(full, max_file_bytes)
     if isinstance(data, str):
         return SkippedFile(rel, data)
@@ -325,39 +274,12 @@ def read_source_file(
     text, encoding = decoded
     if wide and _is_generated(rel, text[:2048].encode("utf-8", "replace")):
         return SkippedFile(rel, "generated")
-    n_lines = text.count("\n") + (1 if text and not text.endswith("\n") else 0)  # as SourceFile.n_lines
-    if n_lines > max_file_lines:
+    source = SourceFile(rel, language, text, encoding)
+    if source.n_lines > max_file_lines:
         return SkippedFile(rel, f"more than max_file_lines={max_file_lines} lines")
     if encoding != "utf-8":
         logger.info("%s is not valid UTF-8; decoded as %s", rel, encoding)
-    return SourceFile(rel, language, text, encoding)
-
-
-def _walk(root: Path, onerror: Callable[[OSError], None]) -> Iterator[tuple[str, list[str], list[str]]]:
-    """``os.walk(root, onerror=onerror, followlinks=False)`` (top-down; the caller may prune ``dirnames`` in
-    place) without recursion: Python 3.11's ``os.walk`` recurses once per folder level, so 1,000 nested
-    folders raised RecursionError. Symlinked folders are listed in ``dirnames`` but never entered."""
-    stack = [str(root)]
-    while stack:
-        top = stack.pop()
-        dirnames: list[str] = []
-        filenames: list[str] = []
-        try:
-            with os.scandir(top) as entries:
-                for entry in entries:
-                    try:
-                        is_dir = entry.is_dir()
-                    except OSError:
-                        is_dir = False
-                    (dirnames if is_dir else filenames).append(entry.name)
-        except OSError as exc:
-            onerror(exc)
-            continue
-        yield top, dirnames, filenames
-        for name in reversed(dirnames):  # pre-order, as os.walk
-            path = os.path.join(top, name)
-            if not os.path.islink(path):
-                stack.append(path)
+    return source
 
 
 def load_repository(
@@ -387,40 +309,41 @@ def load_repository(
     root_path = Path(root)
     if not root_path.is_dir():
         raise ValueError(f"{str(root)!r} is not a directory: give the root folder of a repository")
-    _check_cap("max_file_bytes", max_file_bytes)
-    _check_cap("max_file_lines", max_file_lines)
+    check_positive_int(max_file_bytes, "max_file_bytes")
+    check_positive_int(max_file_lines, "max_file_lines")
     chosen = _check_languages(languages)
     root_path = root_path.resolve()
     excluded = frozenset(exclude_dirs)
     repo = Repository(root_path)
 
-    def unreadable_folder(exc: OSError) -> None:
-        where = Path(exc.filename) if exc.filename else root_path
-        try:
-            rel = where.relative_to(root_path).as_posix()
-        except ValueError:
-            rel = str(where)
-        repo.skipped.append(SkippedFile(rel, f"unreadable folder: {exc.strerror or exc}"))
-
-    for dirpath, dirnames, filenames in _walk(root_path, unreadable_folder):
-        base = Path(dirpath)
+    stack = [root_path]
+    while stack:  # pre-order without recursion (Python 3.11's os.walk recursed once per folder level)
+        base = stack.pop()
         rel_dir = base.relative_to(root_path).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
+        dirnames, filenames = [], []
+        try:
+            with os.scandir(base) as entries:
+                for entry in entries:
+                    try:
+                        is_dir = entry.is_dir()
+                    except OSError:
+                        is_dir = False
+                    (dirnames if is_dir else filenames).append(entry.name)
+        except OSError as exc:
+            repo.skipped.append(SkippedFile(rel_dir, f"unreadable folder: {exc.strerror or exc}"))
+            continue
         keep = []
         for d in sorted(dirnames):
             if (base / d).is_symlink():
-                target = (base / d).resolve()
-                inside = target == root_path or root_path in target.parents
+                inside = _inside(root_path, base / d)
                 reason = "symlinked folder (not followed)" if inside else "symlink pointing outside the root"
                 repo.skipped.append(SkippedFile(prefix + d, reason))
-            elif d in excluded or (d.startswith(".") and not include_hidden):
-                continue
-            else:
+            elif d not in excluded and (include_hidden or not d.startswith(".")):
                 keep.append(d)
-        dirnames[:] = keep
+        stack += [base / d for d in reversed(keep)]
         for name in sorted(filenames):
-            language = language_for_path(name)
-            if language is None or language not in chosen:
+            if language_for_path(name) not in chosen:
                 continue
             item = read_source_file(
                 root_path,
@@ -430,10 +353,7 @@ def load_repository(
                 fallback_encoding=fallback_encoding,
                 languages=chosen,
             )
-            if isinstance(item, SourceFile):
-                repo.files.append(item)
-            else:
-                repo.skipped.append(item)
+            (repo.files if isinstance(item, SourceFile) else repo.skipped).append(item)
     repo.files.sort(key=lambda f: f.path)
     repo.skipped.sort(key=lambda s: s.path)
     for s in repo.skipped:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
+from ..._optional import require
 from .languages import SPECS, ImportRecord, get_language, get_parser, get_query, package_name
 from .loader import SourceFile
 from .syntax import CallSite, Definition, FileSyntax
@@ -17,19 +17,16 @@ __all__ = ["parse_source"]
 _SIMPLE_RECEIVER = re.compile(r"^[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)*$")
 
 
-def _kind_ids(language: str, names: Iterable[str]) -> frozenset[int]:
+def _kind_ids(language: str, names: frozenset[str]) -> frozenset[int]:
     lang = get_language(language)
-    wanted = set(names)
     return frozenset(
-        i for i in range(lang.node_kind_count) if lang.node_kind_is_named(i) and lang.node_kind_for_id(i) in wanted
+        i for i in range(lang.node_kind_count) if lang.node_kind_is_named(i) and lang.node_kind_for_id(i) in names
     )
 
 
 def _receiver_text(node: Any) -> str:
     text = node.text.decode("utf-8", "replace")
-    if node.type in ("this", "super"):
-        return text
-    return text if _SIMPLE_RECEIVER.match(text) else "?"
+    return text if node.type in ("this", "super") or _SIMPLE_RECEIVER.match(text) else "?"
 
 
 def _go_receiver_type(node: Any) -> str | None:
@@ -52,13 +49,8 @@ def parse_source(source: SourceFile) -> FileSyntax:
     as ordinary nodes); the definitions and calls in its well-formed parts are found as usual.
     """
     spec = SPECS[source.language]
-    data = source.text.encode("utf-8", "surrogatepass")
-    tree = get_parser(source.language).parse(data)
-    parent: list[int] = []
-    start: list[int] = []
-    end: list[int] = []
-    size: list[int] = []
-    kind: list[int] = []
+    tree = get_parser(source.language).parse(source.text.encode("utf-8", "surrogatepass"))
+    parent, start, end, size, kind = [], [], [], [], []  # per named node, in pre-order (its local id)
     local: dict[int, int] = {}
     cursor = tree.walk()
     anc = [-1]
@@ -93,40 +85,32 @@ def parse_source(source: SourceFile) -> FileSyntax:
     calls_raw: list[tuple[int, str, str | None, bool]] = []
     imports: list[ImportRecord] = []
     package = None
-    qc = _query_cursor(source.language)
-    for _, caps in qc.matches(tree.root_node):
-        if "function" in caps or "class" in caps:
-            what = "function" if "function" in caps else "class"
-            node = caps[what][0]
-            if node.id in local:
-                name = caps[f"{what}.name"][0].text.decode("utf-8", "replace")
-                defs_raw.append((local[node.id], name, what, node))
-        elif "call" in caps or "new" in caps:
-            what = "call" if "call" in caps else "new"
-            node = caps[what][0]
-            if node.id in local:
-                recv = caps.get(f"{what}.receiver")
-                calls_raw.append(
-                    (
-                        local[node.id],
-                        caps[f"{what}.name"][0].text.decode("utf-8", "replace"),
-                        _receiver_text(recv[0]) if recv else None,
-                        what == "new",
-                    )
-                )
-        elif "import" in caps:
+    query = require("tree_sitter", "code").QueryCursor(get_query(source.language))
+    for _, caps in query.matches(tree.root_node):
+        if "import" in caps:
             imports.extend(spec.read_imports(caps["import"][0]))
-        elif "package" in caps:
+            continue
+        if "package" in caps:
             package = package_name(caps["package"][0])
+            continue
+        what = next(w for w in ("function", "class", "call", "new") if w in caps)  # one per query pattern
+        node = caps[what][0]
+        if node.id not in local:
+            continue
+        name = caps[f"{what}.name"][0].text.decode("utf-8", "replace")
+        if what in ("function", "class"):
+            defs_raw.append((local[node.id], name, what, node))
+        else:
+            recv = caps.get(f"{what}.receiver")
+            calls_raw.append((local[node.id], name, _receiver_text(recv[0]) if recv else None, what == "new"))
 
-    def_at = {d[0]: d for d in defs_raw}
     class_name = {d[0]: d[1] for d in defs_raw if d[2] == "class"}
     go_scope = {d[0]: _go_receiver_type(d[3]) for d in defs_raw if d[3].type == "method_declaration"}
 
-    def enclosing(lid: int) -> tuple[int, int]:
-        """(nearest class-kind ancestor, nearest function-kind ancestor), -1 when none; nearest first."""
+    definitions = []
+    for lid, name, what, node in sorted(defs_raw, key=lambda d: d[0]):
+        cls_anc = fn_anc = -1  # the nearest class-kind and function-kind ancestors
         p = int(parent_arr[lid])
-        cls_anc = fn_anc = -1
         while p >= 0 and (cls_anc < 0 or fn_anc < 0):
             k = int(kind_arr[p])
             if cls_anc < 0 and k in class_ids:
@@ -134,11 +118,6 @@ def parse_source(source: SourceFile) -> FileSyntax:
             if fn_anc < 0 and k in function_ids:
                 fn_anc = p
             p = int(parent_arr[p])
-        return cls_anc, fn_anc
-
-    definitions = []
-    for lid, name, what, node in sorted(defs_raw, key=lambda d: d[0]):
-        cls_anc, fn_anc = enclosing(lid)
         if lid in go_scope:
             scope, top = go_scope[lid], False
         elif cls_anc >= 0 and (fn_anc < 0 or fn_anc < cls_anc):  # pre-order: the larger id is the nearer one
@@ -149,23 +128,17 @@ def parse_source(source: SourceFile) -> FileSyntax:
         default = par is not None and par.type == "export_statement" and any(c.type == "default" for c in par.children)
         definitions.append(Definition(lid, name, what, scope, top, default))
 
+    owners = {**go_scope, **class_name}  # a call's enclosing class: its nearest class or method ancestor's
     calls = []
     seen_calls = set()
     for lid, name, recv, is_new in calls_raw:
         if (lid, name) in seen_calls:
             continue
         seen_calls.add((lid, name))
-        owner = None
         p = int(parent_arr[lid])
-        while p >= 0:
-            if p in class_name and def_at[p][2] == "class":
-                owner = class_name[p]
-                break
-            if p in go_scope:
-                owner = go_scope[p]
-                break
+        while p >= 0 and p not in owners:
             p = int(parent_arr[p])
-        calls.append(CallSite(lid, name, recv, is_new, owner))
+        calls.append(CallSite(lid, name, recv, is_new, owners.get(p)))
     return FileSyntax(
         path=source.path,
         language=source.language,
@@ -182,10 +155,3 @@ def parse_source(source: SourceFile) -> FileSyntax:
         imports=imports,
         package=package,
     )
-
-
-def _query_cursor(language: str) -> Any:
-    from ..._optional import require
-
-    ts = require("tree_sitter", "code")
-    return ts.QueryCursor(get_query(language))

@@ -46,16 +46,14 @@ def _comment(language: str | None, comment: str | None) -> str:
         if not isinstance(comment, str) or not comment.strip():
             raise ValueError(f"comment must be a non-empty comment marker such as '#' or '//', got {comment!r}")
         return comment
-    spec = SPECS.get(language or "python")
-    return spec.comment_prefix if spec is not None else "#"
+    return SPECS[language].comment_prefix if language in SPECS else "#"  # Python's by default
 
 
 def _block(fragment: Fragment, mark: str, separator: str) -> str:
     path = fragment.metadata.get("path", fragment.doc_id)
     lines = [f"{mark} the below code fragment can be found in:", f"{mark} {path}", separator]
     lines += [f"{mark} {line}" if line else mark for line in fragment.text.split("\n")]
-    lines.append(separator)
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, separator, ""])
 
 
 def build_prompt(

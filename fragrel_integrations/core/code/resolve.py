@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 from collections import defaultdict
 from collections.abc import Sequence
+from itertools import accumulate
 
 from .languages import SPECS
 from .syntax import CallSite, FileSyntax
@@ -30,43 +31,39 @@ class CallResolver:
 
     def __init__(self, files: Sequence[FileSyntax], root_name: str | None) -> None:
         self.files = {f.path: f for f in files}
-        self.top: dict[str, dict[str, list[int]]] = {}
-        self.nested: dict[str, dict[str, list[int]]] = {}
-        self.methods: dict[str, dict[tuple[str, str], list[int]]] = {}
-        self.classes: dict[str, dict[str, int]] = {}
-        self.default_export: dict[str, list[int]] = {}
+        self.top: dict[str, dict[str, list[int]]] = {p: defaultdict(list) for p in self.files}
+        self.nested: dict[str, dict[str, list[int]]] = {p: defaultdict(list) for p in self.files}
+        self.methods: dict[str, dict[tuple[str, str], list[int]]] = {p: defaultdict(list) for p in self.files}
+        self.classes: dict[str, dict[str, int]] = {p: {} for p in self.files}
+        self.default_export: dict[str, list[int]] = defaultdict(list)
         self.by_name: dict[str, list[tuple[str, int]]] = defaultdict(list)
         self.class_of: dict[tuple[str, int], str] = {}
+        self.java_pkg: dict[str, list[str]] = defaultdict(list)  # Java package -> files
+        self.dir_files: dict[str, list[str]] = defaultdict(list)  # folder (a Go package) -> files
         for f in files:
-            top, nested, methods, classes = defaultdict(list), defaultdict(list), defaultdict(list), {}
+            if f.language == "java":
+                self.java_pkg[f.package or ""].append(f.path)
+            self.dir_files[folder_of(f.path)].append(f.path)
             for d in f.definitions:
                 self.by_name[d.name].append((f.path, d.node))
                 if d.scope is not None:
-                    methods[(d.scope, d.name)].append(d.node)
+                    self.methods[f.path][(d.scope, d.name)].append(d.node)
                 elif d.top_level:
-                    top[d.name].append(d.node)
+                    self.top[f.path][d.name].append(d.node)
                 else:
-                    nested[d.name].append(d.node)
+                    self.nested[f.path][d.name].append(d.node)
                 if d.kind == "class":
-                    classes.setdefault(d.name, d.node)
+                    self.classes[f.path].setdefault(d.name, d.node)
                     self.class_of[(f.path, d.node)] = d.name
                 if d.default_export:
-                    self.default_export.setdefault(f.path, []).append(d.node)
-            self.top[f.path], self.nested[f.path], self.methods[f.path], self.classes[f.path] = (
-                top,
-                nested,
-                methods,
-                classes,
-            )
+                    self.default_export[f.path].append(d.node)
         # Python module names: root-relative and package-qualified (walking up folders holding __init__.py)
         py_paths = {f.path for f in files if f.language == "python"}
         init_dirs = {folder_of(p) for p in py_paths if p.rsplit("/", 1)[-1] == "__init__.py"}
         self.py_modules: dict[str, str] = {}
         for p in sorted(py_paths):
-            parts = p[:-3].split("/")
-            is_init = parts[-1] == "__init__"
-            if is_init:
-                parts = parts[:-1]
+            is_init = posixpath.basename(p) == "__init__.py"
+            parts = p[:-3].split("/")[: -1 if is_init else None]
             if parts:
                 self.py_modules.setdefault(".".join(parts), p)
             d = folder_of(p)
@@ -78,15 +75,6 @@ class CallResolver:
                 qual.insert(0, root_name)
             if qual:
                 self.py_modules.setdefault(".".join(qual), p)
-        self.paths = set(self.files)
-        # Java packages and Go folders
-        self.java_pkg: dict[str, list[str]] = defaultdict(list)
-        for f in files:
-            if f.language == "java":
-                self.java_pkg[f.package or ""].append(f.path)
-        self.dir_files: dict[str, list[str]] = defaultdict(list)
-        for f in files:
-            self.dir_files[folder_of(f.path)].append(f.path)
         self.bindings = {f.path: self._bindings(f) for f in files}
 
     # ----------------------------------------------------------------------------------------- modules
@@ -100,10 +88,8 @@ class CallResolver:
             base = base[: len(base) - (dots - 1)]
             rest = [p for p in module[dots:].split(".") if p]
             stem = "/".join(base + rest)
-            for cand in ((stem + ".py") if rest else None, (stem + "/__init__.py").lstrip("/")):
-                if cand and cand in self.paths:
-                    return cand
-            return None
+            cands = ((stem + ".py") if rest else None, (stem + "/__init__.py").lstrip("/"))
+            return next((c for c in cands if c and c in self.files), None)
         return self.py_modules.get(module)
 
     def _js_module(self, module: str, from_path: str) -> str | None:
@@ -116,7 +102,7 @@ class CallResolver:
         stem, ext = posixpath.splitext(joined)
         if ext in (".js", ".jsx", ".mjs", ".cjs"):  # TS sources imported with their compiled .js name
             cands += [stem + e for e in (".ts", ".tsx", ".mts", ".cts")]
-        return next((c for c in cands if c in self.paths), None)
+        return next((c for c in cands if c in self.files), None)
 
     def _go_dir(self, import_path: str) -> str | None:
         parts = [p for p in import_path.split("/") if p]
@@ -127,11 +113,9 @@ class CallResolver:
         return None
 
     def _java_class(self, package: str, name: str) -> tuple[str, int] | None:
-        for p in self.java_pkg.get(package, ()):
-            node = self.classes[p].get(name)
-            if node is not None:
-                return p, node
-        return None
+        return next(
+            ((p, self.classes[p][name]) for p in self.java_pkg.get(package, ()) if name in self.classes[p]), None
+        )
 
     def _bindings(self, f: FileSyntax) -> dict[str, list[tuple]]:
         """Local name -> targets: ("module", path), ("symbol", path, name), ("dir", folder),
@@ -140,30 +124,20 @@ class CallResolver:
         lang = f.language
         for imp in f.imports:
             if lang == "python":
-                if imp.star:
+                if imp.star or (imp.name is None and imp.alias):  # from m import * / import a.b as c
                     p = self._py_module(imp.module, f.path)
                     if p:
-                        out["*"].append(("module", p))
-                elif imp.name is None:
-                    if imp.alias:
-                        p = self._py_module(imp.module, f.path)
+                        out["*" if imp.star else imp.alias].append(("module", p))
+                elif imp.name is None:  # import a.b binds a, and a.b
+                    for prefix in accumulate(imp.module.split("."), lambda a, b: f"{a}.{b}"):
+                        p = self._py_module(prefix, f.path)
                         if p:
-                            out[imp.alias].append(("module", p))
-                    else:
-                        parts = imp.module.split(".")
-                        for i in range(1, len(parts) + 1):
-                            p = self._py_module(".".join(parts[:i]), f.path)
-                            if p:
-                                out[".".join(parts[:i])].append(("module", p))
-                else:
-                    sep = "" if imp.module.endswith(".") else "."
-                    sub = self._py_module(imp.module + sep + imp.name, f.path)
-                    if sub:
-                        out[imp.alias or imp.name].append(("module", sub))
-                        continue
+                            out[prefix].append(("module", p))
+                else:  # from m import x: the submodule m.x, else the symbol x of m
+                    sub = self._py_module(imp.module + ("" if imp.module.endswith(".") else ".") + imp.name, f.path)
                     p = self._py_module(imp.module, f.path)
-                    if p:
-                        out[imp.alias or imp.name].append(("symbol", p, imp.name))
+                    if sub or p:
+                        out[imp.alias or imp.name].append(("module", sub) if sub else ("symbol", p, imp.name))
             elif lang in ("javascript", "typescript", "tsx"):
                 p = self._js_module(imp.module, f.path)
                 if p and imp.alias:
@@ -187,6 +161,10 @@ class CallResolver:
         return out
 
     # ----------------------------------------------------------------------------------------- calls
+
+    def _via(self, binds: dict[str, list[tuple]], key: str, name: str | None) -> list[tuple[str, int]]:
+        """Definitions reached through the bindings of ``key`` (a local name, or "*": the star imports)."""
+        return [h for t in binds.get(key, []) for h in self._target(t, name)]
 
     def _unique(self, name: str) -> list[tuple[str, int]]:
         hits = self.by_name.get(name, [])
@@ -225,17 +203,15 @@ class CallResolver:
             return self._in_dir(t[1], name) if name else []
         if kind == "class":
             if name is None:
-                node = self.classes[t[1]].get(t[2])
-                return [(t[1], node)] if node is not None else []
+                return [(t[1], n) for n in [self.classes[t[1]].get(t[2])] if n is not None]
             return self._methods(t[1], t[2], name)
         if kind == "member":
             return self._methods(t[1], t[2], t[3]) if name is None else []
         if kind == "symbol":
             path, sym = t[1], t[2]
-            if sym == "default":
-                defs = [(path, n) for n in self.default_export.get(path, [])]
-            else:
-                defs = self._export(path, sym)
+            defs = (
+                [(path, n) for n in self.default_export.get(path, [])] if sym == "default" else self._export(path, sym)
+            )
             if name is None:
                 return defs
             return [h for p, n in defs for h in self._methods(p, self.class_of.get((p, n), ""), name)]
@@ -243,40 +219,25 @@ class CallResolver:
 
     def resolve(self, f: FileSyntax, call: CallSite) -> list[tuple[str, int]]:
         lang, name, recv = f.language, call.name, call.receiver
-        spec = SPECS[lang]
         binds = self.bindings[f.path]
         if recv is None:
             if lang == "java":
                 if call.is_new:
                     hits = [(f.path, n) for n in [self.classes[f.path].get(name)] if n is not None]
-                    hits = hits or [h for t in binds.get(name, []) for h in self._target(t, None)]
-                    if not hits:
-                        same = self._java_class(f.package or "", name)
-                        hits = [same] if same else []
-                    if not hits:
-                        for t in binds.get("*", []):
-                            c = self._java_class(t[1], name)
-                            hits += [c] if c else []
-                    return hits
+                    hits = hits or self._via(binds, name, None)
+                    hits = hits or [c for c in [self._java_class(f.package or "", name)] if c]
+                    return hits or [c for t in binds.get("*", []) if (c := self._java_class(t[1], name))]
                 hits = self._methods(f.path, call.enclosing_class, name) if call.enclosing_class else []
-                hits = hits or [h for t in binds.get(name, []) for h in self._target(t, None)]
-                return hits or self._unique(name)
+                return hits or self._via(binds, name, None) or self._unique(name)
             if lang == "go":
-                return self._in_dir(folder_of(f.path), name) or [
-                    h for t in binds.get("*", []) for h in self._target(t, name)
-                ]
+                return self._in_dir(folder_of(f.path), name) or self._via(binds, "*", name)
             hits = self._in_module(f.path, name) or [(f.path, n) for n in self.nested[f.path].get(name, [])]
-            hits = hits or [h for t in binds.get(name, []) for h in self._target(t, None)]
-            if not hits:
-                hits = [h for t in binds.get("*", []) for h in self._target(t, name)]
-            return hits
-        if recv in spec.self_names:
+            return hits or self._via(binds, name, None) or self._via(binds, "*", name)
+        if recv in SPECS[lang].self_names:
             hits = self._methods(f.path, call.enclosing_class, name) if call.enclosing_class else []
             return hits or self._unique(name)
         if recv != "?":
-            hits = []
-            if recv in binds:
-                hits = [h for t in binds[recv] for h in self._target(t, name)]
+            hits = self._via(binds, recv, name)
             if not hits and recv in self.classes[f.path]:
                 hits = self._methods(f.path, recv, name)
             if not hits and lang == "java":
@@ -285,11 +246,7 @@ class CallResolver:
                     hits = self._methods(same[0], recv, name)
             if not hits and lang == "go" and "." not in recv:
                 # a method value on a same-package type: T.M
-                hits = [
-                    (p, n)
-                    for p in self.dir_files.get(folder_of(f.path), ())
-                    for n in self.methods[p].get((recv, name), [])
-                ]
+                hits = [h for p in self.dir_files.get(folder_of(f.path), ()) for h in self._methods(p, recv, name)]
             if hits:
                 return hits
         return self._unique(name)

@@ -68,26 +68,14 @@ class FileSyntax:
 
     # JSON-safe records for persistence (no pickle)
     def records(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "language": self.language,
-            "sha1": self.sha1,
-            "n_lines": self.n_lines,
-            "has_error": self.has_error,
-            "package": self.package,
-            "definitions": [list(astuple(d)) for d in self.definitions],
-            "calls": [list(astuple(c)) for c in self.calls],
-            "imports": [list(i) for i in self.imports],
-        }
+        out = {k: getattr(self, k) for k in ("path", "language", "sha1", "n_lines", "has_error", "package")}
+        out["definitions"] = [list(astuple(d)) for d in self.definitions]
+        out["calls"] = [list(astuple(c)) for c in self.calls]
+        out["imports"] = [list(i) for i in self.imports]
+        return out
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {
-            "parent": self.parent,
-            "start_line": self.start_line,
-            "end_line": self.end_line,
-            "size": self.size,
-            "kind": self.kind,
-        }
+        return {k: getattr(self, k) for k in _ARRAYS}
 
     @classmethod
     def from_records(cls, records: dict[str, Any], arrays: dict[str, np.ndarray]) -> FileSyntax:
@@ -97,13 +85,12 @@ class FileSyntax:
             sha1=records["sha1"],
             n_lines=int(records["n_lines"]),
             has_error=bool(records["has_error"]),
-            parent=np.asarray(arrays["parent"], np.int32),
-            start_line=np.asarray(arrays["start_line"], np.int32),
-            end_line=np.asarray(arrays["end_line"], np.int32),
-            size=np.asarray(arrays["size"], np.int32),
-            kind=np.asarray(arrays["kind"], np.int32),
+            **{k: np.asarray(arrays[k], np.int32) for k in _ARRAYS},
             definitions=[Definition(*d) for d in records["definitions"]],
             calls=[CallSite(*c) for c in records["calls"]],
             imports=[ImportRecord(*i) for i in records["imports"]],
             package=records.get("package"),
         )
+
+
+_ARRAYS = ("parent", "start_line", "end_line", "size", "kind")
