@@ -115,9 +115,11 @@ def test_llama_cpp_python_server_refuses_json_schema_and_the_model_falls_back():
     assert model.format_refused and not model.supports_format(YES_NO_FORMAT)
 
 
-def test_the_transformers_runtime_enforces_choices_and_parses_the_rest_freely():
+def test_the_transformers_runtime_enforces_choices_and_regexes_and_parses_the_rest_freely():
     model = get_embedded()
     yes_no = ReplyFormat.choice(["yes", "no"], name="yes_no")
-    assert model.supports_format(yes_no) and not model.supports_format(summary_format(60, 30))
+    assert model.supports_format(yes_no) and model.supports_format(summary_format(60, 30))
+    assert not model.supports_format(ReplyFormat.grammar('root ::= "x"'))
+    assert not model.supports_format(ReplyFormat.json({"type": "object"}))
     reply = model.invoke("Is the sky blue? Answer yes or no.", reply_format=yes_no, max_tokens=4)
     assert reply in ("yes", "no")
