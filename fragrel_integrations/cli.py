@@ -430,6 +430,9 @@ def _check_inputs(args: argparse.Namespace) -> None:
             f"the question holds a byte that is not UTF-8 (character {at}): type it in UTF-8, or run under a "
             "UTF-8 locale (e.g. LANG=C.UTF-8)"
         )
+    window = getattr(args, "context_window", None)
+    if window is not None and window < 1:
+        raise ValueError(f"--context-window must be >= 1 (tokens the model reads), got {window}")
     if getattr(args, "file", None) is not None:
         book_text(_read_bytes(args.file), args.file)
 

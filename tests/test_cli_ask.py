@@ -144,3 +144,10 @@ def test_ask_with_local_openai_compatible_server(book, capsys):
     quotes = [e["quote"] for e in out["evidence"]]
     assert any("kitchen" in q for q in quotes)
     assert out["answer"] is None or supported_by(out["answer"], quotes, "Where did Mary go?") is not None
+
+
+@pytest.mark.parametrize("window", ["0", "-5"])
+def test_ask_context_window_below_one_is_refused_before_any_model(book, capsys, window):
+    code = main(["ask", str(book), "q", *BASE, "--context-window", window])
+    err = capsys.readouterr().err
+    assert code == 2 and "--context-window must be >= 1" in err

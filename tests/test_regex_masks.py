@@ -14,7 +14,7 @@ pytest.importorskip("interegular")
 from fragrel_integrations.core.scm.memory_controller import YES_NO_FORMAT
 from fragrel_integrations.core.tree.summary import summary_format
 from fragrel_integrations.core.triplets.controller_prompts import READ_FORMAT, WRITE_FORMAT
-from fragrel_integrations.models.regex_masks import RegexVocabulary
+from fragrel_integrations.models.regex_masks import RegexVocabulary, parses
 from fragrel_integrations.models.structured import ReplyFormat
 
 EOS = 0
@@ -72,7 +72,7 @@ def test_every_reply_the_masks_let_through_matches(pattern):
             ended += 1
             assert re.fullmatch(pattern, text), (pattern, text)
         else:  # cut by the length limit: still a prefix of some match
-            assert vocab.compiles(pattern)
+            assert vocab.allowed_ids(pattern, [EOS]) is not None
     assert ended > 0
 
 
@@ -89,8 +89,19 @@ def test_the_end_is_allowed_only_on_a_match_and_special_tokens_never():
 
 def test_unsupported_patterns_are_reported_not_raised():
     vocab = RegexVocabulary(TOKENS)
-    assert not vocab.compiles(r"(a)\1")  # a back-reference
-    assert vocab.compiles(WRITE_FORMAT.spec) and vocab.compiles(READ_FORMAT.spec)
+    assert not parses(r"(a)\1") and not parses(r"\bword")  # a back-reference, a word boundary
+    assert parses(WRITE_FORMAT.spec) and parses(READ_FORMAT.spec)
+    assert vocab.allowed_ids(r"(a)\1", [EOS]) is None  # not built: the reply is free text
+
+
+def test_partial_characters_are_never_allowed_and_unspellable_patterns_are_not_enforced():
+    # "\ufffd" stands for a token holding part of a UTF-8 character; "中" is a whole token, "国" is not
+    texts = ["", "a", "b", "\ufffd", "a\ufffd", "中", "\n"]
+    vocab = RegexVocabulary(texts)
+    step = vocab.allowed_ids(r"[^\n]{1,3}", [EOS])
+    assert np.flatnonzero(step([])).tolist() == [1, 2, 5]  # characters count whole: no partial-byte piece
+    assert vocab.allowed_ids("中国|日本", [EOS]) is None  # no token of its own spells 国 / 日 / 本
+    assert vocab.allowed_ids("中|a", [EOS]) is not None
 
 
 @pytest.fixture(scope="module")

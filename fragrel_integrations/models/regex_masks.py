@@ -2,21 +2,38 @@
 
 The pattern becomes a DFA (``interegular``); every vocabulary token walks it at once with numpy, so a step
 costs a few array gathers rather than a Python loop over the vocabulary. A token is allowed when the reply it
-makes can still end in a match; the end of the reply is allowed once the reply matches.
+makes can still end in a match; the end of the reply is allowed once the reply matches. Tokens that hold part
+of a character (their text decodes to U+FFFD) are never allowed, so the pattern counts whole characters.
 
->>> vocab = RegexVocabulary(["", "ye", "s", "no", "y", "x"])
+>>> vocab = RegexVocabulary(["", "ye", "s", "no", "y", "e", "n", "o", "x"])
 >>> step = vocab.allowed_ids(r"yes|no", eos_ids=[0])
 >>> [np.flatnonzero(step(ids)).tolist() for ids in ([], [1], [1, 2])]
-[[1, 3, 4], [2], [0]]
+[[1, 3, 4, 6], [2], [0]]
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
 import numpy as np
 
-__all__ = ["RegexVocabulary"]
+__all__ = ["RegexVocabulary", "parses"]
+
+#: Compiled patterns kept per vocabulary (the least recently used is dropped first).
+MAX_PATTERNS = 16
+
+
+def parses(regex: str) -> bool:
+    """Whether ``interegular`` reads ``regex`` (no back-references, anchors or word boundaries); cheap: the
+    automaton is built only when a reply is generated."""
+    import interegular
+
+    try:
+        interegular.parse_pattern(regex)
+    except Exception:  # interegular raises its own errors for the syntax it does not support
+        return False
+    return True
 
 
 class _Pattern:
@@ -32,21 +49,29 @@ class _Pattern:
         n_states, n_symbols = len(index), max(fsm.alphabet.values()) + 1
         table = np.full((n_states + 1, n_symbols + 1), n_states, dtype=np.int32)  # row n_states: no match
         table[:, n_symbols] = np.arange(n_states + 1)  # past a token's last character: stay
+        into: list[list[int]] = [[] for _ in range(n_states)]
         for state, row in fsm.map.items():
             for symbol, target in row.items():
                 table[index[state], symbol] = index[target]
+                into[index[target]].append(index[state])
         self.table, self.start = table, index[fsm.initial]
         self.finals = {index[s] for s in fsm.finals}
-        self.live = np.zeros(n_states + 1, dtype=bool)
-        self.live[list(self.finals)] = True
-        for _ in range(n_states):  # states that reach a final one
-            grown = self.live | self.live[table[:, :n_symbols]].any(axis=1)
-            if (grown == self.live).all():
-                break
-            self.live = grown
+        self.live = np.zeros(n_states + 1, dtype=bool)  # states from which a final one is reachable
+        todo = list(self.finals)
+        self.live[todo] = True
+        while todo:
+            for source in into[todo.pop()]:
+                if not self.live[source]:
+                    self.live[source] = True
+                    todo.append(source)
         other = fsm.alphabet[anything_else]
-        lookup = np.array([fsm.alphabet.get(c, other) for c in vocabulary.chars] + [n_symbols])
+        dtype = np.uint8 if n_symbols < 255 else np.int32
+        lookup = np.array([fsm.alphabet.get(c, other) for c in vocabulary.chars] + [n_symbols], dtype=dtype)
         self.symbols = lookup[vocabulary.codes]  # code -1 (past the end) -> the "stay" column
+        # every symbol a transition uses is also a whole allowed token, so a live state is never a dead end
+        single = set(self.symbols[vocabulary.single_rows, 0].tolist())
+        used = {symbol for row in fsm.map.values() for symbol in row}
+        self.complete = used <= single
         self.vocabulary = vocabulary
 
     def ends(self, state: int) -> np.ndarray:
@@ -62,7 +87,7 @@ class _Pattern:
 
 class RegexVocabulary:
     """A tokenizer's vocabulary (``texts[i]``: the text token ``i`` adds to a reply; ``""`` for special tokens)
-    as arrays a pattern's DFA can walk; patterns are compiled once and kept."""
+    as arrays a pattern's DFA can walk; the last :data:`MAX_PATTERNS` compiled patterns are kept."""
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.chars = sorted(set("".join(texts)))
@@ -70,30 +95,33 @@ class RegexVocabulary:
         lengths = np.array([len(t) for t in texts], dtype=np.int64)
         self.order = np.argsort(-lengths, kind="stable")  # longest first: a column touches only the rows it needs
         width = int(lengths.max(initial=0))
-        self.codes = np.full((len(texts), max(width, 1)), -1, dtype=np.int64)
+        self.codes = np.full((len(texts), max(width, 1)), -1, dtype=np.int32)
         for row, token in enumerate(self.order):
             self.codes[row, : lengths[token]] = [code[c] for c in texts[token]]
         self.rows_longer_than = [int((lengths > column).sum()) for column in range(width)]
-        self.empty = lengths == 0
-        self._patterns: dict[str, _Pattern] = {}
-
-    def compiles(self, regex: str) -> bool:
-        """Whether ``regex`` is within what the DFA supports (no look-arounds, back-references, anchors)."""
-        try:
-            self._pattern(regex)
-        except Exception:  # interegular raises its own errors for syntax it does not support
-            return False
-        return True
+        self.blocked = (lengths == 0) | np.array(["\ufffd" in t for t in texts], dtype=bool)
+        self.single_rows = np.flatnonzero((lengths[self.order] == 1) & ~self.blocked[self.order])
+        self._patterns: OrderedDict[str, _Pattern] = OrderedDict()
 
     def _pattern(self, regex: str) -> _Pattern:
-        if regex not in self._patterns:
+        if regex in self._patterns:
+            self._patterns.move_to_end(regex)
+        else:
             self._patterns[regex] = _Pattern(regex, self)
+            if len(self._patterns) > MAX_PATTERNS:
+                self._patterns.popitem(last=False)
         return self._patterns[regex]
 
-    def allowed_ids(self, regex: str, eos_ids: Collection[int]) -> Callable[[list[int]], np.ndarray]:
+    def allowed_ids(self, regex: str, eos_ids: Collection[int]) -> Callable[[list[int]], np.ndarray] | None:
         """``allowed(reply ids so far)``: a mask of the ids that may come next, for one reply (called once per
-        step, in order)."""
-        pattern = self._pattern(regex)
+        step, in order); None when ``regex`` cannot be enforced here (``interegular`` cannot build it, or a
+        character it needs is no token of its own), and the reply is then free text."""
+        try:
+            pattern = self._pattern(regex)
+        except Exception:  # interegular's own errors for what it cannot build
+            return None
+        if not pattern.complete:
+            return None
         state, ends = pattern.start, pattern.ends(pattern.start)
 
         def allowed(ids: list[int]) -> np.ndarray:
@@ -101,8 +129,8 @@ class RegexVocabulary:
             if ids:
                 state = int(ends[ids[-1]])
                 ends = pattern.ends(state)
-            ok = pattern.live[ends] & ~self.empty
-            if state in pattern.finals or not ok.any():
+            ok = pattern.live[ends] & ~self.blocked
+            if state in pattern.finals:
                 ok[list(eos_ids)] = True
             return ok
 

@@ -29,7 +29,7 @@ from .._lazy import LazyInstance
 from .._optional import require
 from .._validation import check_positive_int
 from .chat import ChatModelBase, Messages, to_messages
-from .regex_masks import RegexVocabulary
+from .regex_masks import RegexVocabulary, parses
 from .structured import ReplyFormat
 from .torch_llama import ChatTokenizer, generate, load_decoder
 
@@ -368,10 +368,11 @@ class TransformersChatModel(InProcessChatModel):
         grammars and JSON schemas are parsed from free text."""
         if reply_format.kind not in ("choice", "regex") or importlib.util.find_spec("interegular") is None:
             return False
-        return self._vocabulary.compiles(_regex(reply_format))
+        return parses(_regex(reply_format))  # cheap: the automaton is built in the worker, by _allowed_tokens
 
     def _allowed_tokens(self, reply_format: ReplyFormat) -> Any:
-        """``allowed(reply ids so far)``: the ids that keep the reply on its way to a match of the format."""
+        """``allowed(reply ids so far)``: the ids that keep the reply on its way to a match of the format (None:
+        the format cannot be enforced on this vocabulary, and the reply is parsed from free text)."""
         return self._vocabulary.allowed_ids(_regex(reply_format), self._tok.eos_ids)
 
     @functools.cached_property
