@@ -309,3 +309,22 @@ def test_kit_rerank_items_fills_missing_locations_by_the_policy():
         rerank_items(kit.WrapperSettings.resolve(preset="general"), "q", items, **common)
     with pytest.raises(ValueError, match="PREVIOUS/NEXT"):
         rerank_items(kit.WrapperSettings.resolve(preset="general", on_missing_position="links"), "q", items, **common)
+
+
+def test_langchain_k_none_is_refused_in_the_kits_words():
+    """``k`` is an int field in LangChain: None gets a message naming the setting, not pydantic's type error."""
+    from langchain_core.runnables import RunnableLambda
+
+    base = RunnableLambda(lambda q: [])
+    for make in (lambda: FragRelRetriever(base_retriever=base, k=None), lambda: FragRelCompressor(k=None)):
+        with pytest.raises(ValueError, match="k must be a positive int") as info:
+            make()
+        assert "Input should be" not in str(info.value)
+
+
+def test_a_reassigned_top_n_is_checked_under_its_own_name():
+    post = FragRelPostprocessor(top_n=5)
+    post.top_n = 0  # LlamaIndex fields can be reassigned without validation
+    nodes = [NodeWithScore(node=TextNode(text=f"t {i}", id_=str(i)), score=1.0 / (i + 1)) for i in range(3)]
+    with pytest.raises(ValueError, match="top_n must be a positive int"):
+        post.postprocess_nodes(nodes, query_str="t")

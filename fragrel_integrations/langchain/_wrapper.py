@@ -33,6 +33,16 @@ _MISSING_POSITION = (
 
 #: The settings kit's check of each field (run before pydantic's own type check, so the words are the kit's).
 _CHECKS = kit.field_checks(("k", "score_key", *kit.FIELD_SETTINGS), links=False)
+
+
+def _check_k(value: object) -> int:
+    """``k`` of a LangChain re-ranker: a positive int (None is not "all": the field is an int)."""
+    if value is None:
+        raise ValueError("k must be a positive int (the number of documents to return), got None")
+    return _CHECKS_K(value)
+
+
+_CHECKS_K, _CHECKS["k"] = _CHECKS["k"], _check_k
 _DOCS = kit.SETTING_DOCS
 
 

@@ -14,6 +14,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from .. import adapters as kit
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
+from ..core.selection import check_k
 from ._convert import NodeReranker
 
 __all__ = ["FragRelPostprocessor"]
@@ -77,7 +78,7 @@ class FragRelPostprocessor(BaseNodePostprocessor):
         return kit.WrapperSettings.of(self)
 
     def _reranker(self) -> NodeReranker:
-        return NodeReranker(self.settings, self.top_n)
+        return NodeReranker(self.settings, check_k(self.top_n, "top_n"))  # top_n may be reassigned unchecked
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
