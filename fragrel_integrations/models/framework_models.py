@@ -15,6 +15,7 @@ the same server through :class:`~fragrel_integrations.models.openai_chat.OpenAIC
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +34,12 @@ _YES_NO_CALL = {"logprobs": True, "top_logprobs": TOP_LOGPROBS, "max_tokens": 1,
 class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
     """A framework model called with converted messages; subclasses say how to convert, call and read."""
 
-    def __init__(self, wrapped: Any, forward_params: bool) -> None:
+    def __init__(self, wrapped: Any, forward_params: bool, expected: type, what: str) -> None:
+        if not isinstance(wrapped, expected):
+            raise TypeError(
+                f"expected {what}, got {type(wrapped).__name__}; "
+                "use fragrel_integrations.models.as_chat_model for other model objects"
+            )
         self.forward_params = forward_params
         self.model_name = model_id(wrapped)
         #: None until the first yes/no question; False once the model returned no logprobs (not asked again).
@@ -43,17 +49,17 @@ class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
         """The word-based estimate (the frameworks' default tokenizers may download)."""
         return estimate_tokens(text)
 
-    def _convert(self, messages: list[dict[str, str]]) -> list[Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def _convert(self, messages: list[dict[str, str]]) -> list[Any]: ...
 
-    def _call(self, messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def _call(self, messages: list[Any], kwargs: dict[str, Any]) -> Any: ...
 
-    async def _acall(self, messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    async def _acall(self, messages: list[Any], kwargs: dict[str, Any]) -> Any: ...
 
-    def _reply(self, result: Any) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def _reply(self, result: Any) -> str: ...
 
     def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
         return given_params(temperature, max_tokens, stop) if self.forward_params else {}
@@ -83,13 +89,8 @@ class LangChainChatModel(_FrameworkChatModel):
         require("langchain_core", "langchain")
         from langchain_core.language_models import BaseLanguageModel
 
-        if not isinstance(model, BaseLanguageModel):
-            raise TypeError(
-                f"expected a LangChain BaseChatModel or BaseLLM, got {type(model).__name__}; "
-                "use fragrel_integrations.models.as_chat_model for other model objects"
-            )
+        super().__init__(model, forward_params, BaseLanguageModel, "a LangChain BaseChatModel or BaseLLM")
         self.model = model
-        super().__init__(model, forward_params)
 
     @property
     def context_window(self) -> int | None:
@@ -145,13 +146,8 @@ class LlamaIndexChatModel(_FrameworkChatModel):
         require("llama_index.core", "llama-index")
         from llama_index.core.llms import LLM
 
-        if not isinstance(llm, LLM):
-            raise TypeError(
-                f"expected a LlamaIndex LLM, got {type(llm).__name__}; "
-                "use fragrel_integrations.models.as_chat_model for other model objects"
-            )
+        super().__init__(llm, forward_params, LLM, "a LlamaIndex LLM")
         self.llm = llm
-        super().__init__(llm, forward_params)
 
     @property
     def context_window(self) -> int | None:
