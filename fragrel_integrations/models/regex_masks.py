@@ -99,8 +99,9 @@ class RegexVocabulary:
         for row, token in enumerate(self.order):
             self.codes[row, : lengths[token]] = [code[c] for c in texts[token]]
         self.rows_longer_than = [int((lengths > column).sum()) for column in range(width)]
-        self.blocked = (lengths == 0) | np.array(["\ufffd" in t for t in texts], dtype=bool)
-        self.single_rows = np.flatnonzero((lengths[self.order] == 1) & ~self.blocked[self.order])
+        blocked = (lengths == 0) | np.array(["\ufffd" in t for t in texts], dtype=bool)
+        self.usable = ~blocked  # tokens a reply may hold (by token id)
+        self.single_rows = np.flatnonzero((lengths[self.order] == 1) & self.usable[self.order])
         self._patterns: OrderedDict[str, _Pattern] = OrderedDict()
 
     def _pattern(self, regex: str) -> _Pattern:
@@ -123,15 +124,16 @@ class RegexVocabulary:
         if not pattern.complete:
             return None
         state, ends = pattern.start, pattern.ends(pattern.start)
+        eos = list(eos_ids)
 
         def allowed(ids: list[int]) -> np.ndarray:
             nonlocal state, ends
             if ids:
                 state = int(ends[ids[-1]])
                 ends = pattern.ends(state)
-            ok = pattern.live[ends] & ~self.blocked
+            ok = pattern.live[ends] & self.usable
             if state in pattern.finals:
-                ok[list(eos_ids)] = True
+                ok[eos] = True
             return ok
 
         return allowed
