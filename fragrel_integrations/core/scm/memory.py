@@ -32,8 +32,8 @@
    ignores ``max_tokens``); summaries are always capped (see :mod:`~fragrel_integrations.core.scm.memory_controller`).
 
 Both the sync and the async methods drive one shared step generator (:mod:`fragrel_integrations.core.steps`),
-so they cannot drift apart. The prompts live in :mod:`.prompts`, the retrieval scores and per-session caches in
-:mod:`.recall`, the model-free gates in :mod:`.gates` and the external index's helpers in :mod:`.index`.
+so they cannot drift apart. The prompts live in :mod:`.fusion_prompts`, the per-session caches in :mod:`.recall`,
+the model-free gates in :mod:`.gates` and the external index's helpers in :mod:`.stream_index`.
 
 >>> from fragrel_integrations.testing import HashingEmbedder, ScriptedChatModel
 >>> def controller(messages):
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +61,11 @@ from ..._validation import check_min_int, check_text
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.embedder import Embedder, check_embeddings
-from ...models.structured import ReplyFormat, format_kwargs
 from ...models.tokens import count_tokens
-from ...models.yes_no import ayes_no_probability, yes_no_probability
-from ..relation_aware import check_alpha
+from ..relation_aware import check_alpha, fragrel_scores
 from ..relations import FragmentLayout, Relation
-from ..scorers import SCORER_NAMES, check_scorer, cosine_similarities
-from ..steps import CallStep, ChatStep, Steps, adrive, drive
+from ..scorers import SCORER_NAMES, check_scorer, cosine_similarities, make_scorer
+from ..steps import CallStep, Steps, adrive, drive
 from ..token_budget import cap_output, storable_text
 from .fusion_prompts import (
     FUSION_SYSTEM_PROMPT,
@@ -81,10 +79,11 @@ from .fusion_prompts import (
 )
 from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, NameVocabulary, activation_gate, auto_activation
 from .interactions import Decision, MemoryItem, RecalledMemory, SCMContext, SCMTurn
-from .memory_controller import DECISION_MAX_TOKENS, YES_NO_FORMAT, SCMController
-from .recall import SessionCache, turn_scores
+from .memory_controller import SCMController, chat_step
+from .recall import SessionCache
 from .stream import MemoryStream, SCMStream, check_session
 from .stream_index import StreamIndex, add_turn, pool_items
+from .vectors import turn_fragment
 
 __all__ = [
     "ACTIVATION_MODES",
@@ -99,8 +98,6 @@ __all__ = [
     "SCMTurn",
     "SelfControlledMemory",
     "check_observation",
-    "check_session_id",
-    "decision_steps",
     "prepare_steps",
     "record_steps",
     "reindex_steps",
@@ -302,17 +299,31 @@ class SelfControlledMemory:
         likewise those of ``items``. Cosine is computed in the embeddings' precision (float32 turns stay float32);
         ``norms`` (the rows' norms) and ``layout`` (the turns' FragRel layout) may come precomputed.
         """
-        return turn_scores(
-            query,
-            items,
-            embeddings,
-            observation,
-            scorer=self.scorer,
-            relation=self.relation,
-            alpha=self.alpha,
-            norms=norms,
-            layout=layout,
-        )
+        e = np.asarray(embeddings)
+        if e.dtype not in (np.float32, np.float64):
+            e = e.astype(np.float64)
+        q = np.asarray(query, dtype=np.float64)
+        if e.ndim != 2:
+            raise ValueError(f"embeddings must be a 2-D array (one row per turn), got shape {e.shape}")
+        if e.shape[1] != q.shape[0]:
+            raise ValueError(
+                f"stored turn embeddings have dimension {e.shape[1]} but the embedder returns {q.shape[0]}: "
+                "use the embedder the stream was written with, or start a new stream"
+            )
+        s = cosine_similarities(e, q, norms)
+        if self.scorer != "dense":
+            if not isinstance(observation, str):
+                raise ValueError(f"scorer={self.scorer!r} needs the observation text: scores(..., observation=...)")
+            cosine = s
+            texts = [it.summary or it.text for it in items]
+            s = make_scorer(self.scorer, texts, dense=lambda: lambda _: cosine)(observation)
+        if self.relation is None or self.alpha == 0.0:
+            return s
+        if layout is None:
+            layout = FragmentLayout.from_fragments([turn_fragment(it) for it in items])
+        if self.relation.needs_embeddings:
+            layout = replace(layout, embeddings=e)
+        return fragrel_scores(s, self.relation.prepare(layout).sums, self.alpha)[1]
 
     # ------------------------------------------------------------------------------------------- public
 
@@ -365,7 +376,7 @@ class SelfControlledMemory:
         With an ``index`` its entries of the session are deleted first, so a failing index leaves the stream
         untouched."""
         if self.index is not None:
-            self.index.delete_session(check_session_id(session_id))
+            self.index.delete_session(check_session(session_id))
         self.sessions.forget(session_id)
         return self.stream.clear(session_id)
 
@@ -393,46 +404,11 @@ class SelfControlledMemory:
 # -- the turn as step generators (run by drive / adrive) ------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _ProbabilityStep:
-    """A yes/no question asked by probability (the reply is ``P(yes) / (P(yes) + P(no))`` or None)."""
-
-    model: ChatModel
-    messages: list[dict[str, str]]
-
-    def run(self) -> float | None:
-        return yes_no_probability(self.model, self.messages)
-
-    async def arun(self) -> float | None:
-        return await ayes_no_probability(self.model, self.messages)
-
-
-def _chat_step(
-    messages: list[dict[str, str]],
-    max_tokens: int | None,
-    model: ChatModel,
-    temperature: float | None = None,
-    reply_format: ReplyFormat | None = None,  # asked only of models that enforce it
-) -> ChatStep:
-    options = {"temperature": temperature, "max_tokens": max_tokens, **format_kwargs(model, reply_format)}
-    return ChatStep(model, messages, options)
-
-
-def _check_storable(name: str, text: str) -> str:
-    """``text`` if a stream can store it (UTF-8 encodable), else a ValueError raised before any model call."""
-    return check_text(text, name)
-
-
-def check_session_id(session_id: object) -> str:
-    """A session id the memory accepts: a non-empty str (TypeError) that a stream can store (ValueError)."""
-    return _check_storable("session_id", check_session(session_id))
-
-
 def check_observation(observation: object) -> str:
     """The user's message: a str (TypeError) that a stream can store (ValueError)."""
     if not isinstance(observation, str):
         raise TypeError(f"the observation (user message) must be str, got {type(observation).__name__}")
-    return _check_storable("the observation (user message)", observation)
+    return check_text(observation, "the observation (user message)")
 
 
 def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: str) -> Steps[SCMContext]:
@@ -440,10 +416,10 @@ def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: st
 
     Reorganisation starts when the recalled turns and the flash turn together exceed ``memory.total_tokens``;
     whatever still exceeds it afterwards (full texts the controller kept, turns without a summary, a huge previous
-    turn) is cut in the block (:func:`~.prompts.fit_memories`), so the block, and the flash turn in the activation
-    question, never exceed the budget. ``SCMContext.flash`` and ``memories`` keep the stored items."""
+    turn) is cut in the block (:func:`~.fusion_prompts.fit_memories`), so the block, and the flash turn in the
+    activation question, never exceed the budget. ``SCMContext.flash`` and ``memories`` keep the stored items."""
     observation = check_observation(observation)
-    session_id = check_session_id(session_id)
+    session_id = check_session(session_id)
     items: list[MemoryItem] = yield CallStep(memory.stream.items, (session_id,))
     flash = items[-1] if items else None
     candidates = items[:-1]
@@ -451,9 +427,8 @@ def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: st
     gate = memory.activation
     if gate is True and candidates:
         shown_flash, _ = fit_memories(flash, (), memory.total_tokens, memory.count_tokens)  # within the budget
-        activation = yield from decision_steps(
-            memory.controller, memory.controller.activation_messages(observation, shown_flash), "activation"
-        )
+        messages = memory.controller.activation_messages(observation, shown_flash)
+        activation = yield from memory.controller.decision_steps(messages, "activation")
     elif isinstance(gate, LexicalGate) and candidates:
         vocabulary = memory.sessions.vocabulary(session_id, candidates) if gate.names else NameVocabulary()
         activation = gate.decide_known(observation, vocabulary)
@@ -470,7 +445,7 @@ def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: st
             query = yield CallStep(memory.embed_query, (observation,))
         matrix, norms = rows.view(len(candidates))
         if isinstance(gate, EmbeddingGate):  # the gate reads the cosines retrieval needs anyway
-            activation = gate.decide(_cosines(query, matrix, norms))
+            activation = gate.decide(cosine_similarities(np.asarray(matrix, dtype=np.float64), query, norms))
         if activation is None or activation.value:
             layout = rows.layout(len(candidates)) if memory.relation is not None else None
             scores = memory.scores(query, candidates, matrix, observation, norms=norms, layout=layout)
@@ -482,28 +457,11 @@ def prepare_steps(memory: SelfControlledMemory, observation: str, session_id: st
         if sum(m.tokens for m in recalled) + flash_tokens > memory.total_tokens:
             for n, m in enumerate(recalled):
                 if m.tokens > memory.item_tokens and m.item.summary:
-                    decision = yield from decision_steps(
-                        memory.controller, memory.controller.sufficiency_messages(observation, m.item), "sufficiency"
-                    )
+                    messages = memory.controller.sufficiency_messages(observation, m.item)
+                    decision = yield from memory.controller.decision_steps(messages, "sufficiency")
                     recalled[n] = RecalledMemory(m.item, m.score, m.tokens, decision.value, decision)
     block = render_memory_block(*fit_memories(flash, recalled, memory.total_tokens, memory.count_tokens))
     return SCMContext(session_id, observation, activation, flash, tuple(recalled), block)
-
-
-def decision_steps(controller: SCMController, messages: list[dict[str, str]], question: str) -> Steps[Decision]:
-    """Ask the controller a yes/no question: by probability when its model offers it, else as text."""
-    if controller.uses_probability:
-        p = yield _ProbabilityStep(controller.model, messages)
-        if p is not None:
-            return controller.decide_probability(p, question)
-    reply = yield _chat_step(messages, DECISION_MAX_TOKENS, controller.model, controller.temperature, YES_NO_FORMAT)
-    if question == "activation":
-        return controller.decide_activation(reply)
-    return controller.decide_sufficiency(reply)
-
-
-def _cosines(query: np.ndarray, matrix: np.ndarray, norms: np.ndarray) -> np.ndarray:
-    return cosine_similarities(np.asarray(matrix, dtype=np.float64), query, norms)
 
 
 def record_steps(memory: SelfControlledMemory, observation: str, response: str, session_id: str) -> Steps[MemoryItem]:
@@ -512,21 +470,13 @@ def record_steps(memory: SelfControlledMemory, observation: str, response: str, 
     observation = check_observation(observation)
     if not isinstance(response, str):
         raise TypeError(f"response must be str, got {type(response).__name__}")
-    response = _check_storable("response", response)
-    session_id = check_session_id(session_id)
+    response = check_text(response, "response")
+    session_id = check_session(session_id)
     summary, vector, problems = "", None, []
     try:
         if memory.summarize:
-            controller = memory.controller
             try:
-                reply = yield _chat_step(
-                    controller.summary_messages(observation, response),
-                    controller.summary_max_tokens,
-                    controller.model,
-                    controller.temperature,
-                    controller.summary_format(),
-                )
-                summary = controller.summary_text(reply, observation, response)
+                summary = yield from memory.controller.summary_steps(observation, response)
             except Exception as exc:  # the turn is kept without a summary
                 problems.append(
                     f"no summary (the controller failed: {type(exc).__name__}: {exc}), so it is embedded and "
@@ -564,7 +514,7 @@ def record_steps(memory: SelfControlledMemory, observation: str, response: str, 
 
 def reindex_steps(memory: SelfControlledMemory, session_id: str) -> Steps[int]:
     """Add every stored turn of the session to ``memory.index`` (embedding those stored without a vector)."""
-    session_id = check_session_id(session_id)
+    session_id = check_session(session_id)
     if memory.index is None:
         raise ValueError("reindex needs an index: build the memory with index=...")
     items: list[MemoryItem] = yield CallStep(memory.stream.items, (session_id,))
@@ -584,9 +534,8 @@ def turn_steps(
 ) -> Steps[SCMTurn]:
     """A whole turn: prepare, answer with ``model`` (default: the controller's), record the reply."""
     context = yield from prepare_steps(memory, observation, session_id)
-    reply = yield _chat_step(
-        memory.fusion_messages(context), memory.response_max_tokens, model or memory.controller.model
-    )
+    model = model or memory.controller.model
+    reply = yield chat_step(model, memory.fusion_messages(context), memory.response_max_tokens)
     if not isinstance(reply, str):
         raise TypeError(
             f"the chat model returned {type(reply).__name__} instead of the reply; its invoke/ainvoke must "

@@ -60,12 +60,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..._validation import check_positive_int
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
 from ...models.yes_no import YesNoScorer, ayes_no_probability, yes_no_probability
+from ..steps import ChatStep, Steps, drive
 from ..token_budget import cap_output, storable_text
 from .interactions import Decision, MemoryItem
 
@@ -81,6 +83,7 @@ __all__ = [
     "SUMMARY_PROMPT",
     "YES_NO_FORMAT",
     "SCMController",
+    "chat_step",
     "parse_yes_no",
 ]
 
@@ -226,6 +229,33 @@ def _check_template(name: str, template: object, fields: Sequence[str]) -> str:
     return template
 
 
+def chat_step(
+    model: ChatModel,
+    messages: list[dict[str, str]],
+    max_tokens: int | None,
+    temperature: float | None = None,
+    reply_format: ReplyFormat | None = None,
+) -> ChatStep:
+    """A chat step asking ``model`` with these options (``reply_format`` only for models that enforce it)."""
+    return ChatStep(
+        model, messages, {"temperature": temperature, "max_tokens": max_tokens, **format_kwargs(model, reply_format)}
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _ProbabilityStep:
+    """A yes/no question asked by probability (the reply is ``P(yes) / (P(yes) + P(no))`` or None)."""
+
+    controller: SCMController
+    messages: list[dict[str, str]]
+
+    def run(self) -> float | None:
+        return self.controller.probability(self.messages)
+
+    async def arun(self) -> float | None:
+        return await self.controller.aprobability(self.messages)
+
+
 class SCMController:
     """The LLM controller of SCM. ``model`` is any chat model (LangChain and LlamaIndex models are wrapped).
 
@@ -321,15 +351,17 @@ class SCMController:
 
     def decide_activation(self, reply: str) -> Decision:
         """The activation decision for a reply (the fallback when it is unparseable); the reply is capped."""
-        reply, _ = cap_output(_check_reply(reply, "the activation question"), DECISION_MAX_TOKENS)
-        value = parse_yes_no(reply)
-        return Decision(self.activation_fallback if value is None else value, reply, value is not None)
+        return self._decide(reply, "the activation question", self.activation_fallback)
 
     def decide_sufficiency(self, reply: str) -> Decision:
         """The "summary suffices" decision for a reply (the fallback when it is unparseable); the reply is capped."""
-        reply, _ = cap_output(_check_reply(reply, "the summary-sufficiency question"), DECISION_MAX_TOKENS)
+        return self._decide(reply, "the summary-sufficiency question", self.summary_fallback)
+
+    @staticmethod
+    def _decide(reply: object, what: str, fallback: bool) -> Decision:
+        reply, _ = cap_output(_check_reply(reply, what), DECISION_MAX_TOKENS)
         value = parse_yes_no(reply)
-        return Decision(self.summary_fallback if value is None else value, reply, value is not None)
+        return Decision(fallback if value is None else value, reply, value is not None)
 
     @property
     def uses_probability(self) -> bool:
@@ -378,38 +410,38 @@ class SCMController:
         (no label, no list, no second turn made up after it)."""
         return ReplyFormat.regex(rf"[^\n]{{1,{3 * self.summary_max_tokens}}}", name="turn_summary")
 
-    def _ask(self, messages: list[dict[str, str]], max_tokens: int, reply_format: ReplyFormat | None = None) -> str:
-        extra = format_kwargs(self.model, reply_format)
-        return self.model.invoke(messages, temperature=self.temperature, max_tokens=max_tokens, **extra)
+    def decision_steps(self, messages: list[dict[str, str]], question: str) -> Steps[Decision]:
+        """Ask the "activation" or "sufficiency" question: by probability when the model offers it, else as text."""
+        if self.uses_probability:
+            p = yield _ProbabilityStep(self, messages)
+            if p is not None:
+                return self.decide_probability(p, question)
+        reply = yield chat_step(self.model, messages, DECISION_MAX_TOKENS, self.temperature, YES_NO_FORMAT)
+        return self.decide_activation(reply) if question == "activation" else self.decide_sufficiency(reply)
+
+    def summary_steps(self, observation: str, response: str) -> Steps[str]:
+        """Summarise one interaction (see :meth:`summary_text`)."""
+        messages = self.summary_messages(observation, response)
+        reply = yield chat_step(self.model, messages, self.summary_max_tokens, self.temperature, self.summary_format())
+        return self.summary_text(reply, observation, response)
 
     def needs_memory(self, observation: str, flash: MemoryItem | None = None) -> Decision:
         """Ask whether the observation needs long-term memory (by probability when the model can, see
         ``decision``)."""
-        messages = self.activation_messages(observation, flash)
-        p = self.probability(messages)
-        if p is not None:
-            return self.decide_probability(p, "activation")
-        return self.decide_activation(self._ask(messages, DECISION_MAX_TOKENS, YES_NO_FORMAT))
+        return drive(self.decision_steps(self.activation_messages(observation, flash), "activation"))
 
     def summary_suffices(self, observation: str, item: MemoryItem) -> Decision:
         """Ask whether ``item.summary`` is enough to answer the observation (by probability when the model can)."""
-        messages = self.sufficiency_messages(observation, item)
-        p = self.probability(messages)
-        if p is not None:
-            return self.decide_probability(p, "sufficiency")
-        return self.decide_sufficiency(self._ask(messages, DECISION_MAX_TOKENS, YES_NO_FORMAT))
+        return drive(self.decision_steps(self.sufficiency_messages(observation, item), "sufficiency"))
 
     def summary_text(self, reply: object, observation: str, response: str) -> str:
         """The summary to store for a summary reply: checked to be text, cleaned and capped to
         ``summary_max_tokens`` (see :meth:`clean_summary`)."""
-        return self.clean_summary(
-            _check_reply(reply, "the turn summary"), observation, response, self.summary_max_tokens
-        )
+        return self.clean_summary(reply, observation, response, self.summary_max_tokens)  # type: ignore[arg-type]
 
     def summarize(self, observation: str, response: str) -> str:
         """Summarise one interaction."""
-        reply = self._ask(self.summary_messages(observation, response), self.summary_max_tokens, self.summary_format())
-        return self.summary_text(reply, observation, response)
+        return drive(self.summary_steps(observation, response))
 
     def __repr__(self) -> str:
         return f"SCMController(model={self.model!r}, decision={self.decision!r})"

@@ -1,70 +1,24 @@
-"""SCM's step 3 (retrieval): the scores of earlier turns and the per-session caches that make them cheap.
+"""SCM's step 3 (retrieval): the per-session caches that make scoring earlier turns cheap.
 
-* :func:`turn_scores` - a turn's independent score (cosine, BM25 or hybrid) plus, with a FragRel relation over
-  the turns, ``alpha * s_env`` (FragRel eq. 9-10).
-* :class:`SessionCache` - per session, the stacked embeddings of its turns (:class:`~.vectors.TurnMatrix`,
-  grown as the stream grows) and the lexical gate's vocabulary of names; both are thread-safe and rebuilt when
-  the stream changed behind the cache's back.
+:class:`SessionCache` holds, per session, the stacked embeddings of its turns (:class:`~.vectors.TurnMatrix`,
+grown as the stream grows) and the lexical gate's vocabulary of names; both are thread-safe and rebuilt when the
+stream changed behind the cache's back.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 
-from ..relation_aware import fragrel_scores
-from ..relations import FragmentLayout, Relation
-from ..scorers import cosine_similarities, make_scorer
 from ..steps import CallStep
 from .gates import NameVocabulary
 from .interactions import MemoryItem
-from .vectors import TurnMatrix, turn_fragment
+from .vectors import TurnMatrix
 
-__all__ = ["SessionCache", "turn_scores"]
-
-
-def turn_scores(
-    query: np.ndarray,
-    items: Sequence[MemoryItem],
-    embeddings: np.ndarray,
-    observation: str | None,
-    *,
-    scorer: str,
-    relation: Relation | None,
-    alpha: float,
-    norms: np.ndarray | None = None,
-    layout: FragmentLayout | None = None,
-) -> np.ndarray:
-    """Retrieval scores of ``items`` (see :meth:`~.memory.SelfControlledMemory.scores`, which documents them)."""
-    e = np.asarray(embeddings)
-    if e.dtype not in (np.float32, np.float64):
-        e = e.astype(np.float64)
-    q = np.asarray(query, dtype=np.float64)
-    if e.ndim != 2:
-        raise ValueError(f"embeddings must be a 2-D array (one row per turn), got shape {e.shape}")
-    if e.shape[1] != q.shape[0]:
-        raise ValueError(
-            f"stored turn embeddings have dimension {e.shape[1]} but the embedder returns {q.shape[0]}: "
-            "use the embedder the stream was written with, or start a new stream"
-        )
-    s = cosine_similarities(e, q, norms)
-    if scorer != "dense":
-        if not isinstance(observation, str):
-            raise ValueError(f"scorer={scorer!r} needs the observation text: scores(..., observation=...)")
-        cosine = s
-        texts = [it.summary or it.text for it in items]
-        s = make_scorer(scorer, texts, dense=lambda: lambda _: cosine)(observation)
-    if relation is None or alpha == 0.0:
-        return s
-    if layout is None:
-        layout = FragmentLayout.from_fragments([turn_fragment(it) for it in items])
-    if relation.needs_embeddings:
-        layout = replace(layout, embeddings=e)
-    return fragrel_scores(s, relation.prepare(layout).sums, alpha)[1]
+__all__ = ["SessionCache"]
 
 
 class SessionCache:
