@@ -5,21 +5,10 @@ See :mod:`fragrel_integrations.core.scm.memory` for the per-turn workflow.
 
 from __future__ import annotations
 
-from .gates import DEFAULT_SIMILARITY_THRESHOLD, MEMORY_CUES, EmbeddingGate, LexicalGate
-from .interactions import Decision, MemoryItem, RecalledMemory, SCMContext
-from .memory import (
-    ACTIVATION_MODES,
-    DEFAULT_SESSION,
-    DIALOGUE_W_REL,
-    FUSION_SYSTEM_PROMPT,
-    FUSION_TEMPLATE,
-    MEMORY_SYSTEM_TEMPLATE,
-    PAPER_ITEM_TOKENS,
-    PAPER_TOTAL_TOKENS,
-    SCMTurn,
-    SelfControlledMemory,
-    render_memory_block,
-)
+from .fusion_prompts import FUSION_SYSTEM_PROMPT, FUSION_TEMPLATE, MEMORY_SYSTEM_TEMPLATE, render_memory_block
+from .gates import ACTIVATION_MODES, DEFAULT_SIMILARITY_THRESHOLD, MEMORY_CUES, EmbeddingGate, LexicalGate
+from .interactions import Decision, MemoryItem, RecalledMemory, SCMContext, SCMTurn
+from .memory import DEFAULT_SESSION, DIALOGUE_W_REL, PAPER_ITEM_TOKENS, PAPER_TOTAL_TOKENS, SelfControlledMemory
 from .memory_controller import (
     ACTIVATION_EXAMPLES,
     ACTIVATION_PROMPT,

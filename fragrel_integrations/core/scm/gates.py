@@ -250,20 +250,17 @@ def activation_gate(activation: object) -> bool | LexicalGate | EmbeddingGate:
     """
     if isinstance(activation, bool | LexicalGate | EmbeddingGate):
         return activation
-    if isinstance(activation, str):
-        if activation == "auto":
-            raise ValueError("activation='auto' depends on the model and embedder: resolve it with auto_activation()")
-        if activation == "controller":
-            return True
-        if activation == "lexical":
-            return LexicalGate()
-        if activation == "embedding":
-            return EmbeddingGate()
+    if not isinstance(activation, str):
+        raise TypeError(
+            f"activation must be True, False, one of {list(ACTIVATION_MODES)}, a LexicalGate or an EmbeddingGate, "
+            f"got {type(activation).__name__}"
+        )
+    if activation == "auto":
+        raise ValueError("activation='auto' depends on the model and embedder: resolve it with auto_activation()")
+    gates = {"controller": lambda: True, "lexical": LexicalGate, "embedding": EmbeddingGate}
+    if activation not in gates:
         raise ValueError(
             f"activation must be True, False or one of {list(ACTIVATION_MODES)} (or a LexicalGate / EmbeddingGate), "
             f"got {activation!r}"
         )
-    raise TypeError(
-        f"activation must be True, False, one of {list(ACTIVATION_MODES)}, a LexicalGate or an EmbeddingGate, "
-        f"got {type(activation).__name__}"
-    )
+    return gates[activation]()

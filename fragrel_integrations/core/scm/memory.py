@@ -77,7 +77,7 @@ from .fusion_prompts import (
     memory_prompt,
     render_memory_block,
 )
-from .gates import ACTIVATION_MODES, EmbeddingGate, LexicalGate, NameVocabulary, activation_gate, auto_activation
+from .gates import EmbeddingGate, LexicalGate, NameVocabulary, activation_gate, auto_activation
 from .interactions import Decision, MemoryItem, RecalledMemory, SCMContext, SCMTurn
 from .memory_controller import SCMController, chat_step
 from .recall import SessionCache
@@ -86,22 +86,16 @@ from .stream_index import StreamIndex, add_turn, pool_items
 from .vectors import turn_fragment
 
 __all__ = [
-    "ACTIVATION_MODES",
     "DEFAULT_SESSION",
     "DIALOGUE_W_REL",
-    "FUSION_SYSTEM_PROMPT",
-    "FUSION_TEMPLATE",
-    "MEMORY_SYSTEM_TEMPLATE",
     "PAPER_ITEM_TOKENS",
     "PAPER_TOTAL_TOKENS",
     "SCORERS",
-    "SCMTurn",
     "SelfControlledMemory",
     "check_observation",
     "prepare_steps",
     "record_steps",
     "reindex_steps",
-    "render_memory_block",
     "turn_steps",
 ]
 

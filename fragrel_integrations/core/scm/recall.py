@@ -59,12 +59,10 @@ class SessionCache:
     ) -> Generator[CallStep, Any, TurnMatrix]:
         """The candidates' rows (turns stored without an embedding are embedded now, as a step); read its first
         ``len(candidates)`` rows. With ``cached`` the session's rows are kept and only turns added since are added."""
-        entry = None
-        if cached:
-            with self._lock:
-                entry = self.matrices.get(session_id)
-            if entry is not None and not entry.extends(candidates):
-                entry = None
+        with self._lock:
+            entry = self.matrices.get(session_id) if cached else None
+        if entry is not None and not entry.extends(candidates):
+            entry = None
         start = entry.n if entry is not None else 0
         new = candidates[start:]
         vectors: list[np.ndarray | None] = [it.embedding for it in new]

@@ -34,14 +34,7 @@ import numpy as np
 from ..._validation import check_min_int
 from .interactions import MemoryItem
 
-__all__ = [
-    "InMemoryStreamIndex",
-    "SCMIndexError",
-    "StreamIndex",
-    "add_turn",
-    "check_vector",
-    "pool_items",
-]
+__all__ = ["InMemoryStreamIndex", "SCMIndexError", "StreamIndex", "add_turn", "check_vector", "pool_items"]
 
 
 @runtime_checkable
@@ -95,9 +88,7 @@ class InMemoryStreamIndex:
         """Index one turn (replacing an entry with the same session and interaction index)."""
         if not isinstance(item, MemoryItem):
             raise TypeError(f"item must be a MemoryItem, got {type(item).__name__}")
-        vector = np.asarray(embedding, dtype=np.float64).ravel()
-        if vector.size == 0 or not np.all(np.isfinite(vector)):
-            raise ValueError("embedding must be a non-empty finite vector")
+        vector = check_vector(embedding, finite=True)
         with self._lock:
             self._entries.setdefault(item.session_id, {})[item.index] = (str(text), vector)
 

@@ -76,7 +76,7 @@ class TurnMatrix:
         if self.n and matrix.shape[1] != self.dim:
             raise ValueError(f"new turn embeddings have dimension {matrix.shape[1]}, the session's {self.dim}")
         need = self.n + matrix.shape[0]
-        if need > self._matrix.shape[0] or self.n == 0:
+        if need > self._matrix.shape[0]:
             capacity = max(need, 2 * self._matrix.shape[0])
             grown = np.empty((capacity, matrix.shape[1]), np.float32)
             grown_norms = np.empty(capacity)
