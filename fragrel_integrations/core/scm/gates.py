@@ -98,12 +98,8 @@ def capitalised_words(text: str) -> set[str]:
     >>> sorted(capitalised_words("What did Caroline's friend say in Paris? I forgot."))
     ['Caroline', 'Paris']
     """
-    out = set()
-    for word in _CAPITALISED.findall(text):
-        word = word.removesuffix("'s").removesuffix("'").rstrip("-")
-        if len(word) > 1 and word.lower() not in _FUNCTION_WORDS:
-            out.add(word)
-    return out
+    words = (w.removesuffix("'s").removesuffix("'").rstrip("-") for w in _CAPITALISED.findall(text))
+    return {w for w in words if len(w) > 1 and w.lower() not in _FUNCTION_WORDS}
 
 
 class NameVocabulary:

@@ -252,7 +252,7 @@ class SelfControlledMemory:
     def count_tokens(self, text: str) -> int:
         """Tokens of ``text`` for the budget (see ``token_counter``)."""
         counter = self.token_counter
-        if counter is not None and callable(counter) and not hasattr(counter, "count_tokens"):
+        if callable(counter) and not hasattr(counter, "count_tokens"):
             return int(counter(text))
         return count_tokens(counter if counter is not None else self.controller.model, text)
 
@@ -400,8 +400,6 @@ class SelfControlledMemory:
 
 def check_observation(observation: object) -> str:
     """The user's message: a str (TypeError) that a stream can store (ValueError)."""
-    if not isinstance(observation, str):
-        raise TypeError(f"the observation (user message) must be str, got {type(observation).__name__}")
     return check_text(observation, "the observation (user message)")
 
 
@@ -462,8 +460,6 @@ def record_steps(memory: SelfControlledMemory, observation: str, response: str, 
     """Summarise, embed, append. Once the turn exists nothing may lose it: a failing summary or embedding
     stores the turn without one (and warns); an interruption (Ctrl-C, a cancelled task) stores it, then stops."""
     observation = check_observation(observation)
-    if not isinstance(response, str):
-        raise TypeError(f"response must be str, got {type(response).__name__}")
     response = check_text(response, "response")
     session_id = check_session(session_id)
     summary, vector, problems = "", None, []
@@ -478,8 +474,7 @@ def record_steps(memory: SelfControlledMemory, observation: str, response: str, 
                 )
         item_text = summary or MemoryItem(session_id, 0, observation, response).text
         try:
-            vectors = yield CallStep(memory.embed, ([item_text],))
-            vector = vectors[0]
+            vector = (yield CallStep(memory.embed, ([item_text],)))[0]
         except Exception as exc:  # embedded again when a later turn's retrieval needs it
             fix = f"; run memory.reindex({session_id!r}) once the embedder works" if memory.index is not None else ""
             problems.append(

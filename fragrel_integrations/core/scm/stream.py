@@ -56,31 +56,24 @@ class MemoryStream(Protocol):
         embedding: np.ndarray | None = None,
     ) -> MemoryItem:
         """Write one interaction at the end of the session's stream and return it (with its index)."""
-        ...
 
     def items(self, session_id: str) -> list[MemoryItem]:
         """Every interaction of the session, in time order."""
-        ...
 
     def last(self, session_id: str) -> MemoryItem | None:
         """The latest interaction, or None for an empty session."""
-        ...
 
     def count(self, session_id: str) -> int:
         """Number of interactions in the session."""
-        ...
 
     def sessions(self) -> list[str]:
         """The session ids with at least one interaction, sorted."""
-        ...
 
     def clear(self, session_id: str) -> int:
         """Delete the session's interactions; returns how many were deleted."""
-        ...
 
     def close(self) -> None:
         """Release the stream's resources."""
-        ...
 
 
 _FORMAT = SavedFormat(

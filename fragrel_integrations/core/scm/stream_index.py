@@ -47,18 +47,15 @@ class StreamIndex(Protocol):
     def add(self, item: MemoryItem, text: str, embedding: np.ndarray) -> None:
         """Index one stored turn: ``text`` is what the stream embedded (the summary, else the full turn) and
         ``embedding`` the memory's vector of it. Replaces an entry with the same ``(session_id, index)``."""
-        ...
 
     def search(self, session_id: str, query: str, embedding: np.ndarray, k: int) -> list[tuple[int, float]]:
         """At most ``k`` ``(interaction index, similarity)`` pairs of ``session_id`` only, best first.
 
         ``query`` is the observation and ``embedding`` the memory's vector of it; an index that embeds with its
         own model uses the text."""
-        ...
 
     def delete_session(self, session_id: str) -> None:
         """Remove every entry of ``session_id``."""
-        ...
 
 
 class SCMIndexError(RuntimeError):

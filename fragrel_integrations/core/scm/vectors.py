@@ -51,7 +51,6 @@ class TurnMatrix:
         self.n = int(matrix.shape[0])
         self.first, self.last = (items[0], items[-1]) if items else (None, None)
         self.fragments = [turn_fragment(it) for it in items]
-        self._positions = np.fromiter((it.index for it in items), np.int64, len(items))
 
     @classmethod
     def from_vectors(cls, items: Sequence[MemoryItem], vectors: Sequence[np.ndarray]) -> TurnMatrix:
@@ -84,7 +83,6 @@ class TurnMatrix:
             self._matrix, self._norms = grown, grown_norms
         self._matrix[self.n : need], self._norms[self.n : need] = matrix, norms
         self.fragments.extend(turn_fragment(it) for it in items)
-        self._positions = np.concatenate([self._positions, np.fromiter((it.index for it in items), np.int64)])
         self.n, self.last = need, items[-1]
         if self.first is None:
             self.first = items[0]
@@ -94,6 +92,6 @@ class TurnMatrix:
         """The first ``n`` rows and their norms (views: rows never change)."""
         return self._matrix[:n], self._norms[:n]
 
-    def layout(self, n: int, embeddings: np.ndarray | None = None) -> FragmentLayout:
+    def layout(self, n: int) -> FragmentLayout:
         """The FragRel layout of the first ``n`` turns (one document: the session)."""
-        return FragmentLayout(np.zeros(n, np.int64), self._positions[:n], self.fragments[:n], embeddings)
+        return FragmentLayout.from_fragments(self.fragments[:n])
