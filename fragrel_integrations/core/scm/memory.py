@@ -65,7 +65,7 @@ from ...models.tokens import count_tokens
 from ..relation_aware import check_alpha, fragrel_scores
 from ..relations import FragmentLayout, Relation
 from ..scorers import SCORER_NAMES, check_scorer, cosine_similarities, make_scorer
-from ..steps import CallStep, Steps, adrive, drive
+from ..steps import CallStep, ChatStep, Steps, adrive, drive
 from ..token_budget import cap_output, storable_text
 from .fusion_prompts import (
     FUSION_SYSTEM_PROMPT,
@@ -79,7 +79,7 @@ from .fusion_prompts import (
 )
 from .gates import EmbeddingGate, LexicalGate, NameVocabulary, activation_gate, auto_activation
 from .interactions import Decision, MemoryItem, RecalledMemory, SCMContext, SCMTurn
-from .memory_controller import SCMController, chat_step
+from .memory_controller import SCMController
 from .recall import SessionCache
 from .stream import MemoryStream, SCMStream, check_session
 from .stream_index import StreamIndex, add_turn, pool_items
@@ -523,8 +523,8 @@ def turn_steps(
 ) -> Steps[SCMTurn]:
     """A whole turn: prepare, answer with ``model`` (default: the controller's), record the reply."""
     context = yield from prepare_steps(memory, observation, session_id)
-    model = model or memory.controller.model
-    reply = yield chat_step(model, memory.fusion_messages(context), memory.response_max_tokens)
+    options = {"temperature": None, "max_tokens": memory.response_max_tokens}
+    reply = yield ChatStep(model or memory.controller.model, memory.fusion_messages(context), options)
     if not isinstance(reply, str):
         raise TypeError(
             f"the chat model returned {type(reply).__name__} instead of the reply; its invoke/ainvoke must "

@@ -83,7 +83,6 @@ __all__ = [
     "SUMMARY_PROMPT",
     "YES_NO_FORMAT",
     "SCMController",
-    "chat_step",
     "parse_yes_no",
 ]
 
@@ -221,25 +220,11 @@ def _check_examples(examples: object) -> tuple[tuple[str, bool], ...]:
 
 
 def _check_template(name: str, template: object, fields: Sequence[str]) -> str:
-    if not isinstance(template, str):
-        raise TypeError(f"{name} must be str, got {type(template).__name__}")
+    _check_text(name, template)
     missing = [f for f in fields if "{" + f + "}" not in template]
     if missing:
         raise ValueError(f"{name} must contain the placeholders {['{' + f + '}' for f in missing]}")
     return template
-
-
-def chat_step(
-    model: ChatModel,
-    messages: list[dict[str, str]],
-    max_tokens: int | None,
-    temperature: float | None = None,
-    reply_format: ReplyFormat | None = None,
-) -> ChatStep:
-    """A chat step asking ``model`` with these options (``reply_format`` only for models that enforce it)."""
-    return ChatStep(
-        model, messages, {"temperature": temperature, "max_tokens": max_tokens, **format_kwargs(model, reply_format)}
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,19 +395,23 @@ class SCMController:
         (no label, no list, no second turn made up after it)."""
         return ReplyFormat.regex(rf"[^\n]{{1,{3 * self.summary_max_tokens}}}", name="turn_summary")
 
+    def _chat(self, messages: list[dict[str, str]], max_tokens: int, reply_format: ReplyFormat) -> ChatStep:
+        extra = format_kwargs(self.model, reply_format)  # asked only of models that enforce it
+        return ChatStep(self.model, messages, {"temperature": self.temperature, "max_tokens": max_tokens, **extra})
+
     def decision_steps(self, messages: list[dict[str, str]], question: str) -> Steps[Decision]:
         """Ask the "activation" or "sufficiency" question: by probability when the model offers it, else as text."""
         if self.uses_probability:
             p = yield _ProbabilityStep(self, messages)
             if p is not None:
                 return self.decide_probability(p, question)
-        reply = yield chat_step(self.model, messages, DECISION_MAX_TOKENS, self.temperature, YES_NO_FORMAT)
+        reply = yield self._chat(messages, DECISION_MAX_TOKENS, YES_NO_FORMAT)
         return self.decide_activation(reply) if question == "activation" else self.decide_sufficiency(reply)
 
     def summary_steps(self, observation: str, response: str) -> Steps[str]:
         """Summarise one interaction (see :meth:`summary_text`)."""
         messages = self.summary_messages(observation, response)
-        reply = yield chat_step(self.model, messages, self.summary_max_tokens, self.temperature, self.summary_format())
+        reply = yield self._chat(messages, self.summary_max_tokens, self.summary_format())
         return self.summary_text(reply, observation, response)
 
     def needs_memory(self, observation: str, flash: MemoryItem | None = None) -> Decision:
