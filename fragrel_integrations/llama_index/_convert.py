@@ -10,7 +10,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
@@ -18,14 +18,13 @@ from .. import adapters as kit
 from ..adapters import pools as pool
 from ..adapters.wrapper_settings import SCORE_KEYS, score_metadata
 from ..core.fragments import Fragment, ScoredFragment, parse_position
-from ..core.selection import check_k
 
 __all__ = [
-    "SCORE_KEYS",
-    "STORE_NODE_KEY",
     "NodeReranker",
+    "check_all",
     "check_nodes",
     "fragment_for_store",
+    "hit_node",
     "node_doc_id",
     "node_from_fragment",
     "node_links",
@@ -33,9 +32,12 @@ __all__ = [
     "related_id",
     "scored_node",
     "scoring_text",
+    "with_hidden",
 ]
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 STORE_NODE_KEY = "fragrel_node"  # what a FragmentStore row keeps about its LlamaIndex node (id, source, hidden keys)
 
@@ -51,10 +53,7 @@ def node_doc_id(node: BaseNode, doc_id_key: str) -> str | None:
     """``metadata[doc_id_key]`` if set (a default key also under its old name), else the id of the node's SOURCE
     document (``ref_doc_id``)."""
     value = kit.read_key(node.metadata, doc_id_key)
-    if value is not None:
-        return str(value)
-    source = node.relationships.get(NodeRelationship.SOURCE)
-    return source.node_id if isinstance(source, RelatedNodeInfo) else None
+    return related_id(node, NodeRelationship.SOURCE) if value is None else str(value)
 
 
 def node_position(node: BaseNode, position_key: str) -> int | None:
@@ -93,16 +92,22 @@ def node_links(nodes: Sequence[BaseNode]) -> dict[str, list[Any]]:
     }
 
 
-def check_nodes(items: object, what: str) -> list[NodeWithScore]:
-    """``items`` as a list of ``NodeWithScore`` or a TypeError naming ``what`` produced it."""
+def check_all(items: object, what: str, kind: type[T], label: str) -> list[T]:
+    """``items`` as a list of ``kind``, or a TypeError naming the first item that is not one."""
     items = list(items)  # type: ignore[call-overload]
     for i, item in enumerate(items):
-        if not isinstance(item, NodeWithScore):
-            raise TypeError(f"{what}[{i}] must be a NodeWithScore, got {type(item).__name__}")
+        if not isinstance(item, kind):
+            raise TypeError(f"{what}[{i}] must be {label}, got {type(item).__name__}")
     return items
 
 
-def _with_hidden(keys: Sequence[str], extra: Sequence[str]) -> list[str]:
+def check_nodes(items: object, what: str) -> list[NodeWithScore]:
+    """``items`` as a list of ``NodeWithScore`` or a TypeError naming ``what`` produced it."""
+    return check_all(items, what, NodeWithScore, "a NodeWithScore")
+
+
+def with_hidden(keys: Sequence[str], extra: Sequence[str]) -> list[str]:
+    """``keys`` and then ``extra``, each once (a node's ``excluded_*_metadata_keys``)."""
     return list(dict.fromkeys([*keys, *extra]))
 
 
@@ -111,8 +116,8 @@ def scored_node(node: BaseNode, scored: ScoredFragment) -> BaseNode:
     return node.model_copy(
         update={
             "metadata": {**node.metadata, **score_metadata(scored)},
-            "excluded_embed_metadata_keys": _with_hidden(node.excluded_embed_metadata_keys, SCORE_KEYS),
-            "excluded_llm_metadata_keys": _with_hidden(node.excluded_llm_metadata_keys, SCORE_KEYS),
+            "excluded_embed_metadata_keys": with_hidden(node.excluded_embed_metadata_keys, SCORE_KEYS),
+            "excluded_llm_metadata_keys": with_hidden(node.excluded_llm_metadata_keys, SCORE_KEYS),
         }
     )
 
@@ -132,7 +137,7 @@ def fragment_for_store(node: BaseNode, doc_id: str, position: int) -> Fragment:
         logger.debug("node %s: metadata keys %s are not JSON-serialisable and were not stored", node.node_id, dropped)
     metadata[STORE_NODE_KEY] = {
         "id": node.node_id,
-        "text": node.get_content(metadata_mode=MetadataMode.NONE),
+        "text": scoring_text(node),
         "ref_doc_id": related_id(node, NodeRelationship.SOURCE),
         "excluded_embed_metadata_keys": list(node.excluded_embed_metadata_keys),
         "excluded_llm_metadata_keys": list(node.excluded_llm_metadata_keys),
@@ -162,27 +167,21 @@ def node_from_fragment(
     return node
 
 
+def hit_node(hit: ScoredFragment, doc_id_key: str, position_key: str) -> NodeWithScore:
+    """A core hit as a scored ``NodeWithScore`` (:func:`node_from_fragment` with the scores, :func:`scored_node`)."""
+    node = node_from_fragment(hit.fragment, doc_id_key=doc_id_key, position_key=position_key)
+    return NodeWithScore(node=scored_node(node, hit), score=hit.score)
+
+
 @dataclass(frozen=True)
 class NodeReranker:
     """The checked FragRel settings of a LlamaIndex component (the settings kit's :class:`WrapperSettings`) and
-    the number of nodes to keep; calling it re-ranks ``NodeWithScore`` candidates.
-
-    Build it with :meth:`build`, which hands every setting to the kit.
-    """
+    the number of nodes to keep; calling it re-ranks ``NodeWithScore`` candidates."""
 
     settings: kit.WrapperSettings
-    k: int | None
+    k: int | None  # checked by the owner
     ranks_by_words: bool = False  # the base ranks by the query's words (BM25, fusion with BM25): no pool BM25
     score_kind: str | None = None  # what node scores are (the store's metric; pool.SCORE_KINDS); None: the rule
-
-    @classmethod
-    def build(
-        cls, *, k: int | None = 5, ranks_by_words: bool = False, score_kind: str | None = None, **settings: Any
-    ) -> NodeReranker:
-        """Check every setting (:meth:`WrapperSettings.resolve <fragrel_integrations.adapters.
-        WrapperSettings.resolve>`: the ``preset``'s defaults, ``expand`` 1 with a store)."""
-        kind = pool.check_score_kind(score_kind)
-        return cls(kit.WrapperSettings.resolve(**settings), check_k(k), ranks_by_words, kind)
 
     def __call__(self, candidates: Sequence[NodeWithScore], query: str) -> list[NodeWithScore]:
         """Re-rank ``candidates`` for ``query``; returns new ``NodeWithScore`` objects (inputs are not modified).

@@ -44,7 +44,7 @@ def sized_base(retriever: Any, n: int) -> Any | None:
     sized.similarity_top_k = n if limit is None else min(n, limit)
     members = _fusion_members(retriever)
     if isinstance(members, list):
-        _set_fusion_members(sized, [sized_base(r, n) or r for r in members])
+        sized._retrievers = [sized_base(r, n) or r for r in members]
         mode = getattr(retriever, "mode", None)
         if getattr(mode, "value", mode) == "reciprocal_rerank":
             sized.mode = type(mode)("relative_score") if not isinstance(mode, str) else "relative_score"
@@ -81,9 +81,11 @@ def _qdrant_kind(store: Any) -> str | None:
     return _QDRANT_KINDS.get(distance)  # type: ignore[arg-type]
 
 
-def store_score_kind(store: Any) -> str | None:
-    """What ``store``'s query similarities are, from its own metric where it says (see
-    :data:`~fragrel_integrations.adapters.pools.SCORE_KINDS`); None when it does not (the orientation rule decides)."""
+def score_kind(retriever: Any) -> str | None:
+    """What the node scores of ``retriever`` are, from its vector store's own metric where it says (see
+    :data:`~fragrel_integrations.adapters.pools.SCORE_KINDS`); None when it does not (the orientation rule decides).
+    A ``VectorIndexRetriever`` keeps its store in ``_vector_store``, with no public accessor."""
+    store = getattr(retriever, "_vector_store", None)
     name = type(store).__name__
     if name == "FaissVectorStore":
         return _faiss_kind(store.client)
@@ -96,28 +98,8 @@ def store_score_kind(store: Any) -> str | None:
     return None
 
 
-def score_kind(retriever: Any) -> str | None:
-    """What the node scores of ``retriever`` are: its vector store's (a ``VectorIndexRetriever``), else None."""
-    store = _store_of(retriever)
-    return None if store is None else store_score_kind(store)
-
-
-# The one place that touches LlamaIndex internals: ``VectorIndexRetriever`` keeps its store in ``_vector_store``;
-# ``QueryFusionRetriever`` keeps its members in ``_retrievers``
-# with no public accessor, and rebuilding it through its constructor would need its private ``_llm`` and
-# ``_retriever_weights`` too (re-normalising the weights could change them in the last bit).
-
-
-def _store_of(retriever: Any) -> Any:
-    """A ``VectorIndexRetriever``'s vector store (it keeps it in ``_vector_store``, with no public accessor)."""
-    return getattr(retriever, "_vector_store", None)
-
-
 def _fusion_members(retriever: Any) -> Any:
-    """A fusion retriever's member retrievers (a list), else None."""
+    """A fusion retriever's member retrievers (a list), else None. ``QueryFusionRetriever`` keeps them in
+    ``_retrievers`` with no public accessor, and rebuilding it through its constructor would need its private
+    ``_llm`` and ``_retriever_weights`` too (re-normalising the weights could change them in the last bit)."""
     return getattr(retriever, "_retrievers", None)
-
-
-def _set_fusion_members(retriever: Any, members: list[Any]) -> None:
-    """Replace the members of a (copied) fusion retriever."""
-    retriever._retrievers = members

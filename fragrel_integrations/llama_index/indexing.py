@@ -19,7 +19,7 @@ from llama_index.core.schema import BaseNode, NodeRelationship, TransformCompone
 from ..adapters.pools import chain_order
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, SETTING_DOCS, check_keys, stored_key
 from ..core.store import FragmentStore
-from ._convert import fragment_for_store, node_doc_id, node_links, related_id
+from ._convert import fragment_for_store, node_doc_id, node_links, related_id, with_hidden
 
 __all__ = ["PositionTagger", "tag_positions"]
 
@@ -98,13 +98,13 @@ def tag_positions(
     for doc_id, members in groups.items():
         for position, node in enumerate(_document_order(members, doc_id, use_links)):
             # the keys it writes, and an old-named key it read the document from (FragRel's too: hidden alike)
-            hidden = list(dict.fromkeys([doc_id_key, position_key, stored_key(node.metadata, doc_id_key)]))
+            hidden = [doc_id_key, position_key, stored_key(node.metadata, doc_id_key)]
             node.metadata[doc_id_key] = doc_id
             node.metadata[position_key] = position
             if hide_from_embed:
-                node.excluded_embed_metadata_keys = list(dict.fromkeys([*node.excluded_embed_metadata_keys, *hidden]))
+                node.excluded_embed_metadata_keys = with_hidden(node.excluded_embed_metadata_keys, hidden)
             if hide_from_llm:
-                node.excluded_llm_metadata_keys = list(dict.fromkeys([*node.excluded_llm_metadata_keys, *hidden]))
+                node.excluded_llm_metadata_keys = with_hidden(node.excluded_llm_metadata_keys, hidden)
             if store is not None:
                 fragments.append(fragment_for_store(node, doc_id, position))
     if store is not None:
@@ -143,13 +143,4 @@ class PositionTagger(TransformComponent):
         check_keys(self.doc_id_key, self.position_key)
 
     def __call__(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[BaseNode]:
-        return tag_positions(
-            nodes,
-            doc_id_key=self.doc_id_key,
-            position_key=self.position_key,
-            store=self.store,
-            use_links=self.use_links,
-            hide_from_embed=self.hide_from_embed,
-            hide_from_llm=self.hide_from_llm,
-            default_doc_id=self.default_doc_id,
-        )
+        return tag_positions(nodes, **{name: getattr(self, name) for name in type(self).model_fields})

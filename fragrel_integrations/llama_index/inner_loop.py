@@ -31,7 +31,7 @@ from ..adapters import loop_runs as kit
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
 from ..core.fragments import Fragment, ScoredFragment
 from ..core.inner_loop import InnerLoopEngine, InnerLoopResult
-from ._convert import check_nodes, node_doc_id, node_from_fragment, node_position, scored_node
+from ._convert import check_nodes, hit_node, node_doc_id, node_position
 
 __all__ = ["InnerLoopQueryEngine"]
 
@@ -139,22 +139,15 @@ class InnerLoopQueryEngine(CustomQueryEngine):
             None if retriever is None else (retriever.retrieve, retriever.aretrieve),
             lambda result: check_nodes(result, "the retriever's result"),
             lambda item: _node_hit(item, self.doc_id_key, self.position_key),
-            self._fresh,
+            lambda hit: hit_node(hit, self.doc_id_key, self.position_key),
         )
-
-    def _fresh(self, hit: ScoredFragment) -> NodeWithScore:
-        node = node_from_fragment(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
-        return NodeWithScore(node=scored_node(node, hit), score=hit.score)
 
     def _response(self, result: InnerLoopResult, nodes: Callable[[Iterable[ScoredFragment]], list]) -> Response:
         return Response(
             response=result.format(),
             source_nodes=nodes(result.fragments),
             metadata={
-                "answer": result.answer,
-                "supported": result.supported,
-                "converged": result.converged,
-                "stop_reason": result.stop_reason,
+                **{name: getattr(result, name) for name in ("answer", "supported", "converged", "stop_reason")},
                 "n_rounds": len(result.rounds),
                 "inner_loop": result.to_dict(),
             },

@@ -12,8 +12,8 @@ For a server or a llama.cpp model with function calling, use LlamaIndex's own ``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -48,6 +48,8 @@ _ROLES = {
 _TOOL_ROLES = frozenset({MessageRole.TOOL, MessageRole.FUNCTION})
 _MEDIA_BLOCKS = frozenset({"image", "audio", "video", "document"})
 
+R = TypeVar("R")
+
 
 def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
     """LlamaIndex ``ChatMessage`` objects -> ``{"role", "content"}`` dicts (see
@@ -79,11 +81,18 @@ def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
             turns.append(
                 ("tool", "".join(texts), [], extra.get("name") or tool_names.get(call_id) or call_id or "tool")
             )
-        elif message.role in _ROLES:
+        else:
             turns.append((_ROLES[message.role], "".join(texts), calls, ""))
-        else:  # pragma: no cover - a role added by a future LlamaIndex
-            raise ValueError(f"cannot send a {message.role!r} message to a chat model (roles: system, user, assistant)")
     return role_messages(turns)
+
+
+def _chat_response(text: str, delta: str | None = None) -> ChatResponse:
+    message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+    return ChatResponse(message=message, delta=text if delta is None else delta)
+
+
+def _completion(text: str, delta: str | None = None) -> CompletionResponse:
+    return CompletionResponse(text=text, delta=text if delta is None else delta)
 
 
 class FragRelLLM(LLM):
@@ -155,81 +164,68 @@ class FragRelLLM(LLM):
             raise TypeError(f"prompt must be str, got {type(prompt).__name__}")
         return [{"role": "user", "content": prompt}]
 
-    @staticmethod
-    def _chat_response(text: str, delta: str | None = None) -> ChatResponse:
-        message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
-        return ChatResponse(message=message, delta=text if delta is None else delta)
-
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Send the conversation to the wrapped model; the reply is the assistant message."""
-        return self._chat_response(self._invoke(to_role_messages(messages), kwargs))
+        return _chat_response(self._invoke(to_role_messages(messages), kwargs))
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """Async :meth:`chat` (the model's ``ainvoke`` when it has one)."""
-        return self._chat_response(await self._ainvoke(to_role_messages(messages), kwargs))
+        return _chat_response(await self._ainvoke(to_role_messages(messages), kwargs))
+
+    def _stream(
+        self, sent: list[dict[str, str]], kwargs: dict[str, Any], respond: Callable[[str, str], R]
+    ) -> Iterator[R]:
+        params = self._params(kwargs)  # checked now, before the first piece is asked for
+
+        def gen() -> Iterator[R]:
+            text = ""
+            for piece in stream_pieces(self.model, sent, params):
+                text += piece
+                yield respond(text, piece)
+
+        return gen()
+
+    def _astream(
+        self, sent: list[dict[str, str]], kwargs: dict[str, Any], respond: Callable[[str, str], R]
+    ) -> AsyncIterator[R]:
+        params = self._params(kwargs)
+
+        async def gen() -> AsyncIterator[R]:
+            text = ""
+            async for piece in astream_pieces(self.model, sent, params):
+                text += piece
+                yield respond(text, piece)
+
+        return gen()
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """:meth:`chat` as a stream; each response holds the text so far and the new ``delta``."""
-        sent, params = to_role_messages(messages), self._params(kwargs)
-
-        def gen() -> ChatResponseGen:
-            text = ""
-            for piece in stream_pieces(self.model, sent, params):
-                text += piece
-                yield self._chat_response(text, piece)
-
-        return gen()
+        return self._stream(to_role_messages(messages), kwargs, _chat_response)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         """Async :meth:`stream_chat`."""
-        sent, params = to_role_messages(messages), self._params(kwargs)
-
-        async def gen() -> ChatResponseAsyncGen:
-            text = ""
-            async for piece in astream_pieces(self.model, sent, params):
-                text += piece
-                yield self._chat_response(text, piece)
-
-        return gen()
+        return self._astream(to_role_messages(messages), kwargs, _chat_response)
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Send ``prompt`` as one user message (``formatted`` is accepted and ignored)."""
-        text = self._invoke(self._prompt(prompt), kwargs)
-        return CompletionResponse(text=text, delta=text)
+        return _completion(self._invoke(self._prompt(prompt), kwargs))
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """Async :meth:`complete`."""
-        text = await self._ainvoke(self._prompt(prompt), kwargs)
-        return CompletionResponse(text=text, delta=text)
+        return _completion(await self._ainvoke(self._prompt(prompt), kwargs))
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
         """:meth:`complete` as a stream."""
-        sent, params = self._prompt(prompt), self._params(kwargs)
-
-        def gen() -> CompletionResponseGen:
-            text = ""
-            for piece in stream_pieces(self.model, sent, params):
-                text += piece
-                yield CompletionResponse(text=text, delta=piece)
-
-        return gen()
+        return self._stream(self._prompt(prompt), kwargs, _completion)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseAsyncGen:
         """Async :meth:`stream_complete`."""
-        sent, params = self._prompt(prompt), self._params(kwargs)
-
-        async def gen() -> CompletionResponseAsyncGen:
-            text = ""
-            async for piece in astream_pieces(self.model, sent, params):
-                text += piece
-                yield CompletionResponse(text=text, delta=piece)
-
-        return gen()
+        return self._astream(self._prompt(prompt), kwargs, _completion)

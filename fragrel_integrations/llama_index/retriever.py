@@ -25,14 +25,13 @@ from ..adapters.wrapper_settings import (
     check_query,
     resolve_k,
 )
-from ..core.fragments import ScoredFragment
 from ..core.index import FragRelIndex
 from ..core.presets import DEFAULT_PRESET
 from ..core.relations import Relation
 from ..core.selection import check_k
 from ..core.store import FragmentStore
 from ..models.convert import optional_embedder
-from ._convert import NodeReranker, node_from_fragment, scored_node
+from ._convert import NodeReranker, check_all, hit_node
 from ._pool import ranks_by_words, score_kind, sized_base
 
 __all__ = ["FragRelIndexRetriever", "FragRelRetriever"]
@@ -94,12 +93,11 @@ class FragRelRetriever(BaseRetriever):
         self._retriever = retriever
         settings = {name: value for name, value in locals().items() if name in SETTING_NAMES}
         k = resolve_k(similarity_top_k, k, _DEFAULT_TOP_K)
-        self._reranker = NodeReranker.build(
-            k=k, ranks_by_words=ranks_by_words(retriever), score_kind=score_kind(retriever), **settings
+        self._reranker = NodeReranker(
+            WrapperSettings.resolve(**settings), k, ranks_by_words(retriever), score_kind(retriever)
         )
         pool_size = check_pool_size(pool_size)
-        n = max(pool_size or default_pool_size(self._reranker.k or _DEFAULT_TOP_K), self._reranker.k or 1)
-        sized = sized_base(retriever, n)
+        sized = sized_base(retriever, max(pool_size or default_pool_size(k), k))
         if sized is None and pool_size is not None:
             raise ValueError(
                 f"pool_size cannot be set on {type(retriever).__name__}: it has no similarity_top_k; build it with "
@@ -110,8 +108,8 @@ class FragRelRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _check_pool(self, n: int) -> None:
-        k = self._reranker.k
-        if k is not None and n <= k and not self._warned and self._pool is self._retriever:
+        k = self.similarity_top_k
+        if n <= k and not self._warned and self._pool is self._retriever:
             self._warned = True
             warnings.warn(
                 f"FragRelRetriever: the base retriever returned {n} nodes for similarity_top_k={k}, so FragRel can "
@@ -133,7 +131,7 @@ class FragRelRetriever(BaseRetriever):
 
     @property
     def similarity_top_k(self) -> int:
-        return int(self._reranker.k)  # type: ignore[arg-type]
+        return self._reranker.k  # type: ignore[return-value]
 
     @property
     def alpha(self) -> float | None:
@@ -217,10 +215,7 @@ class FragRelIndexRetriever(BaseRetriever):
     def from_documents(cls, documents: Sequence[Document], **kwargs: Any) -> FragRelIndexRetriever:
         """Like :meth:`from_texts` for LlamaIndex ``Document`` objects: ``doc_id`` is the document's id and its
         metadata is copied to every fragment."""
-        documents = list(documents)
-        for i, d in enumerate(documents):
-            if not isinstance(d, Document):
-                raise TypeError(f"documents[{i}] must be a llama_index Document, got {type(d).__name__}")
+        documents = check_all(documents, "documents", Document, "a llama_index Document")
         return cls.from_texts(
             [d.text for d in documents],
             doc_ids=[d.doc_id for d in documents],
@@ -228,15 +223,11 @@ class FragRelIndexRetriever(BaseRetriever):
             **kwargs,
         )
 
-    def _to_node(self, hit: ScoredFragment) -> NodeWithScore:
-        node = node_from_fragment(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
-        return NodeWithScore(node=scored_node(node, hit), score=hit.score)
-
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = self.index.retrieve(
             query_bundle.query_str, k=self.similarity_top_k, budget_words=self.budget_words, order=self.order
         )
-        return [self._to_node(h) for h in hits]
+        return [hit_node(h, self.doc_id_key, self.position_key) for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)

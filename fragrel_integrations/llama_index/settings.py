@@ -31,11 +31,10 @@ def use_embedded_models(*, embed_model: bool = True, llm: bool = True) -> tuple[
 
     if not isinstance(embed_model, bool) or not isinstance(llm, bool):
         raise TypeError("embed_model and llm are True/False; to use your own models set Settings.embed_model/llm")
-    chosen_embed = chosen_llm = None
-    if llm:  # first: the one that can fail on a missing extra, before anything is changed
-        chosen_llm = FragRelLLM(model=default_chat_model())
-    if embed_model:
-        chosen_embed = MiniLMEmbedding()
+    # the LLM first: the one that can fail on a missing extra, before anything is changed
+    chosen_llm = FragRelLLM(model=default_chat_model()) if llm else None
+    chosen_embed = MiniLMEmbedding() if embed_model else None
+    if chosen_embed is not None:
         Settings.embed_model = chosen_embed
     if chosen_llm is not None:
         Settings.llm = chosen_llm

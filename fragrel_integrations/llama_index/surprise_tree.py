@@ -25,6 +25,7 @@ from pydantic import Field, PrivateAttr
 from ..adapters import tree_search as kit
 from ..adapters.wrapper_settings import resolve_k
 from ..core.tree import BuildReport, ExtractiveSummariser, Summariser, SurpriseTree, TreeHit
+from ._convert import check_all
 
 __all__ = ["SurpriseExtractor", "SurpriseTreeRetriever", "hit_to_node"]
 
@@ -46,10 +47,7 @@ def hit_to_node(hit: TreeHit) -> NodeWithScore:
 
 
 def _from_documents(documents: Sequence[Document]) -> dict[str, Any]:
-    documents = list(documents)
-    for i, d in enumerate(documents):
-        if not isinstance(d, Document):
-            raise TypeError(f"documents[{i}] must be a llama_index Document, got {type(d).__name__}")
+    documents = check_all(documents, "documents", Document, "a llama_index Document")
     return kit.tree_inputs(
         [d.text for d in documents], [d.doc_id for d in documents], [dict(d.metadata) for d in documents]
     )

@@ -20,31 +20,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .._optional import require
-
-require("llama_index.core", "llama-index")
-
-from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
-from llama_index.core.graph_stores.types import (  # noqa: E402
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.graph_stores.types import (
     ChunkNode,
     EntityNode,
     LabelledNode,
     PropertyGraphStore,
     Relation,
 )
-from llama_index.core.graph_stores.types import Triplet as LITriplet  # noqa: E402
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
-from llama_index.core.vector_stores.types import VectorStoreQuery  # noqa: E402
+from llama_index.core.graph_stores.types import Triplet as LITriplet
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.types import VectorStoreQuery
 
-from .._validation import check_positive_int  # noqa: E402
-from ..adapters.arguments import split_store_or_path  # noqa: E402
-from ..adapters.triplet_graph import TripletGraph  # noqa: E402
-from ..adapters.triplet_views import lookup, triplet_hit  # noqa: E402
-from ..core.triplets import NodeRecord, TripletRecord, TripletStore  # noqa: E402
-from ..core.triplets.facts import namespace_tuple  # noqa: E402
-from ..core.triplets.memory_store import build_store  # noqa: E402
-from ..models.convert import optional_embedder  # noqa: E402
-from ..models.embedder import Embedder  # noqa: E402
+from .._validation import check_positive_int
+from ..adapters.arguments import split_store_or_path
+from ..adapters.triplet_graph import TripletGraph
+from ..adapters.triplet_views import lookup, triplet_hit
+from ..core.triplets import NodeRecord, TripletRecord, TripletStore
+from ..core.triplets.facts import namespace_tuple
+from ..core.triplets.memory_store import build_store
+from ..models.convert import optional_embedder
+from ..models.embedder import Embedder
 
 __all__ = ["TripletGraphStore", "TripletMemoryRetriever"]
 
