@@ -217,16 +217,14 @@ class Summariser:
             self.cache[keys[i]] = result
         return [fresh.get(k) or self.cache[k] for k in keys], report
 
-    def _bar(self, total: int) -> tqdm:
-        return tqdm(total=total, desc="summarising", unit="call", disable=not self.show_progress or total == 0)
-
     @contextmanager
     def _calls(self, inputs: Sequence[str]) -> Iterator[tuple[_Guarded, list, Callable[[list], _Results]]]:
         """The model calls ``inputs`` still need (guarded, with a progress bar open over them) and the function
         that turns their replies, in order, into the results and report."""
         inputs = list(inputs)
         requests, keys, todo = self._pending(inputs)
-        with self._bar(len(todo)) as bar:
+        hide = not self.show_progress or not todo
+        with tqdm(total=len(todo), desc="summarising", unit="call", disable=hide) as bar:
             guard = _Guarded(self.chat_model, bar, self.reply_format)  # type: ignore[arg-type]
             yield guard, [requests[i] for i in todo], lambda out: self._finish(inputs, requests, keys, todo, out, guard)
 
