@@ -10,21 +10,12 @@ notes), :mod:`.clustering` (GMM clustering of summaries), :mod:`.tree` (build / 
 from .chunking import chunk_text, split_sentences
 from .clustering import cluster_embeddings, gmm_clusters, pack_by_tokens, reduce_dimensions
 from .extractive import ExtractiveSummariser, central_sentences, leave_one_out_similarity, surprising_sentences
-from .summariser import Summariser
+from .state import MAX_METADATA_DEPTH, check_state
+from .summariser import BuildReport, Summariser, SummaryResult
 from .summary import PROMPT_VERSION, SUMMARY_SYSTEM_PROMPT, ParsedSummary, parse_summary, summary_messages
-from .summary_tree import (
-    FIELDS,
-    MAX_METADATA_DEPTH,
-    SUMMARISERS,
-    BuildReport,
-    SummaryResult,
-    SurpriseTree,
-    TreeConfig,
-    TreeHit,
-    TreeNode,
-    check_state,
-)
+from .summary_tree import SurpriseTree
 from .tree_file import load_tree, save_tree
+from .tree_nodes import FIELDS, SUMMARISERS, TreeConfig, TreeHit, TreeNode
 from .tree_relation import TreeRelation
 
 __all__ = [

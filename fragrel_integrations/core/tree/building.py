@@ -80,6 +80,16 @@ class TreeBuilding:
         node.summary, node.surprise = result.summary, result.surprise
         node.parsed, node.failed = result.parsed, result.failed
 
+    def _add_parents(self, clusters: list[list[int]], results: list[SummaryResult], layer: int) -> list[int]:
+        """One node on ``layer`` per cluster, with its summary result; returns their ids."""
+        ids = []
+        for members, result in zip(clusters, results, strict=True):
+            node = self._new_node(layer=layer, summary="", children=tuple(members))
+            self._apply(node, result)
+            ids.append(node.id)
+        self._last_report.nodes_added += len(ids)
+        return ids
+
     def _cluster(self, ids: list[int]) -> list[list[int]]:
         c = self.config
         clusters = cluster_embeddings(
@@ -101,12 +111,7 @@ class TreeBuilding:
             if len(clusters) >= len(current):
                 break
             results = yield [self._cluster_input(c) for c in clusters]
-            parents = []
-            for members, result in zip(clusters, results, strict=True):
-                node = self._new_node(layer=layer + 1, summary="", children=tuple(members))
-                self._apply(node, result)
-                parents.append(node.id)
-            self._last_report.nodes_added += len(parents)
+            parents = self._add_parents(clusters, results, layer + 1)
             self._embed(parents)
             current, layer = parents, layer + 1
 
@@ -173,37 +178,32 @@ class TreeBuilding:
             results = yield inputs + [self._cluster_input(c) for c in clusters]
             for p, result in zip(touched, results, strict=False):
                 self._apply(self.nodes[p], result)
-            created = []
-            for members, result in zip(clusters, results[len(touched) :], strict=True):
-                node = self._new_node(layer=layer + 1, summary="", children=tuple(members))
-                self._apply(node, result)
-                created.append(node.id)
+            created = self._add_parents(clusters, results[len(touched) :], layer + 1)
             self._last_report.nodes_resummarised += len(touched)
-            self._last_report.nodes_added += len(created)
             self._embed([*touched, *created])
             new, changed = created, touched
 
     # ------------------------------------------------------------------------------------------------ drivers
 
-    def _check_writer(self) -> None:
-        """Fail before any work when the tree has no way to write summaries."""
-        if self.config.summariser == "llm" and self.chat_model is None:
+    @contextmanager
+    def _all_or_nothing(self) -> Iterator[None]:
+        """Run a build or insert on a fresh report: on any error (also a cancelled task) the tree is restored to
+        what it was (summaries already made stay cached for a retry); on success the report is added to the tree's.
+        """
+        if self.config.summariser == "llm" and self.chat_model is None:  # fail before any work
             raise ValueError(
                 "this tree writes its summaries with an LLM (config.summariser='llm') but has no chat model: pass "
                 "chat_model=... (to SurpriseTree or load_tree), or build a new tree with summariser='extractive'"
             )
-
-    @contextmanager
-    def _all_or_nothing(self) -> Iterator[None]:
-        """Run a build or insert on a fresh report: on any error (also a cancelled task) the tree is restored to
-        what it was, so it never keeps half an insert; on success the report is added to the tree's."""
-        self._check_writer()
         self._last_report = BuildReport()
-        saved = self._snapshot()
+        # node copies; vectors are replaced, never written in place
+        nodes = {i: replace(n, metadata=dict(n.metadata)) for i, n in self.nodes.items()}
+        saved = nodes, dict(self.vectors), self._next_id
         try:
             yield
         except BaseException:
-            self._restore(saved)
+            self.nodes, self.vectors, self._next_id = saved
+            self._matrix, self._lengths, self._new_leaf_ids = None, {}, []
             raise
         self.report.add(self._last_report)
 
@@ -220,17 +220,6 @@ class TreeBuilding:
             while request is not None:
                 request = _send(steps, await self._asummarise(request) if request else [])
         return self._last_report
-
-    def _snapshot(self) -> tuple[dict[int, TreeNode], dict[tuple[int, str], np.ndarray], int]:
-        """What a build or insert may change (node copies; vectors are replaced, never written in place)."""
-        nodes = {i: replace(n, metadata=dict(n.metadata)) for i, n in self.nodes.items()}
-        return nodes, dict(self.vectors), self._next_id
-
-    def _restore(self, saved: tuple[dict[int, TreeNode], dict[tuple[int, str], np.ndarray], int]) -> None:
-        """Undo a failed build or insert (an embedder or model error half-way): the tree is as it was before;
-        summaries already made stay in the cache, so a retry does not pay for them again."""
-        self.nodes, self.vectors, self._next_id = saved
-        self._matrix, self._lengths, self._new_leaf_ids = None, {}, []
 
     def build(self, texts: Sequence[str], *, doc_ids: _DocIds = None, metadatas: _Metadatas = None) -> BuildReport:
         """Build the tree from ``texts`` (one document each); returns what this build did.

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from ..._validation import check_positive_int
 from ...models.tokens import estimate_tokens
 from ..token_budget import truncate_to_tokens
+from .clustering import pack_by_tokens
 
 __all__ = ["chunk_text", "split_sentences"]
 
@@ -66,16 +67,6 @@ def chunk_text(text: str, max_tokens: int = 600, counter: Callable[[str], int] |
     """
     check_positive_int(max_tokens, "max_tokens")
     count = estimate_tokens if counter is None else counter
-    chunks: list[str] = []
-    current: list[str] = []
-    used = 0
-    for sentence in split_sentences(text):
-        for piece, n in _split_long(sentence, max_tokens, count):
-            if current and used + n > max_tokens:
-                chunks.append(" ".join(current))
-                current, used = [], 0
-            current.append(piece)
-            used += n
-    if current:
-        chunks.append(" ".join(current))
-    return chunks
+    pieces = [p for sentence in split_sentences(text) for p in _split_long(sentence, max_tokens, count)]
+    groups = pack_by_tokens(range(len(pieces)), [n for _, n in pieces], max_tokens)
+    return [" ".join(pieces[i][0] for i in group) for group in groups]

@@ -18,7 +18,7 @@ import importlib.util
 import logging
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -34,17 +34,8 @@ REDUCERS = ("auto", "umap", "pca")
 Reducer = Literal["auto", "umap", "pca"]
 
 
-def _umap_available() -> bool:
-    return importlib.util.find_spec("umap") is not None
-
-
 def reduce_dimensions(
-    x: np.ndarray,
-    dim: int = 10,
-    *,
-    n_neighbors: int | None = None,
-    seed: int = 0,
-    method: Reducer = "auto",
+    x: np.ndarray, dim: int = 10, *, n_neighbors: int | None = None, seed: int = 0, method: Reducer = "auto"
 ) -> np.ndarray:
     """Project ``x`` (n, d) to at most ``dim`` dimensions, never more than ``n - 2`` (GMMs need room).
 
@@ -64,7 +55,7 @@ def reduce_dimensions(
     if np.unique(x, axis=0).shape[0] == 1:  # identical rows: nothing to project
         return np.zeros((n, target))
     if method == "auto":
-        method = "umap" if _umap_available() and n > dim + 1 else "pca"
+        method = "umap" if importlib.util.find_spec("umap") is not None and n > dim + 1 else "pca"
     if method == "umap":
         umap = require("umap", "umap")
         nn = max(2, min(n_neighbors or int(math.sqrt(n - 1)), n - 1))
@@ -127,9 +118,12 @@ def gmm_clusters(
     probs = best.predict_proba(x)  # type: ignore[union-attr]
     member = probs >= threshold
     member[np.arange(n), probs.argmax(axis=1)] = True
-    clusters = [np.flatnonzero(member[:, c]).tolist() for c in range(member.shape[1])]
-    unique = {tuple(c) for c in clusters if c}
-    return [list(c) for c in sorted(unique)]
+    return _distinct(np.flatnonzero(column).tolist() for column in member.T)
+
+
+def _distinct(clusters: Iterable[list[int]]) -> list[list[int]]:
+    """The distinct non-empty clusters, sorted by their members."""
+    return [list(c) for c in sorted({tuple(c) for c in clusters if c})]
 
 
 def pack_by_tokens(indices: Sequence[int], lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -189,10 +183,7 @@ def cluster_embeddings(
         return [[idx[j] for j in c] for c in local]
 
     def global_local(idx: list[int]) -> list[list[int]]:
-        out: list[list[int]] = []
-        for g in fit(idx, None):
-            out.extend([g] if len(g) <= dim + 1 else fit(g, 10))
-        return out
+        return [c for g in fit(idx, None) for c in ([g] if len(g) <= dim + 1 else fit(g, 10))]
 
     def capped(cluster: list[int], depth: int) -> list[list[int]]:
         if len(cluster) == 1 or sum(lengths[i] for i in cluster) <= max_cluster_tokens:
@@ -203,16 +194,9 @@ def cluster_embeddings(
         if len(parts) <= 1 or any(len(p) >= len(cluster) for p in parts):
             logger.debug("cluster of %d summaries cannot be split by a GMM: packing it in order", len(cluster))
             return pack_by_tokens(cluster, lengths, max_cluster_tokens)
-        out: list[list[int]] = []
-        for p in parts:
-            out.extend(capped(p, depth + 1))
-        return out
+        return [c for p in parts for c in capped(p, depth + 1)]
 
-    n = x.shape[0]
-    if n == 0:
+    if x.shape[0] == 0:
         return []
-    result: list[list[int]] = []
-    for c in global_local(list(range(n))):
-        result.extend(capped(c, 0))
-    unique = {tuple(sorted(c)) for c in result}
-    return [list(c) for c in sorted(unique)]
+    clusters = [c for g in global_local(list(range(x.shape[0]))) for c in capped(g, 0)]
+    return _distinct(sorted(c) for c in clusters)

@@ -58,6 +58,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from ..._validation import check_positive_int
 from ...models.embedder import CachedEmbedder, Embedder, embed_documents, normalise_rows
 from ...models.tokens import estimate_tokens
 from ..embedder_identity import embedder_id
@@ -111,6 +112,21 @@ def _check_lengths(lengths: object, n: int, budget: object) -> np.ndarray:
     if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or budget < 1:
         raise ValueError(f"budget must be a positive int (tokens), got {budget!r}")
     return lens.astype(np.int64)
+
+
+def _check_min_sentences(value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
+        raise ValueError(f"min_sentences must be an int >= 2, got {value!r}")
+
+
+def _check_min_scale(value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"min_scale must be > 0, got {value!r}")
+
+
+def _check_redundancy(value: float) -> None:
+    if not 0 < value <= 1:
+        raise ValueError(f"redundancy must be in (0, 1], got {value!r}")
 
 
 def _take(
@@ -170,8 +186,7 @@ def central_sentences(
     """
     arr = _check_matrix(x)
     lens = _check_lengths(lengths, arr.shape[0], budget)
-    if not 0 < redundancy <= 1:
-        raise ValueError(f"redundancy must be in (0, 1], got {redundancy!r}")
+    _check_redundancy(redundancy)
     skip = {int(i) for i in exclude}
     unit = arr / np.maximum(np.linalg.norm(arr, axis=1, keepdims=True), 1e-12)
     order = np.argsort(-leave_one_out_similarity(arr), kind="stable")
@@ -214,10 +229,8 @@ def surprising_sentences(
     arr = _check_matrix(x)
     n = arr.shape[0]
     lens = _check_lengths(lengths, n, budget)
-    if isinstance(min_sentences, bool) or not isinstance(min_sentences, int) or min_sentences < 2:
-        raise ValueError(f"min_sentences must be an int >= 2, got {min_sentences!r}")
-    if not min_scale > 0:
-        raise ValueError(f"min_scale must be > 0, got {min_scale!r}")
+    _check_min_sentences(min_sentences)
+    _check_min_scale(min_scale)
     ok = np.ones(n, dtype=bool) if eligible is None else np.asarray(eligible, dtype=bool)
     if ok.shape != (n,):
         raise ValueError(f"eligible must have one flag per row ({n}), got shape {ok.shape}")
@@ -332,22 +345,15 @@ class ExtractiveSummariser:
             raise TypeError(
                 f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
             )
-        for name, value in (
-            ("summary_tokens", summary_tokens),
-            ("surprise_tokens", surprise_tokens),
-            ("min_words", min_words),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(min_sentences, bool) or not isinstance(min_sentences, int) or min_sentences < 2:
-            raise ValueError(f"min_sentences must be an int >= 2, got {min_sentences!r}")
+        for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
+            check_positive_int(value, name)
+        check_positive_int(min_words, "min_words")
+        _check_min_sentences(min_sentences)
         for name, value in (("z", z), ("min_scale", min_scale)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not np.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if not min_scale > 0:
-            raise ValueError(f"min_scale must be > 0, got {min_scale!r}")
-        if not 0 < redundancy <= 1:
-            raise ValueError(f"redundancy must be in (0, 1], got {redundancy!r}")
+        _check_min_scale(min_scale)
+        _check_redundancy(redundancy)
         self.embedder = embedder
         #: ``embedder`` behind an in-memory cache (at most 20,000 texts, ~30 MB of 384-d vectors); the tree
         #: embeds its summaries and surprise notes through it too, so a note that is one sentence is not
@@ -388,12 +394,10 @@ class ExtractiveSummariser:
             summary = summary or sentences[best][:1]  # a first character that alone is over the budget
         else:
             summary = " ".join(sentences[i] for i in keep)
-        surprise = " ".join(sentences[i] for i in odd)
-        if surprise and self.count(surprise) > self.surprise_tokens:
-            surprise = truncate_to_tokens(surprise, self.surprise_tokens, self.count)
+        surprise = truncate_to_tokens(" ".join(sentences[i] for i in odd), self.surprise_tokens, self.count)
         # the LLM summariser's caps, whatever the counter says (a counter that undercounts cannot pass 200k chars)
         summary, _ = cap_output(summary, self.summary_tokens)
-        surprise, _ = cap_output(surprise, self.surprise_tokens) if surprise else (surprise, False)
+        surprise, _ = cap_output(surprise, self.surprise_tokens)
         return SummaryResult(summary, surprise, True)
 
     def summarise(self, inputs: Sequence[str]) -> tuple[list[SummaryResult], BuildReport]:

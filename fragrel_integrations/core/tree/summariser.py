@@ -20,6 +20,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from ..._validation import check_positive_int
 from ...models.chat import ChatModel, ChatModelBase, abatch, batch, context_window, model_id
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
@@ -82,25 +83,26 @@ class _Guarded(ChatModelBase):
     def key(messages: Sequence[Mapping[str, str]]) -> str:
         return json.dumps([dict(m) for m in messages], sort_keys=True)
 
-    def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
+    @contextmanager
+    def _call(self, messages: Sequence[Mapping[str, str]]) -> Iterator[None]:
+        """Record an error of the call inside (one failed call must not stop the build) and tick the bar."""
         try:
-            return self.model.invoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, **self.extra)
-        except Exception as exc:  # one failed call must not stop the build
+            yield
+        except Exception as exc:
             self.errors[self.key(messages)] = exc
-            return ""
         finally:
             self.bar.update(1)
 
+    def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
+        with self._call(messages):
+            return self.model.invoke(messages, temperature=temperature, max_tokens=max_tokens, stop=stop, **self.extra)
+        return ""
+
     async def _agenerate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
-        try:
-            return await self.model.ainvoke(
-                messages, temperature=temperature, max_tokens=max_tokens, stop=stop, **self.extra
-            )
-        except Exception as exc:  # one failed call must not stop the build
-            self.errors[self.key(messages)] = exc
-            return ""
-        finally:
-            self.bar.update(1)
+        with self._call(messages):
+            options = {"temperature": temperature, "max_tokens": max_tokens, "stop": stop}
+            return await self.model.ainvoke(messages, **options, **self.extra)
+        return ""
 
 
 class Summariser:
@@ -133,14 +135,9 @@ class Summariser:
         constrained: bool = True,
     ) -> None:
         self.chat_model: ChatModel | None = None if chat_model is None else as_chat_model(chat_model)
-        for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ValueError(f"max_concurrency must be a positive int, got {max_concurrency!r}")
-        self.summary_tokens = summary_tokens
-        self.surprise_tokens = surprise_tokens
-        self.max_concurrency = max_concurrency
+        self.summary_tokens = check_positive_int(summary_tokens, "summary_tokens")
+        self.surprise_tokens = check_positive_int(surprise_tokens, "surprise_tokens")
+        self.max_concurrency = check_positive_int(max_concurrency, "max_concurrency")
         self.show_progress = show_progress
         self.count: Callable[[str], int] = counter or (lambda text: count_tokens(self.chat_model, text))
         self.cache: dict[str, SummaryResult] = {} if cache is None else cache
@@ -220,16 +217,14 @@ class Summariser:
             self.cache[keys[i]] = result
         return [fresh.get(k) or self.cache[k] for k in keys], report
 
-    def _bar(self, total: int) -> tqdm:
-        return tqdm(total=total, desc="summarising", unit="call", disable=not self.show_progress or total == 0)
-
     @contextmanager
     def _calls(self, inputs: Sequence[str]) -> Iterator[tuple[_Guarded, list, Callable[[list], _Results]]]:
         """The model calls ``inputs`` still need (guarded, with a progress bar open over them) and the function
         that turns their replies, in order, into the results and report."""
         inputs = list(inputs)
         requests, keys, todo = self._pending(inputs)
-        with self._bar(len(todo)) as bar:
+        hide = not self.show_progress or not todo
+        with tqdm(total=len(todo), desc="summarising", unit="call", disable=hide) as bar:
             guard = _Guarded(self.chat_model, bar, self.reply_format)  # type: ignore[arg-type]
             yield guard, [requests[i] for i in todo], lambda out: self._finish(inputs, requests, keys, todo, out, guard)
 

@@ -112,16 +112,11 @@ def summary_format(summary_tokens: int = 300, surprise_tokens: int = 150) -> Rep
     >>> summary_format(10, 5).parse("(Summary): Tom buys a boat.\\n(Surprise): None") is not None
     True
     """
-    for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
-        check_positive_int(value, name)
-    line = r"[^\n]{{1,{}}}"
-    pattern = (
-        r"\(Summary\): "
-        + line.format(FORMAT_CHARS_PER_TOKEN * summary_tokens)
-        + r"\n\(Surprise\): "
-        + line.format(FORMAT_CHARS_PER_TOKEN * surprise_tokens)
+    summary = FORMAT_CHARS_PER_TOKEN * check_positive_int(summary_tokens, "summary_tokens")
+    surprise = FORMAT_CHARS_PER_TOKEN * check_positive_int(surprise_tokens, "surprise_tokens")
+    return ReplyFormat.regex(
+        rf"\(Summary\): [^\n]{{1,{summary}}}\n\(Surprise\): [^\n]{{1,{surprise}}}", name="summary_surprise"
     )
-    return ReplyFormat.regex(pattern, name="summary_surprise")
 
 
 def _clean(text: str) -> str:
@@ -154,11 +149,9 @@ def parse_summary(output: object, *, max_section_chars: int | None = None) -> Pa
     """
     if not isinstance(output, str):
         raise TypeError(f"a model reply must be str, got {type(output).__name__}")
-    if max_section_chars is not None and (
-        isinstance(max_section_chars, bool) or not isinstance(max_section_chars, int) or max_section_chars < 1
-    ):
-        raise ValueError(f"max_section_chars must be a positive int or None, got {max_section_chars!r}")
-    cap = len(output) if max_section_chars is None else max_section_chars
+    cap = len(output)
+    if max_section_chars is not None:
+        cap = check_positive_int(max_section_chars, "max_section_chars", hint=" or None")
     sections: dict[str, str] = {}
     open_kind: str | None = None  # the section whose end is the next label
     open_start = 0

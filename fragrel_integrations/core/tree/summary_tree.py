@@ -109,26 +109,15 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
         self._counter = counter if counter is not None else self.chat_model
         if self.config.summariser is None:
             self.config = replace(self.config, summariser="llm" if self.chat_model is not None else "extractive")
+        budgets = {"summary_tokens": self.config.summary_tokens, "surprise_tokens": self.config.surprise_tokens}
+        options = {**budgets, "show_progress": show_progress, "counter": self.count}
         self.summariser: Summariser | ExtractiveSummariser
+        self._text_embedder: Embedder = embedder
         if self.config.summariser == "extractive":
-            self.summariser = ExtractiveSummariser(
-                embedder,
-                summary_tokens=self.config.summary_tokens,
-                surprise_tokens=self.config.surprise_tokens,
-                show_progress=show_progress,
-                counter=self.count,
-            )
-            self._text_embedder: Embedder = self.summariser.cached_embedder
+            self.summariser = ExtractiveSummariser(embedder, **options)
+            self._text_embedder = self.summariser.cached_embedder
         else:
-            self._text_embedder = embedder
-            self.summariser = Summariser(
-                self.chat_model,
-                summary_tokens=self.config.summary_tokens,
-                surprise_tokens=self.config.surprise_tokens,
-                max_concurrency=max_concurrency,
-                show_progress=show_progress,
-                counter=self.count,
-            )
+            self.summariser = Summariser(self.chat_model, max_concurrency=max_concurrency, **options)
         self.nodes: dict[int, TreeNode] = {}
         self.vectors: dict[tuple[int, str], np.ndarray] = {}
         self.report = BuildReport()
@@ -149,7 +138,7 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
 
     def leaves(self) -> list[TreeNode]:
         """Layer-0 nodes in insertion order."""
-        return [n for n in self.nodes.values() if n.layer == 0]
+        return self.layer(0)
 
     def layer(self, index: int) -> list[TreeNode]:
         """Nodes of one layer (0 = leaves) in creation order."""
@@ -244,8 +233,7 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
         :func:`~fragrel_integrations.core.embedder_identity.embedder_identity`; computed once per embedder)."""
         cached = getattr(self, "_identity", None)
         if cached is None or cached[0] is not self.embedder:
-            cached = (self.embedder, embedder_identity(self.embedder))
-            self._identity = cached
+            self._identity = cached = (self.embedder, embedder_identity(self.embedder))
         return cached[1]
 
     def to_state(self) -> dict[str, Any]:

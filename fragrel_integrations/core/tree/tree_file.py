@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +31,11 @@ import numpy as np
 from ..._sqlite import SavedFormat
 from ...models.embedder import Embedder
 from .summary_tree import SurpriseTree, check_state
+from .tree_nodes import TreeNode
 
 __all__ = ["load_tree", "save_tree"]
 
-_NODE_COLUMNS = (
-    "id",
-    "layer",
-    "summary",
-    "surprise",
-    "text",
-    "children",
-    "doc_id",
-    "position",
-    "metadata",
-    "parsed",
-    "failed",
-)
+_NODE_COLUMNS = tuple(f.name for f in fields(TreeNode))
 _FORMAT = SavedFormat(
     "fragrel-surprise-tree",
     1,

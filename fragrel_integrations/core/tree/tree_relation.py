@@ -30,26 +30,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..relations import check_unit
+from .tree_nodes import TreeNode
 
 __all__ = ["TreeRelation"]
-
-
-class _Node(Protocol):
-    @property
-    def children(self) -> Sequence[int]: ...
-    @property
-    def doc_id(self) -> str: ...
-    @property
-    def position(self) -> int: ...
-    @property
-    def is_leaf(self) -> bool: ...
 
 
 class _Tree(Protocol):
     """What :meth:`TreeRelation.weights` reads of a :class:`~.tree.SurpriseTree` (no import: no cycle)."""
 
     @property
-    def nodes(self) -> Mapping[int, _Node]: ...
+    def nodes(self) -> Mapping[int, TreeNode]: ...
 
 
 @dataclass(frozen=True)
