@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.documents import Document
+from langchain_core.runnables import Runnable, RunnableLambda
 
 from ..adapters import pools as pool
 from ..adapters.wrapper_settings import score_metadata
 from ..core.fragments import Fragment, ScoredFragment
 
 __all__ = [
+    "as_runnable",
     "check_documents",
     "fragment_to_document",
     "isolated_key",
@@ -27,6 +29,14 @@ def check_documents(documents: object, what: str) -> list[Document]:
         if not isinstance(doc, Document):
             raise TypeError(f"{what}[{i}] must be a langchain_core Document, got {type(doc).__name__}")
     return list(documents)
+
+
+def as_runnable(cls: type, value: Any) -> Any:
+    """A pydantic "before" validator: a plain function ``query -> list[Document]`` as a ``RunnableLambda``, as LCEL
+    pipes accept it."""
+    if callable(value) and not isinstance(value, Runnable):
+        return RunnableLambda(value)
+    return value
 
 
 def isolated_key(doc: Document) -> str:
