@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.documents import Document
@@ -16,6 +15,7 @@ __all__ = [
     "as_runnable",
     "check_documents",
     "fragment_to_document",
+    "hit_document",
     "isolated_key",
     "with_scores",
 ]
@@ -49,9 +49,12 @@ def with_scores(doc: Document, hit: ScoredFragment) -> Document:
     return doc.model_copy(update={"metadata": {**doc.metadata, **score_metadata(hit)}})
 
 
-def fragment_to_document(
-    fragment: Fragment, *, doc_id_key: str, position_key: str, extra: Mapping[str, Any] | None = None
-) -> Document:
+def fragment_to_document(fragment: Fragment, *, doc_id_key: str, position_key: str) -> Document:
     """A Document holding a core fragment's text, metadata, ``doc_id`` and ``position``."""
-    metadata = {**fragment.metadata, doc_id_key: fragment.doc_id, position_key: fragment.position, **(extra or {})}
+    metadata = {**fragment.metadata, doc_id_key: fragment.doc_id, position_key: fragment.position}
     return Document(page_content=fragment.text, metadata=metadata)
+
+
+def hit_document(hit: ScoredFragment, *, doc_id_key: str, position_key: str) -> Document:
+    """A new Document for a core hit: :func:`fragment_to_document` with the three FragRel scores."""
+    return with_scores(fragment_to_document(hit.fragment, doc_id_key=doc_id_key, position_key=position_key), hit)

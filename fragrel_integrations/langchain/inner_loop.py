@@ -32,7 +32,7 @@ from ..adapters.pools import read_location, read_score
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
 from ..core.fragments import Fragment, ScoredFragment
 from ..core.inner_loop import InnerLoopEngine
-from ._documents import as_runnable, check_documents, fragment_to_document, isolated_key, with_scores
+from ._documents import as_runnable, check_documents, hit_document, isolated_key
 
 __all__ = ["InnerLoopRunnable"]
 
@@ -116,12 +116,8 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
             calls,
             lambda result: check_documents(result, "the retriever's result"),
             lambda doc: _document_hit(doc, self.doc_id_key, self.position_key),
-            self._fresh,
+            partial(hit_document, doc_id_key=self.doc_id_key, position_key=self.position_key),
         )
-
-    def _fresh(self, hit: ScoredFragment) -> Document:
-        fresh = fragment_to_document(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
-        return with_scores(fresh, hit)
 
     # ---------------------------------------------------------------------------------------------- running
 

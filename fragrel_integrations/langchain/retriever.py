@@ -21,7 +21,7 @@ from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.fragments import Fragment
 from ..core.index import FragRelIndex
 from ..core.selection import check_k
-from ._documents import as_runnable, check_documents, fragment_to_document, with_scores
+from ._documents import as_runnable, check_documents, hit_document, with_scores
 from ._pool import pool_advice, ranks_by_words, sized_base, takes_k
 from ._wrapper import FragRelFields, rerank_documents
 from .indexing import add_positions
@@ -197,6 +197,6 @@ class FragRelIndexRetriever(BaseRetriever):
     ) -> list[Document]:
         k = self.k if k is None else check_k(k)
         hits = self.index.retrieve(query, k=k, budget_words=self.budget_words, order=self.order)
-        fresh = partial(fragment_to_document, doc_id_key=self.doc_id_key, position_key=self.position_key)
+        keys = {"doc_id_key": self.doc_id_key, "position_key": self.position_key}
         found = [self._documents.get((h.fragment.doc_id, h.fragment.position)) for h in hits]  # from_documents'
-        return [with_scores(fresh(h.fragment) if d is None else d, h) for d, h in zip(found, hits, strict=True)]
+        return [hit_document(h, **keys) if d is None else with_scores(d, h) for d, h in zip(found, hits, strict=True)]
