@@ -281,14 +281,14 @@ def test_langchain_faiss_with_a_filter_gets_a_full_pool(vectors):
     vs = _lc_faiss(vectors, docs)
     base = vs.as_retriever(search_kwargs={"k": K, "filter": {"source": "chat"}})
     wrapper = LCFragRel(base_retriever=base, k=K, pool_size=40)
-    sized = wrapper._base(K, {})[0]
+    sized = wrapper._base("q", K, {})[1]
     assert sized.search_kwargs["fetch_k"] >= 4 * 40  # raised with k: FAISS filters the fetch_k it searched
     for query, _ in QUESTIONS[:3]:
         pool_docs = sized.invoke(query)
         assert len(pool_docs) == 40 and {d.metadata["source"] for d in pool_docs} == {"chat"}
     # a user's own small fetch_k: asked again with a larger one until the filter lets the pool through
     tight = vs.as_retriever(search_kwargs={"k": K, "filter": {"source": "chat"}, "fetch_k": 5})
-    assert len(LCFragRel(base_retriever=tight, k=K)._base(K, {})[0].invoke(QUESTIONS[0][0])) == 50
+    assert len(LCFragRel(base_retriever=tight, k=K)._base("q", K, {})[1].invoke(QUESTIONS[0][0])) == 50
     got = [[d.page_content for d in wrapper.invoke(q)] for q, _ in QUESTIONS]
     base_r = np.mean([_recall([d.page_content for d in base.invoke(q)], g) for q, g in QUESTIONS])
     assert np.mean([_recall(f, g) for f, (_, g) in zip(got, QUESTIONS, strict=True)]) > base_r

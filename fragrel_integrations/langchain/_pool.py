@@ -41,14 +41,9 @@ def takes_k(runnable: object) -> bool:
     """Whether ``runnable`` forwards invoke kwargs (such as ``k``) to a BaseRetriever that reads them."""
     while isinstance(runnable, RunnableBinding):
         runnable = runnable.bound
-    return isinstance(runnable, BaseRetriever) and _forwards_invoke_kwargs(runnable)
-
-
-def _forwards_invoke_kwargs(retriever: BaseRetriever) -> bool:
-    """The one place that reads LangChain internals: ``BaseRetriever`` forwards invoke kwargs only when its
-    ``_get_relevant_documents`` takes more than ``query`` and ``run_manager``, and records that in the class flag
-    ``_expects_other_args`` (set in ``__init_subclass__``); LangChain offers no public way to ask."""
-    return bool(type(retriever)._expects_other_args)
+    # the one read of LangChain internals: the class flag ``_expects_other_args`` (set in ``__init_subclass__``)
+    # records whether ``_get_relevant_documents`` takes more than ``query`` and ``run_manager``
+    return isinstance(runnable, BaseRetriever) and bool(type(runnable)._expects_other_args)
 
 
 def oriented(pairs: list[tuple[Document, float]]) -> list[tuple[Document, float]]:
@@ -96,8 +91,7 @@ def ranks_by_words(base: object) -> bool:
         base = base.bound
     if _is_bm25(base):
         return getattr(base.preprocess_func, "__name__", None) != "default_preprocessing_func"
-    members = getattr(base, "retrievers", None)
-    return _is_fusion(base) and isinstance(members, list) and any(ranks_by_words(r) for r in members)
+    return _is_fusion(base) and any(ranks_by_words(r) for r in base.retrievers)
 
 
 class _ScoredBM25Retriever(BaseRetriever):
@@ -165,12 +159,6 @@ def post_filters(vectorstore: object) -> bool:
         return False
 
 
-def _store_size(vectorstore: object) -> int | None:
-    """How many vectors the store holds, where it says (a FAISS ``index.ntotal``), else None."""
-    n = getattr(getattr(vectorstore, "index", None), "ntotal", None)
-    return n if isinstance(n, int) else None
-
-
 @contextlib.contextmanager
 def _own_request() -> Iterator[None]:
     """Silence exactly LangChain's "Relevance scores must be between 0 and 1" warning, around the wrapper's own
@@ -189,7 +177,8 @@ class _ScoredVectorStoreRetriever(VectorStoreRetriever):
 
     def _more(self, search: dict[str, Any], found: int, previous: int) -> dict[str, Any] | None:
         """The search kwargs of the next, larger post-filter search, or None when this one is final."""
-        fetch_k, size = search.get("fetch_k"), _store_size(self.vectorstore)
+        fetch_k, size = search.get("fetch_k"), getattr(getattr(self.vectorstore, "index", None), "ntotal", None)
+        size = size if isinstance(size, int) else None  # how many vectors the store holds (a FAISS index.ntotal)
         if not isinstance(fetch_k, int) or found >= search["k"] or (size is not None and fetch_k >= size):
             return None
         if size is None and found <= previous:  # no more candidates passed the filter: the store has no more

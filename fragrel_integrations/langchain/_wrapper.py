@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from functools import partial
 from typing import Any, Literal, Self
 
@@ -93,17 +94,6 @@ class FragRelFields(BaseModel):
         """The resolved, checked FragRel settings (the kit's :class:`WrapperSettings`)."""
         return self._settings
 
-    def _warn_short_pool(self, n_docs: int, k: int, advice: str) -> None:
-        """Warn once when the pool is no larger than ``k`` (FragRel can only re-order it), with ``advice``."""
-        if n_docs <= k and not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"{type(self).__name__}: got {n_docs} documents for k={k}, so FragRel can only re-order them; "
-                + advice,
-                UserWarning,
-                stacklevel=5,
-            )
-
 
 def _base_score(doc: Document, score_key: str | None) -> tuple[Document, float | None]:
     """``doc`` without the base's score that a sized copy put in its metadata, and that score (else the
@@ -116,13 +106,27 @@ def _base_score(doc: Document, score_key: str | None) -> tuple[Document, float |
 
 
 def rerank_documents(
-    fields: FragRelFields, query: str, documents: object, k: int, *, ranks_by_words: bool = False
+    fields: FragRelFields,
+    query: str,
+    documents: object,
+    k: int,
+    *,
+    ranks_by_words: bool = False,
+    advice: Callable[[], str] | None = None,
 ) -> list[Document]:
     """Re-rank the base's ``documents`` (best first) with the settings of ``fields``: copies with the three
-    FragRel scores in their metadata."""
+    FragRel scores in their metadata. With ``advice``, warn once when the pool is no larger than ``k``."""
     docs = check_documents(documents, "the base retriever's result")
     if not docs:
         return []
+    if advice is not None and len(docs) <= k and not fields._warned:
+        fields._warned = True
+        warnings.warn(
+            f"{type(fields).__name__}: got {len(docs)} documents for k={k}, so FragRel can only re-order them; "
+            + advice(),
+            UserWarning,
+            stacklevel=5,
+        )
     kept, scores = zip(*(_base_score(doc, fields.score_key) for doc in docs), strict=True)
     doc_id_key, position_key = fields.doc_id_key, fields.position_key
     ranked = pool.rerank_items(

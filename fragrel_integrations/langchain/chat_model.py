@@ -181,6 +181,10 @@ class FragRelChatModel(BaseChatModel):
         fields = self._message(sent, text, "" if streamed else None)
         return ChatGenerationChunk(message=AIMessageChunk(**fields, chunk_position="last"))
 
+    def _chunk(self, sent: list[dict[str, str]], piece: str, streams: bool) -> ChatGenerationChunk:
+        """A streamed piece, or the whole reply with its usage from a model that cannot stream."""
+        return ChatGenerationChunk(message=AIMessageChunk(content=piece)) if streams else self._last(sent, piece, False)
+
     def _stream(
         self,
         messages: list[BaseMessage],
@@ -194,11 +198,7 @@ class FragRelChatModel(BaseChatModel):
         parts: list[str] = []
         for piece in stream_pieces(self.model, sent, params):
             parts.append(piece)
-            chunk = (
-                ChatGenerationChunk(message=AIMessageChunk(content=piece))
-                if streams
-                else self._last(sent, piece, False)
-            )
+            chunk = self._chunk(sent, piece, streams)
             if run_manager is not None:
                 run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk
@@ -217,11 +217,7 @@ class FragRelChatModel(BaseChatModel):
         parts: list[str] = []
         async for piece in astream_pieces(self.model, sent, params):
             parts.append(piece)
-            chunk = (
-                ChatGenerationChunk(message=AIMessageChunk(content=piece))
-                if streams
-                else self._last(sent, piece, False)
-            )
+            chunk = self._chunk(sent, piece, streams)
             if run_manager is not None:
                 await run_manager.on_llm_new_token(chunk.text, chunk=chunk)
             yield chunk

@@ -18,6 +18,8 @@ from ._wrapper import FragRelFields, rerank_documents
 
 __all__ = ["FragRelCompressor", "with_store_scores"]
 
+_MORE_CANDIDATES = 'give the base retriever more candidates, e.g. vs.as_retriever(search_kwargs={"k": 50})'
+
 
 class FragRelCompressor(FragRelFields, BaseDocumentCompressor):
     """Re-rank the documents a retriever returned with FragRel and keep the ``k`` best, as LangChain's rerankers
@@ -42,14 +44,7 @@ class FragRelCompressor(FragRelFields, BaseDocumentCompressor):
     def _compress(self, documents: Sequence[Document], query: str) -> list[Document]:
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
-        docs = list(documents)
-        if docs:
-            self._warn_short_pool(
-                len(docs),
-                self.k,
-                'give the base retriever more candidates, e.g. vs.as_retriever(search_kwargs={"k": 50})',
-            )
-        return rerank_documents(self, query, docs, self.k)
+        return rerank_documents(self, query, list(documents), self.k, advice=lambda: _MORE_CANDIDATES)
 
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None

@@ -23,7 +23,7 @@ from typing import Any, Self
 from langchain_core.callbacks import AsyncCallbackManagerForChainRun, CallbackManagerForChainRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import RetrieverLike
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableSerializable
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -32,7 +32,7 @@ from ..adapters.pools import read_location, read_score
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
 from ..core.fragments import Fragment, ScoredFragment
 from ..core.inner_loop import InnerLoopEngine
-from ._documents import check_documents, fragment_to_document, isolated_key, with_scores
+from ._documents import as_runnable, check_documents, hit_document, isolated_key
 
 __all__ = ["InnerLoopRunnable"]
 
@@ -82,12 +82,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
 
     _core: InnerLoopEngine | None = PrivateAttr(default=None)
 
-    @field_validator("retriever", mode="before")
-    @classmethod
-    def _coerce_retriever(cls, value: Any) -> Any:
-        if callable(value) and not isinstance(value, Runnable):
-            return RunnableLambda(value)
-        return value
+    _coerce_retriever = field_validator("retriever", mode="before")(as_runnable)
 
     @model_validator(mode="after")
     def _build_engine(self) -> Self:
@@ -114,23 +109,15 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
     def _bind(self, config: RunnableConfig) -> tuple[InnerLoopEngine, Callable[[Iterable[ScoredFragment]], list]]:
         """The engine for one call, retrieving through ``self.retriever`` with ``config`` (callbacks), and the
         conversion of hits back to the retriever's Documents (new Documents for the engine's own retriever)."""
-        retriever = self.retriever
-        calls = (
-            None
-            if retriever is None
-            else (partial(retriever.invoke, config=config), partial(retriever.ainvoke, config=config))
-        )
+        r = self.retriever
+        calls = None if r is None else (partial(r.invoke, config=config), partial(r.ainvoke, config=config))
         return kit.bind_retriever(
             self.core_engine,
             calls,
             lambda result: check_documents(result, "the retriever's result"),
             lambda doc: _document_hit(doc, self.doc_id_key, self.position_key),
-            self._fresh,
+            partial(hit_document, doc_id_key=self.doc_id_key, position_key=self.position_key),
         )
-
-    def _fresh(self, hit: ScoredFragment) -> Document:
-        fresh = fragment_to_document(hit.fragment, doc_id_key=self.doc_id_key, position_key=self.position_key)
-        return with_scores(fresh, hit)
 
     # ---------------------------------------------------------------------------------------------- running
 
@@ -167,9 +154,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
         yield from self._transform_stream_with_config(iter([input]), self._stream_rounds, config)
 
     def _stream_rounds(self, inputs: Iterator[Any], config: RunnableConfig) -> Iterator[dict[str, Any]]:
-        question = None
-        for question in inputs:  # noqa: B007 - a single input
-            pass
+        question = list(inputs)[-1]  # a single input
         yield from kit.stream(self._bind(config), kit.question_of(question, "InnerLoopRunnable"), kit.result_dict)
 
     async def astream(
@@ -185,9 +170,7 @@ class InnerLoopRunnable(RunnableSerializable[str | dict[str, Any], dict[str, Any
             yield chunk
 
     async def _astream_rounds(self, inputs: AsyncIterator[Any], config: RunnableConfig) -> AsyncIterator[dict]:
-        question = None
-        async for question in inputs:  # noqa: B007 - a single input
-            pass
+        question = [q async for q in inputs][-1]  # a single input
         async for chunk in kit.astream(
             self._bind(config), kit.question_of(question, "InnerLoopRunnable"), kit.result_dict
         ):

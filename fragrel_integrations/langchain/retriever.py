@@ -7,13 +7,9 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal, Self
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForRetrieverRun,
-)
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever, RetrieverLike
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.runnables.config import run_in_executor
 from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
@@ -25,7 +21,7 @@ from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY
 from ..core.fragments import Fragment
 from ..core.index import FragRelIndex
 from ..core.selection import check_k
-from ._documents import check_documents, fragment_to_document, with_scores
+from ._documents import as_runnable, check_documents, hit_document, with_scores
 from ._pool import pool_advice, ranks_by_words, sized_base, takes_k
 from ._wrapper import FragRelFields, rerank_documents
 from .indexing import add_positions
@@ -70,17 +66,8 @@ class FragRelRetriever(FragRelFields, BaseRetriever):
     _sized: dict[int, Any] = PrivateAttr(default_factory=dict)
     _ranks_by_words: bool = PrivateAttr(default=False)
 
-    @field_validator("base_retriever", mode="before")
-    @classmethod
-    def _coerce_base(cls, value: Any) -> Any:
-        if callable(value) and not isinstance(value, Runnable):
-            return RunnableLambda(value)  # a plain function query -> list[Document], as LCEL pipes accept
-        return value
-
-    @field_validator("pool_size", mode="before")
-    @classmethod
-    def _check_pool_size(cls, value: Any) -> Any:
-        return kit.check_pool_size(value)
+    _coerce_base = field_validator("base_retriever", mode="before")(as_runnable)
+    _check_pool_size = field_validator("pool_size", mode="before")(staticmethod(kit.check_pool_size))
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
@@ -96,8 +83,10 @@ class FragRelRetriever(FragRelFields, BaseRetriever):
 
     # ------------------------------------------------------------------------------------------------ helpers
 
-    def _base(self, k: int, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """The runnable to invoke for a pool of candidates, and the kwargs to pass it."""
+    def _base(self, query: str, k: int | None, kwargs: dict[str, Any]) -> tuple[int, Any, dict[str, Any]]:
+        """The checked ``k``, the runnable to invoke for a pool of candidates and the kwargs to pass it."""
+        kit.check_query(query)
+        k = self.k if k is None else check_k(k)
         if kwargs and not takes_k(self.base_retriever):
             raise TypeError(
                 f"extra invoke arguments {sorted(kwargs)} can only be forwarded to a base retriever that takes "
@@ -106,50 +95,26 @@ class FragRelRetriever(FragRelFields, BaseRetriever):
         n = max(self.pool_size or default_pool_size(k), k)
         if n not in self._sized:
             self._sized[n] = sized_base(self.base_retriever, n)
-        sized = self._sized[n]
-        if sized is not None:
-            return sized, dict(kwargs)
-        if takes_k(self.base_retriever):
-            return self.base_retriever, {"k": n, **kwargs}
-        return self.base_retriever, dict(kwargs)
+        if self._sized[n] is not None:
+            return k, self._sized[n], kwargs
+        return k, self.base_retriever, {"k": n, **kwargs} if takes_k(self.base_retriever) else kwargs
 
-    def _check_pool(self, n_docs: int, k: int) -> None:
-        if self.pool_size is None:
-            self._warn_short_pool(n_docs, k, pool_advice(self.base_retriever, default_pool_size(k)))
-
-    def _rerank(self, query: str, documents: object, k: int) -> list[Document]:  # type: ignore[override]
-        docs = check_documents(documents, "the base retriever's result")
-        if docs:
-            self._check_pool(len(docs), k)
-        return rerank_documents(self, query, docs, k, ranks_by_words=self._ranks_by_words)
-
-    # ------------------------------------------------------------------------------------------------ retrieval
+    def _rerank(self, query: str, documents: object, k: int) -> list[Document]:
+        advice = None if self.pool_size is not None else partial(pool_advice, self.base_retriever, default_pool_size(k))
+        return rerank_documents(self, query, documents, k, ranks_by_words=self._ranks_by_words, advice=advice)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None, **kwargs: Any
     ) -> list[Document]:
-        kit.check_query(query)
-        k = self.k if k is None else check_k(k)
-        base, base_kwargs = self._base(k, kwargs)
-        config: RunnableConfig = {"callbacks": run_manager.get_child()}
-        documents = base.invoke(query, config, **base_kwargs)
-        return self._rerank(query, documents, k)
+        k, base, base_kwargs = self._base(query, k, kwargs)
+        return self._rerank(query, base.invoke(query, {"callbacks": run_manager.get_child()}, **base_kwargs), k)
 
     async def _aget_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: AsyncCallbackManagerForRetrieverRun,
-        k: int | None = None,
-        **kwargs: Any,
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None, **kwargs: Any
     ) -> list[Document]:
-        kit.check_query(query)
-        k = self.k if k is None else check_k(k)
-        base, base_kwargs = self._base(k, kwargs)
-        config: RunnableConfig = {"callbacks": run_manager.get_child()}
-        documents = await base.ainvoke(query, config, **base_kwargs)
-        # embedding the pool is CPU-bound: keep it off the event loop
-        return await run_in_executor(None, self._rerank, query, documents, k)
+        k, base, base_kwargs = self._base(query, k, kwargs)
+        documents = await base.ainvoke(query, {"callbacks": run_manager.get_child()}, **base_kwargs)
+        return await run_in_executor(None, self._rerank, query, documents, k)  # CPU-bound: off the event loop
 
 
 class FragRelIndexRetriever(BaseRetriever):
@@ -232,6 +197,6 @@ class FragRelIndexRetriever(BaseRetriever):
     ) -> list[Document]:
         k = self.k if k is None else check_k(k)
         hits = self.index.retrieve(query, k=k, budget_words=self.budget_words, order=self.order)
-        fresh = partial(fragment_to_document, doc_id_key=self.doc_id_key, position_key=self.position_key)
+        keys = {"doc_id_key": self.doc_id_key, "position_key": self.position_key}
         found = [self._documents.get((h.fragment.doc_id, h.fragment.position)) for h in hits]  # from_documents'
-        return [with_scores(fresh(h.fragment) if d is None else d, h) for d, h in zip(found, hits, strict=True)]
+        return [hit_document(h, **keys) if d is None else with_scores(d, h) for d, h in zip(found, hits, strict=True)]

@@ -125,17 +125,16 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
 
     def _search(self, query: str, fetch: int, kwargs: dict[str, Any]) -> Sequence[tuple[Document, float]]:
         store = self.vectorstore
-        if self.relevance_scores is False or self._relevance_works is False:
-            return store.similarity_search_with_score(query, k=fetch, **kwargs)
-        try:
-            results = store.similarity_search_with_relevance_scores(query, k=fetch, **kwargs)
-        except NotImplementedError:
-            if self.relevance_scores:
-                raise
-            self._relevance_works = False  # the store defines no relevance function: use its raw scores
-            return store.similarity_search_with_score(query, k=fetch, **kwargs)
-        self._relevance_works = True
-        return results
+        if self.relevance_scores is not False and self._relevance_works is not False:
+            try:
+                results = store.similarity_search_with_relevance_scores(query, k=fetch, **kwargs)
+                self._relevance_works = True
+                return results
+            except NotImplementedError:
+                if self.relevance_scores:
+                    raise
+                self._relevance_works = False  # the store defines no relevance function: use its raw scores
+        return store.similarity_search_with_score(query, k=fetch, **kwargs)
 
     def _probe(self, session_id: str) -> set[str]:
         def found(ids: list[str]) -> set[str]:

@@ -36,13 +36,7 @@ from langchain.agents.middleware.types import ModelRequest, ModelResponse, Priva
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage  # noqa: E402
 from langgraph.store.base import BaseStore  # noqa: E402
 
-from ..adapters.chat_turns import (  # noqa: E402
-    build_memory,
-    check_optional_session,
-    is_final_reply,
-    last_turn,
-    resolve_run_session,
-)
+from ..adapters.chat_turns import build_memory, check_optional_session, is_final_reply, last_turn, resolve_run_session  # noqa: E402
 from ..adapters.keyed_stream import owned_namespace  # noqa: E402
 from ..core.scm import MemoryStream, SCMContext, SelfControlledMemory  # noqa: E402
 from ..models.embedder import Embedder  # noqa: E402

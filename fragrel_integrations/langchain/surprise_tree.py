@@ -41,10 +41,8 @@ def hit_to_document(hit: TreeHit) -> Document:
 
 def _tree_inputs(documents: Sequence[Document], source_key: str | None) -> dict[str, Any]:
     docs = check_documents(list(documents), "documents")
-    ids = []
-    for d in docs:
-        value = d.metadata.get(source_key) if source_key else None
-        ids.append(str(value) if value is not None else d.id)
+    values = [d.metadata.get(source_key) if source_key else None for d in docs]
+    ids = [str(value) if value is not None else d.id for d, value in zip(docs, values, strict=True)]
     return kit.tree_inputs([d.page_content for d in docs], ids, [dict(d.metadata) for d in docs])
 
 

@@ -27,17 +27,7 @@ require("langgraph", "langchain")
 
 from langchain_core.stores import BaseStore as KVBaseStore  # noqa: E402
 from langchain_core.tools import BaseTool, StructuredTool  # noqa: E402
-from langgraph.store.base import (  # noqa: E402
-    BaseStore,
-    GetOp,
-    Item,
-    ListNamespacesOp,
-    Op,
-    PutOp,
-    Result,
-    SearchItem,
-    SearchOp,
-)
+from langgraph.store.base import BaseStore, GetOp, Item, ListNamespacesOp, Op, PutOp, Result, SearchItem, SearchOp  # noqa: E402
 from pydantic import BaseModel, Field  # noqa: E402
 
 from .._validation import check_positive_int  # noqa: E402
