@@ -14,6 +14,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 
 from fragrel_integrations import FragmentStore
 from fragrel_integrations import adapters as kit
+from fragrel_integrations.core.presets import DEFAULT_PRESET
 from fragrel_integrations.core.relations import ContextRelation
 from fragrel_integrations.langchain import FragRelCompressor, FragRelRetriever, add_positions
 from fragrel_integrations.llama_index import FragRelPostprocessor, tag_positions
@@ -328,3 +329,36 @@ def test_a_reassigned_top_n_is_checked_under_its_own_name():
     nodes = [NodeWithScore(node=TextNode(text=f"t {i}", id_=str(i)), score=1.0 / (i + 1)) for i in range(3)]
     with pytest.raises(ValueError, match="top_n must be a positive int"):
         post.postprocess_nodes(nodes, query_str="t")
+
+
+@pytest.mark.parametrize("framework", ["langchain", "compressor", "postprocessor"])
+def test_a_reassigned_setting_takes_effect_as_if_given_at_construction(framework):
+    """A setting reassigned on a built re-ranker is used by the next query (it was silently ignored by the LangChain
+    ones); a reassigned preset fills the settings it was not given from itself, as at construction."""
+
+    def scores(wrapper):
+        if framework == "langchain":
+            return [d.metadata["relevance_score"] for d in wrapper.invoke("boats")]
+        if framework == "compressor":
+            return [d.metadata["relevance_score"] for d in wrapper.compress_documents(_docs(), "boats")]
+        return [n.score for n in wrapper.postprocess_nodes(_nodes(), query_str="boats")]
+
+    k = {"top_n": 3} if framework == "postprocessor" else {"k": 3}
+    wrapper = _build(framework, preset="general", **k)
+    before = scores(wrapper)
+    wrapper.alpha = 0.0
+    assert scores(wrapper) == scores(_build(framework, preset="general", alpha=0.0, **k)) != before
+    wrapper.preset = "dialogue"
+    assert wrapper.settings.alpha == 0.0  # given: kept
+    assert wrapper.settings.order == "position" == _build(framework, preset="dialogue", **k).settings.order
+    assert scores(wrapper) == scores(_build(framework, preset="dialogue", alpha=0.0, **k))
+
+
+@pytest.mark.parametrize("framework", ["langchain", "compressor"])
+def test_a_bad_reassigned_setting_is_refused_when_assigned(framework):
+    wrapper = _build(framework, k=3)
+    with pytest.raises(ValueError, match="alpha must be a finite number"):
+        wrapper.alpha = -1
+    with pytest.raises(ValueError, match="preset must be"):
+        wrapper.preset = "chat"
+    assert wrapper.alpha is None and wrapper.settings.preset == DEFAULT_PRESET  # unchanged

@@ -51,7 +51,7 @@ class FragRelFields(BaseModel):
     """The FragRel settings of a LangChain re-ranker, each checked by the kit and resolved once
     (:class:`~fragrel_integrations.adapters.WrapperSettings`; ``.settings`` shows them resolved)."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, validate_assignment=True)
 
     k: int = 5
     """Number of documents to return."""
@@ -81,12 +81,23 @@ class FragRelFields(BaseModel):
 
     @model_validator(mode="after")
     def _resolve_settings(self) -> Self:
-        settings = kit.WrapperSettings.of(self, links=False)
+        # resolved from the settings given (at construction or reassigned since), not from the fields shown: a
+        # reassigned preset fills the settings it was not given from itself
+        declared = type(self).model_fields
+        given = {n: getattr(self, n) if n in self.model_fields_set else declared[n].default for n in kit.SETTING_NAMES}
+        settings = kit.WrapperSettings.resolve(**given, links=False)
         self._settings = settings
-        # the fields show the resolved settings (None with preset="auto": chosen per pool; top_m 0: all lend support)
-        self.alpha, self.top_m, self.relation = settings.alpha, settings.top_m, settings.relation
-        self.order, self.expand, self.lexical = settings.order, settings.expand, settings.lexical
-        self.on_missing_position = settings.on_missing_position  # type: ignore[assignment]
+        # the fields show the resolved settings (None with preset="auto": chosen per pool; top_m 0: all lend
+        # support); written past validation, which would resolve again, and without marking them as given
+        self.__dict__.update(
+            alpha=settings.alpha,
+            top_m=settings.top_m,
+            relation=settings.relation,
+            order=settings.order,
+            expand=settings.expand,
+            lexical=settings.lexical,
+            on_missing_position=settings.on_missing_position,
+        )
         return self
 
     @property

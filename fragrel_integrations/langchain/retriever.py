@@ -71,6 +71,7 @@ class FragRelRetriever(FragRelFields, BaseRetriever):
 
     @model_validator(mode="after")
     def _check_combination(self) -> Self:
+        self._sized = {}  # sized copies of the base: made again after a reassignment
         self._ranks_by_words = ranks_by_words(self.base_retriever)
         sizable = self.pool_size is None or sized_base(self.base_retriever, self.pool_size) is not None
         if not sizable and not takes_k(self.base_retriever):
