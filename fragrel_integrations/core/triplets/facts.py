@@ -6,6 +6,7 @@ import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from ..._validation import check_text
@@ -75,17 +76,9 @@ class Triplet:
     def __iter__(self) -> Iterator[str]:
         return iter((self.t1, self.t2, self.t3))
 
-    @property
-    def subject(self) -> str:
-        return self.t1
-
-    @property
-    def relation(self) -> str:
-        return self.t2
-
-    @property
-    def object(self) -> str:
-        return self.t3
+    subject = property(attrgetter("t1"), doc="The first argument, ``t1``.")
+    relation = property(attrgetter("t2"), doc="The relation, ``t2``.")
+    object = property(attrgetter("t3"), doc="The second argument, ``t3``.")
 
     def as_dict(self) -> dict[str, str]:
         """``{"subject": t1, "relation": t2, "object": t3}`` (the shape the framework stores use)."""
@@ -148,17 +141,9 @@ class TripletRecord:
     def valid_at(self, when: float) -> bool:
         return self.valid_from <= when and (self.valid_to is None or when < self.valid_to)
 
-    @property
-    def t1(self) -> str:
-        return self.triplet.t1
-
-    @property
-    def t2(self) -> str:
-        return self.triplet.t2
-
-    @property
-    def t3(self) -> str:
-        return self.triplet.t3
+    t1 = property(attrgetter("triplet.t1"), doc="The stored triplet's first argument.")
+    t2 = property(attrgetter("triplet.t2"), doc="The stored triplet's relation.")
+    t3 = property(attrgetter("triplet.t3"), doc="The stored triplet's second argument.")
 
 
 def to_timestamp(value: float | int | datetime | None, *, name: str = "time") -> float | None:
