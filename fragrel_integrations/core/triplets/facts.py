@@ -14,6 +14,7 @@ from ..._validation import check_text
 __all__ = [
     "FIELDS",
     "Namespace",
+    "NamespaceLike",
     "TermMatch",
     "Triplet",
     "TripletRecord",
@@ -28,6 +29,8 @@ FIELDS = ("t1", "t2", "t3")
 """The three columns of the memory table: first argument, relation, second argument."""
 
 Namespace = tuple[str, ...]
+#: what a namespace argument accepts (see :func:`namespace_tuple`)
+NamespaceLike = str | Sequence[str] | None
 
 _NS_SEP = "\x1f"  # unit separator: joins namespace labels in the database column
 
@@ -166,7 +169,7 @@ def to_timestamp(value: float | int | datetime | None, *, name: str = "time") ->
     return value
 
 
-def namespace_tuple(namespace: str | Sequence[str] | None) -> Namespace:
+def namespace_tuple(namespace: NamespaceLike) -> Namespace:
     """A namespace as a tuple of labels: ``"users/alice"`` is NOT split; pass ``("users", "alice")``.
 
     A plain string is one label. Labels must be non-empty strings without the unit-separator character.

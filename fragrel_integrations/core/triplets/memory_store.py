@@ -37,10 +37,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..._closing import Closing
 from ..._validation import check_cosine, check_min_int, check_text, stored_json
 from ...models.embedder import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
-from .facts import Namespace, TripletRecord, namespace_tuple, normalize_term
+from .facts import Namespace, NamespaceLike, TripletRecord, namespace_tuple, normalize_term
 from .node_table import NodeRecord, NodeTable
 from .reads import TripletReader
 from .rows import Time, TripletLike
@@ -94,7 +95,7 @@ class _TermSetting(Generic[_T]):
         setattr(store._terms, self.name, value)
 
 
-class TripletStore:
+class TripletStore(Closing):
     """RET-LLM's triplet memory: write, read with one or two (or three) fields given, update, delete.
 
     Args:
@@ -136,7 +137,7 @@ class TripletStore:
         self.backend = _open_backend(backend)
         self.backend.create_schema()
         with self.backend.read() as cur:
-            meta = {name: value for name, value in cur.execute("SELECT name, value FROM meta").fetchall()}
+            meta = dict(cur.execute("SELECT name, value FROM meta").fetchall())
         version = meta.get("schema_version", str(SCHEMA_VERSION))
         if version != str(SCHEMA_VERSION):
             raise ValueError(f"this database has triplet schema version {version}; this library reads {SCHEMA_VERSION}")
@@ -189,21 +190,20 @@ class TripletStore:
         triplet: TripletLike,
         *,
         key: str | None = None,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         payload: Mapping[str, Any] | None = None,
         valid_from: Time = None,
         valid_to: Time = None,
         single_valued: bool | None = None,
     ) -> TripletRecord:
         """Store one triplet and return its record (see :meth:`write_many` for the rules)."""
-        item = TripletWrite(triplet, key, namespace, payload, valid_from, valid_to, single_valued)
-        return self.write_many([item])[0]
+        return self.write_many([TripletWrite(triplet, key, namespace, payload, valid_from, valid_to, single_valued)])[0]
 
     def write_many(
         self,
         items: Iterable[TripletWrite | TripletLike],
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         single_valued: bool | None = None,
     ) -> list[TripletRecord]:
         """Store many triplets in ONE transaction (all or nothing) and return their records, in order.
@@ -225,7 +225,7 @@ class TripletStore:
         key: str,
         triplet: TripletLike | None = None,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         payload: Mapping[str, Any] | None = None,
         valid_from: Time = None,
     ) -> TripletRecord:
@@ -250,7 +250,7 @@ class TripletStore:
         key: str | None = None,
         *,
         triplet: TripletLike | None = None,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         hard: bool = False,
         at: Time = None,
     ) -> int:
@@ -263,15 +263,11 @@ class TripletStore:
         return self._writer.delete(None if key is None else check_text(key, "key"), triplet, namespace, hard, at)
 
     # ------------------------------------------------------------------------------------------ reading
-    def get(
-        self, key: str, *, namespace: str | Sequence[str] | None = None, as_of: Time = None
-    ) -> TripletRecord | None:
+    def get(self, key: str, *, namespace: NamespaceLike = None, as_of: Time = None) -> TripletRecord | None:
         """The triplet stored under ``key`` (current, or valid at ``as_of``), or None."""
         return self._reader.get(check_text(key, "key"), namespace, as_of)
 
-    def get_many(
-        self, keys: Sequence[str], *, namespace: str | Sequence[str] | None = None
-    ) -> list[TripletRecord | None]:
+    def get_many(self, keys: Sequence[str], *, namespace: NamespaceLike = None) -> list[TripletRecord | None]:
         """Current records for ``keys`` (``None`` where absent), in order; one query per chunk."""
         return self._reader.get_many([check_text(k, f"keys[{i}]") for i, k in enumerate(keys)], namespace)
 
@@ -281,7 +277,7 @@ class TripletStore:
         t2: str | None = None,
         t3: str | None = None,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         prefix: bool = False,
         as_of: Time = None,
         fuzzy: bool = True,
@@ -296,15 +292,14 @@ class TripletStore:
         at that time instead of the current ones.
         """
         given = {"t1": t1, "t2": t2, "t3": t3}
-        return self._reader.read(
-            given, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k, (self.threshold, self.fuzzy_k)
-        )
+        defaults = (self.threshold, self.fuzzy_k)
+        return self._reader.read(given, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k, defaults)
 
     def search(
         self,
         text: str,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         prefix: bool = False,
         as_of: Time = None,
         threshold: float | None = None,
@@ -317,7 +312,7 @@ class TripletStore:
     def records(
         self,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         prefix: bool = False,
         as_of: Time = None,
         history: bool = False,
@@ -327,15 +322,15 @@ class TripletStore:
         """Stored triplets in insertion order: current ones, those valid ``as_of``, or every version (``history``)."""
         return self._reader.records(namespace, prefix, as_of, history, limit, offset)
 
-    def history(self, t1: str, t2: str, *, namespace: str | Sequence[str] | None = None) -> list[TripletRecord]:
+    def history(self, t1: str, t2: str, *, namespace: NamespaceLike = None) -> list[TripletRecord]:
         """Every version of the facts with subject ``t1`` and relation ``t2`` (exact terms), oldest first."""
         return self._reader.history(t1, t2, namespace)
 
-    def namespaces(self, *, prefix: str | Sequence[str] | None = None, history: bool = False) -> list[Namespace]:
+    def namespaces(self, *, prefix: NamespaceLike = None, history: bool = False) -> list[Namespace]:
         """Distinct namespaces holding current triplets (or any, with ``history``), sorted."""
         return self._reader.namespaces(prefix, history)
 
-    def count(self, *, namespace: str | Sequence[str] | None = None, prefix: bool = True) -> int:
+    def count(self, *, namespace: NamespaceLike = None, prefix: bool = True) -> int:
         """Number of current triplets (under ``namespace``; the whole store by default)."""
         return self._reader.count(namespace, prefix)
 
@@ -347,13 +342,11 @@ class TripletStore:
         return self._terms.count()
 
     # ------------------------------------------------------------------------------------------ graph nodes
-    def put_nodes(self, nodes: Iterable[NodeRecord], *, namespace: str | Sequence[str] | None = None) -> None:
+    def put_nodes(self, nodes: Iterable[NodeRecord], *, namespace: NamespaceLike = None) -> None:
         """Insert or replace node attributes (one transaction)."""
         self._nodes.put(nodes, namespace)
 
-    def get_nodes(
-        self, ids: Sequence[str] | None = None, *, namespace: str | Sequence[str] | None = None
-    ) -> list[NodeRecord]:
+    def get_nodes(self, ids: Sequence[str] | None = None, *, namespace: NamespaceLike = None) -> list[NodeRecord]:
         """Stored node attributes (all of the namespace, or those with ``ids``)."""
         return self._nodes.get(None if ids is None else _check_ids(ids), namespace)
 
@@ -361,7 +354,7 @@ class TripletStore:
         """Distinct namespaces holding node attributes (of ``kind``, or any), sorted."""
         return self._nodes.namespaces(kind)
 
-    def delete_nodes(self, ids: Sequence[str], *, namespace: str | Sequence[str] | None = None) -> int:
+    def delete_nodes(self, ids: Sequence[str], *, namespace: NamespaceLike = None) -> int:
         """Delete the nodes with ``ids``; the number deleted."""
         return self._nodes.delete(_check_ids(ids), namespace)
 
@@ -374,12 +367,6 @@ class TripletStore:
         """Close the backend's connections and drop the in-memory term index."""
         self.backend.close()
         self._terms.drop_index()
-
-    def __enter__(self) -> TripletStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"TripletStore({self.backend!r}, threshold={self.threshold}, fuzzy_index={self.fuzzy_index!r})"

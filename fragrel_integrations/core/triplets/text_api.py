@@ -308,19 +308,8 @@ def _escaped(text: str, pos: int) -> bool:
     return n % 2 == 1
 
 
-_OPENERS = (f"[{WRITE}{{", f"[{READ}{{")
-
-
-def _next_open(text: str, pos: int) -> tuple[int, str]:
-    """Position and name of the next ``[MEM_WRITE{`` / ``[MEM_READ{`` at or after ``pos`` ((-1, "") if none)."""
-    while True:
-        at = text.find("[MEM_", pos)
-        if at < 0:
-            return -1, ""
-        for opener in _OPENERS:
-            if text.startswith(opener, at):
-                return at, opener[1:-1]
-        pos = at + 1
+#: the start of a call, ``[MEM_WRITE{`` or ``[MEM_READ{`` (literal alternatives: no backtracking)
+_OPENER = re.compile(rf"\[({WRITE}|{READ})\{{")
 
 
 def scan_calls(
@@ -343,16 +332,14 @@ def scan_calls(
     calls: list[MemoryCall] = []
     skipped: list[SkippedCall] = []
     pos = 0
-    while True:
-        start, name = _next_open(text, pos)
-        if start < 0:
-            return calls, skipped
+    while opener := _OPENER.search(text, pos):
+        start = opener.start()
         if _escaped(text, start):
             pos = start + 1
             continue
-        sc = _Scanner(text, start + len(name) + 2)
+        sc = _Scanner(text, opener.end())
         try:
-            call = _parse_one(sc, name, start, max_term_chars)
+            call = _parse_one(sc, opener[1], start, max_term_chars)
         except MemoryCallError as exc:
             if strict:
                 raise
@@ -361,6 +348,7 @@ def scan_calls(
             continue
         calls.append(call)
         pos = call.end
+    return calls, skipped
 
 
 def parse_calls(text: str, *, strict: bool = False, max_term_chars: int | None = MAX_TERM_CHARS) -> list[MemoryCall]:

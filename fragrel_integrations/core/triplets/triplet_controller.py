@@ -60,7 +60,7 @@ from .controller_prompts import (
     check_examples,
     with_examples,
 )
-from .facts import Triplet, TripletRecord, namespace_tuple
+from .facts import NamespaceLike, Triplet, TripletRecord, namespace_tuple
 from .lenient import DEFAULT_MAX_TERM_CHARS, lenient_scan
 from .memory_store import TripletStore, TripletWrite
 from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls
@@ -134,7 +134,7 @@ class TripletMemoryController:
         model: Any,
         store: TripletStore,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         max_rounds: int = 3,
         max_calls: int = 8,
         lenient: bool = True,
@@ -191,11 +191,7 @@ class TripletMemoryController:
                 "check that it returns the reply text"
             )
         if len(reply) > self.max_reply_chars:
-            logger.warning(
-                "model reply of %d characters cut to max_reply_chars=%d before parsing",
-                len(reply),
-                self.max_reply_chars,
-            )
+            logger.warning("model reply of %d characters cut to max_reply_chars=%d", len(reply), self.max_reply_chars)
             return reply[: self.max_reply_chars]
         return reply
 
