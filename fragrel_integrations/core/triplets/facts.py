@@ -25,8 +25,8 @@ __all__ = [
     "to_timestamp",
 ]
 
+#: the three columns of the memory table: first argument, relation, second argument
 FIELDS = ("t1", "t2", "t3")
-"""The three columns of the memory table: first argument, relation, second argument."""
 
 Namespace = tuple[str, ...]
 #: what a namespace argument accepts (see :func:`namespace_tuple`)
@@ -41,9 +41,7 @@ def normalize_term(text: str) -> str:
     >>> normalize_term("  The  President\\tof ")
     'the president of'
     """
-    if not isinstance(text, str):
-        raise TypeError(f"a triplet term must be str, got {type(text).__name__}")
-    check_text(text, "a triplet term")
+    check_text(text, "a triplet term")  # TypeError for a non-str, ValueError for a lone surrogate
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 

@@ -49,13 +49,7 @@ from .sqlite_backend import SQLiteBackend
 from .term_dictionary import FUZZY_INDEXES, TermDictionary
 from .versioned_writes import TripletWrite, VersionedWriter
 
-__all__ = [
-    "FUZZY_INDEXES",
-    "NodeRecord",
-    "TripletStore",
-    "TripletWrite",
-    "build_store",
-]
+__all__ = ["FUZZY_INDEXES", "NodeRecord", "TripletStore", "TripletWrite", "build_store"]
 
 
 _T = TypeVar("_T")
@@ -236,13 +230,10 @@ class TripletStore(Closing):
         current = self.get(key, namespace=namespace)
         if current is None:
             raise KeyError(f"no current triplet with key {key!r} in namespace {namespace_tuple(namespace)!r}")
+        triplet = current.triplet if triplet is None else triplet
+        payload = current.payload if payload is None else payload
         return self.write(
-            current.triplet if triplet is None else triplet,
-            key=key,
-            namespace=namespace,
-            payload=current.payload if payload is None else payload,
-            valid_from=valid_from,
-            single_valued=False,
+            triplet, key=key, namespace=namespace, payload=payload, valid_from=valid_from, single_valued=False
         )
 
     def delete(

@@ -168,11 +168,8 @@ class TripletMemoryController:
         self.read_examples = check_examples(read_examples, "read_examples")
         self.temperature = temperature
         self.extractive_fallback = bool(extractive_fallback)
-        for name, flag in (
-            ("constrained", constrained),
-            ("constrained_reads", constrained_reads),
-            ("relax_reads", relax_reads),
-        ):
+        flags = {"constrained": constrained, "constrained_reads": constrained_reads, "relax_reads": relax_reads}
+        for name, flag in flags.items():
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.constrained = constrained
