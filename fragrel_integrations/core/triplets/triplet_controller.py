@@ -49,17 +49,7 @@ from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import format_kwargs
 from ..steps import CallStep, ChatStep, Steps, adrive, drive
-from .controller_prompts import (
-    FOLLOW_UP_TEMPLATE,
-    READ_EXAMPLES,
-    READ_FORMAT,
-    READ_SYSTEM_PROMPT,
-    WRITE_EXAMPLES,
-    WRITE_FORMAT,
-    WRITE_SYSTEM_PROMPT,
-    check_examples,
-    with_examples,
-)
+from . import controller_prompts as prompts
 from .facts import NamespaceLike, Triplet, TripletRecord, namespace_tuple
 from .lenient import DEFAULT_MAX_TERM_CHARS, lenient_scan
 from .memory_store import TripletStore, TripletWrite
@@ -118,11 +108,11 @@ class TripletMemoryController:
         max_reply_chars: characters of each reply parsed at most (the rest is ignored, with a warning).
         max_term_chars: longest term stored or read from model output (a longer one makes its call malformed).
         constrained: with a model that enforces reply formats (the embedded llama.cpp model, OpenAI-compatible
-            servers), write replies under :data:`WRITE_FORMAT`, so every reply is well-formed calls; other models
-            answer freely and are parsed as before.
-        constrained_reads: also write the turns of :meth:`answer` under :data:`READ_FORMAT` (one read call or one
-            line of answer). Off by default: with SmolLM2-135M it made every read turn well-formed but answered no
-            more bAbI questions and took 3-5x longer (benchmarks/results/llm_steps.md).
+            servers), write replies under :data:`~.controller_prompts.WRITE_FORMAT` (well-formed calls only);
+            other models answer freely.
+        constrained_reads: also write the turns of :meth:`answer` under :data:`~.controller_prompts.READ_FORMAT`
+            (one read call or one line of answer). Off by default: it made small models' read turns well-formed
+            but answered no more questions, and took longer (``benchmarks/results/llm_steps.md``).
         relax_reads: a read that names a relation and finds nothing is run again without the relation (e.g.
             ``[MEM_READ{Mary>>is in>>}]`` finds ``Mary >> moved to >> bathroom``), so a model that words the
             relation differently from the write still sees the facts about its subject; the facts are shown
@@ -138,10 +128,10 @@ class TripletMemoryController:
         max_rounds: int = 3,
         max_calls: int = 8,
         lenient: bool = True,
-        write_prompt: str = WRITE_SYSTEM_PROMPT,
-        read_prompt: str = READ_SYSTEM_PROMPT,
-        write_examples: Sequence[tuple[str, str]] = WRITE_EXAMPLES,
-        read_examples: Sequence[tuple[str, str]] = READ_EXAMPLES,
+        write_prompt: str = prompts.WRITE_SYSTEM_PROMPT,
+        read_prompt: str = prompts.READ_SYSTEM_PROMPT,
+        write_examples: Sequence[tuple[str, str]] = prompts.WRITE_EXAMPLES,
+        read_examples: Sequence[tuple[str, str]] = prompts.READ_EXAMPLES,
         max_tokens: int = 256,
         temperature: float = 0.0,
         extractive_fallback: bool = True,
@@ -164,8 +154,8 @@ class TripletMemoryController:
         self.lenient = lenient
         self.write_prompt = write_prompt
         self.read_prompt = read_prompt
-        self.write_examples = check_examples(write_examples, "write_examples")
-        self.read_examples = check_examples(read_examples, "read_examples")
+        self.write_examples = prompts.check_examples(write_examples, "write_examples")
+        self.read_examples = prompts.check_examples(read_examples, "read_examples")
         self.temperature = temperature
         self.extractive_fallback = bool(extractive_fallback)
         flags = {"constrained": constrained, "constrained_reads": constrained_reads, "relax_reads": relax_reads}
@@ -176,8 +166,8 @@ class TripletMemoryController:
         self.constrained_reads = constrained_reads
         self.relax_reads = relax_reads
         # the reply formats, for models that enforce them ({} otherwise: free text, parsed as before)
-        self._wf = format_kwargs(self.model, WRITE_FORMAT) if constrained else {}
-        self._rf = format_kwargs(self.model, READ_FORMAT) if constrained_reads else {}
+        self._wf = format_kwargs(self.model, prompts.WRITE_FORMAT) if constrained else {}
+        self._rf = format_kwargs(self.model, prompts.READ_FORMAT) if constrained_reads else {}
 
     # ------------------------------------------------------------------------------------------ shared steps
     def _capped(self, reply: object) -> str:
@@ -196,10 +186,8 @@ class TripletMemoryController:
         """Store the triplets in one transaction; if the store rejects the batch (ValueError/TypeError), store
         each alone and add the rejected ones to ``skipped``. Other errors (a closed or locked store) propagate."""
         writes = [TripletWrite(t, namespace=self.namespace) for t, _ in triplets]
-        if not writes:
-            return []
         try:
-            return self.store.write_many(writes)
+            return self.store.write_many(writes) if writes else []
         except (TypeError, ValueError) as exc:
             if len(writes) == 1:
                 skipped.append(_rejected(triplets[0], exc))
@@ -229,14 +217,14 @@ class TripletMemoryController:
         for call in calls:
             out.append(text[pos : call.start])
             pos = call.end
-            if call.kind == "write":
+            if call.kind == "read":
+                records = self._read(call.fields)
+                reads.append((call, records))
+                out.append(render_read(call.fields, [r.triplet for r in records]))
+            else:
+                out.append(text[call.start : call.end])
                 if allow_writes:
                     writes.append((call.triplet, call.start))
-                out.append(text[call.start : call.end])
-                continue
-            records = self._read(call.fields)
-            reads.append((call, records))
-            out.append(render_read(call.fields, [r.triplet for r in records]))
         self._store(writes, skipped)
         for item in skipped:
             logger.warning("skipped memory call at %d: %s", item.start, item.reason)
@@ -289,7 +277,7 @@ class TripletMemoryController:
                 return self._result(reply, all_reads, messages, round_no)
             repeated = {c.fields for c, _ in reads} <= {c.fields for c, _ in all_reads}
             all_reads += reads
-            follow_up = FOLLOW_UP_TEMPLATE.format(facts=_facts(reads) or "(nothing found)", question=question)
+            follow_up = prompts.FOLLOW_UP_TEMPLATE.format(facts=_facts(reads) or "(nothing found)", question=question)
             messages += [{"role": "assistant", "content": executed}, {"role": "user", "content": follow_up}]
             if repeated:
                 break
@@ -323,7 +311,7 @@ def _request(name: str, text: str, system: str, examples: Sequence[tuple[str, st
     """The messages asking for the calls about one statement or question (``name``), after the few-shot turns."""
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"{name} must be a non-empty string")
-    return with_examples(system, examples, f"{name.capitalize()}: {text}")
+    return prompts.with_examples(system, examples, f"{name.capitalize()}: {text}")
 
 
 def _facts(reads: _Reads, *, escape: bool = True) -> str:
