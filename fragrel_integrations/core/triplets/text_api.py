@@ -150,14 +150,12 @@ def _pattern(fields: Triplet | Sequence[str | None]) -> Pattern:
     items = tuple(fields)
     if len(items) != 3:
         raise ValueError(f"a memory call has exactly three fields, got {len(items)}")
-    out = []
     for f in items:
         if f is not None and not isinstance(f, str):
             raise TypeError(f"call fields must be str or None, got {type(f).__name__}")
         if f is not None and "\x00" in f:
             raise ValueError("call fields must not contain the NUL character")
-        out.append(f if f and f.strip() else None)
-    return tuple(out)  # type: ignore[return-value]
+    return tuple(f if f and f.strip() else None for f in items)  # type: ignore[return-value]
 
 
 def _render_fields(fields: Pattern) -> str:
