@@ -1,24 +1,10 @@
-"""TripletStore: RET-LLM's read-write triplet memory over a pluggable SQL backend.
+"""TripletStore: RET-LLM's read-write triplet memory, a facade over a SQL backend and its parts.
 
-Reading follows the paper: for each given term, an exact match (after :func:`normalize_term`) among the terms
-stored in that field first; if there is none, the stored term closest to it by the exact cosine of the term
-embeddings, kept only if that cosine reaches ``threshold``. No alternative -> empty result. Every triplet
-matching all given fields is returned.
-
-The paper finds fuzzy alternatives with LSH; here one in-memory :class:`~.term_index.TermIndex` beside the
-database does it: an exact cosine scan by default (``fuzzy_index="exact"``), or a faiss inverted-file index
-(``fuzzy_index="faiss"``, the ``[faiss]`` extra) whose candidates are re-checked by their exact cosines. It is
-built from the stored term embeddings on the first fuzzy lookup, fed only committed terms (after this
-process's own commits, and before each fuzzy lookup every term another process or thread has committed since,
-read by id), and its candidates are re-checked against the database for the field, namespace and time asked.
-
-Facts that change: a relation marked single-valued (per call or for the whole store) allows one object per
-subject at a time. Writing a new object closes the old triplet's validity interval at the new fact's
-``valid_from``; the old fact stays readable with ``as_of``. Updates by key keep the previous version the same way.
-
-The store is a facade over its parts: :mod:`.term_dictionary` (terms, embeddings, the in-memory term
-index), :mod:`.versioned_writes` (writes, updates, deletes as versions), :mod:`.reads` (query shapes, search,
-listings), :mod:`.nodes` (the LlamaIndex node table) and :mod:`.rows` (row layout shared by them).
+Each given term matches exactly (after :func:`normalize_term`), else the stored term of that field closest by
+cosine (at least ``threshold``; found by the in-memory :class:`~.term_index.TermIndex`, an exact scan or faiss).
+A single-valued relation holds one object per subject at a time: a new object closes the old fact's validity
+interval, which ``as_of`` still reads. Parts: :mod:`.term_dictionary`, :mod:`.versioned_writes`, :mod:`.reads`,
+:mod:`.node_table`, :mod:`.rows`.
 
 >>> from fragrel_integrations.testing import HashingEmbedder
 >>> store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64), single_valued=["president"])
@@ -101,11 +87,9 @@ class TripletStore(Closing):
         fuzzy_k: how many alternative terms a fuzzy lookup may use per field (the paper uses one).
         single_valued: relations that hold one object per subject at a time (saved in the database,
             so later opens keep them; add more with :meth:`mark_single_valued`).
-        fuzzy_index: ``"exact"`` (default): an exact cosine scan of every stored term (4 x dim bytes of memory
-            per term); ``"faiss"`` (needs the ``[faiss]`` extra): from 20,000 terms on, a faiss inverted-file
-            index answers instead (somewhat more memory, a small share of the terms scanned per lookup, the
-            best term found almost always; ``benchmarks/results/triplets.md``). Either is rebuilt from the
-            stored embeddings when a store opens; may be changed between calls.
+        fuzzy_index: ``"exact"`` (default): an exact cosine scan of every stored term; ``"faiss"`` (the
+            ``[faiss]`` extra): from 20,000 terms on, a faiss inverted-file index whose candidates are re-checked
+            by exact cosine. Rebuilt from the stored embeddings when a store opens; may be changed between calls.
 
     All methods are thread-safe; writes from several processes are serialised by the backend.
     """
