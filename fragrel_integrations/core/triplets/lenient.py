@@ -40,7 +40,7 @@ def lenient_scan(text: str, max_term_chars: int | None) -> tuple[list[tuple[Trip
         parts = [p.strip() for p in line.split(">>")]
         if len(parts) != 3 or not all(parts):
             continue
-        reason = next((r for r in (term_problem(p, max_term_chars) for p in parts) if r), None)
+        reason = next(filter(None, (term_problem(p, max_term_chars) for p in parts)), None)
         if reason is None:  # the checks Triplet makes: every part is non-empty, stripped and checked here
             found.append((Triplet(*parts), start))
         else:
