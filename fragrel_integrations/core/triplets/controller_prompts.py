@@ -1,7 +1,7 @@
 """What the triplet memory controller shows the model: system prompts, few-shot examples, the constrained reply
 formats (regular expressions for backends that enforce them) and the follow-up turn after a read.
 
-Used by :class:`~.controller.TripletMemoryController`; each prompt and example set is a parameter there.
+Used by :class:`~.triplet_controller.TripletMemoryController`; each prompt and example set is a parameter there.
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ READ_SYSTEM_PROMPT = (
     "reply with one short sentence and no call."
 )
 
+#: Few-shot turns (user, assistant) shown before every statement; small models copy the format from them. The
+#: first three show the subject / verb phrase / object split of a one-fact sentence (names and places that the
+#: bAbI evaluation data does not use), the rest several facts per statement.
 WRITE_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Statement: Lena walked to the station.", "[MEM_WRITE{Lena>>walked to>>station}]"),
     ("Statement: Omar went back to the library.", "[MEM_WRITE{Omar>>went back to>>library}]"),
@@ -49,10 +52,8 @@ WRITE_EXAMPLES: tuple[tuple[str, str], ...] = (
         "[MEM_WRITE{Lisa Wong>>founded>>Nimbus Labs}]\n[MEM_WRITE{Nimbus Labs>>founded in>>2015}]",
     ),
 )
-"""Few-shot turns (user, assistant) shown before every statement; small models copy the format from them. The
-first three show the subject / verb phrase / object split of a one-fact sentence (names and places that the bAbI
-evaluation data does not use), the rest several facts per statement."""
 
+#: few-shot turns shown before every question
 READ_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Question: Where does Dan Jaffe work?", "[MEM_READ{Dan Jaffe>>works at>>}]"),
     ("Question: Who founded Nimbus Labs?", "[MEM_READ{>>founded>>Nimbus Labs}]"),
@@ -60,7 +61,6 @@ READ_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Question: Where is Priya now?", "[MEM_READ{Priya>>is in>>}]"),
     ("Question: What do we know about Omar?", "[MEM_READ{Omar>>>>}]"),
 )
-"""Few-shot turns shown before every question."""
 
 _NAME = r"[^ \t\n\[\]{}>\\,][^\n\[\]{}>\\,]{0,39}"  # subject / object: a name or noun phrase, <= 40 chars
 _VERB = r"[^ \t\n\[\]{}>\\,.][^\n\[\]{}>\\,.]{0,29}"  # relation: a short verb phrase, <= 30 chars
@@ -68,14 +68,14 @@ _TERM = r"[^ \t\n\[\]{}>\\][^\n\[\]{}>\\]{0,59}"  # any term of a read: no marku
 _WRITE_CALL = rf"\[MEM_WRITE\{{{_NAME}>>{_VERB}>>{_NAME}\}}\]"
 _READ_CALL = rf"\[MEM_READ\{{(?:{_TERM})?>>(?:{_TERM})?>>(?:{_TERM})?\}}\]"
 
+#: The constrained reply of :meth:`TripletMemoryController.memorize`: one to four ``[MEM_WRITE{s>>r>>o}]`` lines:
+#: subject and object 1-40 characters, the relation 1-30 (no full stop), none with brackets, braces, ``>``, commas
+#: or backslashes, so the model must split a fact instead of copying the sentence (where the backend enforces it).
 WRITE_FORMAT = ReplyFormat.regex(rf"{_WRITE_CALL}(?:\n{_WRITE_CALL}){{0,3}}", name="mem_write")
-"""The constrained reply of :meth:`TripletMemoryController.memorize`: one to four ``[MEM_WRITE{s>>r>>o}]`` lines:
-subject and object 1-40 characters, the relation 1-30 (no full stop), none with brackets, braces, ``>``, commas or
-backslashes, so the model must split a fact instead of copying the sentence (enforced by backends that support it)."""
 
+#: the constrained reply of an :meth:`TripletMemoryController.answer` turn: one ``[MEM_READ{..}]`` call or one
+#: line of answer text without brackets
 READ_FORMAT = ReplyFormat.regex(rf"{_READ_CALL}|[^ \t\n\[][^\n\[]{{0,399}}", name="mem_read")
-"""The constrained reply of an :meth:`TripletMemoryController.answer` turn: one ``[MEM_READ{..}]`` call or one line
-of answer text without brackets."""
 
 #: the user turn after the memory answered the reads: the facts, then the question again
 FOLLOW_UP_TEMPLATE = (

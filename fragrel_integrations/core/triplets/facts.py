@@ -6,6 +6,7 @@ import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 from typing import Any
 
 from ..._validation import check_text
@@ -13,6 +14,7 @@ from ..._validation import check_text
 __all__ = [
     "FIELDS",
     "Namespace",
+    "NamespaceLike",
     "TermMatch",
     "Triplet",
     "TripletRecord",
@@ -23,10 +25,12 @@ __all__ = [
     "to_timestamp",
 ]
 
+#: the three columns of the memory table: first argument, relation, second argument
 FIELDS = ("t1", "t2", "t3")
-"""The three columns of the memory table: first argument, relation, second argument."""
 
 Namespace = tuple[str, ...]
+#: what a namespace argument accepts (see :func:`namespace_tuple`)
+NamespaceLike = str | Sequence[str] | None
 
 _NS_SEP = "\x1f"  # unit separator: joins namespace labels in the database column
 
@@ -37,9 +41,7 @@ def normalize_term(text: str) -> str:
     >>> normalize_term("  The  President\\tof ")
     'the president of'
     """
-    if not isinstance(text, str):
-        raise TypeError(f"a triplet term must be str, got {type(text).__name__}")
-    check_text(text, "a triplet term")
+    check_text(text, "a triplet term")  # TypeError for a non-str, ValueError for a lone surrogate
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
@@ -75,17 +77,9 @@ class Triplet:
     def __iter__(self) -> Iterator[str]:
         return iter((self.t1, self.t2, self.t3))
 
-    @property
-    def subject(self) -> str:
-        return self.t1
-
-    @property
-    def relation(self) -> str:
-        return self.t2
-
-    @property
-    def object(self) -> str:
-        return self.t3
+    subject = property(attrgetter("t1"), doc="The first argument, ``t1``.")
+    relation = property(attrgetter("t2"), doc="The relation, ``t2``.")
+    object = property(attrgetter("t3"), doc="The second argument, ``t3``.")
 
     def as_dict(self) -> dict[str, str]:
         """``{"subject": t1, "relation": t2, "object": t3}`` (the shape the framework stores use)."""
@@ -148,17 +142,9 @@ class TripletRecord:
     def valid_at(self, when: float) -> bool:
         return self.valid_from <= when and (self.valid_to is None or when < self.valid_to)
 
-    @property
-    def t1(self) -> str:
-        return self.triplet.t1
-
-    @property
-    def t2(self) -> str:
-        return self.triplet.t2
-
-    @property
-    def t3(self) -> str:
-        return self.triplet.t3
+    t1 = property(attrgetter("triplet.t1"), doc="The stored triplet's first argument.")
+    t2 = property(attrgetter("triplet.t2"), doc="The stored triplet's relation.")
+    t3 = property(attrgetter("triplet.t3"), doc="The stored triplet's second argument.")
 
 
 def to_timestamp(value: float | int | datetime | None, *, name: str = "time") -> float | None:
@@ -181,7 +167,7 @@ def to_timestamp(value: float | int | datetime | None, *, name: str = "time") ->
     return value
 
 
-def namespace_tuple(namespace: str | Sequence[str] | None) -> Namespace:
+def namespace_tuple(namespace: NamespaceLike) -> Namespace:
     """A namespace as a tuple of labels: ``"users/alice"`` is NOT split; pass ``("users", "alice")``.
 
     A plain string is one label. Labels must be non-empty strings without the unit-separator character.

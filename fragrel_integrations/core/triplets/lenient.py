@@ -9,20 +9,17 @@ from .text_api import SkippedCall, term_problem
 
 __all__ = ["DEFAULT_MAX_TERM_CHARS", "lenient_scan", "lenient_triplets"]
 
+#: longest term the controller stores from model output (names and short phrases)
 DEFAULT_MAX_TERM_CHARS = 200
-"""Longest term the controller stores from model output (names and short phrases)."""
 
 _BULLETS = ("-", "*", "\u2022")
-_DIGITS = "0123456789"
 
 
 def _strip_marker(line: str) -> str:
     """``line`` without a leading list marker (``-``, ``*``, ``\u2022``, ``1.``, ``2)``)."""
     if line.startswith(_BULLETS):
         return line[1:].lstrip()
-    i = 0
-    while i < len(line) and line[i] in _DIGITS:
-        i += 1
+    i = len(line) - len(line.lstrip("0123456789"))
     if i and line[i : i + 1] in (".", ")"):
         return line[i + 1 :].lstrip()
     return line
@@ -37,22 +34,17 @@ def lenient_scan(text: str, max_term_chars: int | None) -> tuple[list[tuple[Trip
         start, offset = offset, offset + len(raw) + 1
         if ">>" not in raw:
             continue
-        line = _strip_marker(raw.strip())
-        line = line[1:] if line.startswith("{") else line
-        line = line[:-1] if line.endswith("}") else line
+        line = _strip_marker(raw.strip()).removeprefix("{").removesuffix("}")
         if any(ch in line for ch in "{}[]"):
             continue  # a (malformed) call or other markup, not a plain triplet line
         parts = [p.strip() for p in line.split(">>")]
         if len(parts) != 3 or not all(parts):
             continue
-        reason = next((r for r in (term_problem(p, max_term_chars) for p in parts) if r), None)
-        if reason is None:
-            try:
-                found.append((Triplet(*parts), start))
-                continue
-            except (TypeError, ValueError) as exc:
-                reason = str(exc)
-        skipped.append(SkippedCall(start, raw[:200], reason))
+        reason = next(filter(None, (term_problem(p, max_term_chars) for p in parts)), None)
+        if reason is None:  # the checks Triplet makes: every part is non-empty, stripped and checked here
+            found.append((Triplet(*parts), start))
+        else:
+            skipped.append(SkippedCall(start, raw[:200], reason))
     return found, skipped
 
 

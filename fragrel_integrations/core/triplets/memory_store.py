@@ -1,24 +1,10 @@
-"""TripletStore: RET-LLM's read-write triplet memory over a pluggable SQL backend.
+"""TripletStore: RET-LLM's read-write triplet memory, a facade over a SQL backend and its parts.
 
-Reading follows the paper: for each given term, an exact match (after :func:`normalize_term`) among the terms
-stored in that field first; if there is none, the stored term closest to it by the exact cosine of the term
-embeddings, kept only if that cosine reaches ``threshold``. No alternative -> empty result. Every triplet
-matching all given fields is returned.
-
-The paper finds fuzzy alternatives with LSH; here one in-memory :class:`~.term_index.TermIndex` beside the
-database does it: an exact cosine scan by default (``fuzzy_index="exact"``), or a faiss inverted-file index
-(``fuzzy_index="faiss"``, the ``[faiss]`` extra) whose candidates are re-checked by their exact cosines. It is
-built from the stored term embeddings on the first fuzzy lookup, fed only committed terms (after this
-process's own commits, and before each fuzzy lookup every term another process or thread has committed since,
-read by id), and its candidates are re-checked against the database for the field, namespace and time asked.
-
-Facts that change: a relation marked single-valued (per call or for the whole store) allows one object per
-subject at a time. Writing a new object closes the old triplet's validity interval at the new fact's
-``valid_from``; the old fact stays readable with ``as_of``. Updates by key keep the previous version the same way.
-
-The store is a facade over its parts: :mod:`.term_dictionary` (terms, embeddings, the in-memory term
-index), :mod:`.versioned_writes` (writes, updates, deletes as versions), :mod:`.reads` (query shapes, search,
-listings), :mod:`.nodes` (the LlamaIndex node table) and :mod:`.rows` (row layout shared by them).
+Each given term matches exactly (after :func:`normalize_term`), else the stored term of that field closest by
+cosine (at least ``threshold``; found by the in-memory :class:`~.term_index.TermIndex`, an exact scan or faiss).
+A single-valued relation holds one object per subject at a time: a new object closes the old fact's validity
+interval, which ``as_of`` still reads. Parts: :mod:`.term_dictionary`, :mod:`.versioned_writes`, :mod:`.reads`,
+:mod:`.node_table`, :mod:`.rows`.
 
 >>> from fragrel_integrations.testing import HashingEmbedder
 >>> store = TripletStore(":memory:", embedder=HashingEmbedder(dim=64), single_valued=["president"])
@@ -37,10 +23,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from ..._closing import Closing
 from ..._validation import check_cosine, check_min_int, check_text, stored_json
 from ...models.embedder import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
-from .facts import Namespace, TripletRecord, namespace_tuple, normalize_term
+from .facts import Namespace, NamespaceLike, TripletRecord, namespace_tuple, normalize_term
 from .node_table import NodeRecord, NodeTable
 from .reads import TripletReader
 from .rows import Time, TripletLike
@@ -48,13 +35,7 @@ from .sqlite_backend import SQLiteBackend
 from .term_dictionary import FUZZY_INDEXES, TermDictionary
 from .versioned_writes import TripletWrite, VersionedWriter
 
-__all__ = [
-    "FUZZY_INDEXES",
-    "NodeRecord",
-    "TripletStore",
-    "TripletWrite",
-    "build_store",
-]
+__all__ = ["FUZZY_INDEXES", "NodeRecord", "TripletStore", "TripletWrite", "build_store"]
 
 
 _T = TypeVar("_T")
@@ -94,7 +75,7 @@ class _TermSetting(Generic[_T]):
         setattr(store._terms, self.name, value)
 
 
-class TripletStore:
+class TripletStore(Closing):
     """RET-LLM's triplet memory: write, read with one or two (or three) fields given, update, delete.
 
     Args:
@@ -106,11 +87,9 @@ class TripletStore:
         fuzzy_k: how many alternative terms a fuzzy lookup may use per field (the paper uses one).
         single_valued: relations that hold one object per subject at a time (saved in the database,
             so later opens keep them; add more with :meth:`mark_single_valued`).
-        fuzzy_index: ``"exact"`` (default): an exact cosine scan of every stored term (4 x dim bytes of memory
-            per term); ``"faiss"`` (needs the ``[faiss]`` extra): from 20,000 terms on, a faiss inverted-file
-            index answers instead (somewhat more memory, a small share of the terms scanned per lookup, the
-            best term found almost always; ``benchmarks/results/triplets.md``). Either is rebuilt from the
-            stored embeddings when a store opens; may be changed between calls.
+        fuzzy_index: ``"exact"`` (default): an exact cosine scan of every stored term; ``"faiss"`` (the
+            ``[faiss]`` extra): from 20,000 terms on, a faiss inverted-file index whose candidates are re-checked
+            by exact cosine. Rebuilt from the stored embeddings when a store opens; may be changed between calls.
 
     All methods are thread-safe; writes from several processes are serialised by the backend.
     """
@@ -136,7 +115,7 @@ class TripletStore:
         self.backend = _open_backend(backend)
         self.backend.create_schema()
         with self.backend.read() as cur:
-            meta = {name: value for name, value in cur.execute("SELECT name, value FROM meta").fetchall()}
+            meta = dict(cur.execute("SELECT name, value FROM meta").fetchall())
         version = meta.get("schema_version", str(SCHEMA_VERSION))
         if version != str(SCHEMA_VERSION):
             raise ValueError(f"this database has triplet schema version {version}; this library reads {SCHEMA_VERSION}")
@@ -189,21 +168,20 @@ class TripletStore:
         triplet: TripletLike,
         *,
         key: str | None = None,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         payload: Mapping[str, Any] | None = None,
         valid_from: Time = None,
         valid_to: Time = None,
         single_valued: bool | None = None,
     ) -> TripletRecord:
         """Store one triplet and return its record (see :meth:`write_many` for the rules)."""
-        item = TripletWrite(triplet, key, namespace, payload, valid_from, valid_to, single_valued)
-        return self.write_many([item])[0]
+        return self.write_many([TripletWrite(triplet, key, namespace, payload, valid_from, valid_to, single_valued)])[0]
 
     def write_many(
         self,
         items: Iterable[TripletWrite | TripletLike],
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         single_valued: bool | None = None,
     ) -> list[TripletRecord]:
         """Store many triplets in ONE transaction (all or nothing) and return their records, in order.
@@ -225,7 +203,7 @@ class TripletStore:
         key: str,
         triplet: TripletLike | None = None,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         payload: Mapping[str, Any] | None = None,
         valid_from: Time = None,
     ) -> TripletRecord:
@@ -236,13 +214,10 @@ class TripletStore:
         current = self.get(key, namespace=namespace)
         if current is None:
             raise KeyError(f"no current triplet with key {key!r} in namespace {namespace_tuple(namespace)!r}")
+        triplet = current.triplet if triplet is None else triplet
+        payload = current.payload if payload is None else payload
         return self.write(
-            current.triplet if triplet is None else triplet,
-            key=key,
-            namespace=namespace,
-            payload=current.payload if payload is None else payload,
-            valid_from=valid_from,
-            single_valued=False,
+            triplet, key=key, namespace=namespace, payload=payload, valid_from=valid_from, single_valued=False
         )
 
     def delete(
@@ -250,7 +225,7 @@ class TripletStore:
         key: str | None = None,
         *,
         triplet: TripletLike | None = None,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         hard: bool = False,
         at: Time = None,
     ) -> int:
@@ -263,15 +238,11 @@ class TripletStore:
         return self._writer.delete(None if key is None else check_text(key, "key"), triplet, namespace, hard, at)
 
     # ------------------------------------------------------------------------------------------ reading
-    def get(
-        self, key: str, *, namespace: str | Sequence[str] | None = None, as_of: Time = None
-    ) -> TripletRecord | None:
+    def get(self, key: str, *, namespace: NamespaceLike = None, as_of: Time = None) -> TripletRecord | None:
         """The triplet stored under ``key`` (current, or valid at ``as_of``), or None."""
         return self._reader.get(check_text(key, "key"), namespace, as_of)
 
-    def get_many(
-        self, keys: Sequence[str], *, namespace: str | Sequence[str] | None = None
-    ) -> list[TripletRecord | None]:
+    def get_many(self, keys: Sequence[str], *, namespace: NamespaceLike = None) -> list[TripletRecord | None]:
         """Current records for ``keys`` (``None`` where absent), in order; one query per chunk."""
         return self._reader.get_many([check_text(k, f"keys[{i}]") for i, k in enumerate(keys)], namespace)
 
@@ -281,7 +252,7 @@ class TripletStore:
         t2: str | None = None,
         t3: str | None = None,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         prefix: bool = False,
         as_of: Time = None,
         fuzzy: bool = True,
@@ -296,15 +267,14 @@ class TripletStore:
         at that time instead of the current ones.
         """
         given = {"t1": t1, "t2": t2, "t3": t3}
-        return self._reader.read(
-            given, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k, (self.threshold, self.fuzzy_k)
-        )
+        defaults = (self.threshold, self.fuzzy_k)
+        return self._reader.read(given, namespace, prefix, as_of, fuzzy, threshold, fuzzy_k, defaults)
 
     def search(
         self,
         text: str,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         prefix: bool = False,
         as_of: Time = None,
         threshold: float | None = None,
@@ -317,7 +287,7 @@ class TripletStore:
     def records(
         self,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         prefix: bool = False,
         as_of: Time = None,
         history: bool = False,
@@ -327,15 +297,15 @@ class TripletStore:
         """Stored triplets in insertion order: current ones, those valid ``as_of``, or every version (``history``)."""
         return self._reader.records(namespace, prefix, as_of, history, limit, offset)
 
-    def history(self, t1: str, t2: str, *, namespace: str | Sequence[str] | None = None) -> list[TripletRecord]:
+    def history(self, t1: str, t2: str, *, namespace: NamespaceLike = None) -> list[TripletRecord]:
         """Every version of the facts with subject ``t1`` and relation ``t2`` (exact terms), oldest first."""
         return self._reader.history(t1, t2, namespace)
 
-    def namespaces(self, *, prefix: str | Sequence[str] | None = None, history: bool = False) -> list[Namespace]:
+    def namespaces(self, *, prefix: NamespaceLike = None, history: bool = False) -> list[Namespace]:
         """Distinct namespaces holding current triplets (or any, with ``history``), sorted."""
         return self._reader.namespaces(prefix, history)
 
-    def count(self, *, namespace: str | Sequence[str] | None = None, prefix: bool = True) -> int:
+    def count(self, *, namespace: NamespaceLike = None, prefix: bool = True) -> int:
         """Number of current triplets (under ``namespace``; the whole store by default)."""
         return self._reader.count(namespace, prefix)
 
@@ -347,13 +317,11 @@ class TripletStore:
         return self._terms.count()
 
     # ------------------------------------------------------------------------------------------ graph nodes
-    def put_nodes(self, nodes: Iterable[NodeRecord], *, namespace: str | Sequence[str] | None = None) -> None:
+    def put_nodes(self, nodes: Iterable[NodeRecord], *, namespace: NamespaceLike = None) -> None:
         """Insert or replace node attributes (one transaction)."""
         self._nodes.put(nodes, namespace)
 
-    def get_nodes(
-        self, ids: Sequence[str] | None = None, *, namespace: str | Sequence[str] | None = None
-    ) -> list[NodeRecord]:
+    def get_nodes(self, ids: Sequence[str] | None = None, *, namespace: NamespaceLike = None) -> list[NodeRecord]:
         """Stored node attributes (all of the namespace, or those with ``ids``)."""
         return self._nodes.get(None if ids is None else _check_ids(ids), namespace)
 
@@ -361,7 +329,7 @@ class TripletStore:
         """Distinct namespaces holding node attributes (of ``kind``, or any), sorted."""
         return self._nodes.namespaces(kind)
 
-    def delete_nodes(self, ids: Sequence[str], *, namespace: str | Sequence[str] | None = None) -> int:
+    def delete_nodes(self, ids: Sequence[str], *, namespace: NamespaceLike = None) -> int:
         """Delete the nodes with ``ids``; the number deleted."""
         return self._nodes.delete(_check_ids(ids), namespace)
 
@@ -374,12 +342,6 @@ class TripletStore:
         """Close the backend's connections and drop the in-memory term index."""
         self.backend.close()
         self._terms.drop_index()
-
-    def __enter__(self) -> TripletStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"TripletStore({self.backend!r}, threshold={self.threshold}, fuzzy_index={self.fuzzy_index!r})"

@@ -34,6 +34,7 @@ Triplet(t1='Dan Jaffe', t2='works at', t3='Google')
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -61,12 +62,14 @@ __all__ = [
 
 WRITE = "MEM_WRITE"
 READ = "MEM_READ"
+#: characters escaped with a backslash inside a term (plus whitespace at either end of it)
 SPECIAL = frozenset("\\>{}[]")
-"""Characters escaped with a backslash inside a term (plus whitespace at either end of it)."""
+#: longest term a parsed call may hold (longer: the call is malformed); terms are names and short phrases
 MAX_TERM_CHARS = 1000
-"""Longest term a parsed call may hold (longer: the call is malformed). Terms are names and short phrases."""
 
 Pattern = tuple[str | None, str | None, str | None]
+
+_ESCAPED_CHAR = re.compile(r"\\(.)", re.DOTALL)  # no backtracking: one pass, linear in the text
 
 
 class MemoryCallError(ValueError):
@@ -116,26 +119,13 @@ def escape_term(term: str) -> str:
     """
     if not isinstance(term, str):
         raise TypeError(f"term must be str, got {type(term).__name__}")
-    core = term.strip()
-    if not core:
-        return "".join("\\" + ch for ch in term)
-    lead = term[: len(term) - len(term.lstrip())]
-    trail = term[len(term.rstrip()) :]
-    body = "".join("\\" + ch if ch in SPECIAL else ch for ch in core)
-    return "".join("\\" + ch for ch in lead) + body + "".join("\\" + ch for ch in trail)
+    lo, hi = len(term) - len(term.lstrip()), len(term.rstrip())
+    return "".join("\\" + ch if ch in SPECIAL or not lo <= i < hi else ch for i, ch in enumerate(term))
 
 
 def unescape_term(text: str) -> str:
     """Inverse of :func:`escape_term` (a backslash before any character yields that character)."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
+    return _ESCAPED_CHAR.sub(r"\1", text)
 
 
 def term_problem(term: str, max_chars: int | None) -> str | None:
@@ -160,14 +150,12 @@ def _pattern(fields: Triplet | Sequence[str | None]) -> Pattern:
     items = tuple(fields)
     if len(items) != 3:
         raise ValueError(f"a memory call has exactly three fields, got {len(items)}")
-    out = []
     for f in items:
         if f is not None and not isinstance(f, str):
             raise TypeError(f"call fields must be str or None, got {type(f).__name__}")
         if f is not None and "\x00" in f:
             raise ValueError("call fields must not contain the NUL character")
-        out.append(f if f and f.strip() else None)
-    return out[0], out[1], out[2]
+    return tuple(f if f and f.strip() else None for f in items)  # type: ignore[return-value]
 
 
 def _render_fields(fields: Pattern) -> str:
@@ -176,8 +164,7 @@ def _render_fields(fields: Pattern) -> str:
 
 def render_write(triplet: Triplet | Sequence[str]) -> str:
     """``[MEM_WRITE{t1>>t2>>t3}]`` with every term escaped."""
-    trip = Triplet.coerce(triplet)
-    return f"[{WRITE}{{{_render_fields((trip.t1, trip.t2, trip.t3))}}}]"
+    return f"[{WRITE}{{{_render_fields(tuple(Triplet.coerce(triplet)))}}}]"
 
 
 def render_read(
@@ -204,22 +191,20 @@ def render_read(
         raise ValueError(f"fields must be 'all' or 'missing', got {fields!r}")
     parts = []
     for r in results:
-        trip = Triplet.coerce(r)
-        values = tuple(trip)
+        values = tuple(Triplet.coerce(r))
         if fields == "missing":
             values = tuple(v for v, q in zip(values, pattern, strict=True) if q is None) or values
         parts.append("{" + ">>".join(escape_term(v) for v in values) + "}")
     return head + ": " + "; ".join(parts) + "]"
 
 
-def _strip_unescaped(chars: list[str], escaped: list[bool]) -> str:
-    """The term without the unescaped whitespace at its ends (escaped whitespace is kept)."""
-    lo, hi = 0, len(chars)
-    while lo < hi and not escaped[lo] and chars[lo].isspace():
-        lo += 1
-    while hi > lo and not escaped[hi - 1] and chars[hi - 1].isspace():
-        hi -= 1
-    return "".join(chars[lo:hi])
+def _term(raw: str) -> str:
+    """A scanned term unescaped, without the unescaped whitespace at its ends (escaped whitespace is kept)."""
+    body = raw.lstrip()
+    end = len(body.rstrip())
+    if end < len(body) and _escaped(body, end):
+        end += 1
+    return unescape_term(body[:end])
 
 
 class _Scanner:
@@ -239,32 +224,26 @@ class _Scanner:
         whitespace at their ends. Stops at the first unescaped bracket or brace, so one scan never passes the
         start of another call."""
         parts: list[str] = []
-        buf: list[str] = []
-        esc: list[bool] = []
         t = self.text
+        start = self.pos
         while self.pos < len(t):
             ch = t[self.pos]
             if ch == "\\":
                 if self.pos + 1 >= len(t):
                     raise MemoryCallError("dangling backslash at the end of the text")
-                buf.append(t[self.pos + 1])
-                esc.append(True)
                 self.pos += 2
-                continue
-            if ch == ">" and t.startswith(">>", self.pos):
-                parts.append(_strip_unescaped(buf, esc))
-                buf, esc = [], []
+            elif t.startswith(">>", self.pos):
+                parts.append(_term(t[start : self.pos]))
                 self.pos += 2
-                continue
-            if ch == "}":
-                parts.append(_strip_unescaped(buf, esc))
+                start = self.pos
+            elif ch == "}":
+                parts.append(_term(t[start : self.pos]))
                 self.pos += 1
                 return parts
-            if ch in "{[]":
+            elif ch in "{[]":
                 raise MemoryCallError(f"unescaped {ch!r} inside a term at position {self.pos}")
-            buf.append(ch)
-            esc.append(False)
-            self.pos += 1
+            else:
+                self.pos += 1
         raise MemoryCallError("unterminated '{' in a memory call")
 
 
@@ -274,10 +253,8 @@ def _fill(parts: list[str], pattern: Pattern) -> Triplet:
     missing = [i for i, f in enumerate(pattern) if f is None]
     if len(parts) != len(missing):
         raise MemoryCallError(f"a result has {len(parts)} fields; expected 3 or the {len(missing)} wildcard fields")
-    values = list(pattern)
-    for i, v in zip(missing, parts, strict=True):
-        values[i] = v
-    return Triplet(*values)  # type: ignore[arg-type]
+    given = iter(parts)
+    return Triplet(*(next(given) if f is None else f for f in pattern))
 
 
 def _parse_one(sc: _Scanner, name: str, start: int, max_term_chars: int | None) -> MemoryCall:
@@ -285,10 +262,9 @@ def _parse_one(sc: _Scanner, name: str, start: int, max_term_chars: int | None) 
     parts = sc.braced()
     if len(parts) != 3:
         raise MemoryCallError(f"a {name} needs three fields separated by '>>', got {len(parts)}")
-    for p in parts:
-        reason = term_problem(p, max_term_chars)
-        if reason:
-            raise MemoryCallError(f"{reason}; {name} skipped")
+    reason = next(filter(None, (term_problem(p, max_term_chars) for p in parts)), None)
+    if reason:
+        raise MemoryCallError(f"{reason}; {name} skipped")
     pattern: Pattern = tuple(p if p.strip() else None for p in parts)  # type: ignore[assignment]
     if name == WRITE:
         if any(f is None for f in pattern):
@@ -330,19 +306,8 @@ def _escaped(text: str, pos: int) -> bool:
     return n % 2 == 1
 
 
-_OPENERS = (f"[{WRITE}{{", f"[{READ}{{")
-
-
-def _next_open(text: str, pos: int) -> tuple[int, str]:
-    """Position and name of the next ``[MEM_WRITE{`` / ``[MEM_READ{`` at or after ``pos`` ((-1, "") if none)."""
-    while True:
-        at = text.find("[MEM_", pos)
-        if at < 0:
-            return -1, ""
-        for opener in _OPENERS:
-            if text.startswith(opener, at):
-                return at, opener[1:-1]
-        pos = at + 1
+#: the start of a call, ``[MEM_WRITE{`` or ``[MEM_READ{`` (literal alternatives: no backtracking)
+_OPENER = re.compile(rf"\[({WRITE}|{READ})\{{")
 
 
 def scan_calls(
@@ -365,16 +330,14 @@ def scan_calls(
     calls: list[MemoryCall] = []
     skipped: list[SkippedCall] = []
     pos = 0
-    while True:
-        start, name = _next_open(text, pos)
-        if start < 0:
-            return calls, skipped
+    while opener := _OPENER.search(text, pos):
+        start = opener.start()
         if _escaped(text, start):
             pos = start + 1
             continue
-        sc = _Scanner(text, start + len(name) + 2)
+        sc = _Scanner(text, opener.end())
         try:
-            call = _parse_one(sc, name, start, max_term_chars)
+            call = _parse_one(sc, opener[1], start, max_term_chars)
         except MemoryCallError as exc:
             if strict:
                 raise
@@ -383,6 +346,7 @@ def scan_calls(
             continue
         calls.append(call)
         pos = call.end
+    return calls, skipped
 
 
 def parse_calls(text: str, *, strict: bool = False, max_term_chars: int | None = MAX_TERM_CHARS) -> list[MemoryCall]:

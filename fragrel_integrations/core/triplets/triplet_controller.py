@@ -49,18 +49,8 @@ from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import format_kwargs
 from ..steps import CallStep, ChatStep, Steps, adrive, drive
-from .controller_prompts import (
-    FOLLOW_UP_TEMPLATE,
-    READ_EXAMPLES,
-    READ_FORMAT,
-    READ_SYSTEM_PROMPT,
-    WRITE_EXAMPLES,
-    WRITE_FORMAT,
-    WRITE_SYSTEM_PROMPT,
-    check_examples,
-    with_examples,
-)
-from .facts import Triplet, TripletRecord, namespace_tuple
+from . import controller_prompts as prompts
+from .facts import NamespaceLike, Triplet, TripletRecord, namespace_tuple
 from .lenient import DEFAULT_MAX_TERM_CHARS, lenient_scan
 from .memory_store import TripletStore, TripletWrite
 from .text_api import MemoryCall, SkippedCall, escape_term, render_read, scan_calls, strip_calls
@@ -69,11 +59,13 @@ __all__ = ["DEFAULT_MAX_REPLY_CHARS", "AnswerResult", "MemorizeResult", "Triplet
 
 logger = logging.getLogger(__name__)
 
+#: what is left of a malformed call (``[MEM_READ{>>John>>France: ]``): never shown as an answer
 _BROKEN_CALL = re.compile(r"\[MEM_(?:READ|WRITE)\b[^\]\n]*\]?")
-"""What is left of a malformed call (``[MEM_READ{>>John>>France: ]``): never shown as an answer."""
 
+#: characters of one model reply the controller parses (about 5,000 tokens; the default max_tokens is 256)
 DEFAULT_MAX_REPLY_CHARS = 20_000
-"""Characters of one model reply the controller parses (about 5,000 tokens; the default max_tokens is 256)."""
+
+_Reads = list[tuple[MemoryCall, list[TripletRecord]]]
 
 
 @dataclass
@@ -83,8 +75,8 @@ class MemorizeResult:
     records: list[TripletRecord]
     reply: str
     calls: list[MemoryCall] = field(default_factory=list)
+    #: malformed calls (or lenient lines) and writes the store rejected; the rest was stored
     skipped: list[SkippedCall] = field(default_factory=list)
-    """Malformed calls (or lenient lines) and writes the store rejected; the rest was stored."""
 
 
 @dataclass
@@ -92,7 +84,7 @@ class AnswerResult:
     """The final answer, every read executed (with its records), and the whole conversation."""
 
     answer: str
-    reads: list[tuple[MemoryCall, list[TripletRecord]]]
+    reads: _Reads
     messages: list[dict[str, str]]
     rounds: int
     fallback: bool = False
@@ -116,11 +108,11 @@ class TripletMemoryController:
         max_reply_chars: characters of each reply parsed at most (the rest is ignored, with a warning).
         max_term_chars: longest term stored or read from model output (a longer one makes its call malformed).
         constrained: with a model that enforces reply formats (the embedded llama.cpp model, OpenAI-compatible
-            servers), write replies under :data:`WRITE_FORMAT`, so every reply is well-formed calls; other models
-            answer freely and are parsed as before.
-        constrained_reads: also write the turns of :meth:`answer` under :data:`READ_FORMAT` (one read call or one
-            line of answer). Off by default: with SmolLM2-135M it made every read turn well-formed but answered no
-            more bAbI questions and took 3-5x longer (benchmarks/results/llm_steps.md).
+            servers), write replies under :data:`~.controller_prompts.WRITE_FORMAT` (well-formed calls only);
+            other models answer freely.
+        constrained_reads: also write the turns of :meth:`answer` under :data:`~.controller_prompts.READ_FORMAT`
+            (one read call or one line of answer). Off by default: it made small models' read turns well-formed
+            but answered no more questions, and took longer (``benchmarks/results/llm_steps.md``).
         relax_reads: a read that names a relation and finds nothing is run again without the relation (e.g.
             ``[MEM_READ{Mary>>is in>>}]`` finds ``Mary >> moved to >> bathroom``), so a model that words the
             relation differently from the write still sees the facts about its subject; the facts are shown
@@ -132,14 +124,14 @@ class TripletMemoryController:
         model: Any,
         store: TripletStore,
         *,
-        namespace: str | Sequence[str] | None = None,
+        namespace: NamespaceLike = None,
         max_rounds: int = 3,
         max_calls: int = 8,
         lenient: bool = True,
-        write_prompt: str = WRITE_SYSTEM_PROMPT,
-        read_prompt: str = READ_SYSTEM_PROMPT,
-        write_examples: Sequence[tuple[str, str]] = WRITE_EXAMPLES,
-        read_examples: Sequence[tuple[str, str]] = READ_EXAMPLES,
+        write_prompt: str = prompts.WRITE_SYSTEM_PROMPT,
+        read_prompt: str = prompts.READ_SYSTEM_PROMPT,
+        write_examples: Sequence[tuple[str, str]] = prompts.WRITE_EXAMPLES,
+        read_examples: Sequence[tuple[str, str]] = prompts.READ_EXAMPLES,
         max_tokens: int = 256,
         temperature: float = 0.0,
         extractive_fallback: bool = True,
@@ -152,48 +144,32 @@ class TripletMemoryController:
         self.model: ChatModel = as_chat_model(model)
         if not isinstance(store, TripletStore):
             raise TypeError(f"store must be a TripletStore, got {type(store).__name__}")
-        for name, value in (
-            ("max_rounds", max_rounds),
-            ("max_calls", max_calls),
-            ("max_tokens", max_tokens),
-            ("max_reply_chars", max_reply_chars),
-            ("max_term_chars", max_term_chars),
-        ):
-            check_positive_int(value, name)
+        self.max_rounds = check_positive_int(max_rounds, "max_rounds")
+        self.max_calls = check_positive_int(max_calls, "max_calls")
+        self.max_tokens = check_positive_int(max_tokens, "max_tokens")
+        self.max_reply_chars = check_positive_int(max_reply_chars, "max_reply_chars")
+        self.max_term_chars = check_positive_int(max_term_chars, "max_term_chars")
         self.store = store
         self.namespace = namespace_tuple(namespace)
-        self.max_rounds = max_rounds
-        self.max_calls = max_calls
         self.lenient = lenient
         self.write_prompt = write_prompt
         self.read_prompt = read_prompt
-        self.write_examples = check_examples(write_examples, "write_examples")
-        self.read_examples = check_examples(read_examples, "read_examples")
-        self.max_tokens = max_tokens
+        self.write_examples = prompts.check_examples(write_examples, "write_examples")
+        self.read_examples = prompts.check_examples(read_examples, "read_examples")
         self.temperature = temperature
         self.extractive_fallback = bool(extractive_fallback)
-        self.max_reply_chars = max_reply_chars
-        self.max_term_chars = max_term_chars
-        for name, flag in (
-            ("constrained", constrained),
-            ("constrained_reads", constrained_reads),
-            ("relax_reads", relax_reads),
-        ):
+        flags = {"constrained": constrained, "constrained_reads": constrained_reads, "relax_reads": relax_reads}
+        for name, flag in flags.items():
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         self.constrained = constrained
         self.constrained_reads = constrained_reads
         self.relax_reads = relax_reads
         # the reply formats, for models that enforce them ({} otherwise: free text, parsed as before)
-        self._wf = format_kwargs(self.model, WRITE_FORMAT) if constrained else {}
-        self._rf = format_kwargs(self.model, READ_FORMAT) if constrained_reads else {}
+        self._wf = format_kwargs(self.model, prompts.WRITE_FORMAT) if constrained else {}
+        self._rf = format_kwargs(self.model, prompts.READ_FORMAT) if constrained_reads else {}
 
     # ------------------------------------------------------------------------------------------ shared steps
-    def _write_messages(self, statement: str) -> list[dict[str, str]]:
-        if not isinstance(statement, str) or not statement.strip():
-            raise ValueError("statement must be a non-empty string")
-        return with_examples(self.write_prompt, self.write_examples, f"Statement: {statement}")
-
     def _capped(self, reply: object) -> str:
         """The part of a model reply that is parsed: at most ``max_reply_chars`` characters."""
         if not isinstance(reply, str):
@@ -202,37 +178,16 @@ class TripletMemoryController:
                 "check that it returns the reply text"
             )
         if len(reply) > self.max_reply_chars:
-            logger.warning(
-                "model reply of %d characters cut to max_reply_chars=%d before parsing",
-                len(reply),
-                self.max_reply_chars,
-            )
+            logger.warning("model reply of %d characters cut to max_reply_chars=%d", len(reply), self.max_reply_chars)
             return reply[: self.max_reply_chars]
         return reply
-
-    def _scan(self, text: str) -> tuple[list[MemoryCall], list[SkippedCall]]:
-        return scan_calls(self._capped(text), max_term_chars=self.max_term_chars)
-
-    def _writes_from(self, reply: str) -> tuple[list[MemoryCall], list[tuple[Triplet, int]], list[SkippedCall]]:
-        """The write calls, the triplets to store (with where they start in the reply), and what was skipped."""
-        text = self._capped(reply)
-        found, skipped = scan_calls(text, max_term_chars=self.max_term_chars)
-        calls = [c for c in found if c.kind == "write"][: self.max_calls]
-        triplets = [(c.triplet, c.start) for c in calls]
-        if not triplets and self.lenient:
-            loose, loose_skipped = lenient_scan(text, self.max_term_chars)
-            triplets = loose[: self.max_calls]
-            skipped += loose_skipped
-        return calls, triplets, skipped
 
     def _store(self, triplets: Sequence[tuple[Triplet, int]], skipped: list[SkippedCall]) -> list[TripletRecord]:
         """Store the triplets in one transaction; if the store rejects the batch (ValueError/TypeError), store
         each alone and add the rejected ones to ``skipped``. Other errors (a closed or locked store) propagate."""
         writes = [TripletWrite(t, namespace=self.namespace) for t, _ in triplets]
-        if not writes:
-            return []
         try:
-            return self.store.write_many(writes)
+            return self.store.write_many(writes) if writes else []
         except (TypeError, ValueError) as exc:
             if len(writes) == 1:
                 skipped.append(_rejected(triplets[0], exc))
@@ -245,14 +200,7 @@ class TripletMemoryController:
                 skipped.append(_rejected(item, exc))
         return records
 
-    def _read_messages(self, question: str) -> list[dict[str, str]]:
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError("question must be a non-empty string")
-        return with_examples(self.read_prompt, self.read_examples, f"Question: {question}")
-
-    def execute(
-        self, text: str, *, allow_writes: bool = True
-    ) -> tuple[str, list[tuple[MemoryCall, list[TripletRecord]]]]:
+    def execute(self, text: str, *, allow_writes: bool = True) -> tuple[str, _Reads]:
         """Run the calls in ``text``: writes (if allowed) are stored, reads are answered.
 
         Returns the text up to the last executed call, with every read replaced by its answered form, and
@@ -260,23 +208,23 @@ class TripletMemoryController:
         malformed calls and writes the store rejects are skipped (and logged).
         """
         text = self._capped(text)
-        calls, skipped = self._scan(text)
+        calls, skipped = scan_calls(text, max_term_chars=self.max_term_chars)
         calls = calls[: self.max_calls]
         out: list[str] = []
-        reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
+        reads: _Reads = []
         pos = 0
         writes: list[tuple[Triplet, int]] = []
         for call in calls:
             out.append(text[pos : call.start])
             pos = call.end
-            if call.kind == "write":
+            if call.kind == "read":
+                records = self._read(call.fields)
+                reads.append((call, records))
+                out.append(render_read(call.fields, [r.triplet for r in records]))
+            else:
+                out.append(text[call.start : call.end])
                 if allow_writes:
                     writes.append((call.triplet, call.start))
-                out.append(text[call.start : call.end])
-                continue
-            records = self._read(call.fields)
-            reads.append((call, records))
-            out.append(render_read(call.fields, [r.triplet for r in records]))
         self._store(writes, skipped)
         for item in skipped:
             logger.warning("skipped memory call at %d: %s", item.start, item.reason)
@@ -291,28 +239,14 @@ class TripletMemoryController:
             return records
         return self.store.read(t1, None, t3, namespace=self.namespace)
 
-    def _follow_up(self, question: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> str:
-        facts = _facts(reads) or "(nothing found)"
-        return FOLLOW_UP_TEMPLATE.format(facts=facts, question=question)
-
-    def _final(self, reply: str, reads: list[tuple[MemoryCall, list[TripletRecord]]]) -> tuple[str, bool]:
-        """The reply without memory calls (malformed ones too); if the model wrote nothing else (small models
-        often just repeat the call) and ``extractive_fallback`` is on, the facts read, as sentences. Second value:
-        fallback used."""
+    def _result(self, reply: str, reads: _Reads, messages: list[dict[str, str]], rounds: int) -> AnswerResult:
+        """The answer: the reply without memory calls (malformed ones too); if the model wrote nothing else
+        (small models often just repeat the call) and ``extractive_fallback`` is on, the facts read, as sentences."""
         text = " ".join(_BROKEN_CALL.sub(" ", strip_calls(self._capped(reply))).split())
-        if not text and self.extractive_fallback and any(recs for _, recs in reads):
-            return _facts(reads, escape=False).replace("\n", " "), True
-        return text, False
-
-    def _done(
-        self,
-        reply: str,
-        reads: list[tuple[MemoryCall, list[TripletRecord]]],
-        messages: list[dict[str, str]],
-        rounds: int,
-    ) -> tuple[str, list[tuple[MemoryCall, list[TripletRecord]]], list[dict[str, str]], int, bool]:
-        text, fallback = self._final(reply, reads)
-        return text, reads, [*messages, _assistant(reply)], rounds, fallback
+        fallback = not text and self.extractive_fallback and any(recs for _, recs in reads)
+        if fallback:
+            text = _facts(reads, escape=False).replace("\n", " ")
+        return AnswerResult(text, reads, [*messages, {"role": "assistant", "content": reply}], rounds, fallback)
 
     # ------------------------------------------------------------------------------------------ workflows
     def _chat(self, messages: list[dict[str, str]], reply_format: dict[str, Any]) -> ChatStep:
@@ -320,26 +254,35 @@ class TripletMemoryController:
         return ChatStep(self.model, messages, options)
 
     def _memorize_steps(self, statement: str) -> Steps[MemorizeResult]:
-        reply = yield self._chat(self._write_messages(statement), self._wf)
-        calls, triplets, skipped = self._writes_from(reply)
+        messages = _request("statement", statement, self.write_prompt, self.write_examples)
+        reply = yield self._chat(messages, self._wf)
+        text = self._capped(reply)
+        found, skipped = scan_calls(text, max_term_chars=self.max_term_chars)
+        calls = [c for c in found if c.kind == "write"][: self.max_calls]
+        triplets = [(c.triplet, c.start) for c in calls]
+        if not triplets and self.lenient:
+            loose, loose_skipped = lenient_scan(text, self.max_term_chars)
+            triplets = loose[: self.max_calls]
+            skipped += loose_skipped
         records = (yield CallStep(self._store, (triplets, skipped))) if triplets else []
         return MemorizeResult(records, reply, calls, skipped)
 
     def _answer_steps(self, question: str, allow_writes: bool) -> Steps[AnswerResult]:
-        messages = self._read_messages(question)
-        all_reads: list[tuple[MemoryCall, list[TripletRecord]]] = []
+        messages = _request("question", question, self.read_prompt, self.read_examples)
+        all_reads: _Reads = []
         for round_no in range(1, self.max_rounds + 1):
             reply = yield self._chat(messages, self._rf)
             executed, reads = yield CallStep(self.execute, (reply,), {"allow_writes": allow_writes})
             if not reads:
-                return AnswerResult(*self._done(reply, all_reads, messages, round_no))
-            repeated = _repeats(reads, all_reads)
+                return self._result(reply, all_reads, messages, round_no)
+            repeated = {c.fields for c, _ in reads} <= {c.fields for c, _ in all_reads}
             all_reads += reads
-            messages += [_assistant(executed), {"role": "user", "content": self._follow_up(question, reads)}]
+            follow_up = prompts.FOLLOW_UP_TEMPLATE.format(facts=_facts(reads) or "(nothing found)", question=question)
+            messages += [{"role": "assistant", "content": executed}, {"role": "user", "content": follow_up}]
             if repeated:
                 break
         reply = yield self._chat(messages, self._rf)
-        return AnswerResult(*self._done(reply, all_reads, messages, round_no + 1))
+        return self._result(reply, all_reads, messages, round_no + 1)
 
     # ------------------------------------------------------------------------------------------ sync API
     def memorize(self, statement: str) -> MemorizeResult:
@@ -364,27 +307,21 @@ class TripletMemoryController:
         return await adrive(self._answer_steps(question, allow_writes))
 
 
-def _facts(reads: list[tuple[MemoryCall, list[TripletRecord]]], *, escape: bool = True) -> str:
+def _request(name: str, text: str, system: str, examples: Sequence[tuple[str, str]]) -> list[dict[str, str]]:
+    """The messages asking for the calls about one statement or question (``name``), after the few-shot turns."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"{name} must be a non-empty string")
+    return prompts.with_examples(system, examples, f"{name.capitalize()}: {text}")
+
+
+def _facts(reads: _Reads, *, escape: bool = True) -> str:
     """The distinct triplets read, oldest first (by ``valid_from``, then write order), one plain sentence per
     line; terms escaped so none can form a call."""
-    seen: dict[tuple[str, str, str], None] = {}
-    for r in sorted((r for _, records in reads for r in records), key=lambda r: (r.valid_from, r.id)):
-        seen.setdefault(tuple(r.triplet), None)
-    fmt = escape_term if escape else (lambda t: t)
-    return "\n".join(" ".join(fmt(t) for t in trip) + "." for trip in seen)
+    records = sorted((r for _, records in reads for r in records), key=lambda r: (r.valid_from, r.id))
+    fmt = escape_term if escape else str
+    return "\n".join(" ".join(fmt(t) for t in trip) + "." for trip in dict.fromkeys(r.triplet for r in records))
 
 
 def _rejected(item: tuple[Triplet, int], exc: Exception) -> SkippedCall:
     trip, start = item
     return SkippedCall(start, " >> ".join(trip)[:200], f"the store rejected the write: {exc}")
-
-
-def _repeats(
-    reads: list[tuple[MemoryCall, list[TripletRecord]]], earlier: list[tuple[MemoryCall, list[TripletRecord]]]
-) -> bool:
-    seen = {c.fields for c, _ in earlier}
-    return all(c.fields in seen for c, _ in reads)
-
-
-def _assistant(content: str) -> dict[str, str]:
-    return {"role": "assistant", "content": content}
