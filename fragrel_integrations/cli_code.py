@@ -61,15 +61,10 @@ def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fragment-lines", type=int, default=20, help="lines per window (default 20)")
     parser.add_argument("--stride", type=int, default=10, help="lines between window starts (default 10)")
     parser.add_argument(
-        "--language",
-        action="append",
-        dest="languages",
-        default=None,
-        help="index only this language (repeatable; default all)",
+        "--language", action="append", dest="languages", help="index only this language (repeatable; default all)"
     )
     parser.add_argument(
         "--cache",
-        default=None,
         help="SQLite file to store the index in and reuse (an existing file that is not such an index is refused)",
     )
     parser.add_argument(
