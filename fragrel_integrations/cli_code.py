@@ -136,12 +136,8 @@ def format_ranked(
 
 def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
     """One entry per hit: rank, ``path:start-end``, the three scores, the first line of code."""
-
-    def label(h: ScoredFragment) -> str:
-        d = code_hit_dict(h)
-        return f"{d['path']}:{d['start_line']}-{d['end_line']}"
-
-    return format_ranked(hits, label, "first_line", width)
+    label = "{path}:{start_line}-{end_line}".format_map
+    return format_ranked(hits, lambda h: label(code_hit_dict(h)), "first_line", width)
 
 
 def retrieve_code(args: argparse.Namespace) -> str:
