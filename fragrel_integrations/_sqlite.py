@@ -160,23 +160,20 @@ class SavedFormat:
         try:
             if not check_file(path):
                 return False
-            conn = connect(path, read_only=True)
-            try:
+            with contextlib.closing(connect(path, read_only=True)) as conn:
                 return self._layout(conn) is not None
-            finally:
-                conn.close()
         except (ValueError, sqlite3.Error):
             return False
 
     def _layout(self, conn: sqlite3.Connection) -> str | None:
         """``"current"`` or ``"earlier"`` when the database is a file of this format, else None."""
-        for table, value in (("header", json.dumps(self.name)), *self.earlier):
+        for i, (table, value) in enumerate((("header", json.dumps(self.name)), *self.earlier)):
             try:
                 row = conn.execute(f"SELECT value FROM {table} WHERE key = 'format'").fetchone()
             except sqlite3.Error:
                 continue
             if row is not None and row[0] == value:
-                return "current" if table == "header" and value == json.dumps(self.name) else "earlier"
+                return "earlier" if i else "current"
         return None
 
     def check_target(self, path: str | os.PathLike[str]) -> None:
@@ -271,14 +268,10 @@ class SavedFormat:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
         try:
-            conn = connect(tmp)
-            try:
-                with conn:
-                    self._stamp(conn, built_by or {}, header)
-                    if fill is not None:
-                        fill(conn)
-            finally:
-                conn.close()
+            with contextlib.closing(connect(tmp)) as conn, conn:
+                self._stamp(conn, built_by or {}, header)
+                if fill is not None:
+                    fill(conn)
             os.replace(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):

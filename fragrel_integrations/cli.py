@@ -118,7 +118,7 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
         "override it",
     )
     for option, (kind, text) in _PRESET_OPTIONS.items():
-        parser.add_argument(option, type=kind, default=None, help=text)
+        parser.add_argument(option, type=kind, help=text)
     parser.add_argument(
         "--relation", choices=("context", "semantic", "both"), default="context", help="fragment relation"
     )
@@ -131,16 +131,13 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--window-words",
         type=int,
-        default=None,
         help="embed fragments in sub-windows of this many words, scored by the best (default: what the "
         "embedder reads, 152 words for all-MiniLM-L6-v2)",
     )
-    parser.add_argument("-k", type=int, default=None, help="number of fragments (default 5 without a budget)")
-    parser.add_argument("--budget-words", type=int, default=None, help="fill this many words of context")
+    parser.add_argument("-k", type=int, help="number of fragments (default 5 without a budget)")
+    parser.add_argument("--budget-words", type=int, help="fill this many words of context")
     parser.add_argument(
-        "--cache-dir",
-        default=None,
-        help="where embedded books are kept (default $XDG_CACHE_HOME/fragrel or ~/.cache/fragrel)",
+        "--cache-dir", help="where embedded books are kept (default $XDG_CACHE_HOME/fragrel or ~/.cache/fragrel)"
     )
     parser.add_argument("--no-cache", action="store_true", help="embed the file again; read and write no cache")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -154,25 +151,21 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     own = parser.add_argument_group("your embedding model (default: the embedded all-MiniLM-L6-v2)")
     own.add_argument(
         "--embed-model",
-        default=None,
         help="a folder holding a sentence-transformers model, or with --embed-base-url the embedding model name "
         "that server serves",
     )
     own.add_argument(
         "--embed-base-url",
-        default=None,
         help="OpenAI-compatible /embeddings server, e.g. http://127.0.0.1:8081/v1 (llama.cpp --embedding, vLLM, "
         "Ollama, OpenAI; needs the [openai] extra)",
     )
     own.add_argument(
         "--embed-api-key",
-        default=None,
         help="its API key (default: none; $OPENAI_API_KEY is sent only to api.openai.com or $OPENAI_BASE_URL)",
     )
     own.add_argument(
         "--embed-window-tokens",
         type=int,
-        default=None,
         help=f"tokens the served model reads per text (default {SERVED_WINDOW_TOKENS}): longer fragments are "
         "embedded in sub-windows that fit",
     )
@@ -344,7 +337,6 @@ def _add_retrieve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--timeout",
         type=float,
-        default=None,
         help=f"seconds each request to --embed-base-url may take, retries included (default {SERVED_TIMEOUT:g})",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -352,11 +344,10 @@ def _add_retrieve_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     add_index_arguments(parser)
-    parser.add_argument("--base-url", default=None, help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
-    parser.add_argument("--model", default=None, help="model name on that server (needs the [openai] extra)")
+    parser.add_argument("--base-url", help="OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1")
+    parser.add_argument("--model", help="model name on that server (needs the [openai] extra)")
     parser.add_argument(
         "--api-key",
-        default=None,
         help="API key (default: $OPENAI_API_KEY, sent only to api.openai.com or $OPENAI_BASE_URL; local servers "
         "need none)",
     )
@@ -371,7 +362,7 @@ def _add_ask_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-retries", type=int, default=3, help="server retries on transient errors (default 3)")
     parser.add_argument(
-        "--context-window", type=int, default=None, help="model context in tokens (default: 4096 embedded, 8192 server)"
+        "--context-window", type=int, help="model context in tokens (default: 4096 embedded, 8192 server)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
 

@@ -61,15 +61,10 @@ def add_retrieve_code_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fragment-lines", type=int, default=20, help="lines per window (default 20)")
     parser.add_argument("--stride", type=int, default=10, help="lines between window starts (default 10)")
     parser.add_argument(
-        "--language",
-        action="append",
-        dest="languages",
-        default=None,
-        help="index only this language (repeatable; default all)",
+        "--language", action="append", dest="languages", help="index only this language (repeatable; default all)"
     )
     parser.add_argument(
         "--cache",
-        default=None,
         help="SQLite file to store the index in and reuse (an existing file that is not such an index is refused)",
     )
     parser.add_argument(
@@ -141,12 +136,8 @@ def format_ranked(
 
 def format_code_hits(hits: Sequence[ScoredFragment], width: int = 160) -> str:
     """One entry per hit: rank, ``path:start-end``, the three scores, the first line of code."""
-
-    def label(h: ScoredFragment) -> str:
-        d = code_hit_dict(h)
-        return f"{d['path']}:{d['start_line']}-{d['end_line']}"
-
-    return format_ranked(hits, label, "first_line", width)
+    label = "{path}:{start_line}-{end_line}".format_map
+    return format_ranked(hits, lambda h: label(code_hit_dict(h)), "first_line", width)
 
 
 def retrieve_code(args: argparse.Namespace) -> str:

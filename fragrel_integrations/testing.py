@@ -12,6 +12,7 @@ True
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import itertools
 import math
@@ -23,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import numpy as np
 
+from ._validation import check_min_int
 from .models.chat import ChatModelBase
 from .models.tokens import estimate_tokens
 
@@ -86,19 +88,17 @@ class ScriptedChatModel(ChatModelBase):
             self.calls.append(
                 {"messages": messages, "temperature": temperature, "max_tokens": max_tokens, "stop": stop}
             )
-            if self._responder is None:
-                if index >= len(self._script) and not (self.cycle and self._script):
-                    raise RuntimeError(
-                        f"ScriptedChatModel ran out of responses after {len(self._script)} calls; "
-                        "add more responses or pass cycle=True"
-                    )
-                reply = self._script[index % len(self._script)]
-            else:
-                reply = None
-        if reply is None:
-            reply = self._responder(messages)  # type: ignore[misc]
+        if self._responder is not None:
+            reply = self._responder(messages)
             if not isinstance(reply, str):
                 raise TypeError(f"the responder function must return str, got {type(reply).__name__}")
+        elif index >= len(self._script) and not (self.cycle and self._script):
+            raise RuntimeError(
+                f"ScriptedChatModel ran out of responses after {len(self._script)} calls; "
+                "add more responses or pass cycle=True"
+            )
+        else:
+            reply = self._script[index % len(self._script)]
         if isinstance(reply, BaseException):
             raise reply
         for s in stop or ():
@@ -106,37 +106,32 @@ class ScriptedChatModel(ChatModelBase):
             if cut >= 0:
                 reply = reply[:cut]
         if max_tokens is not None:
-            words = reply.split(" ")
-            if len(words) > max_tokens:
-                reply = " ".join(words[:max_tokens])
+            reply = " ".join(reply.split(" ")[:max_tokens])
         return reply
 
-    def _enter(self) -> None:
+    @contextlib.contextmanager
+    def _call(self) -> Iterator[None]:
+        """Count the call as in flight while it runs (``in_flight``, ``max_in_flight``)."""
         with self._lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
-
-    def _exit(self) -> None:
-        with self._lock:
-            self.in_flight -= 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     def _generate(self, messages, temperature, max_tokens, stop) -> str:
-        self._enter()
-        try:
+        with self._call():
             if self.delay:
                 time.sleep(self.delay)
             return self._next(messages, temperature, max_tokens, stop)
-        finally:
-            self._exit()
 
     async def _agenerate(self, messages, temperature, max_tokens, stop) -> str:
-        self._enter()
-        try:
+        with self._call():
             if self.delay:
                 await asyncio.sleep(self.delay)
             return self._next(messages, temperature, max_tokens, stop)
-        finally:
-            self._exit()
 
     def _stream(self, messages, temperature, max_tokens, stop) -> Iterator[str]:
         """The scripted reply one word (with its following spaces) at a time, like a streaming model."""
@@ -178,9 +173,7 @@ class HashingEmbedder:
         stopwords: frozenset[str] = DEFAULT_STOPWORDS,
         bigrams: bool = False,
     ) -> None:
-        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2:
-            raise ValueError(f"dim must be an int >= 2, got {dim!r}")
-        self.dim = dim
+        self.dim = check_min_int(dim, "dim", 2)
         self.seed = int(seed)
         self.stopwords = frozenset(stopwords)
         self.bigrams = bigrams
@@ -212,10 +205,7 @@ class HashingEmbedder:
         return (v / norm).astype(np.float32)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        texts = list(texts)
-        if not texts:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        return np.stack([self._vector(t) for t in texts])
+        return np.array([self._vector(t) for t in texts], dtype=np.float32).reshape(-1, self.dim)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._vector(text)
