@@ -26,7 +26,7 @@ __all__ = ["PostgresBackend"]
 
 
 class _PgCursor:
-    """Adapts the store's ``?`` placeholders to psycopg's ``%s``."""
+    """Adapts the store's ``?`` placeholders to psycopg's ``%s``; everything else is psycopg's cursor."""
 
     def __init__(self, cursor: Any) -> None:
         self._cur = cursor
@@ -45,15 +45,8 @@ class _PgCursor:
         self._cur.executemany(self._sql(sql), [tuple(r) for r in rows])
         return self
 
-    def fetchone(self) -> Any:
-        return self._cur.fetchone()
-
-    def fetchall(self) -> list[Any]:
-        return self._cur.fetchall()
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._cur.rowcount)
+    def __getattr__(self, name: str) -> Any:  # fetchone, fetchall, rowcount
+        return getattr(self._cur, name)
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._cur.fetchall())
@@ -73,7 +66,7 @@ class PostgresBackend(StorageBackend):
     unlimited = "ALL"
 
     def __init__(self, conninfo: str, *, schema: str = "fragrel_triplets", connect_timeout: float = 10.0) -> None:
-        self._psycopg = require("psycopg", "postgres")
+        require("psycopg", "postgres")
         if not isinstance(conninfo, str) or not conninfo:
             raise ValueError("conninfo must be a libpq connection string or a postgresql:// URL")
         if not isinstance(schema, str) or not schema or len(schema) > 63:
@@ -86,8 +79,7 @@ class PostgresBackend(StorageBackend):
         self._conns: list[Any] = []
         self._conns_lock = threading.Lock()
         self._closed = False
-        conn = self._connection()  # fail early on a bad URL or a server that is down
-        del conn
+        self._connection()  # fail early on a bad URL or a server that is down
 
     def types(self) -> dict[str, str]:
         return {
@@ -95,7 +87,6 @@ class PostgresBackend(StorageBackend):
             "bigint": "BIGINT",
             "real": "DOUBLE PRECISION",
             "blob": "BYTEA",
-            "without_rowid": "",
         }
 
     def _connection(self) -> Any:
@@ -104,7 +95,7 @@ class PostgresBackend(StorageBackend):
         conn = getattr(self._local, "conn", None)
         if conn is not None and not conn.closed:
             return conn
-        psycopg = self._psycopg
+        import psycopg
         from psycopg import sql
 
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=int(max(1, self.connect_timeout)))
@@ -121,36 +112,27 @@ class PostgresBackend(StorageBackend):
     @contextmanager
     def _transaction(self, write: bool) -> Iterator[Cursor]:
         conn = self._connection()
-        depth = getattr(self._local, "depth", 0)
-        if depth:  # nested use on the same thread: join the open transaction
-            self._local.depth = depth + 1
-            try:
-                yield _PgCursor(conn.cursor())
-            finally:
-                self._local.depth = depth
+        if getattr(self._local, "in_transaction", False):  # nested use on the same thread: join the open one
+            yield _PgCursor(conn.cursor())
             return
-        self._local.depth = 1
+        self._local.in_transaction = True
         try:
-            if write:
-                with conn.transaction():
-                    cur = conn.cursor()
+            with conn.transaction() if write else self._snapshot(conn):
+                cur = conn.cursor()
+                if write:
                     cur.execute("SELECT pg_advisory_xact_lock(%s)", (self._lock_key,))
-                    yield _PgCursor(cur)
-            else:
-                with self._snapshot(conn) as cur:
-                    yield _PgCursor(cur)
+                yield _PgCursor(cur)
         finally:
-            self._local.depth = 0
+            self._local.in_transaction = False
 
     @staticmethod
     @contextmanager
-    def _snapshot(conn: Any) -> Iterator[Any]:
+    def _snapshot(conn: Any) -> Iterator[None]:
         """A read-only REPEATABLE READ transaction opened by ONE statement (``conn.transaction()`` then ``SET
-        TRANSACTION`` would take two round trips; a fuzzy ``read`` makes five in all)."""
-        cur = conn.cursor()
-        cur.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        TRANSACTION`` would take two round trips)."""
+        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
-            yield cur
+            yield
         except BaseException:
             with contextlib.suppress(Exception):  # a broken connection: the server has rolled back
                 conn.execute("ROLLBACK")

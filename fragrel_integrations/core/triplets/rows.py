@@ -16,14 +16,25 @@ from datetime import datetime
 from typing import Any
 
 from ..._validation import MAX_JSON_DEPTH, check_text, json_depth_ok, stored_int, stored_json
-from .facts import Namespace, TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace
+from .facts import TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace, namespace_tuple, to_timestamp
 
-__all__ = ["ROW_COLUMNS", "ROW_COLUMNS_WITH_TERM_IDS", "Time", "TripletLike", "dump_payload", "record", "scope"]
+__all__ = [
+    "ROW_COLUMNS",
+    "ROW_COLUMNS_WITH_TERM_IDS",
+    "NamespaceLike",
+    "Time",
+    "TripletLike",
+    "dump_payload",
+    "record",
+    "scope",
+]
 
 #: what a triplet store accepts as a time: seconds since the epoch, a datetime, or None (now / current)
 Time = float | int | datetime | None
 #: what a triplet store accepts as a triplet: a :class:`Triplet`, three strings, or a mapping with t1, t2, t3
 TripletLike = Triplet | Sequence[str] | Mapping[str, Any]
+#: what a triplet store accepts as a namespace: one label, a sequence of labels, or None (the root)
+NamespaceLike = str | Sequence[str] | None
 
 #: the columns :func:`record` decodes, on the table alias ``r``
 ROW_COLUMNS = "r.id, r.key, r.namespace, r.t1, r.t2, r.t3, r.payload, r.valid_from, r.valid_to, r.created_at"
@@ -58,12 +69,13 @@ def record(
         ) from exc
 
 
-def scope(namespace: Namespace, prefix: bool, as_of: float | None, *, history: bool = False) -> tuple[str, list[Any]]:
-    """SQL condition on alias ``r``: the namespace (or prefix) and the time (current, ``as_of``, or any)."""
-    enc = encode_namespace(namespace)
+def scope(namespace: NamespaceLike, prefix: bool, when: Time, *, history: bool = False) -> tuple[str, list[Any]]:
+    """SQL condition on alias ``r``: the namespace (or prefix) and the time (current, ``when``, or any)."""
+    enc = encode_namespace(namespace_tuple(namespace))
+    as_of = to_timestamp(when, name="as_of")
     if not prefix:
         ns_sql, params = "r.namespace = ?", [enc]
-    elif namespace:
+    elif enc:
         ns_sql, params = "substr(r.namespace, 1, CAST(? AS INTEGER)) = ?", [len(enc), enc]
     else:
         ns_sql, params = "1 = 1", []

@@ -87,27 +87,23 @@ class SQLiteBackend(StorageBackend):
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:
         if not isinstance(path, str | Path):
             raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
-        if str(synchronous).upper() not in _SYNC:
+        sync = str(synchronous).upper()
+        if sync not in _SYNC:
             raise ValueError(f"synchronous must be one of {_SYNC}, got {synchronous!r}")
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
         self.path = str(path)
-        local = self.path != ":memory:" and not self.path.startswith("file:")
+        uri = self.path.startswith("file:")
+        local = self.path != ":memory:" and not uri
         if local:
             resolved = Path(self.path).expanduser()
             check_file(resolved)
             resolved.parent.mkdir(parents=True, exist_ok=True)
             self.path = str(resolved)
         self._lock = threading.RLock()
-        self._depth = 0
+        self._in_transaction = False
         try:
-            conn = sqlite3.connect(
-                self.path,
-                check_same_thread=False,
-                timeout=timeout,
-                isolation_level=None,
-                uri=self.path.startswith("file:"),
-            )
+            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout, isolation_level=None, uri=uri)
         except sqlite3.OperationalError as exc:
             raise not_a_database(self.path, f"cannot be opened as a SQLite database ({exc})") from exc
         self._conn: sqlite3.Connection | None = conn
@@ -119,7 +115,7 @@ class SQLiteBackend(StorageBackend):
             conn.execute("PRAGMA foreign_keys=ON")
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={str(synchronous).upper()}")
+            conn.execute(f"PRAGMA synchronous={sync}")
         except BaseException as exc:
             self.close()
             # these fixed statements fail with SQLITE_ERROR only on a damaged file ("unsupported file format")
@@ -133,7 +129,6 @@ class SQLiteBackend(StorageBackend):
             "bigint": "INTEGER",
             "real": "REAL",
             "blob": "BLOB",
-            "without_rowid": " WITHOUT ROWID",
         }
 
     def _connection(self) -> sqlite3.Connection:
@@ -145,21 +140,15 @@ class SQLiteBackend(StorageBackend):
     def _transaction(self, begin: str) -> Iterator[Cursor]:
         with self._lock:
             conn = self._connection()
-            if self._depth:  # nested use on the same thread: join the open transaction
-                self._depth += 1
-                try:
-                    yield conn.cursor()
-                finally:
-                    self._depth -= 1
+            if self._in_transaction:  # nested use on the same thread: join the open transaction
+                yield conn.cursor()
                 return
             conn.execute(begin)
-            self._depth = 1
+            self._in_transaction = True
             try:
                 yield conn.cursor()
-                self._depth = 0
                 conn.execute("COMMIT")
             except BaseException as exc:
-                self._depth = 0
                 if conn.in_transaction:  # SQLite may already have rolled back (e.g. after corruption)
                     with suppress(sqlite3.Error):  # keep the first error, the informative one
                         conn.execute("ROLLBACK")
@@ -168,6 +157,8 @@ class SQLiteBackend(StorageBackend):
                         self.path, f"is a corrupt SQLite database or its schema is not this library's ({exc})"
                     ) from exc
                 raise
+            finally:
+                self._in_transaction = False
 
     def write(self) -> AbstractContextManager[Cursor]:
         return self._transaction("BEGIN IMMEDIATE")
