@@ -26,23 +26,18 @@ __all__ = ["PostgresBackend"]
 
 
 class _PgCursor:
-    """Adapts the store's ``?`` placeholders to psycopg's ``%s``; everything else is psycopg's cursor."""
+    """Adapts the store's ``?`` placeholders to psycopg's ``%s`` (the store's SQL has no ``%``); everything else is
+    psycopg's cursor."""
 
     def __init__(self, cursor: Any) -> None:
         self._cur = cursor
 
-    @staticmethod
-    def _sql(sql: str) -> str:
-        if "%" in sql:
-            raise ValueError("store SQL must not contain '%' (it is psycopg's placeholder character)")
-        return sql.replace("?", "%s")
-
     def execute(self, sql: str, params: Sequence[Any] = ()) -> _PgCursor:
-        self._cur.execute(self._sql(sql), tuple(params))
+        self._cur.execute(sql.replace("?", "%s"), tuple(params))
         return self
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> _PgCursor:
-        self._cur.executemany(self._sql(sql), [tuple(r) for r in rows])
+        self._cur.executemany(sql.replace("?", "%s"), [tuple(r) for r in rows])
         return self
 
     def __getattr__(self, name: str) -> Any:  # fetchone, fetchall, rowcount

@@ -47,24 +47,22 @@ def _damaged(exc: BaseException) -> bool:
     return code & 0xFF in _DAMAGED or code == _SHORT_READ
 
 
-def _check_size(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse a truncated database: the pages its header counts must all be in the file. Run in a read
-    transaction, and only when no write-ahead log holds pages (then the page count comes from the file)."""
+def _check_size(conn: sqlite3.Connection, path: str | None) -> None:
+    """Read the schema; for a file ``path``, refuse a truncated database: the pages its header counts must all be
+    in the file. Run in a read transaction, and only when no write-ahead log holds pages (then the page count comes
+    from the file)."""
     conn.execute("BEGIN")
     try:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
-        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        try:
+        if path is None:
+            return
+        pages, page_size = (int(conn.execute(f"PRAGMA {name}").fetchone()[0]) for name in ("page_count", "page_size"))
+        wal, size = 0, os.path.getsize(path)
+        with suppress(OSError):
             wal = os.path.getsize(path + "-wal")
-        except OSError:
-            wal = 0
-        if wal == 0 and os.path.getsize(path) < pages * page_size:
-            raise not_a_database(
-                path,
-                f"is a truncated SQLite database ({os.path.getsize(path)} bytes; its header counts "
-                f"{pages} pages of {page_size} bytes)",
-            )
+        if wal == 0 and size < pages * page_size:
+            why = f"is a truncated SQLite database ({size} bytes; its header counts {pages} pages of {page_size} bytes)"
+            raise not_a_database(path, why)
     finally:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
@@ -108,10 +106,7 @@ class SQLiteBackend(StorageBackend):
             raise not_a_database(self.path, f"cannot be opened as a SQLite database ({exc})") from exc
         self._conn: sqlite3.Connection | None = conn
         try:
-            if local:
-                _check_size(conn, self.path)
-            else:
-                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            _check_size(conn, self.path if local else None)
             conn.execute("PRAGMA foreign_keys=ON")
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
@@ -124,12 +119,7 @@ class SQLiteBackend(StorageBackend):
             raise
 
     def types(self) -> dict[str, str]:
-        return {
-            "pk": "INTEGER PRIMARY KEY",
-            "bigint": "INTEGER",
-            "real": "REAL",
-            "blob": "BLOB",
-        }
+        return {"pk": "INTEGER PRIMARY KEY", "bigint": "INTEGER", "real": "REAL", "blob": "BLOB"}
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:

@@ -122,8 +122,7 @@ class TermIndex:
     @property
     def nprobe(self) -> int:
         """Lists searched per query (0: exact scan)."""
-        lists = self.lists
-        return min(lists, max(self.min_probe, math.ceil(self.probe_share * lists)))
+        return min(self.lists, max(self.min_probe, math.ceil(self.probe_share * self.lists)))
 
     @property
     def nbytes(self) -> int:
@@ -209,8 +208,7 @@ class TermIndex:
 
     def _ivf_rows(self, q: np.ndarray, threshold: float, nprobe: int) -> np.ndarray:
         """Matrix rows the faiss range search finds within the cosine ``threshold - margin`` in ``nprobe`` lists."""
-        faiss = require("faiss", "faiss")
+        params = require("faiss", "faiss").SearchParametersIVF(nprobe=nprobe)
         cos = max(-1.0, threshold - self.margin)
-        params = faiss.SearchParametersIVF(nprobe=nprobe)
         _, _, rows = self._ivf.range_search(q[None, :], 2.0 - 2.0 * cos, params=params)
         return np.asarray(rows, dtype=np.int64)

@@ -21,7 +21,7 @@ import numpy as np
 from ..._validation import check_text
 from .backend import Cursor, StorageBackend
 from .facts import Namespace, Triplet, TripletRecord, encode_namespace, namespace_tuple, normalize_term, to_timestamp
-from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, NamespaceLike, Time, TripletLike, dump_payload, record
+from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, NamespaceLike, Time, TripletLike, dump_payload, record, scope
 from .term_dictionary import TermDictionary
 
 __all__ = ["TripletWrite", "VersionedWriter"]
@@ -147,11 +147,11 @@ class VersionedWriter:
         elif new_pair or n3 in fresh:
             key = uuid.uuid4().hex
         else:
+            valid, params = scope(ns, False, start)  # the same triplet, valid at start
             same = cur.execute(
-                f"SELECT {ROW_COLUMNS} FROM triplets r WHERE r.namespace = ? AND r.t1_id = ? AND r.t2_id = ? "
-                "AND r.t3_id = ? AND r.valid_from <= ? AND (r.valid_to IS NULL OR r.valid_to > ?) "
+                f"SELECT {ROW_COLUMNS} FROM triplets r WHERE {valid} AND r.t1_id = ? AND r.t2_id = ? AND r.t3_id = ? "
                 "ORDER BY r.id LIMIT 1",
-                (enc, t1_id, t2_id, t3_id, start, start),
+                (*params, t1_id, t2_id, t3_id),
             ).fetchone()
             if same is not None:
                 return record(same, where=repr(self.backend))
@@ -177,12 +177,7 @@ class VersionedWriter:
         return TripletRecord(int(row[0]), key, ns, trip, start, end, now, json.loads(payload))
 
     def delete(
-        self,
-        key: str | None,
-        triplet: TripletLike | None,
-        namespace: NamespaceLike,
-        hard: bool,
-        at: Time,
+        self, key: str | None, triplet: TripletLike | None, namespace: NamespaceLike, hard: bool, at: Time
     ) -> int:
         """End (or with ``hard``, erase) the rows of ``key`` or of ``triplet`` (see
         :meth:`~.store.TripletStore.delete`); the number of rows affected."""
