@@ -14,7 +14,7 @@ from typing import Any
 from ..._validation import check_cosine, check_min_int
 from .backend import StorageBackend
 from .facts import FIELDS, Namespace, TermMatch, TripletRecord, decode_namespace, normalize_term
-from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, NamespaceLike, Time, record, scope
+from .rows import ROW_COLUMNS, NamespaceLike, Time, record, scope
 from .term_dictionary import TermDictionary
 
 __all__ = ["TripletReader"]
@@ -69,8 +69,7 @@ class TripletReader:
                     return []
             where = " AND ".join(f"r.{f}_id IN ({','.join('?' * len(v))})" for f, v in ids.items())
             rows = cur.execute(
-                f"SELECT {ROW_COLUMNS_WITH_TERM_IDS} FROM triplets r WHERE {where} AND {where_scope} "
-                "ORDER BY r.valid_from, r.id",
+                f"SELECT {ROW_COLUMNS} FROM triplets r WHERE {where} AND {where_scope} ORDER BY r.valid_from, r.id",
                 (*(i for v in ids.values() for i in v), *scope_params),
             ).fetchall()
         out = []
@@ -106,7 +105,7 @@ class TripletReader:
                 return []
             marks = ",".join("?" * len(sims))
             rows = cur.execute(
-                f"SELECT {ROW_COLUMNS_WITH_TERM_IDS} FROM triplets r "
+                f"SELECT {ROW_COLUMNS} FROM triplets r "
                 f"WHERE (r.t1_id IN ({marks}) OR r.t2_id IN ({marks}) OR r.t3_id IN ({marks})) AND {where_scope}",
                 (*sims, *sims, *sims, *scope_params),
             ).fetchall()

@@ -18,16 +18,7 @@ from typing import Any
 from ..._validation import MAX_JSON_DEPTH, check_text, json_depth_ok, stored_int, stored_json
 from .facts import TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace, namespace_tuple, to_timestamp
 
-__all__ = [
-    "ROW_COLUMNS",
-    "ROW_COLUMNS_WITH_TERM_IDS",
-    "NamespaceLike",
-    "Time",
-    "TripletLike",
-    "dump_payload",
-    "record",
-    "scope",
-]
+__all__ = ["ROW_COLUMNS", "NamespaceLike", "Time", "TripletLike", "dump_payload", "record", "scope"]
 
 #: what a triplet store accepts as a time: seconds since the epoch, a datetime, or None (now / current)
 Time = float | int | datetime | None
@@ -36,10 +27,11 @@ TripletLike = Triplet | Sequence[str] | Mapping[str, Any]
 #: what a triplet store accepts as a namespace: one label, a sequence of labels, or None (the root)
 NamespaceLike = str | Sequence[str] | None
 
-#: the columns :func:`record` decodes, on the table alias ``r``
-ROW_COLUMNS = "r.id, r.key, r.namespace, r.t1, r.t2, r.t3, r.payload, r.valid_from, r.valid_to, r.created_at"
-#: :data:`ROW_COLUMNS` followed by the three term ids (row[10:13])
-ROW_COLUMNS_WITH_TERM_IDS = f"{ROW_COLUMNS}, r.t1_id, r.t2_id, r.t3_id"
+#: the columns :func:`record` decodes (row[0:10]), then the three term ids (row[10:13]), on the table alias ``r``
+ROW_COLUMNS = (
+    "r.id, r.key, r.namespace, r.t1, r.t2, r.t3, r.payload, r.valid_from, r.valid_to, r.created_at, r.t1_id, r.t2_id, "
+    "r.t3_id"
+)
 
 
 def record(

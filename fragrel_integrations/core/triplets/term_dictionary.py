@@ -133,14 +133,6 @@ class TermDictionary:
             self._identity = current
         return self._identity
 
-    def _save_identity(self, cur: Cursor) -> None:
-        """In the write transaction storing terms: record the embedder's identity if the store has none (a new
-        store, or one made before identities were recorded), and check it against what another writer recorded."""
-        if not self._identity_saved:
-            identity = self.check_embedder()
-            self._identity_problem(self._meta(cur, "embedder", json.dumps(identity, sort_keys=True)), identity)
-            self._identity_saved = True
-
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length float32 embeddings of ``texts``; ValueError if the embedder is not the one the store
         records (model, settings, fingerprint) or its dimension is not the store's."""
@@ -155,13 +147,6 @@ class TermDictionary:
         norms[norms == 0] = 1.0
         return (vectors / norms).astype(np.float32)
 
-    def _ensure_dim(self, cur: Cursor, dim: int) -> None:
-        """Record the term dimension with the first terms (another process may have recorded it first)."""
-        if self.dim is None:
-            self.dim = self._stored_dim(self._meta(cur, "dim", str(dim)))
-        if self.dim != dim:
-            raise ValueError(f"this store holds {self.dim}-dimensional term vectors, the embedder gives {dim}")
-
     # ------------------------------------------------------------------------------------------ terms
     def ids(self, norms: Sequence[str], cur: Cursor | None = None) -> dict[str, int]:
         """The ids of the stored terms among the normalised ``norms`` (read in ``cur``, or a new read)."""
@@ -171,9 +156,18 @@ class TermDictionary:
 
     def insert(self, cur: Cursor, norms: Sequence[str], texts: Sequence[str], vectors: np.ndarray) -> dict[str, int]:
         """Insert terms; return the norms inserted with their ids. Runs under the write lock, so the set of new
-        terms is exact."""
-        self._ensure_dim(cur, vectors.shape[1])
-        self._save_identity(cur)
+        terms is exact. The first terms record the dimension, and the embedder's identity where the store has none
+        (a new store, or one made before identities were recorded); either may have been recorded by another
+        process first, so both are checked against what is stored."""
+        dim = vectors.shape[1]
+        if self.dim is None:
+            self.dim = self._stored_dim(self._meta(cur, "dim", str(dim)))
+        if self.dim != dim:
+            raise ValueError(f"this store holds {self.dim}-dimensional term vectors, the embedder gives {dim}")
+        if not self._identity_saved:
+            identity = self.check_embedder()
+            self._identity_problem(self._meta(cur, "embedder", json.dumps(identity, sort_keys=True)), identity)
+            self._identity_saved = True
         present = self.ids(list(norms), cur)  # another writer may have stored some since we looked
         keep = [i for i, n in enumerate(norms) if n not in present]
         if not keep:
@@ -214,11 +208,9 @@ class TermDictionary:
                 ).fetchall()
                 if not rows:
                     break
-                ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-                vectors = stored_vectors(
-                    [r[1] for r in rows], index.dim, f"{self.where}: terms.vector", names=[f"id {r[0]}" for r in rows]
-                )
-                index.add(ids, vectors, rebalance=False)  # train once, at the end
+                names = [f"id {r[0]}" for r in rows]
+                vectors = stored_vectors([r[1] for r in rows], index.dim, f"{self.where}: terms.vector", names=names)
+                index.add(np.array([int(r[0]) for r in rows]), vectors, rebalance=False)  # train once, at the end
             index.rebalance()
         return index
 

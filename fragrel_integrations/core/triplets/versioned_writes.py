@@ -21,7 +21,7 @@ import numpy as np
 from ..._validation import check_text
 from .backend import Cursor, StorageBackend
 from .facts import Namespace, Triplet, TripletRecord, encode_namespace, namespace_tuple, normalize_term, to_timestamp
-from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, NamespaceLike, Time, TripletLike, dump_payload, record, scope
+from .rows import ROW_COLUMNS, NamespaceLike, Time, TripletLike, dump_payload, record, scope
 from .term_dictionary import TermDictionary
 
 __all__ = ["TripletWrite", "VersionedWriter"]
@@ -117,10 +117,7 @@ class VersionedWriter:
                 out = [self.write_one(cur, ids, p, now=now, fresh=fresh.keys()) for p in prepared]
             if fresh:  # committed: only now may the in-memory index learn the new terms
                 row = {n: i for i, n in enumerate(missing)}
-                self._terms.committed(
-                    np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)),
-                    vectors[[row[n] for n in fresh]],
-                )
+                self._terms.committed(np.array(list(fresh.values()), dtype=np.int64), vectors[[row[n] for n in fresh]])
         return out
 
     def write_one(
@@ -136,8 +133,7 @@ class VersionedWriter:
         new_pair = n1 in fresh or n2 in fresh
         if key is not None:
             old = cur.execute(
-                f"SELECT {ROW_COLUMNS_WITH_TERM_IDS} FROM triplets r "
-                "WHERE r.namespace = ? AND r.key = ? AND r.valid_to IS NULL",
+                f"SELECT {ROW_COLUMNS} FROM triplets r WHERE r.namespace = ? AND r.key = ? AND r.valid_to IS NULL",
                 (enc, key),
             ).fetchone()
             if old is not None:
