@@ -58,7 +58,6 @@ class PostgresBackend(StorageBackend):
 
     name = "postgres"
     max_params = 5000
-    unlimited = "ALL"
 
     def __init__(self, conninfo: str, *, schema: str = "fragrel_triplets", connect_timeout: float = 10.0) -> None:
         require("psycopg", "postgres")
@@ -142,16 +141,14 @@ class PostgresBackend(StorageBackend):
 
     def optimize(self) -> None:
         """``ANALYZE`` the store's tables (autovacuum does this eventually; do it after a bulk load)."""
-        conn = self._connection()
         for table in ("terms", "triplets", "nodes"):
-            conn.execute(f"ANALYZE {table}")
+            self._connection().execute(f"ANALYZE {table}")
 
     def drop_schema(self) -> None:
         """Drop this backend's schema and everything in it (tests, resets)."""
         from psycopg import sql
 
-        conn = self._connection()
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
+        self._connection().execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema)))
 
     def close(self) -> None:
         with self._conns_lock:

@@ -79,7 +79,6 @@ class SQLiteBackend(StorageBackend):
     """
 
     name = "sqlite"
-    max_params = 900
     unlimited = "-1"
 
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:
