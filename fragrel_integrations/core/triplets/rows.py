@@ -43,18 +43,9 @@ def record(
         payload = stored_json(row[6], "its payload")
         if not isinstance(payload, dict):
             raise ValueError("its payload is not a JSON object")
-        return TripletRecord(
-            id=stored_int(row[0], "its id"),
-            key=str(row[1]),
-            namespace=decode_namespace(row[2]),
-            triplet=Triplet(row[3], row[4], row[5]),
-            payload=payload,
-            valid_from=float(row[7]),
-            valid_to=None if row[8] is None else float(row[8]),
-            created_at=float(row[9]),
-            score=score,
-            matches=matches,
-        )
+        ident = (stored_int(row[0], "its id"), str(row[1]), decode_namespace(row[2]), Triplet(row[3], row[4], row[5]))
+        times = (float(row[7]), None if row[8] is None else float(row[8]), float(row[9]))  # valid from, to, created
+        return TripletRecord(*ident, *times, payload, score, matches)
     except (TypeError, ValueError, AttributeError) as exc:
         raise ValueError(
             f"{where}: a damaged row in the triplets table (id {row[0]!r:.20}: {exc}); restore the file from a backup"
