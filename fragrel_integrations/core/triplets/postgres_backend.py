@@ -43,9 +43,6 @@ class _PgCursor:
     def __getattr__(self, name: str) -> Any:  # fetchone, fetchall, rowcount
         return getattr(self._cur, name)
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._cur.fetchall())
-
 
 class PostgresBackend(StorageBackend):
     """Triplet tables in PostgreSQL.

@@ -152,7 +152,7 @@ class TermDictionary:
         """The ids of the stored terms among the normalised ``norms`` (read in ``cur``, or a new read)."""
         with nullcontext(cur) if cur is not None else self.backend.read() as c:
             found = self.backend.each_chunk(c, "SELECT id, norm FROM terms WHERE norm IN ({marks})", norms)
-            return {norm: int(tid) for result in found for tid, norm in result}
+            return {norm: int(tid) for result in found for tid, norm in result.fetchall()}
 
     def insert(self, cur: Cursor, norms: Sequence[str], texts: Sequence[str], vectors: np.ndarray) -> dict[str, int]:
         """Insert terms; return the norms inserted with their ids. Runs under the write lock, so the set of new

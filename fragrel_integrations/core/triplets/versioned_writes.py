@@ -153,17 +153,15 @@ class VersionedWriter:
                 return record(same, where=repr(self.backend))
             key = uuid.uuid4().hex
         if (n2 in self.single_valued if single_valued is None else single_valued) and not new_pair:
-            rivals, rival_params = (
-                "namespace = ? AND t1_id = ? AND t2_id = ? AND t3_id <> ?",
-                (enc, t1_id, t2_id, t3_id),
-            )
             cur.execute(
-                f"UPDATE triplets SET valid_to = ? WHERE {rivals} AND valid_from <= ? AND (valid_to IS NULL OR "
-                "valid_to > ?)",
-                (start, *rival_params, start, start),
+                "UPDATE triplets SET valid_to = ? WHERE namespace = ? AND t1_id = ? AND t2_id = ? AND t3_id <> ? "
+                "AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)",
+                (start, enc, t1_id, t2_id, t3_id, start, start),
             )
             later = cur.execute(
-                f"SELECT MIN(valid_from) FROM triplets WHERE {rivals} AND valid_from > ?", (*rival_params, start)
+                "SELECT MIN(valid_from) FROM triplets WHERE namespace = ? AND t1_id = ? AND t2_id = ? "
+                "AND t3_id <> ? AND valid_from > ?",
+                (enc, t1_id, t2_id, t3_id, start),
             ).fetchone()[0]
             if later is not None and (end is None or float(later) < end):
                 end = float(later)
