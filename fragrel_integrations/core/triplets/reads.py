@@ -138,8 +138,8 @@ class TripletReader:
         sql = f"SELECT {ROW_COLUMNS} FROM triplets r WHERE {where_scope} AND r.key IN ({{marks}}) ORDER BY r.id"
         found: dict[str, TripletRecord] = {}
         with self.backend.read() as cur:
-            for rows in self.backend.each_chunk(cur, sql, list(dict.fromkeys(keys)), *params):
-                found.update((str(row[1]), record(row, where=repr(self.backend))) for row in rows)
+            for result in self.backend.each_chunk(cur, sql, list(dict.fromkeys(keys)), *params):
+                found.update((str(row[1]), record(row, where=repr(self.backend))) for row in result.fetchall())
         return [found.get(k) for k in keys]
 
     def records(
