@@ -100,7 +100,7 @@ class StorageBackend(ABC):
             yield items[start : start + size]
 
     def each_chunk(self, cur: Cursor, sql: str, items: Sequence[Any], *params: Any) -> Iterator[Any]:
-        """Run ``sql`` once per chunk of ``items`` (its ``{marks}``: the chunk's placeholders, after ``params``'),
-        yielding each result."""
+        """Run ``sql`` once per chunk of ``items`` and yield each result; ``{marks}`` in ``sql`` stands for the
+        chunk's placeholders, which follow ``params``."""
         for chunk in self.iter_chunks(items, self.max_params - len(params)):
             yield cur.execute(sql.format(marks=",".join("?" * len(chunk))), (*params, *chunk))

@@ -48,14 +48,15 @@ class NodeTable:
             for field in ("id", "label", "kind", "text"):
                 check_text(getattr(n, field), f"node {field}")
             rows.append((enc, n.id, n.label, n.kind, n.text, dump_payload(n.properties)))
-        if rows:
-            with self._lock, self.backend.write() as cur:
-                cur.executemany(
-                    "INSERT INTO nodes (namespace, id, label, kind, text, properties) VALUES (?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (namespace, id) DO UPDATE SET label = excluded.label, kind = excluded.kind, "
-                    "text = excluded.text, properties = excluded.properties",
-                    rows,
-                )
+        if not rows:
+            return
+        with self._lock, self.backend.write() as cur:
+            cur.executemany(
+                "INSERT INTO nodes (namespace, id, label, kind, text, properties) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (namespace, id) DO UPDATE SET label = excluded.label, kind = excluded.kind, "
+                "text = excluded.text, properties = excluded.properties",
+                rows,
+            )
 
     def get(self, ids: Sequence[str] | None, namespace: NamespaceLike) -> list[NodeRecord]:
         """Stored node attributes (all of the namespace, or those with ``ids``)."""

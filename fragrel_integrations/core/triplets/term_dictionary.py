@@ -238,8 +238,7 @@ class TermDictionary:
         index = self.term_index(cur, top)
         if index is None or not len(index):
             return []
-        qv = self.embed([query])[0]
-        ids, sims = index.search(qv, threshold)
+        ids, sims = index.search(self.embed([query])[0], threshold)
         used = " OR ".join(f"EXISTS (SELECT 1 FROM triplets r WHERE r.{f}_id = t.id AND {where})" for f in fields)
         room = self.backend.max_params - len(scope_params) * len(fields)
         out: list[tuple[int, str, float]] = []
