@@ -53,9 +53,7 @@ def _prepare(
         raise ValueError(f"key must be a non-empty string or None, got {w.key!r}")
     if w.key is not None:
         check_text(w.key, "key")
-    ns = namespace_tuple(w.namespace if w.namespace is not None else namespace)
-    for label in ns:
-        check_text(label, "a namespace label")
+    ns = namespace_tuple(w.namespace if w.namespace is not None else namespace)  # its labels checked there
     start = now if w.valid_from is None else to_timestamp(w.valid_from, name="valid_from")
     end = to_timestamp(w.valid_to, name="valid_to")
     if end is not None and end <= start:
