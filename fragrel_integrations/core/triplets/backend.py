@@ -29,8 +29,7 @@ class Cursor(Protocol):
 def schema_statements(types: dict[str, str]) -> list[str]:
     """``CREATE`` statements of the triplet-memory schema with the backend's type names.
 
-    ``types`` maps ``pk`` (auto-increment integer primary key), ``bigint``, ``real``, ``blob`` and
-    ``without_rowid`` (SQLite's table option, empty elsewhere).
+    ``types`` maps ``pk`` (auto-increment integer primary key), ``bigint``, ``real`` and ``blob``.
 
     Tables: ``meta`` (settings: embedding dimension, embedder identity, single-valued relations), ``terms``
     (one row per distinct normalised term with its float32 embedding, from which the in-memory term index is
@@ -99,3 +98,9 @@ class StorageBackend(ABC):
         size = size or self.max_params
         for start in range(0, len(items), size):
             yield items[start : start + size]
+
+    def each_chunk(self, cur: Cursor, sql: str, items: Sequence[Any], *params: Any) -> Iterator[Any]:
+        """Run ``sql`` once per chunk of ``items`` and yield each result; ``{marks}`` in ``sql`` stands for the
+        chunk's placeholders, which follow ``params``."""
+        for chunk in self.iter_chunks(items, self.max_params - len(params)):
+            yield cur.execute(sql.format(marks=",".join("?" * len(chunk))), (*params, *chunk))

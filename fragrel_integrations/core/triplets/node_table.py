@@ -14,7 +14,7 @@ from typing import Any
 from ..._validation import check_text, stored_json
 from .backend import StorageBackend
 from .facts import Namespace, decode_namespace, encode_namespace, namespace_tuple
-from .rows import dump_payload
+from .rows import NamespaceLike, dump_payload
 
 __all__ = ["NodeRecord", "NodeTable"]
 
@@ -38,7 +38,7 @@ class NodeTable:
         self.backend = backend
         self._lock = lock
 
-    def put(self, nodes: Iterable[NodeRecord], namespace: str | Sequence[str] | None) -> None:
+    def put(self, nodes: Iterable[NodeRecord], namespace: NamespaceLike) -> None:
         """Insert or replace node attributes (one transaction)."""
         enc = encode_namespace(namespace_tuple(namespace))
         rows = []
@@ -58,41 +58,31 @@ class NodeTable:
                 rows,
             )
 
-    def get(self, ids: Sequence[str] | None, namespace: str | Sequence[str] | None) -> list[NodeRecord]:
+    def get(self, ids: Sequence[str] | None, namespace: NamespaceLike) -> list[NodeRecord]:
         """Stored node attributes (all of the namespace, or those with ``ids``)."""
         ns = namespace_tuple(namespace)
-        enc = encode_namespace(ns)
+        sql = "SELECT id, label, kind, text, properties FROM nodes WHERE namespace = ?"
         with self.backend.read() as cur:
             if ids is None:
-                rows = cur.execute(
-                    "SELECT id, label, kind, text, properties FROM nodes WHERE namespace = ? ORDER BY id", (enc,)
-                ).fetchall()
+                rows = cur.execute(f"{sql} ORDER BY id", (encode_namespace(ns),)).fetchall()
             else:
-                rows = []
-                for chunk in self.backend.iter_chunks(list(ids), self.backend.max_params - 1):
-                    marks = ",".join("?" * len(chunk))
-                    rows += cur.execute(
-                        f"SELECT id, label, kind, text, properties FROM nodes WHERE namespace = ? AND id IN ({marks})",
-                        (enc, *chunk),
-                    ).fetchall()
+                found = self.backend.each_chunk(cur, f"{sql} AND id IN ({{marks}})", list(ids), encode_namespace(ns))
+                rows = [row for result in found for row in result.fetchall()]
         where = f"{self.backend!r}: the properties of node"
         return [NodeRecord(r[0], r[1], r[2], r[3], stored_json(r[4], f"{where} {r[0]!r:.60}"), ns) for r in rows]
 
     def namespaces(self, kind: str | None = None) -> list[Namespace]:
         """Distinct namespaces holding nodes (of ``kind``, or any), sorted."""
+        where, params = ("", ()) if kind is None else (" WHERE kind = ?", (kind,))
         with self.backend.read() as cur:
-            if kind is None:
-                rows = cur.execute("SELECT DISTINCT namespace FROM nodes").fetchall()
-            else:
-                rows = cur.execute("SELECT DISTINCT namespace FROM nodes WHERE kind = ?", (kind,)).fetchall()
+            rows = cur.execute(f"SELECT DISTINCT namespace FROM nodes{where}", params).fetchall()
         return sorted(decode_namespace(r[0]) for r in rows)
 
-    def delete(self, ids: Sequence[str], namespace: str | Sequence[str] | None) -> int:
+    def delete(self, ids: Sequence[str], namespace: NamespaceLike) -> int:
         """Delete the nodes with ``ids``; the number deleted."""
         enc = encode_namespace(namespace_tuple(namespace))
-        n = 0
         with self._lock, self.backend.write() as cur:
-            for chunk in self.backend.iter_chunks(list(ids), self.backend.max_params - 1):
-                marks = ",".join("?" * len(chunk))
-                n += cur.execute(f"DELETE FROM nodes WHERE namespace = ? AND id IN ({marks})", (enc, *chunk)).rowcount
-        return n
+            done = self.backend.each_chunk(
+                cur, "DELETE FROM nodes WHERE namespace = ? AND id IN ({marks})", list(ids), enc
+            )
+            return sum(result.rowcount for result in done)

@@ -16,19 +16,22 @@ from datetime import datetime
 from typing import Any
 
 from ..._validation import MAX_JSON_DEPTH, check_text, json_depth_ok, stored_int, stored_json
-from .facts import Namespace, TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace
+from .facts import TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace, namespace_tuple, to_timestamp
 
-__all__ = ["ROW_COLUMNS", "ROW_COLUMNS_WITH_TERM_IDS", "Time", "TripletLike", "dump_payload", "record", "scope"]
+__all__ = ["ROW_COLUMNS", "NamespaceLike", "Time", "TripletLike", "dump_payload", "record", "scope"]
 
 #: what a triplet store accepts as a time: seconds since the epoch, a datetime, or None (now / current)
 Time = float | int | datetime | None
 #: what a triplet store accepts as a triplet: a :class:`Triplet`, three strings, or a mapping with t1, t2, t3
 TripletLike = Triplet | Sequence[str] | Mapping[str, Any]
+#: what a triplet store accepts as a namespace: one label, a sequence of labels, or None (the root)
+NamespaceLike = str | Sequence[str] | None
 
-#: the columns :func:`record` decodes, on the table alias ``r``
-ROW_COLUMNS = "r.id, r.key, r.namespace, r.t1, r.t2, r.t3, r.payload, r.valid_from, r.valid_to, r.created_at"
-#: :data:`ROW_COLUMNS` followed by the three term ids (row[10:13])
-ROW_COLUMNS_WITH_TERM_IDS = f"{ROW_COLUMNS}, r.t1_id, r.t2_id, r.t3_id"
+#: the columns :func:`record` decodes (row[0:10]), then the three term ids (row[10:13]), on the table alias ``r``
+ROW_COLUMNS = (
+    "r.id, r.key, r.namespace, r.t1, r.t2, r.t3, r.payload, r.valid_from, r.valid_to, r.created_at, r.t1_id, r.t2_id, "
+    "r.t3_id"
+)
 
 
 def record(
@@ -40,30 +43,22 @@ def record(
         payload = stored_json(row[6], "its payload")
         if not isinstance(payload, dict):
             raise ValueError("its payload is not a JSON object")
-        return TripletRecord(
-            id=stored_int(row[0], "its id"),
-            key=str(row[1]),
-            namespace=decode_namespace(row[2]),
-            triplet=Triplet(row[3], row[4], row[5]),
-            payload=payload,
-            valid_from=float(row[7]),
-            valid_to=None if row[8] is None else float(row[8]),
-            created_at=float(row[9]),
-            score=score,
-            matches=matches,
-        )
+        ident = (stored_int(row[0], "its id"), str(row[1]), decode_namespace(row[2]), Triplet(row[3], row[4], row[5]))
+        times = (float(row[7]), None if row[8] is None else float(row[8]), float(row[9]))  # valid from, to, created
+        return TripletRecord(*ident, *times, payload, score, matches)
     except (TypeError, ValueError, AttributeError) as exc:
         raise ValueError(
             f"{where}: a damaged row in the triplets table (id {row[0]!r:.20}: {exc}); restore the file from a backup"
         ) from exc
 
 
-def scope(namespace: Namespace, prefix: bool, as_of: float | None, *, history: bool = False) -> tuple[str, list[Any]]:
-    """SQL condition on alias ``r``: the namespace (or prefix) and the time (current, ``as_of``, or any)."""
-    enc = encode_namespace(namespace)
+def scope(namespace: NamespaceLike, prefix: bool, when: Time, *, history: bool = False) -> tuple[str, list[Any]]:
+    """SQL condition on alias ``r``: the namespace (or prefix) and the time (current, ``when``, or any)."""
+    enc = encode_namespace(namespace_tuple(namespace))
+    as_of = to_timestamp(when, name="as_of")
     if not prefix:
         ns_sql, params = "r.namespace = ?", [enc]
-    elif namespace:
+    elif enc:
         ns_sql, params = "substr(r.namespace, 1, CAST(? AS INTEGER)) = ?", [len(enc), enc]
     else:
         ns_sql, params = "1 = 1", []

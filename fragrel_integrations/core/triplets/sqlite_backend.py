@@ -47,24 +47,22 @@ def _damaged(exc: BaseException) -> bool:
     return code & 0xFF in _DAMAGED or code == _SHORT_READ
 
 
-def _check_size(conn: sqlite3.Connection, path: str) -> None:
-    """Refuse a truncated database: the pages its header counts must all be in the file. Run in a read
-    transaction, and only when no write-ahead log holds pages (then the page count comes from the file)."""
+def _check_size(conn: sqlite3.Connection, path: str | None) -> None:
+    """Read the schema; for a file ``path``, refuse a truncated database: the pages its header counts must all be
+    in the file. Run in a read transaction, and only when no write-ahead log holds pages (then the page count comes
+    from the file)."""
     conn.execute("BEGIN")
     try:
         conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
-        pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
-        page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
-        try:
+        if path is None:
+            return
+        pages, page_size = (int(conn.execute(f"PRAGMA {name}").fetchone()[0]) for name in ("page_count", "page_size"))
+        wal, size = 0, os.path.getsize(path)
+        with suppress(OSError):
             wal = os.path.getsize(path + "-wal")
-        except OSError:
-            wal = 0
-        if wal == 0 and os.path.getsize(path) < pages * page_size:
-            raise not_a_database(
-                path,
-                f"is a truncated SQLite database ({os.path.getsize(path)} bytes; its header counts "
-                f"{pages} pages of {page_size} bytes)",
-            )
+        if wal == 0 and size < pages * page_size:
+            why = f"is a truncated SQLite database ({size} bytes; its header counts {pages} pages of {page_size} bytes)"
+            raise not_a_database(path, why)
     finally:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
@@ -81,45 +79,37 @@ class SQLiteBackend(StorageBackend):
     """
 
     name = "sqlite"
-    max_params = 900
     unlimited = "-1"
 
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:
         if not isinstance(path, str | Path):
             raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
-        if str(synchronous).upper() not in _SYNC:
+        sync = str(synchronous).upper()
+        if sync not in _SYNC:
             raise ValueError(f"synchronous must be one of {_SYNC}, got {synchronous!r}")
         if timeout < 0:
             raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
         self.path = str(path)
-        local = self.path != ":memory:" and not self.path.startswith("file:")
+        uri = self.path.startswith("file:")
+        local = self.path != ":memory:" and not uri
         if local:
             resolved = Path(self.path).expanduser()
             check_file(resolved)
             resolved.parent.mkdir(parents=True, exist_ok=True)
             self.path = str(resolved)
         self._lock = threading.RLock()
-        self._depth = 0
+        self._in_transaction = False
         try:
-            conn = sqlite3.connect(
-                self.path,
-                check_same_thread=False,
-                timeout=timeout,
-                isolation_level=None,
-                uri=self.path.startswith("file:"),
-            )
+            conn = sqlite3.connect(self.path, check_same_thread=False, timeout=timeout, isolation_level=None, uri=uri)
         except sqlite3.OperationalError as exc:
             raise not_a_database(self.path, f"cannot be opened as a SQLite database ({exc})") from exc
         self._conn: sqlite3.Connection | None = conn
         try:
-            if local:
-                _check_size(conn, self.path)
-            else:
-                conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            _check_size(conn, self.path if local else None)
             conn.execute("PRAGMA foreign_keys=ON")
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={str(synchronous).upper()}")
+            conn.execute(f"PRAGMA synchronous={sync}")
         except BaseException as exc:
             self.close()
             # these fixed statements fail with SQLITE_ERROR only on a damaged file ("unsupported file format")
@@ -128,13 +118,7 @@ class SQLiteBackend(StorageBackend):
             raise
 
     def types(self) -> dict[str, str]:
-        return {
-            "pk": "INTEGER PRIMARY KEY",
-            "bigint": "INTEGER",
-            "real": "REAL",
-            "blob": "BLOB",
-            "without_rowid": " WITHOUT ROWID",
-        }
+        return {"pk": "INTEGER PRIMARY KEY", "bigint": "INTEGER", "real": "REAL", "blob": "BLOB"}
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -145,21 +129,15 @@ class SQLiteBackend(StorageBackend):
     def _transaction(self, begin: str) -> Iterator[Cursor]:
         with self._lock:
             conn = self._connection()
-            if self._depth:  # nested use on the same thread: join the open transaction
-                self._depth += 1
-                try:
-                    yield conn.cursor()
-                finally:
-                    self._depth -= 1
+            if self._in_transaction:  # nested use on the same thread: join the open transaction
+                yield conn.cursor()
                 return
             conn.execute(begin)
-            self._depth = 1
+            self._in_transaction = True
             try:
                 yield conn.cursor()
-                self._depth = 0
                 conn.execute("COMMIT")
             except BaseException as exc:
-                self._depth = 0
                 if conn.in_transaction:  # SQLite may already have rolled back (e.g. after corruption)
                     with suppress(sqlite3.Error):  # keep the first error, the informative one
                         conn.execute("ROLLBACK")
@@ -168,6 +146,8 @@ class SQLiteBackend(StorageBackend):
                         self.path, f"is a corrupt SQLite database or its schema is not this library's ({exc})"
                     ) from exc
                 raise
+            finally:
+                self._in_transaction = False
 
     def write(self) -> AbstractContextManager[Cursor]:
         return self._transaction("BEGIN IMMEDIATE")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -23,22 +24,14 @@ from ..embedder_identity import embedder_identity, identity_mismatch
 from .backend import Cursor, StorageBackend
 from .term_index import INDEX_KINDS, TermIndex, check_kind
 
-__all__ = ["FUZZY_INDEXES", "TermDictionary", "vectors_of"]
+__all__ = ["FUZZY_INDEXES", "TermDictionary"]
 
 #: the kinds of in-memory term index (the store's ``fuzzy_index``)
 FUZZY_INDEXES = INDEX_KINDS
 #: rows read per query when the in-memory index catches up with the database
 _LOAD_PAGE = 50_000
-
-
-def vectors_of(rows: list[Any], dim: int, where: str) -> np.ndarray:
-    """The term vectors of ``(id, vector, ...)`` rows of the ``terms`` table; ValueError naming ``where`` and the
-    term for a damaged one."""
-    return stored_vectors([r[1] for r in rows], dim, f"{where}: terms.vector", names=[f"id {r[0]}" for r in rows])
-
-
-def _vec_bytes(v: np.ndarray) -> bytes:
-    return np.asarray(v, dtype="<f4").tobytes()
+#: a scope condition on the triplets alias ``r`` and its parameters (:func:`.rows.scope`)
+_Scope = tuple[str, list[Any]]
 
 
 class TermDictionary:
@@ -105,6 +98,15 @@ class TermDictionary:
             self._embedder = default_embedder()
         return self._embedder
 
+    @staticmethod
+    def _meta(cur: Cursor, name: str, default: str | None = None) -> Any:
+        """The ``meta`` value ``name`` (None if absent), first storing ``default`` if given and none is stored
+        (another process may have stored one first)."""
+        if default is not None:
+            cur.execute("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", (name, default))
+        row = cur.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
+        return None if row is None else row[0]
+
     def _identity_problem(self, stored: object, current: dict[str, Any]) -> None:
         """ValueError naming the database when ``stored`` (meta 'embedder') is not ``current``'s identity."""
         saved = stored_json(stored, f"{self.where}: meta 'embedder'")
@@ -124,27 +126,12 @@ class TermDictionary:
         if self._identity is None:
             current = embedder_identity(self.embedder)
             with self.backend.read() as cur:
-                row = cur.execute("SELECT value FROM meta WHERE name = 'embedder'").fetchone()
-            if row is not None:
-                self._identity_problem(row[0], current)
+                stored = self._meta(cur, "embedder")
+            if stored is not None:
+                self._identity_problem(stored, current)
                 self._identity_saved = True
             self._identity = current
         return self._identity
-
-    def _save_identity(self, cur: Cursor) -> None:
-        """In the write transaction storing terms: record the embedder's identity if the store has none (a new
-        store, or one made before identities were recorded), and check it against what another writer recorded."""
-        if self._identity_saved:
-            return
-        identity = self.check_embedder()
-        cur.execute(
-            "INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
-            ("embedder", json.dumps(identity, sort_keys=True)),
-        )
-        self._identity_problem(
-            cur.execute("SELECT value FROM meta WHERE name = 'embedder'").fetchone()[0], identity
-        )  # another process may have recorded its embedder first
-        self._identity_saved = True
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Unit-length float32 embeddings of ``texts``; ValueError if the embedder is not the one the store
@@ -160,51 +147,34 @@ class TermDictionary:
         norms[norms == 0] = 1.0
         return (vectors / norms).astype(np.float32)
 
-    def _ensure_dim(self, cur: Cursor, dim: int) -> None:
-        """Record the term dimension with the first terms (another process may have recorded it first)."""
-        if self.dim is None:
-            cur.execute("INSERT INTO meta (name, value) VALUES (?, ?) ON CONFLICT (name) DO NOTHING", ("dim", str(dim)))
-            self.dim = self._stored_dim(cur.execute("SELECT value FROM meta WHERE name = 'dim'").fetchone()[0])
-        if self.dim != dim:
-            raise ValueError(f"this store holds {self.dim}-dimensional term vectors, the embedder gives {dim}")
-
-    def _refresh_meta(self, cur: Cursor) -> None:
-        """Pick up the dimension another process stored after this store was opened."""
-        if self.dim is None:
-            row = cur.execute("SELECT value FROM meta WHERE name = 'dim'").fetchone()
-            if row is not None:
-                self.dim = self._stored_dim(row[0])
-
     # ------------------------------------------------------------------------------------------ terms
     def ids(self, norms: Sequence[str], cur: Cursor | None = None) -> dict[str, int]:
         """The ids of the stored terms among the normalised ``norms`` (read in ``cur``, or a new read)."""
-        out: dict[str, int] = {}
-
-        def run(c: Cursor) -> None:
-            for chunk in self.backend.iter_chunks(norms):
-                marks = ",".join("?" * len(chunk))
-                for tid, norm in c.execute(f"SELECT id, norm FROM terms WHERE norm IN ({marks})", tuple(chunk)):
-                    out[norm] = int(tid)
-
-        if cur is not None:
-            run(cur)
-        else:
-            with self.backend.read() as c:
-                run(c)
-        return out
+        with nullcontext(cur) if cur is not None else self.backend.read() as c:
+            found = self.backend.each_chunk(c, "SELECT id, norm FROM terms WHERE norm IN ({marks})", norms)
+            return {norm: int(tid) for result in found for tid, norm in result.fetchall()}
 
     def insert(self, cur: Cursor, norms: Sequence[str], texts: Sequence[str], vectors: np.ndarray) -> dict[str, int]:
         """Insert terms; return the norms inserted with their ids. Runs under the write lock, so the set of new
-        terms is exact."""
-        self._ensure_dim(cur, vectors.shape[1])
-        self._save_identity(cur)
+        terms is exact. The first terms record the dimension, and the embedder's identity where the store has none
+        (a new store, or one made before identities were recorded); either may have been recorded by another
+        process first, so both are checked against what is stored."""
+        dim = vectors.shape[1]
+        if self.dim is None:
+            self.dim = self._stored_dim(self._meta(cur, "dim", str(dim)))
+        if self.dim != dim:
+            raise ValueError(f"this store holds {self.dim}-dimensional term vectors, the embedder gives {dim}")
+        if not self._identity_saved:
+            identity = self.check_embedder()
+            self._identity_problem(self._meta(cur, "embedder", json.dumps(identity, sort_keys=True)), identity)
+            self._identity_saved = True
         present = self.ids(list(norms), cur)  # another writer may have stored some since we looked
         keep = [i for i, n in enumerate(norms) if n not in present]
         if not keep:
             return {}
         cur.executemany(
             "INSERT INTO terms (norm, text, vector) VALUES (?, ?, ?)",
-            [(norms[i], texts[i], _vec_bytes(vectors[i])) for i in keep],
+            [(norms[i], texts[i], np.asarray(vectors[i], dtype="<f4").tobytes()) for i in keep],
         )
         return self.ids([norms[i] for i in keep], cur)
 
@@ -219,9 +189,11 @@ class TermDictionary:
         from the stored embeddings; later calls read only the terms with ids above the highest one held (one
         indexed ``MAX(id)`` check, skipped when the caller passes ``top``, the result of that query in ``cur``'s
         snapshot)."""
-        self._refresh_meta(cur)
-        if self.dim is None:
-            return None
+        if self.dim is None:  # another process may have stored the first terms since this store opened
+            stored = self._meta(cur, "dim")
+            if stored is None:
+                return None
+            self.dim = self._stored_dim(stored)
         with self._index_lock:
             if self.index is None:
                 self.index = TermIndex(self.dim, kind=self._fuzzy_index, **self.index_options)
@@ -236,8 +208,9 @@ class TermDictionary:
                 ).fetchall()
                 if not rows:
                     break
-                ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
-                index.add(ids, vectors_of(rows, index.dim, self.where), rebalance=False)  # train once, at the end
+                names = [f"id {r[0]}" for r in rows]
+                vectors = stored_vectors([r[1] for r in rows], index.dim, f"{self.where}: terms.vector", names=names)
+                index.add(np.array([int(r[0]) for r in rows]), vectors, rebalance=False)  # train once, at the end
             index.rebalance()
         return index
 
@@ -256,26 +229,17 @@ class TermDictionary:
 
     # ------------------------------------------------------------------------------------------ fuzzy lookup
     def fuzzy(
-        self,
-        cur: Cursor,
-        query: str,
-        fields: Sequence[str],
-        scope: str,
-        scope_params: list[Any],
-        threshold: float,
-        k: int,
-        *,
-        top: int | bool | None = False,
+        self, cur: Cursor, query: str, fields: Sequence[str], scope: _Scope, threshold: float, k: int, top: Any = False
     ) -> list[tuple[int, str, float]]:
         """Up to ``k`` stored terms with cosine >= ``threshold`` to ``query``, used in one of ``fields`` within
-        the scope, best first: ``(term id, text, cosine)``. ``top``: the highest term id in ``cur``'s snapshot
-        if the caller read it (``False``: not read)."""
+        the ``scope`` (SQL and parameters), best first: ``(term id, text, cosine)``. ``top``: the highest term id
+        in ``cur``'s snapshot if the caller read it (``False``: not read)."""
+        where, scope_params = scope
         index = self.term_index(cur, top)
         if index is None or not len(index):
             return []
-        qv = self.embed([query])[0]
-        ids, sims = index.search(qv, threshold)
-        used = " OR ".join(f"EXISTS (SELECT 1 FROM triplets r WHERE r.{f}_id = t.id AND {scope})" for f in fields)
+        ids, sims = index.search(self.embed([query])[0], threshold)
+        used = " OR ".join(f"EXISTS (SELECT 1 FROM triplets r WHERE r.{f}_id = t.id AND {where})" for f in fields)
         room = self.backend.max_params - len(scope_params) * len(fields)
         out: list[tuple[int, str, float]] = []
         pos, step = 0, max(8, 4 * k)

@@ -103,12 +103,10 @@ class TermIndex:
         self.train_at, self.lists_factor = train_at, lists_factor
         self.probe_share, self.min_probe = probe_share, min_probe
         self.widen, self.widen_gap, self.margin, self.regrow, self.seed = widen, widen_gap, margin, regrow, seed
-        self.max_id = 0
-        self._n = 0
+        self.max_id = self._n = self._trained_n = 0
         self._vecs = np.empty((16, dim), dtype=np.float32)
         self._ids = np.empty(16, dtype=np.int64)
         self._ivf: Any = None  # the faiss index over rows 0..n-1 of the matrix (None: exact scan)
-        self._trained_n = 0
         self._lock = threading.RLock()
 
     def __len__(self) -> int:
@@ -122,8 +120,7 @@ class TermIndex:
     @property
     def nprobe(self) -> int:
         """Lists searched per query (0: exact scan)."""
-        lists = self.lists
-        return min(lists, max(self.min_probe, math.ceil(self.probe_share * lists)))
+        return min(self.lists, max(self.min_probe, math.ceil(self.probe_share * self.lists)))
 
     @property
     def nbytes(self) -> int:
@@ -172,9 +169,8 @@ class TermIndex:
     def rebalance(self) -> None:
         """With faiss: train the lists once the index reaches ``train_at`` vectors, again each ``regrow``-fold."""
         with self._lock:
-            if self.kind != "faiss" or self._n < self.train_at:
-                return
-            if self._ivf is None or self._n >= self.regrow * self._trained_n:
+            due = self._ivf is None or self._n >= self.regrow * self._trained_n
+            if self.kind == "faiss" and self._n >= self.train_at and due:
                 self._train()
 
     def _train(self) -> None:
@@ -209,8 +205,7 @@ class TermIndex:
 
     def _ivf_rows(self, q: np.ndarray, threshold: float, nprobe: int) -> np.ndarray:
         """Matrix rows the faiss range search finds within the cosine ``threshold - margin`` in ``nprobe`` lists."""
-        faiss = require("faiss", "faiss")
+        params = require("faiss", "faiss").SearchParametersIVF(nprobe=nprobe)
         cos = max(-1.0, threshold - self.margin)
-        params = faiss.SearchParametersIVF(nprobe=nprobe)
         _, _, rows = self._ivf.range_search(q[None, :], 2.0 - 2.0 * cos, params=params)
         return np.asarray(rows, dtype=np.int64)

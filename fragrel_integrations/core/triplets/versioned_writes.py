@@ -12,7 +12,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ import numpy as np
 from ..._validation import check_text
 from .backend import Cursor, StorageBackend
 from .facts import Namespace, Triplet, TripletRecord, encode_namespace, namespace_tuple, normalize_term, to_timestamp
-from .rows import ROW_COLUMNS, ROW_COLUMNS_WITH_TERM_IDS, Time, TripletLike, dump_payload, record
+from .rows import ROW_COLUMNS, NamespaceLike, Time, TripletLike, dump_payload, record, scope
 from .term_dictionary import TermDictionary
 
 __all__ = ["TripletWrite", "VersionedWriter"]
@@ -36,7 +36,7 @@ class TripletWrite:
 
     triplet: TripletLike
     key: str | None = None
-    namespace: str | Sequence[str] | None = None
+    namespace: NamespaceLike = None
     payload: Mapping[str, Any] | None = None
     valid_from: Time = None
     valid_to: Time = None
@@ -44,7 +44,7 @@ class TripletWrite:
 
 
 def _prepare(
-    raw: TripletWrite | TripletLike, namespace: str | Sequence[str] | None, single_valued: bool | None, now: float
+    raw: TripletWrite | TripletLike, namespace: NamespaceLike, single_valued: bool | None, now: float
 ) -> _Prepared:
     """One item checked and filled with the call's defaults (ValueError / TypeError naming the bad field)."""
     w = raw if isinstance(raw, TripletWrite) else TripletWrite(raw)
@@ -53,12 +53,9 @@ def _prepare(
         raise ValueError(f"key must be a non-empty string or None, got {w.key!r}")
     if w.key is not None:
         check_text(w.key, "key")
-    ns = namespace_tuple(w.namespace if w.namespace is not None else namespace)
-    for label in ns:
-        check_text(label, "a namespace label")
-    start = to_timestamp(w.valid_from, name="valid_from")
+    ns = namespace_tuple(w.namespace if w.namespace is not None else namespace)  # its labels checked there
+    start = now if w.valid_from is None else to_timestamp(w.valid_from, name="valid_from")
     end = to_timestamp(w.valid_to, name="valid_to")
-    start = now if start is None else start
     if end is not None and end <= start:
         raise ValueError(f"valid_to ({end}) must be after valid_from ({start})")
     sv = w.single_valued if w.single_valued is not None else single_valued
@@ -95,10 +92,7 @@ class VersionedWriter:
             self.single_valued = new
 
     def write_many(
-        self,
-        items: Iterable[TripletWrite | TripletLike],
-        namespace: str | Sequence[str] | None,
-        single_valued: bool | None,
+        self, items: Iterable[TripletWrite | TripletLike], namespace: NamespaceLike, single_valued: bool | None
     ) -> list[TripletRecord]:
         """Store the items in ONE transaction and return their records (the rules are
         :meth:`~.store.TripletStore.write_many`'s)."""
@@ -116,36 +110,20 @@ class VersionedWriter:
         vectors = self._terms.embed([norms[n] for n in missing]) if missing else None
         with self._lock:
             with self.backend.write() as cur:
-                fresh: dict[str, int] = {}
-                if vectors is not None:
-                    fresh = self._terms.insert(cur, missing, [norms[n] for n in missing], vectors)
+                fresh = self._terms.insert(cur, missing, [norms[n] for n in missing], vectors) if missing else {}
                 ids = self._terms.ids(list(norms), cur)
-                out = [self.write_one(cur, ids, *p, now=now, fresh=set(fresh)) for p in prepared]
-            if fresh and vectors is not None:  # committed: only now may the in-memory index learn the new terms
+                out = [self.write_one(cur, ids, p, now=now, fresh=fresh.keys()) for p in prepared]
+            if fresh:  # committed: only now may the in-memory index learn the new terms
                 row = {n: i for i, n in enumerate(missing)}
-                self._terms.committed(
-                    np.fromiter(fresh.values(), dtype=np.int64, count=len(fresh)),
-                    vectors[[row[n] for n in fresh]],
-                )
+                self._terms.committed(np.array(list(fresh.values()), dtype=np.int64), vectors[[row[n] for n in fresh]])
         return out
 
     def write_one(
-        self,
-        cur: Cursor,
-        ids: dict[str, int],
-        trip: Triplet,
-        key: str | None,
-        ns: Namespace,
-        payload: str,
-        start: float,
-        end: float | None,
-        single_valued: bool | None,
-        *,
-        now: float,
-        fresh: set[str] = frozenset(),  # type: ignore[assignment]
+        self, cur: Cursor, ids: dict[str, int], item: _Prepared, *, now: float, fresh: Collection[str] = ()
     ) -> TripletRecord:
         """Write one prepared item in ``cur``'s transaction; ``ids`` maps every normalised term to its id and
         ``fresh`` names the terms first stored in this transaction."""
+        trip, key, ns, payload, start, end, single_valued = item
         enc = encode_namespace(ns)
         n1, n2, n3 = (normalize_term(t) for t in trip)
         t1_id, t2_id, t3_id = ids[n1], ids[n2], ids[n3]
@@ -153,8 +131,7 @@ class VersionedWriter:
         new_pair = n1 in fresh or n2 in fresh
         if key is not None:
             old = cur.execute(
-                f"SELECT {ROW_COLUMNS_WITH_TERM_IDS} FROM triplets r "
-                "WHERE r.namespace = ? AND r.key = ? AND r.valid_to IS NULL",
+                f"SELECT {ROW_COLUMNS} FROM triplets r WHERE r.namespace = ? AND r.key = ? AND r.valid_to IS NULL",
                 (enc, key),
             ).fetchone()
             if old is not None:
@@ -164,18 +141,16 @@ class VersionedWriter:
         elif new_pair or n3 in fresh:
             key = uuid.uuid4().hex
         else:
+            valid, params = scope(ns, False, start)  # the same triplet, valid at start
             same = cur.execute(
-                f"SELECT {ROW_COLUMNS} FROM triplets r WHERE r.namespace = ? AND r.t1_id = ? AND r.t2_id = ? "
-                "AND r.t3_id = ? AND r.valid_from <= ? AND (r.valid_to IS NULL OR r.valid_to > ?) "
+                f"SELECT {ROW_COLUMNS} FROM triplets r WHERE {valid} AND r.t1_id = ? AND r.t2_id = ? AND r.t3_id = ? "
                 "ORDER BY r.id LIMIT 1",
-                (enc, t1_id, t2_id, t3_id, start, start),
+                (*params, t1_id, t2_id, t3_id),
             ).fetchone()
             if same is not None:
                 return record(same, where=repr(self.backend))
             key = uuid.uuid4().hex
-        if single_valued is None:
-            single_valued = normalize_term(trip.t2) in self.single_valued
-        if single_valued and not new_pair:
+        if (n2 in self.single_valued if single_valued is None else single_valued) and not new_pair:
             cur.execute(
                 "UPDATE triplets SET valid_to = ? WHERE namespace = ? AND t1_id = ? AND t2_id = ? AND t3_id <> ? "
                 "AND valid_from <= ? AND (valid_to IS NULL OR valid_to > ?)",
@@ -196,37 +171,27 @@ class VersionedWriter:
         return TripletRecord(int(row[0]), key, ns, trip, start, end, now, json.loads(payload))
 
     def delete(
-        self,
-        key: str | None,
-        triplet: TripletLike | None,
-        namespace: str | Sequence[str] | None,
-        hard: bool,
-        at: Time,
+        self, key: str | None, triplet: TripletLike | None, namespace: NamespaceLike, hard: bool, at: Time
     ) -> int:
         """End (or with ``hard``, erase) the rows of ``key`` or of ``triplet`` (see
         :meth:`~.store.TripletStore.delete`); the number of rows affected."""
         if (key is None) == (triplet is None):
             raise ValueError("give exactly one of key= or triplet=")
         enc = encode_namespace(namespace_tuple(namespace))
-        when = to_timestamp(at, name="at")
-        when = time.time() if when is None else when
+        when = time.time() if at is None else to_timestamp(at, name="at")
         with self._lock, self.backend.write() as cur:
             if key is not None:
                 where, params = "namespace = ? AND key = ?", [enc, key]
             else:
-                trip = Triplet.coerce(triplet)  # type: ignore[arg-type]
-                ids = self._terms.ids([normalize_term(t) for t in trip], cur)
-                if len(ids) < len({normalize_term(t) for t in trip}):
+                norms = [normalize_term(t) for t in Triplet.coerce(triplet)]  # type: ignore[arg-type]
+                ids = self._terms.ids(norms, cur)
+                if any(n not in ids for n in norms):
                     return 0
                 where = "namespace = ? AND t1_id = ? AND t2_id = ? AND t3_id = ?"
-                params = [enc, *(ids[normalize_term(t)] for t in trip)]
+                params = [enc, *(ids[n] for n in norms)]
+                if hard:  # every version of the keys holding the triplet
+                    where, params = f"namespace = ? AND key IN (SELECT key FROM triplets WHERE {where})", [enc, *params]
             if hard:
-                if triplet is not None:
-                    keys = [r[0] for r in cur.execute(f"SELECT DISTINCT key FROM triplets WHERE {where}", params)]
-                    n = 0
-                    for k in keys:
-                        n += cur.execute("DELETE FROM triplets WHERE namespace = ? AND key = ?", (enc, k)).rowcount
-                    return n
                 return cur.execute(f"DELETE FROM triplets WHERE {where}", params).rowcount
             return cur.execute(
                 f"UPDATE triplets SET valid_to = (CASE WHEN valid_from > ? THEN valid_from ELSE ? END) "
