@@ -13,8 +13,8 @@ from typing import Any
 
 from ..._validation import check_text, stored_json
 from .backend import StorageBackend
-from .facts import Namespace, decode_namespace, encode_namespace, namespace_tuple
-from .rows import NamespaceLike, dump_payload
+from .facts import Namespace, NamespaceLike, decode_namespace, encode_namespace, namespace_tuple
+from .rows import dump_payload
 
 __all__ = ["NodeRecord", "NodeTable"]
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..._validation import check_cosine, check_min_int
 from .backend import StorageBackend
-from .facts import FIELDS, Namespace, TermMatch, TripletRecord, decode_namespace, normalize_term
-from .rows import ROW_COLUMNS, NamespaceLike, Time, record, scope
+from .facts import FIELDS, Namespace, NamespaceLike, TermMatch, TripletRecord, decode_namespace, normalize_term
+from .rows import ROW_COLUMNS, Time, record, scope
 from .term_dictionary import TermDictionary
 
 __all__ = ["TripletReader"]

@@ -16,16 +16,23 @@ from datetime import datetime
 from typing import Any
 
 from ..._validation import MAX_JSON_DEPTH, check_text, json_depth_ok, stored_int, stored_json
-from .facts import TermMatch, Triplet, TripletRecord, decode_namespace, encode_namespace, namespace_tuple, to_timestamp
+from .facts import (
+    NamespaceLike,
+    TermMatch,
+    Triplet,
+    TripletRecord,
+    decode_namespace,
+    encode_namespace,
+    namespace_tuple,
+    to_timestamp,
+)
 
-__all__ = ["ROW_COLUMNS", "NamespaceLike", "Time", "TripletLike", "dump_payload", "record", "scope"]
+__all__ = ["ROW_COLUMNS", "Time", "TripletLike", "dump_payload", "record", "scope"]
 
 #: what a triplet store accepts as a time: seconds since the epoch, a datetime, or None (now / current)
 Time = float | int | datetime | None
 #: what a triplet store accepts as a triplet: a :class:`Triplet`, three strings, or a mapping with t1, t2, t3
 TripletLike = Triplet | Sequence[str] | Mapping[str, Any]
-#: what a triplet store accepts as a namespace: one label, a sequence of labels, or None (the root)
-NamespaceLike = str | Sequence[str] | None
 
 #: the columns :func:`record` decodes (row[0:10]), then the three term ids (row[10:13]), on the table alias ``r``
 ROW_COLUMNS = (

@@ -20,8 +20,17 @@ import numpy as np
 
 from ..._validation import check_text
 from .backend import Cursor, StorageBackend
-from .facts import Namespace, Triplet, TripletRecord, encode_namespace, namespace_tuple, normalize_term, to_timestamp
-from .rows import ROW_COLUMNS, NamespaceLike, Time, TripletLike, dump_payload, record, scope
+from .facts import (
+    Namespace,
+    NamespaceLike,
+    Triplet,
+    TripletRecord,
+    encode_namespace,
+    namespace_tuple,
+    normalize_term,
+    to_timestamp,
+)
+from .rows import ROW_COLUMNS, Time, TripletLike, dump_payload, record, scope
 from .term_dictionary import TermDictionary
 
 __all__ = ["TripletWrite", "VersionedWriter"]
