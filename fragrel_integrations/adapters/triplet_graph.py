@@ -100,17 +100,13 @@ class TripletGraph:
             frontier = sorted({r.t3 for r in step} - set(frontier))
         return out[:limit]
 
-    def known_nodes(self, records: Iterable[TripletRecord]) -> dict[str, NodeRecord]:
-        """The stored nodes of the subjects and objects of ``records``, by id."""
-        ids = sorted({term for r in records for term in (r.t1, r.t3)})
-        return {r.id: r for r in self.node_records(ids)}
-
     def with_nodes(
         self, records: Iterable[TripletRecord]
     ) -> list[tuple[NodeRecord | str, TripletRecord, NodeRecord | str]]:
         """``(subject, record, object)`` per record: each end's stored node, else its term (an implicit entity)."""
         records = list(records)
-        known = self.known_nodes(records)
+        terms = sorted({term for r in records for term in (r.t1, r.t3)})
+        known = {n.id: n for n in self.node_records(terms)}
         return [(known.get(r.t1) or r.t1, r, known.get(r.t3) or r.t3) for r in records]
 
     def nodes(self, properties: dict[str, Any] | None = None, ids: list[str] | None = None) -> list[NodeRecord | str]:

@@ -69,12 +69,6 @@ def is_triplet_value(value: dict[str, Any]) -> bool:
     return bool(present)
 
 
-def split_value(value: dict[str, Any]) -> tuple[Triplet, dict[str, Any]]:
-    """A triplet value as its :class:`Triplet` and its payload (the other keys)."""
-    triplet = Triplet(value["subject"], value["relation"], value["object"])
-    return triplet, {k: v for k, v in value.items() if k not in TRIPLET_KEYS}
-
-
 def document_text(value: dict[str, Any]) -> str:
     """What a document's search compares with the query: its ``content`` text, else the value as JSON."""
     content = value.get("content")
@@ -296,7 +290,8 @@ def apply_puts(
             core.delete(key, namespace=ns, hard=hard_delete)
             core.delete_nodes([key], namespace=ns)
         elif is_triplet_value(value):
-            triplet, payload = split_value(dict(value))
+            triplet = Triplet(value["subject"], value["relation"], value["object"])
+            payload = {k: v for k, v in value.items() if k not in TRIPLET_KEYS}
             writes.append(TripletWrite(triplet, key=key, namespace=ns, payload=payload, single_valued=False))
             core.delete_nodes([key], namespace=ns)
         else:
