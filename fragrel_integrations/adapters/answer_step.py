@@ -82,10 +82,6 @@ class AnswerStep:
         embedder = None if embedder is None else as_embedder(embedder)
         return cls(as_chat_model(model), embedder, checked, doc_id_key, position_key)
 
-    def fragments(self, items: Iterable[Item]) -> list[Fragment]:
-        """:func:`cited_fragments` with this step's keys."""
-        return cited_fragments(items, self.doc_id_key, self.position_key)
-
     @contextmanager
     def retrieved(self, items: Iterable[Item]) -> Iterator[None]:
         """Within the block (this thread or task), :meth:`text_fragments` cites texts by these items' metadata: for
@@ -102,7 +98,7 @@ class AnswerStep:
         items = _RETRIEVED.get()
         if items is None or len(items) != len(texts):
             return cited_fragments((text, {}) for text in texts)
-        return self.fragments(items)
+        return cited_fragments(items, self.doc_id_key, self.position_key)
 
     def answer(self, question: str, fragments: list[Fragment]) -> GroundedAnswer:
         """:func:`~fragrel_integrations.core.grounding.grounded_answer` with this step's model and settings."""

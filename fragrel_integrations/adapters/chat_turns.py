@@ -19,8 +19,9 @@ from typing import Any, Generic, TypeVar
 
 from ..core.scm.fusion_prompts import render_memory_block
 from ..core.scm.interactions import SCMContext
-from ..core.scm.memory import DEFAULT_SESSION, SelfControlledMemory
+from ..core.scm.memory import DEFAULT_SESSION, SelfControlledMemory, prepare_steps, record_steps
 from ..core.scm.stream import MemoryStream
+from ..core.steps import Steps, adrive, drive
 from ..models.convert import optional_embedder
 
 __all__ = [
@@ -251,45 +252,36 @@ class SessionTurns(Generic[M]):
             return input
         return self.open.observation()
 
-    def _cache(self, session_id: str, observation: str) -> tuple[tuple[str, str, int], SCMContext | None]:
+    def _context_steps(self, session_id: str, input: object) -> Steps[SCMContext | None]:
+        observation = self.observation(input)
+        if observation is None:
+            return None
         key = (session_id, observation, self.memory.stream.count(session_id))
-        return key, self._cached[1] if self._cached is not None and self._cached[0] == key else None
+        if self._cached is None or self._cached[0] != key:
+            self._cached = (key, (yield from prepare_steps(self.memory, observation, session_id)))
+        return self._cached[1]
 
     def context(self, session_id: str, input: object = None) -> SCMContext | None:
         """The prepared context for ``input`` (or the open turn) in ``session_id``; None without an observation."""
-        observation = self.observation(input)
-        if observation is None:
-            return None
-        key, context = self._cache(session_id, observation)
-        if context is None:
-            context = self.memory.prepare(observation, session_id=session_id)
-            self._cached = (key, context)
-        return context
+        return drive(self._context_steps(session_id, input))
 
     async def acontext(self, session_id: str, input: object = None) -> SCMContext | None:
         """:meth:`context`, preparing with the memory's async methods."""
-        observation = self.observation(input)
-        if observation is None:
-            return None
-        key, context = self._cache(session_id, observation)
-        if context is None:
-            context = await self.memory.aprepare(observation, session_id=session_id)
-            self._cached = (key, context)
-        return context
+        return await adrive(self._context_steps(session_id, input))
+
+    def _add_steps(self, session_id: str, role: str, text: str, final: bool, original: M) -> Steps[bool]:
+        done = self.open.add(role, text, final, original)
+        if done is not None:
+            yield from record_steps(self.memory, *done, session_id)
+        return done is not None
 
     def add(self, session_id: str, role: str, text: str, final: bool, original: M) -> bool:
         """Add a message to the open turn; record the interaction it completes (True when it did)."""
-        done = self.open.add(role, text, final, original)
-        if done is not None:
-            self.memory.record(done[0], done[1], session_id=session_id)
-        return done is not None
+        return drive(self._add_steps(session_id, role, text, final, original))
 
     async def aadd(self, session_id: str, role: str, text: str, final: bool, original: M) -> bool:
         """:meth:`add`, recording with the memory's async methods."""
-        done = self.open.add(role, text, final, original)
-        if done is not None:
-            await self.memory.arecord(done[0], done[1], session_id=session_id)
-        return done is not None
+        return await adrive(self._add_steps(session_id, role, text, final, original))
 
     @staticmethod
     def plan(messages: Iterable[tuple[str, str, bool, M]]) -> tuple[list[tuple[str, str]], OpenTurn[M]]:
@@ -297,19 +289,19 @@ class SessionTurns(Generic[M]):
         turn: OpenTurn[M] = OpenTurn()
         return [done for message in messages if (done := turn.add(*message)) is not None], turn
 
-    def replace(self, session_id: str, plan: tuple[list[tuple[str, str]], OpenTurn[M]]) -> None:
-        """Forget the session, record the :meth:`plan`'s interactions and keep its open turn."""
+    def _replace_steps(self, session_id: str, plan: tuple[list[tuple[str, str]], OpenTurn[M]]) -> Steps[None]:
         self.reset(session_id)
         for observation, reply in plan[0]:
-            self.memory.record(observation, reply, session_id=session_id)
+            yield from record_steps(self.memory, observation, reply, session_id)
         self.open = plan[1]
+
+    def replace(self, session_id: str, plan: tuple[list[tuple[str, str]], OpenTurn[M]]) -> None:
+        """Forget the session, record the :meth:`plan`'s interactions and keep its open turn."""
+        drive(self._replace_steps(session_id, plan))
 
     async def areplace(self, session_id: str, plan: tuple[list[tuple[str, str]], OpenTurn[M]]) -> None:
         """:meth:`replace`, recording with the memory's async methods."""
-        self.reset(session_id)
-        for observation, reply in plan[0]:
-            await self.memory.arecord(observation, reply, session_id=session_id)
-        self.open = plan[1]
+        await adrive(self._replace_steps(session_id, plan))
 
     def reset(self, session_id: str) -> None:
         """Forget the session's stored interactions, the open turn and the cached context."""

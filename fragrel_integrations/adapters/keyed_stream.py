@@ -138,12 +138,11 @@ class Entry(NamedTuple):
 
 def entries(ns: tuple[str, ...], items: Iterable[Any]) -> list[Entry]:
     """The stream's items among ``items`` (those of exactly ``ns`` with a stream key), unsorted."""
-    out = []
-    for item in items:
-        slot = slot_of(item.key)
-        if tuple(item.namespace) == ns and slot is not None:
-            out.append(Entry(slot, created_of(item) or 0.0, item.key, item))
-    return out
+    return [
+        Entry(slot, created_of(item) or 0.0, item.key, item)
+        for item in items
+        if (slot := slot_of(item.key)) is not None and tuple(item.namespace) == ns
+    ]
 
 
 def decode_item(session_id: str, index: int, item: Any) -> MemoryItem:
@@ -166,7 +165,6 @@ class Cached(NamedTuple):
 
     order: list[tuple[int, float, str]]
     items: list[MemoryItem]
-    read_at: float = 0.0  # when the read that produced it started (time.time())
     total: int = 0  # items the store held under the session's namespace then, of any kind (its own count)
 
 
@@ -185,20 +183,19 @@ def turn_value(observation: str, response: str, summary: str, vector: np.ndarray
     }
 
 
-def merge_new(session_id: str, cached: Cached, new: Iterable[Entry], read_at: float) -> Cached | None:
-    """``cached`` plus the ``new`` entries it does not hold yet (searches that also return cached ones), read at
-    ``read_at``; None when one sorts before the last cached item (a late write by another process: read again)."""
+def merge_new(session_id: str, cached: Cached, new: Iterable[Entry]) -> Cached | None:
+    """``cached`` plus the ``new`` entries it does not hold yet (searches that also return cached ones); None when
+    one sorts before the last cached item (a late write by another process: read again)."""
     known = {key for _, _, key in cached.order}
     fresh = sorted({e.key: e for e in new if e.key not in known}.values())
     if not fresh:
-        return cached._replace(read_at=read_at)
+        return cached
     if fresh[0][:3] < cached.order[-1]:
         return None
     start = len(cached.items)
     return Cached(
         [*cached.order, *(e[:3] for e in fresh)],
         [*cached.items, *(decode_item(session_id, start + i, e.item) for i, e in enumerate(fresh))],
-        read_at,
     )
 
 
@@ -292,12 +289,9 @@ class KeyedStoreStream(BaseMemoryStream):
         return self._scan(ns, **kwargs)[0]
 
     def _read_all(self, session_id: str, ns: tuple[str, ...]) -> Cached:
-        read_at = time.time()
         found, total = self._scan(ns)
         found.sort()
-        return Cached(
-            [e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)], read_at, total
-        )
+        return Cached([e[:3] for e in found], [decode_item(session_id, i, e.item) for i, e in enumerate(found)], total)
 
     def _read_new(self, session_id: str, ns: tuple[str, ...], cached: Cached) -> Cached | None:
         """The cached items plus those written since, or None when the cache is stale: its first or last item is
@@ -306,7 +300,6 @@ class KeyedStoreStream(BaseMemoryStream):
         first, last = cached.order[0], cached.order[-1]
         config = getattr(self.store, "ttl_config", None) or {}
         refresh = bool(config.get("refresh_on_read", True))  # as BaseStore.get does by default
-        read_at = time.time()
         turns = {"seq": {"$gte": seq(max(0, last[0] - RACE_SLOTS))}}  # the turns after the last cached one
         try:
             # and the items past the cached count, in the store's own order: how many were added since
@@ -321,7 +314,7 @@ class KeyedStoreStream(BaseMemoryStream):
             added = len(beyond) if len(beyond) < self.page_size else self._scan(ns, cached.total)[1]
         except (TypeError, ValueError):
             return None
-        merged = merge_new(session_id, cached, new, read_at)
+        merged = merge_new(session_id, cached, new)
         if merged is None or len(merged.order) - len(cached.order) != added:
             return None  # something the turn search cannot see changed: whatever the writers' clocks said
         return merged._replace(total=cached.total + added)
@@ -354,7 +347,7 @@ class KeyedStoreStream(BaseMemoryStream):
             item = MemoryItem(session_id, len(current.items), observation, response, summary, vector, created)
             if self._cache_items:
                 order, items = [*current.order, (slot, created, key)], [*current.items, item]
-                self._cache[session_id] = Cached(order, items, current.read_at, current.total + 1)
+                self._cache[session_id] = Cached(order, items, current.total + 1)
         return item
 
     def items(self, session_id: str) -> list[MemoryItem]:

@@ -201,18 +201,9 @@ def result_dict(result: InnerLoopResult, items: Callable[[Iterable[ScoredFragmen
             "query": r.query,
             "documents": items(r.shown),
             "retrieved": items(r.retrieved),
-            "reply": r.reply,
-            "stm": r.stm,
-            "similarity": r.similarity,
+            **{name: getattr(r, name) for name in ("reply", "stm", "similarity")},
         }
         for r in result.rounds
     ]
-    return {
-        "question": result.question,
-        "answer": result.answer,
-        "supported": result.supported,
-        "converged": result.converged,
-        "stop_reason": result.stop_reason,
-        "rounds": rounds,
-        "documents": items(result.fragments),
-    }
+    fields = ("question", "answer", "supported", "converged", "stop_reason")
+    return {**{name: getattr(result, name) for name in fields}, "rounds": rounds, "documents": items(result.fragments)}

@@ -62,14 +62,6 @@ def check_search(session_id: object, k: object) -> None:
     check_min_int(k, "k", 1)
 
 
-def entry_id(make_id: Callable[[str, int], str], session_id: str, index: int) -> str:
-    """``make_id(session_id, index)``, checked to be a non-empty str (TypeError otherwise)."""
-    value = make_id(session_id, index)
-    if not isinstance(value, str) or not value:
-        raise TypeError(f"make_id must return a non-empty str, got {value!r}")
-    return value
-
-
 def first_hits(candidates: Iterable[tuple[int | None, float]], k: int) -> list[tuple[int, float]]:
     """The first ``k`` ``(interaction index, score)`` of a store's results, skipping ``None`` (not a turn of the
     session) and repeated indexes; reads ``candidates`` lazily, only as far as needed.
@@ -166,8 +158,11 @@ class StoreIndexAdapter:
         self.added_ids = EntryIds()
 
     def entry_id(self, session_id: str, index: int) -> str:
-        """The checked id of a turn's entry (``make_id(session_id, index)``)."""
-        return entry_id(self.make_id, session_id, index)
+        """The id of a turn's entry: ``make_id(session_id, index)``, checked to be a non-empty str."""
+        value = self.make_id(session_id, index)
+        if not isinstance(value, str) or not value:
+            raise TypeError(f"make_id must return a non-empty str, got {value!r}")
+        return value
 
     def entry_metadata(self, item: MemoryItem) -> dict[str, Any]:
         """``{session_key: session id, index_key: interaction index}`` of a turn's entry."""

@@ -15,14 +15,14 @@ stays readable through the core store) unless ``hard_delete``.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..core.triplets.facts import Namespace, TripletRecord, namespace_tuple
+from ..core.triplets.facts import Namespace, TripletRecord, namespace_tuple, normalize_term
 from ..core.triplets.memory_store import TripletStore, TripletWrite
 from ..core.triplets.node_table import NodeRecord
 from ..core.triplets.text_api import parse_calls
-from .triplet_views import best_terms, find_records, reachable, relation_key
 
 __all__ = ["TripletGraph"]
 
@@ -56,26 +56,57 @@ class TripletGraph:
         properties: dict[str, Any] | None = None,
         ids: Sequence[str] | None = None,
     ) -> list[TripletRecord]:
-        """Current triplets touching ``entity_names``/``ids``, with a relation in ``relation_names`` and a payload or
-        node matching ``properties`` (see :func:`~.views.find_records`)."""
+        """Current triplets (oldest first) with a term in ``entity_names``/``ids`` as subject or object (exact), a
+        relation in ``relation_names`` (normalised) and, with ``properties``, a payload or a subject/object node
+        holding one of them, as LlamaIndex's ``SimplePropertyGraphStore`` matches."""
         names = list(entity_names or []) + list(ids or [])
-        return find_records(self.core, self.namespace, names, relation_names, properties, NODE_KINDS)
+        if names:
+            reads = [{field: name} for name in dict.fromkeys(names) for field in ("t1", "t3")]
+        else:
+            reads = [{"t2": rel} for rel in dict.fromkeys(relation_names or ())]
+        if reads:
+            found = {r.id: r for where in reads for r in self.core.read(**where, namespace=self.namespace, fuzzy=False)}
+            candidates = list(found.values())
+        else:
+            candidates = self.core.records(namespace=self.namespace)
+        if relation_names:
+            wanted = {normalize_term(x) for x in relation_names}
+            candidates = [r for r in candidates if normalize_term(r.t2) in wanted]
+        if properties:
+            terms = sorted({x for r in candidates for x in (r.t1, r.t3)})
+            nodes = {n.id: n.properties for n in self.node_records(terms)}
+
+            def hit(props: Any) -> bool:
+                return any(k in props and props[k] == v for k, v in properties.items())
+
+            candidates = [
+                r for r in candidates if hit(r.payload) or hit(nodes.get(r.t1, {})) or hit(nodes.get(r.t3, {}))
+            ]
+        return sorted(candidates, key=lambda r: r.id)
 
     def reachable(self, names: Sequence[str], depth: int, limit: int, ignore: Iterable[str]) -> list[TripletRecord]:
-        """Triplets reachable from ``names`` following subject -> object up to ``depth`` hops."""
-        return reachable(self.core, self.namespace, names, depth, limit, ignore, NODE_KINDS)
-
-    def known_nodes(self, records: Iterable[TripletRecord]) -> dict[str, NodeRecord]:
-        """The stored nodes of the subjects and objects of ``records``, by id."""
-        ids = sorted({term for r in records for term in (r.t1, r.t3)})
-        return {r.id: r for r in self.node_records(ids)}
+        """At most ``limit`` triplets reachable from the terms ``names`` following subject -> object up to ``depth``
+        hops, leaving out the relations ``ignore``."""
+        ignored = {normalize_term(x) for x in ignore}
+        out: list[TripletRecord] = []
+        seen: set[int] = set()
+        frontier = list(names)
+        for _ in range(max(depth, 0)):
+            if not frontier or len(out) >= limit:
+                break
+            step = [r for r in self.records(frontier) if r.id not in seen]
+            seen.update(r.id for r in step)
+            out += [r for r in step if normalize_term(r.t2) not in ignored]
+            frontier = sorted({r.t3 for r in step} - set(frontier))
+        return out[:limit]
 
     def with_nodes(
         self, records: Iterable[TripletRecord]
     ) -> list[tuple[NodeRecord | str, TripletRecord, NodeRecord | str]]:
         """``(subject, record, object)`` per record: each end's stored node, else its term (an implicit entity)."""
         records = list(records)
-        known = self.known_nodes(records)
+        terms = sorted({term for r in records for term in (r.t1, r.t3)})
+        known = {n.id: n for n in self.node_records(terms)}
         return [(known.get(r.t1) or r.t1, r, known.get(r.t3) or r.t3) for r in records]
 
     def nodes(self, properties: dict[str, Any] | None = None, ids: list[str] | None = None) -> list[NodeRecord | str]:
@@ -97,10 +128,11 @@ class TripletGraph:
 
     def upsert_relations(self, relations: Iterable[tuple[str, str, str, Mapping[str, Any]]]) -> None:
         """Write ``(source, label, target, properties)`` relations (one key per source/label/target)."""
-        writes = [
-            TripletWrite((s, label, t), key=relation_key(s, label, t), namespace=self.namespace, payload=dict(props))
-            for s, label, t, props in relations
-        ]
+        writes = []
+        for s, label, t, props in relations:
+            raw = "\x1f".join(normalize_term(x) for x in (s, label, t))
+            key = "rel-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()  # one key per normalised triplet
+            writes.append(TripletWrite((s, label, t), key=key, namespace=self.namespace, payload=dict(props)))
         if writes:
             self.core.write_many(writes)
 
@@ -131,7 +163,12 @@ class TripletGraph:
 
     def terms(self, query: str, k: int) -> list[tuple[str, float]]:
         """The ``k`` stored terms closest to ``query`` with their scores (the store's embeddings and term index)."""
-        return best_terms(self.core.search(query, namespace=self.namespace, k=k), k)
+        terms: dict[str, float] = {}
+        for r in self.core.search(query, namespace=self.namespace, k=k):
+            for m in r.matches:
+                if m.field in ("t1", "t3"):
+                    terms.setdefault(m.term, m.similarity)
+        return sorted(terms.items(), key=lambda x: -x[1])[:k]
 
     def schema(self) -> dict[str, Any]:
         """The relation labels in use and the node labels stored."""

@@ -17,10 +17,9 @@ True
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -28,23 +27,19 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_query
-from ..core.triplets.facts import Namespace, Triplet, TripletRecord, normalize_term
+from ..core.triplets.facts import Namespace, Triplet, TripletRecord
 from ..core.triplets.memory_store import TripletStore, TripletWrite
 from ..core.triplets.node_table import NodeRecord
 from ..core.triplets.text_api import parse_calls, render_read, render_write, term_problem
 from ..models.embedder import embed_documents, embed_query
 
 __all__ = [
-    "best_terms",
     "core_triplet_store",
-    "find_records",
     "get_item",
     "list_namespaces",
     "lookup",
     "matches",
-    "reachable",
     "read_facts",
-    "relation_key",
     "run_batch",
     "search_items",
     "triplet_hit",
@@ -74,24 +69,12 @@ def is_triplet_value(value: dict[str, Any]) -> bool:
     return bool(present)
 
 
-def split_value(value: dict[str, Any]) -> tuple[Triplet, dict[str, Any]]:
-    """A triplet value as its :class:`Triplet` and its payload (the other keys)."""
-    triplet = Triplet(value["subject"], value["relation"], value["object"])
-    return triplet, {k: v for k, v in value.items() if k not in TRIPLET_KEYS}
-
-
 def document_text(value: dict[str, Any]) -> str:
     """What a document's search compares with the query: its ``content`` text, else the value as JSON."""
     content = value.get("content")
     if isinstance(content, str) and content.strip():
         return content
     return json.dumps(content if isinstance(content, dict | list) else value, sort_keys=True, ensure_ascii=False)
-
-
-def relation_key(source: str, label: str, target: str) -> str:
-    """The stable key of a graph relation: one key per normalised (source, label, target)."""
-    raw = "\x1f".join(normalize_term(x) for x in (source, label, target))
-    return "rel-" + hashlib.sha1(raw.encode("utf-8")).hexdigest()
 
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
@@ -181,82 +164,12 @@ def search_records(
     return [(r, None) for r in records if matches(record_value(r), flt)]
 
 
-# ------------------------------------------------------------------------------------------------- graph reads
-def find_records(
-    core: TripletStore,
-    namespace: Namespace,
-    names: Sequence[str] | None = None,
-    relation_names: Sequence[str] | None = None,
-    properties: dict[str, Any] | None = None,
-    node_kinds: Collection[str] = ("entity", "chunk"),
-) -> list[TripletRecord]:
-    """Current triplets (oldest first) with a term in ``names`` as subject or object (exact), a relation in
-    ``relation_names`` (normalised) and, with ``properties``, a payload or a subject/object node (of
-    ``node_kinds``) holding one of them, as LlamaIndex's ``SimplePropertyGraphStore`` matches."""
-    if names:
-        reads = [{field: name} for name in dict.fromkeys(names) for field in ("t1", "t3")]
-    else:
-        reads = [{"t2": rel} for rel in dict.fromkeys(relation_names or ())]
-    if reads:
-        found = {r.id: r for where in reads for r in core.read(**where, namespace=namespace, fuzzy=False)}
-        candidates = list(found.values())
-    else:
-        candidates = core.records(namespace=namespace)
-    if relation_names:
-        wanted = {normalize_term(x) for x in relation_names}
-        candidates = [r for r in candidates if normalize_term(r.t2) in wanted]
-    if properties:
-        terms = sorted({x for r in candidates for x in (r.t1, r.t3)})
-        nodes = {n.id: n.properties for n in core.get_nodes(terms, namespace=namespace) if n.kind in node_kinds}
-
-        def hit(props: Any) -> bool:
-            return any(k in props and props[k] == v for k, v in properties.items())
-
-        candidates = [r for r in candidates if hit(r.payload) or hit(nodes.get(r.t1, {})) or hit(nodes.get(r.t3, {}))]
-    return sorted(candidates, key=lambda r: r.id)
-
-
-def reachable(
-    core: TripletStore,
-    namespace: Namespace,
-    starts: Sequence[str],
-    depth: int,
-    limit: int,
-    ignore_relations: Iterable[str] = (),
-    node_kinds: Collection[str] = ("entity", "chunk"),
-) -> list[TripletRecord]:
-    """At most ``limit`` triplets reachable from the terms ``starts`` following subject -> object up to ``depth``
-    hops, leaving out the relations ``ignore_relations``."""
-    ignore = {normalize_term(x) for x in ignore_relations}
-    out: list[TripletRecord] = []
-    seen: set[int] = set()
-    frontier = list(starts)
-    for _ in range(max(depth, 0)):
-        if not frontier or len(out) >= limit:
-            break
-        step = [r for r in find_records(core, namespace, frontier, node_kinds=node_kinds) if r.id not in seen]
-        seen.update(r.id for r in step)
-        out += [r for r in step if normalize_term(r.t2) not in ignore]
-        frontier = sorted({r.t3 for r in step} - set(frontier))
-    return out[:limit]
-
-
 def triplet_hit(record: TripletRecord) -> tuple[str, str, dict[str, Any]]:
     """A retrieved triplet as a text node: its text ``"subject relation object"``, its id and its metadata (the
     three terms, the key and the validity)."""
     validity = {"valid_from": record.valid_from, "valid_to": record.valid_to}
     metadata = {**record.triplet.as_dict(), "triplet_key": record.key, **validity}
     return f"{record.t1} {record.t2} {record.t3}", f"triplet-{record.id}", metadata
-
-
-def best_terms(records: Iterable[TripletRecord], k: int) -> list[tuple[str, float]]:
-    """The ``k`` subject/object terms that matched a term search best, with their similarity."""
-    terms: dict[str, float] = {}
-    for r in records:
-        for m in r.matches:
-            if m.field in ("t1", "t3") and m.term not in terms:
-                terms[m.term] = m.similarity
-    return sorted(terms.items(), key=lambda x: -x[1])[:k]
 
 
 # ------------------------------------------------------------------------------------------------- documents
@@ -377,7 +290,8 @@ def apply_puts(
             core.delete(key, namespace=ns, hard=hard_delete)
             core.delete_nodes([key], namespace=ns)
         elif is_triplet_value(value):
-            triplet, payload = split_value(dict(value))
+            triplet = Triplet(value["subject"], value["relation"], value["object"])
+            payload = {k: v for k, v in value.items() if k not in TRIPLET_KEYS}
             writes.append(TripletWrite(triplet, key=key, namespace=ns, payload=payload, single_valued=False))
             core.delete_nodes([key], namespace=ns)
         else:
