@@ -1,15 +1,6 @@
-"""Models: the two protocols the core needs and the adapters that turn any model into one of them.
-
-- :class:`Embedder` (texts -> float32 vectors) and :func:`as_embedder`, which converts LangChain ``Embeddings``,
-  LlamaIndex ``BaseEmbedding`` models, this package's wrappers and plain objects;
-- :class:`ChatModel` (messages -> text, sync and async) and :func:`as_chat_model`, which converts LangChain chat
-  models and LlamaIndex LLMs;
-- the embedded offline defaults: :class:`MiniLMEmbedder` (all-MiniLM-L6-v2, extra ``[embed]``) and
-  :class:`TransformersChatModel` (SmolLM2-135M-Instruct run by transformers, extra ``[local]``;
-  :class:`LlamaCppChatModel` runs GGUF models with llama-cpp-python, extra ``[llamacpp]``); :class:`OpenAIChatModel` and
-  :class:`OpenAIEmbedder` for any OpenAI-compatible server (extra ``[openai]``).
-
-Names are imported on first access, so ``import fragrel_integrations.models`` loads no framework and no model.
+"""Models: the :class:`Embedder` and :class:`ChatModel` protocols, :func:`as_embedder` / :func:`as_chat_model`, the
+embedded defaults (:class:`MiniLMEmbedder`, :class:`TransformersChatModel`, :class:`LlamaCppChatModel`) and
+OpenAI-compatible servers. Names are imported on first access: importing this loads no framework and no model.
 
 >>> from fragrel_integrations.models import as_embedder, as_chat_model   # doctest: +SKIP
 """
@@ -62,7 +53,6 @@ __all__ = [
     "optional_embedder",
 ]
 
-# name -> the submodule that defines it (imported on first access)
 _WHERE = {
     "CachedEmbedder": "embedder",
     "Embedder": "embedder",

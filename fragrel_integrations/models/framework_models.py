@@ -1,12 +1,7 @@
-"""LangChain and LlamaIndex models as the core's protocols: :class:`LangChainChatModel`,
-:class:`LlamaIndexChatModel` and :class:`LlamaIndexEmbedder`. A framework is imported when an adapter is built,
-never at module import.
+"""LangChain and LlamaIndex models as the core's protocols (a framework is imported when an adapter is built).
 
-``temperature`` and ``max_tokens`` are passed as call-time keywords when given (provider integrations merge them
-into the request; ``forward_params=False`` keeps the model's own settings); LangChain always gets ``stop``.
-``reply_format`` is not enforced here (``supports_format`` is False): the frameworks' structured output differs
-per provider and covers neither label choices nor regexes, so the steps parse free text. For enforcement call
-the same server through :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
+``temperature`` and ``max_tokens`` go as call-time keywords (``forward_params=False`` keeps the model's own);
+LangChain always gets ``stop``. No ``reply_format`` is enforced: the steps parse free text.
 
 >>> from langchain_openai import ChatOpenAI                                      # doctest: +SKIP
 >>> LangChainChatModel(ChatOpenAI(model="gpt-4o-mini")).invoke("Say hi", max_tokens=8)  # doctest: +SKIP
@@ -42,7 +37,6 @@ class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
             )
         self.forward_params = forward_params
         self.model_name = model_id(wrapped)
-        #: None until the first yes/no question; False once the model returned no logprobs (not asked again).
         self.logprobs_supported: bool | None = None
 
     def count_tokens(self, text: str) -> int:
@@ -103,8 +97,8 @@ class LangChainChatModel(_FrameworkChatModel):
         return [kinds[m["role"]](content=m["content"]) for m in messages]
 
     def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
-        """``stop`` always (LangChain's standard call argument); the others when ``forward_params``."""
-        return super()._kwargs(temperature, max_tokens, stop) if self.forward_params else given_params(None, None, stop)
+        """``stop`` always; the others when ``forward_params``."""
+        return given_params(*((temperature, max_tokens) if self.forward_params else (None, None)), stop)
 
     def _call(self, messages: list[Any], kwargs: dict[str, Any]) -> Any:
         return self.model.invoke(messages, **kwargs)
@@ -139,8 +133,7 @@ class LangChainChatModel(_FrameworkChatModel):
 
 
 class LlamaIndexChatModel(_FrameworkChatModel):
-    """A LlamaIndex ``LLM`` as a :class:`~.chat.ChatModel` (``llm.chat`` / ``llm.achat``; the context window from
-    ``llm.metadata``)."""
+    """A LlamaIndex ``LLM`` as a :class:`~.chat.ChatModel` (``llm.chat`` / ``llm.achat``)."""
 
     def __init__(self, llm: Any, *, forward_params: bool = True) -> None:
         require("llama_index.core", "llama-index")
@@ -190,9 +183,7 @@ def is_llama_index_embedding(obj: object) -> bool:
 
 
 class LlamaIndexEmbedder:
-    """A LlamaIndex ``BaseEmbedding`` as a core :class:`~.embedder.Embedder`: documents through
-    ``get_text_embedding_batch`` (the model's batching, callbacks and cache apply), queries through
-    ``get_query_embedding`` (query instructions apply).
+    """A LlamaIndex ``BaseEmbedding`` as a core :class:`~.embedder.Embedder` (its batching and query instructions).
 
     >>> from llama_index.core.embeddings import MockEmbedding          # doctest: +SKIP
     >>> LlamaIndexEmbedder(MockEmbedding(embed_dim=8)).embed_documents(["a", "b"]).shape  # doctest: +SKIP
