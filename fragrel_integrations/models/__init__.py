@@ -1,17 +1,6 @@
-"""Models: the two protocols the core needs and the adapters that turn any model into one of them.
-
-- :class:`Embedder` (texts -> float32 vectors) and :func:`as_embedder`, which converts LangChain ``Embeddings``,
-  LlamaIndex ``BaseEmbedding`` models, this package's wrappers and plain objects;
-- :class:`ChatModel` (messages -> text, sync and async) and :func:`as_chat_model`, which converts LangChain chat
-  models and LlamaIndex LLMs;
-- the embedded offline defaults: :class:`MiniLMEmbedder` (all-MiniLM-L6-v2, extra ``[embed]``) and
-  :class:`TransformersChatModel` (SmolLM2-135M-Instruct run by transformers, extra ``[local]``;
-  :class:`LlamaCppChatModel` runs GGUF models with llama-cpp-python, extra ``[llamacpp]``); :class:`OpenAIChatModel` and
-  :class:`OpenAIEmbedder` for any OpenAI-compatible server (extra ``[openai]``).
-
-Names are imported on first access, so ``import fragrel_integrations.models`` loads no framework and no model.
-
->>> from fragrel_integrations.models import as_embedder, as_chat_model   # doctest: +SKIP
+"""Models: the :class:`Embedder` and :class:`ChatModel` protocols, :func:`as_embedder` / :func:`as_chat_model`, the
+embedded defaults (:class:`MiniLMEmbedder`, :class:`TransformersChatModel`, :class:`LlamaCppChatModel`) and
+OpenAI-compatible servers. Names are imported on first access: importing this loads no framework and no model.
 """
 
 from __future__ import annotations
@@ -62,35 +51,19 @@ __all__ = [
     "optional_embedder",
 ]
 
-# name -> the submodule that defines it (imported on first access)
-_WHERE = {
-    "CachedEmbedder": "embedder",
-    "Embedder": "embedder",
-    "as_embedder": "convert",
-    "embed_documents": "embedder",
-    "embed_query": "embedder",
-    "optional_embedder": "convert",
-    "ReplyFormat": "structured",
-    "CachedChatModel": "response_cache",
-    "ResponseCache": "response_cache",
-    "ChatMessage": "chat",
-    "ChatModel": "chat",
-    "ChatModelBase": "chat",
-    "abatch": "chat",
-    "as_chat_model": "convert",
-    "batch": "chat",
-    "complete": "chat",
-    "LangChainChatModel": "framework_models",
-    "LlamaCppChatModel": "llama_cpp_chat",
-    "TransformersChatModel": "transformers_chat",
-    "default_chat_model": "transformers_chat",
-    "LlamaIndexChatModel": "framework_models",
-    "LlamaIndexEmbedder": "framework_models",
-    "MiniLMEmbedder": "local",
-    "default_embedder": "local",
-    "OpenAIChatModel": "openai_chat",
-    "OpenAIEmbedder": "openai_embeddings",
+_MODULES = {
+    "chat": ("ChatMessage", "ChatModel", "ChatModelBase", "abatch", "batch", "complete"),
+    "convert": ("as_chat_model", "as_embedder", "optional_embedder"),
+    "embedder": ("CachedEmbedder", "Embedder", "embed_documents", "embed_query"),
+    "framework_models": ("LangChainChatModel", "LlamaIndexChatModel", "LlamaIndexEmbedder"),
+    "llama_cpp_chat": ("LlamaCppChatModel",),
+    "local": ("MiniLMEmbedder", "default_embedder"),
+    "openai_chat": ("OpenAIChatModel",),
+    "openai_embeddings": ("OpenAIEmbedder",),
+    "response_cache": ("CachedChatModel", "ResponseCache"),
+    "structured": ("ReplyFormat",),
+    "transformers_chat": ("TransformersChatModel", "default_chat_model"),
 }
-
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
 
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals(), __all__)

@@ -1,9 +1,7 @@
-"""The ChatModel protocol the core calls (messages -> text, sync and async) and the helpers every backend shares.
+"""The ChatModel protocol (messages -> text, sync and async) and the helpers every backend shares.
 
-A chat model is any object with ``invoke(messages, *, temperature=None, max_tokens=None, stop=None) -> str`` and
-``async ainvoke(...)`` alike. ``messages`` is a string (one user message) or a list of ``{"role", "content"}``
-dicts / :class:`ChatMessage` objects; None for a parameter means the backend's default. A model may also have
-``supports_format(reply_format)`` and then take ``reply_format=`` (see :mod:`.structured`).
+``messages`` is a string (one user message) or a list of ``{"role", "content"}`` dicts / :class:`ChatMessage`;
+None for a parameter means the backend's default.
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> complete(ScriptedChatModel(["Paris."]), "Capital of France?", system="Answer briefly.", max_tokens=8)
@@ -46,6 +44,7 @@ __all__ = [
 ]
 
 ROLES = frozenset({"system", "user", "assistant"})
+_PARAMS = ("temperature", "max_tokens", "stop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +68,7 @@ Messages = str | Sequence[Mapping[str, str] | ChatMessage]
 
 
 def to_messages(messages: Messages) -> list[dict[str, str]]:
-    """``messages`` as a new list of checked ``{"role", "content"}`` dicts.
+    """``messages`` as a new list of checked dicts.
 
     >>> to_messages("Hello")
     [{'role': 'user', 'content': 'Hello'}]
@@ -95,7 +94,6 @@ def to_messages(messages: Messages) -> list[dict[str, str]]:
     return out
 
 
-# ------------------------------------------------------------------------------------------ parameters
 class GenerationParams(TypedDict, total=False):
     """The keywords of every chat model's ``invoke`` / ``ainvoke`` / ``stream`` (None: the backend's default)."""
 
@@ -116,8 +114,8 @@ def check_params(
         if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 2:
             raise ValueError(f"temperature must be a number in [0, 2] or None, got {temperature!r}")
         temperature = float(temperature)
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ValueError(f"max_tokens must be a positive int or None, got {max_tokens!r}")
+    if max_tokens is not None:
+        check_positive_int(max_tokens, "max_tokens", hint=" or None")
     if stop is not None:
         stop = [stop] if isinstance(stop, str) else list(stop)
         if not all(isinstance(s, str) and s for s in stop):
@@ -128,9 +126,7 @@ def check_params(
 
 def check_context_window(value: int | None) -> int | None:
     """A context-window override: a positive int or None."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"context_window must be a positive int or None, got {value!r}")
-    return value
+    return None if value is None else check_positive_int(value, "context_window", hint=" or None")
 
 
 def given_params(temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
@@ -139,8 +135,7 @@ def given_params(temperature: float | None, max_tokens: int | None, stop: list[s
     >>> given_params(0.0, None, ["\\n"])
     {'temperature': 0.0, 'stop': ['\\n']}
     """
-    params = {"temperature": temperature, "max_tokens": max_tokens, "stop": stop or None}
-    return {k: v for k, v in params.items() if v is not None}
+    return {k: v for k, v in zip(_PARAMS, (temperature, max_tokens, stop or None), strict=True) if v is not None}
 
 
 def _prepare(messages: Messages, params: Mapping[str, Any]) -> tuple[Any, ...]:
@@ -150,10 +145,13 @@ def _prepare(messages: Messages, params: Mapping[str, Any]) -> tuple[Any, ...]:
             f"unexpected keyword argument(s) {unknown}: a chat model takes temperature, max_tokens and stop"
             " (invoke and ainvoke also reply_format)"
         )
-    return to_messages(messages), *check_params(params.get("temperature"), params.get("max_tokens"), params.get("stop"))
+    return to_messages(messages), *_checked(params)
 
 
-# ------------------------------------------------------------------------------------------ the protocol
+def _checked(params: Mapping[str, Any]) -> tuple[float | None, int | None, list[str] | None]:
+    return check_params(*map(params.get, _PARAMS))
+
+
 @runtime_checkable
 class ChatModel(Protocol):
     """Messages in, text out; sync and async (keywords: :class:`GenerationParams`)."""
@@ -192,7 +190,7 @@ def model_id(model: object) -> str:
 
 
 def context_window(model: object, default: int | None = None) -> int | None:
-    """The model's context window in tokens if it says (``context_window`` attribute or LlamaIndex metadata)."""
+    """The model's context window (attribute or LlamaIndex metadata), else ``default``."""
     for obj in (model, getattr(model, "metadata", None)):
         value = getattr(obj, "context_window", None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
@@ -211,10 +209,8 @@ def is_instance_of(obj: object, module: str, attr: str) -> bool:
     return isinstance(cls, type) and isinstance(obj, cls)
 
 
-# ------------------------------------------------------------------------------------------ the base class
 class ChatModelBase(ABC):
-    """Base class of this package's chat models: inputs checked once, then ``_generate(messages, temperature,
-    max_tokens, stop)``; ``_agenerate`` runs it in a worker thread unless a backend overrides it."""
+    """Base of this package's chat models: inputs checked once, then ``_generate`` (``_agenerate``: in a thread)."""
 
     model_name: str = "chat-model"
 
@@ -249,8 +245,7 @@ class ChatModelBase(ABC):
         return await asyncio.to_thread(self._generate_format, messages, temperature, max_tokens, stop, reply_format)
 
     def stream(self, messages: Messages, **params: Unpack[GenerationParams]) -> Iterator[str]:
-        """The reply in pieces as the backend makes them (one piece when it cannot stream); joined, they are
-        what :meth:`invoke` returns."""
+        """The reply in pieces (one when the backend cannot stream); joined, what :meth:`invoke` returns."""
         return self._stream(*_prepare(messages, params))
 
     def astream(self, messages: Messages, **params: Unpack[GenerationParams]) -> AsyncIterator[str]:
@@ -288,8 +283,8 @@ def _enforce(model: ChatModelBase, reply_format: ReplyFormat | None) -> bool:
 
 
 async def aiter_in_thread(iterator: Iterator[Any], *, max_buffer: int = 256) -> AsyncIterator[Any]:
-    """A blocking ``iterator`` run in a worker thread, its items yielded to async code as they come. Its errors
-    are raised here; a consumer that stops early makes the worker stop and close the iterator."""
+    """A blocking ``iterator`` run in a worker thread, its items (and errors) passed to async code; stopping early
+    makes the worker stop and close the iterator."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
     stop = threading.Event()
@@ -328,7 +323,6 @@ async def aiter_in_thread(iterator: Iterator[Any], *, max_buffer: int = 256) -> 
             await asyncio.shield(worker)
 
 
-# ------------------------------------------------------------------------------------------ many prompts
 async def abatch(
     model: ChatModel,
     inputs: Sequence[Messages],
@@ -338,14 +332,13 @@ async def abatch(
     return_exceptions: bool = False,
     **params: Unpack[GenerationParams],
 ) -> list[str | BaseException]:
-    """``model.ainvoke`` on every input, at most ``max_concurrency`` at a time, in input order; ``timeout``
-    bounds each call; ``return_exceptions`` puts a failed call's exception in the list."""
+    """``model.ainvoke`` on every input, ``max_concurrency`` at a time, in order; ``timeout`` bounds each call."""
     model = check_chat_model(model)
     sem = asyncio.Semaphore(check_positive_int(max_concurrency, "max_concurrency"))
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
     prepared = [to_messages(x) for x in inputs]
-    kw = dict(zip(("temperature", "max_tokens", "stop"), check_params(*_params3(params)), strict=True))
+    kw = dict(zip(_PARAMS, _checked(params), strict=True))
 
     async def one(msgs: list[dict[str, str]]) -> str:
         async with sem:
@@ -366,16 +359,12 @@ def batch(
     model = check_chat_model(model)
     n = check_positive_int(max_concurrency, "max_concurrency")
     prepared = [to_messages(x) for x in inputs]
-    t, k, s = check_params(*_params3(params))
+    t, k, s = _checked(params)
     if not prepared:
         return []
     with ThreadPoolExecutor(max_workers=min(n, len(prepared)), thread_name_prefix="fragrel-chat") as pool:
         futures = [pool.submit(model.invoke, m, temperature=t, max_tokens=k, stop=s) for m in prepared]
         return [f.result() for f in futures]
-
-
-def _params3(params: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    return params.get("temperature"), params.get("max_tokens"), params.get("stop")
 
 
 def complete(model: ChatModel, prompt: str, *, system: str | None = None, **params: Unpack[GenerationParams]) -> str:

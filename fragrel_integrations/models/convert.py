@@ -1,10 +1,5 @@
-"""Conversions of any model into the core's protocols: :func:`as_embedder`, :func:`optional_embedder` and
-:func:`as_chat_model`.
-
-The protocol modules (:mod:`.embedder`, :mod:`.chat`) know none of their adapters; this module knows them all, so
-that no import cycle runs between a protocol and its adapters. No framework is imported here: a framework
-object is recognised only when its framework is already imported (an instance of it implies it is).
-"""
+"""Any model as the core's protocols (:func:`as_embedder`, :func:`optional_embedder`, :func:`as_chat_model`); the
+one module that knows the adapters, so no cycle runs between a protocol and them. No framework is imported here."""
 
 from __future__ import annotations
 
@@ -18,18 +13,8 @@ __all__ = ["as_chat_model", "as_embedder", "optional_embedder"]
 
 
 def as_embedder(model: Any) -> Embedder:
-    """Return ``model`` as an :class:`Embedder`, the one conversion every component and adapter uses.
-
-    - an :class:`~fragrel_integrations.models.embedder.EmbedderProvider` (this package's wrappers, LangChain
-      ``MiniLMEmbeddings`` and LlamaIndex ``MiniLMEmbedding``) gives the core embedder it holds
-      (``fragrel_embedder()``: loaded on first use, shared with the rest of the library);
-    - a LlamaIndex ``BaseEmbedding`` is wrapped in
-      :class:`~fragrel_integrations.models.framework_models.LlamaIndexEmbedder`;
-    - anything with ``embed_documents(texts)`` and ``embed_query(text)`` (a LangChain ``Embeddings``, a core
-      embedder, your own object) is returned as is.
-
-    No framework is imported here. ``None`` raises: components take ``embedder=None`` for the embedded
-    default (see :func:`optional_embedder`).
+    """``model`` as an :class:`Embedder`: a wrapper's core embedder, a LlamaIndex ``BaseEmbedding`` wrapped, or
+    anything with ``embed_documents`` and ``embed_query`` as is; None raises (see :func:`optional_embedder`).
 
     >>> from fragrel_integrations.testing import HashingEmbedder
     >>> emb = HashingEmbedder(dim=8)
@@ -57,14 +42,10 @@ def optional_embedder(model: Any) -> Embedder | None:
 
 
 def as_chat_model(model: Any) -> ChatModel:
-    """Return ``model`` as a :class:`ChatModel`: LangChain ``BaseChatModel`` and LlamaIndex ``LLM`` objects are
-    wrapped; anything that already has ``invoke`` and ``ainvoke`` returning text is returned as is.
-
-    LangChain chat models also have ``invoke``/``ainvoke`` (returning messages), so they are detected first.
-    """
-    if is_instance_of(model, "langchain_core.language_models", "BaseChatModel"):
-        return LangChainChatModel(model)
-    if is_instance_of(model, "langchain_core.language_models", "BaseLLM"):
+    """``model`` as a :class:`ChatModel`: LangChain and LlamaIndex models wrapped (detected first: LangChain's have
+    ``invoke`` too), anything with ``invoke`` and ``ainvoke`` returning text as is."""
+    lc = "langchain_core.language_models"
+    if is_instance_of(model, lc, "BaseChatModel") or is_instance_of(model, lc, "BaseLLM"):
         return LangChainChatModel(model)
     if is_instance_of(model, "llama_index.core.llms", "LLM"):
         return LlamaIndexChatModel(model)

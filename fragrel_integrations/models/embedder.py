@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -25,12 +26,8 @@ __all__ = [
 
 @runtime_checkable
 class Embedder(Protocol):
-    """Texts to vectors. ``embed_documents`` returns ``(len(texts), dim)``; ``embed_query`` returns ``(dim,)``.
-
-    Any object with these two methods works (LangChain ``Embeddings`` name them the same way);
-    :func:`~fragrel_integrations.models.convert.as_embedder` converts LlamaIndex embedding models and this
-    package's framework wrappers.
-    """
+    """Texts to vectors: ``embed_documents`` gives ``(len(texts), dim)``, ``embed_query`` ``(dim,)`` (LangChain's
+    ``Embeddings`` fit as they are; :func:`~.convert.as_embedder` converts the others)."""
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray | list[list[float]]: ...
 
@@ -39,10 +36,8 @@ class Embedder(Protocol):
 
 @runtime_checkable
 class EmbedderProvider(Protocol):
-    """An object that holds a core :class:`Embedder` and hands it out: a framework wrapper such as LangChain's
-    ``MiniLMEmbeddings`` or LlamaIndex's ``MiniLMEmbedding``. :func:`~fragrel_integrations.models.convert.as_embedder`
-    uses ``fragrel_embedder()`` instead of the wrapper's framework methods (arrays, no list round-trip), so this
-    layer never needs to know the wrappers.
+    """A framework wrapper (e.g. ``MiniLMEmbeddings``) that hands out the core :class:`Embedder` it holds, which
+    :func:`~.convert.as_embedder` then uses directly.
 
     >>> class Holder:
     ...     def fragrel_embedder(self):
@@ -55,7 +50,7 @@ class EmbedderProvider(Protocol):
 
 
 def check_embeddings(vectors: object, n: int, *, source: str = "embedder") -> np.ndarray:
-    """Return ``vectors`` as a finite float32 ``(n, dim)`` array or raise ValueError naming the problem."""
+    """``vectors`` as a finite float32 ``(n, dim)`` array, else a ValueError naming the problem."""
     try:
         arr = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError) as exc:
@@ -68,20 +63,16 @@ def check_embeddings(vectors: object, n: int, *, source: str = "embedder") -> np
 
 
 def embed_documents(
-    embedder: Embedder,
-    texts: Sequence[str],
-    *,
-    batch_size: int = 64,
-    show_progress: bool = False,
+    embedder: Embedder, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False
 ) -> np.ndarray:
-    """Embed ``texts`` in batches (with an optional progress bar) and validate the result."""
+    """``texts`` embedded in batches (with an optional progress bar), checked."""
     if not isinstance(embedder, Embedder):
         raise TypeError(
             f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}; "
             "wrap framework models with fragrel_integrations.models.as_embedder"
         )
     check_positive_int(batch_size, "batch_size")
-    texts = [check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]  # no lone surrogate reaches a tokenizer
+    texts = [check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     parts = []
@@ -96,7 +87,7 @@ def embed_documents(
 
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
-    """Embed one query and validate it: a finite float32 vector."""
+    """One query embedded, checked: a finite float32 vector."""
     if not isinstance(text, str):
         raise TypeError(f"query must be str, got {type(text).__name__}")
     check_text(text, "the query")
@@ -104,11 +95,7 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
 
 
 class CachedEmbedder:
-    """Wrap an embedder with an in-memory LRU cache of document vectors keyed by text.
-
-    Re-ranking a base retriever's pool re-embeds the same fragments query after query; with this wrapper each
-    distinct text is embedded once (up to ``maxsize`` texts). Safe to share between threads (a lock guards the
-    cache; two threads may embed the same new text at once, never corrupt the cache).
+    """An embedder behind an in-memory LRU cache of document vectors (``maxsize`` texts); thread-safe.
 
     >>> class Echo:
     ...     calls = 0
@@ -126,17 +113,14 @@ class CachedEmbedder:
     def __init__(self, embedder: Embedder, maxsize: int = 100_000) -> None:
         if not isinstance(embedder, Embedder):
             raise TypeError("CachedEmbedder wraps an object with embed_documents(texts) and embed_query(text)")
-        check_positive_int(maxsize, "maxsize")
-        from collections import OrderedDict
-
         self.embedder = embedder
-        self.maxsize = maxsize
+        self.maxsize = check_positive_int(maxsize, "maxsize")
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        with self._lock:  # the cache is shared between threads; the embedding call runs outside the lock
+        with self._lock:  # the embedding call runs outside the lock
             found = {t: self._cache[t] for t in dict.fromkeys(texts) if t in self._cache}
         missing = [t for t in dict.fromkeys(texts) if t not in found]
         if missing:
@@ -158,10 +142,7 @@ class CachedEmbedder:
 
 
 class WrappedEmbedder:
-    """The core embedder inside an :class:`EmbedderProvider` (e.g. LangChain's ``MiniLMEmbeddings``), read from
-    the wrapper's ``attribute`` on each call so that the model still loads on first use. Calls go straight to
-    the core model (arrays, no list round-trip); ``max_input_tokens`` is forwarded so input-window checks still
-    see it."""
+    """The core embedder in a wrapper's ``attribute``, read on each call (so it still loads on first use)."""
 
     def __init__(self, wrapper: object, attribute: str) -> None:
         self.wrapper = wrapper

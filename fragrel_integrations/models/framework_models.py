@@ -1,22 +1,13 @@
-"""LangChain and LlamaIndex models as the core's protocols: :class:`LangChainChatModel`,
-:class:`LlamaIndexChatModel` and :class:`LlamaIndexEmbedder`. A framework is imported when an adapter is built,
-never at module import.
+"""LangChain and LlamaIndex models as the core's protocols (a framework is imported when an adapter is built).
 
-``temperature`` and ``max_tokens`` are passed as call-time keywords when given (provider integrations merge them
-into the request; ``forward_params=False`` keeps the model's own settings); LangChain always gets ``stop``.
-``reply_format`` is not enforced here (``supports_format`` is False): the frameworks' structured output differs
-per provider and covers neither label choices nor regexes, so the steps parse free text. For enforcement call
-the same server through :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`.
-
->>> from langchain_openai import ChatOpenAI                                      # doctest: +SKIP
->>> LangChainChatModel(ChatOpenAI(model="gpt-4o-mini")).invoke("Say hi", max_tokens=8)  # doctest: +SKIP
-'Hi!'
+``temperature`` and ``max_tokens`` go as call-time keywords (``forward_params=False`` keeps the model's own);
+LangChain always gets ``stop``. No ``reply_format`` is enforced: the steps parse free text.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,7 +23,10 @@ _YES_NO_CALL = {"logprobs": True, "top_logprobs": TOP_LOGPROBS, "max_tokens": 1,
 
 
 class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
-    """A framework model called with converted messages; subclasses say how to convert, call and read."""
+    """A framework model called (``_call`` / ``_acall``, set by a subclass) with converted messages."""
+
+    _call: Callable[..., Any]
+    _acall: Callable[..., Awaitable[Any]]
 
     def __init__(self, wrapped: Any, forward_params: bool, expected: type, what: str) -> None:
         if not isinstance(wrapped, expected):
@@ -42,7 +36,6 @@ class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
             )
         self.forward_params = forward_params
         self.model_name = model_id(wrapped)
-        #: None until the first yes/no question; False once the model returned no logprobs (not asked again).
         self.logprobs_supported: bool | None = None
 
     def count_tokens(self, text: str) -> int:
@@ -53,28 +46,22 @@ class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
     def _convert(self, messages: list[dict[str, str]]) -> list[Any]: ...
 
     @abstractmethod
-    def _call(self, messages: list[Any], kwargs: dict[str, Any]) -> Any: ...
-
-    @abstractmethod
-    async def _acall(self, messages: list[Any], kwargs: dict[str, Any]) -> Any: ...
-
-    @abstractmethod
     def _reply(self, result: Any) -> str: ...
 
     def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
         return given_params(temperature, max_tokens, stop) if self.forward_params else {}
 
     def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
-        return self._reply(self._call(self._convert(messages), self._kwargs(temperature, max_tokens, stop)))
+        return self._reply(self._call(self._convert(messages), **self._kwargs(temperature, max_tokens, stop)))
 
     async def _agenerate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
-        return self._reply(await self._acall(self._convert(messages), self._kwargs(temperature, max_tokens, stop)))
+        return self._reply(await self._acall(self._convert(messages), **self._kwargs(temperature, max_tokens, stop)))
 
     def _logprobs_reply(self, messages: Messages) -> Any:
-        return self._call(self._convert(to_messages(messages)), dict(_YES_NO_CALL))
+        return self._call(self._convert(to_messages(messages)), **_YES_NO_CALL)
 
     async def _alogprobs_reply(self, messages: Messages) -> Any:
-        return await self._acall(self._convert(to_messages(messages)), dict(_YES_NO_CALL))
+        return await self._acall(self._convert(to_messages(messages)), **_YES_NO_CALL)
 
     @staticmethod
     def _has_logprobs_fields(model: Any) -> bool:
@@ -91,6 +78,7 @@ class LangChainChatModel(_FrameworkChatModel):
 
         super().__init__(model, forward_params, BaseLanguageModel, "a LangChain BaseChatModel or BaseLLM")
         self.model = model
+        self._call, self._acall = model.invoke, model.ainvoke
 
     @property
     def context_window(self) -> int | None:
@@ -103,14 +91,8 @@ class LangChainChatModel(_FrameworkChatModel):
         return [kinds[m["role"]](content=m["content"]) for m in messages]
 
     def _kwargs(self, temperature: float | None, max_tokens: int | None, stop: list[str] | None) -> dict[str, Any]:
-        """``stop`` always (LangChain's standard call argument); the others when ``forward_params``."""
-        return super()._kwargs(temperature, max_tokens, stop) if self.forward_params else given_params(None, None, stop)
-
-    def _call(self, messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        return self.model.invoke(messages, **kwargs)
-
-    async def _acall(self, messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        return await self.model.ainvoke(messages, **kwargs)
+        """``stop`` always; the others when ``forward_params``."""
+        return given_params(*((temperature, max_tokens) if self.forward_params else (None, None)), stop)
 
     def _reply(self, result: Any) -> str:
         content = getattr(result, "content", result)  # BaseLLM returns a string
@@ -139,8 +121,7 @@ class LangChainChatModel(_FrameworkChatModel):
 
 
 class LlamaIndexChatModel(_FrameworkChatModel):
-    """A LlamaIndex ``LLM`` as a :class:`~.chat.ChatModel` (``llm.chat`` / ``llm.achat``; the context window from
-    ``llm.metadata``)."""
+    """A LlamaIndex ``LLM`` as a :class:`~.chat.ChatModel` (``llm.chat`` / ``llm.achat``)."""
 
     def __init__(self, llm: Any, *, forward_params: bool = True) -> None:
         require("llama_index.core", "llama-index")
@@ -148,6 +129,7 @@ class LlamaIndexChatModel(_FrameworkChatModel):
 
         super().__init__(llm, forward_params, LLM, "a LlamaIndex LLM")
         self.llm = llm
+        self._call, self._acall = llm.chat, llm.achat
 
     @property
     def context_window(self) -> int | None:
@@ -159,12 +141,6 @@ class LlamaIndexChatModel(_FrameworkChatModel):
 
         roles = {"system": MessageRole.SYSTEM, "user": MessageRole.USER, "assistant": MessageRole.ASSISTANT}
         return [ChatMessage(role=roles[m["role"]], content=m["content"]) for m in messages]
-
-    def _call(self, messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        return self.llm.chat(messages, **kwargs)
-
-    async def _acall(self, messages: list[Any], kwargs: dict[str, Any]) -> Any:
-        return await self.llm.achat(messages, **kwargs)
 
     def _reply(self, result: Any) -> str:
         return result.message.content or ""
@@ -190,14 +166,7 @@ def is_llama_index_embedding(obj: object) -> bool:
 
 
 class LlamaIndexEmbedder:
-    """A LlamaIndex ``BaseEmbedding`` as a core :class:`~.embedder.Embedder`: documents through
-    ``get_text_embedding_batch`` (the model's batching, callbacks and cache apply), queries through
-    ``get_query_embedding`` (query instructions apply).
-
-    >>> from llama_index.core.embeddings import MockEmbedding          # doctest: +SKIP
-    >>> LlamaIndexEmbedder(MockEmbedding(embed_dim=8)).embed_documents(["a", "b"]).shape  # doctest: +SKIP
-    (2, 8)
-    """
+    """A LlamaIndex ``BaseEmbedding`` as a core :class:`~.embedder.Embedder` (its batching and query instructions)."""
 
     def __init__(self, embed_model: Any, *, show_progress: bool = False) -> None:
         if not is_llama_index_embedding(embed_model):

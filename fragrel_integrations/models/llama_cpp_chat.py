@@ -1,12 +1,5 @@
-"""A chat GGUF model run in-process by llama-cpp-python (the ``[llamacpp]`` extra), with GBNF grammars for
-every :class:`~fragrel_integrations.models.structured.ReplyFormat`; ``model_path=None`` is the embedded SmolLM2.
-
-Models load inside :func:`portable_loading`: llama.cpp's extra CPU buffer types hold weights repacked for AMX
-kernels, which fault (``Illegal instruction``) on hosts whose CPU reports AMX without the system allowing it.
-
->>> model = LlamaCppChatModel()                                                # doctest: +SKIP
->>> model.invoke([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)  # doctest: +SKIP
-'The capital of France is Paris.'
+"""A chat GGUF model run in-process by llama-cpp-python (extra ``[llamacpp]``), with GBNF grammars for every
+:class:`~.structured.ReplyFormat`; ``model_path=None`` is the embedded SmolLM2. Loaded by :func:`portable_loading`.
 """
 
 from __future__ import annotations
@@ -36,8 +29,7 @@ _LOADING = threading.Lock()
 
 @contextlib.contextmanager
 def portable_loading() -> Iterator[None]:
-    """llama.cpp models loaded inside the block keep their weights in plain CPU buffers
-    (``use_extra_bufts=False``), so no repacked AMX kernel runs. Serialised by a lock."""
+    """Models loaded inside keep weights in plain CPU buffers: AMX-repacked ones fault where AMX is not allowed."""
     lib = require("llama_cpp.llama_cpp", "llamacpp")
     with _LOADING:
         original = lib.llama_model_default_params
@@ -56,10 +48,8 @@ def portable_loading() -> Iterator[None]:
 
 
 class LlamaCppChatModel(InProcessChatModel):
-    """A chat GGUF model run in-process by llama-cpp-python, with the GGUF's chat template (or ``chat_format``,
-    a llama-cpp-python format name such as ``"gemma"``). ``n_ctx`` is the context window in tokens; ``timeout``
-    (seconds) raises ``TimeoutError``. Calls on one instance are serialised (a llama.cpp context is not thread-safe).
-    """
+    """A chat GGUF model on llama-cpp-python with its chat template (or ``chat_format``); ``n_ctx`` is the window,
+    ``timeout`` (seconds) raises ``TimeoutError``; calls on one instance are serialised."""
 
     _window_fix = "load with a larger n_ctx"
 
@@ -96,7 +86,7 @@ class LlamaCppChatModel(InProcessChatModel):
                 verbose=verbose,
             )
         self.load_seconds = time.perf_counter() - start
-        # Free the model while the interpreter is still whole: llama-cpp-python's own __del__ fails at shutdown.
+        # freed while the interpreter is whole: llama-cpp-python's __del__ fails at shutdown
         self._finalizer = weakref.finalize(self, self._llm.close)
         self._formatter = self._make_formatter()
         self._grammars: dict[ReplyFormat, Any] = {}
@@ -105,12 +95,10 @@ class LlamaCppChatModel(InProcessChatModel):
 
     @property
     def context_window(self) -> int:  # type: ignore[override]
-        """Tokens the loaded context holds (prompt + answer)."""
         return int(self._llm.n_ctx())
 
     @property
     def trained_context_window(self) -> int | None:
-        """The context length the model was trained with (GGUF metadata), if recorded."""
         return next((int(v) for k, v in self._llm.metadata.items() if k.endswith(".context_length")), None)
 
     def _make_formatter(self) -> Any:
@@ -134,7 +122,7 @@ class LlamaCppChatModel(InProcessChatModel):
             return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
     def count_message_tokens(self, messages: Messages) -> int:
-        """Exact prompt tokens of a chat request: the GGUF chat template applied, generation prompt included."""
+        """Exact prompt tokens of a chat request (the chat template applied)."""
         msgs = to_messages(messages)
         if self._formatter is None:
             from .tokens import MESSAGE_OVERHEAD_TOKENS
@@ -145,7 +133,6 @@ class LlamaCppChatModel(InProcessChatModel):
             return len(self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True))
 
     def _stream(self, messages, temperature, max_tokens, stop, reply_format=None) -> Iterator[str]:  # type: ignore[no-untyped-def]
-        """Token by token from llama.cpp; closing the iterator (or ``timeout``) stops the generation."""
         budget = self._budget(self.count_message_tokens(messages), max_tokens)
         grammar = None if reply_format is None else self._grammar(reply_format)
         with self._lock:
@@ -169,7 +156,7 @@ class LlamaCppChatModel(InProcessChatModel):
                 stream.close()
 
     def _first_logits(self, messages: list[dict[str, str]]) -> Any:
-        """The prompt evaluated once, its cached prefix reused (as llama-cpp-python's own generate does)."""
+        """The prompt evaluated, its cached prefix reused."""
         import numpy as np
 
         if self._formatter is None:
@@ -190,11 +177,11 @@ class LlamaCppChatModel(InProcessChatModel):
         self._finalizer()
 
     def supports_format(self, reply_format: ReplyFormat) -> bool:
-        """Every kind is enforced with a grammar; False for a regex or schema the converter cannot translate."""
+        """Every kind by a grammar; False for a regex or schema the converter cannot translate."""
         return self._grammar(reply_format) is not None
 
     def _grammar(self, reply_format: ReplyFormat) -> Any:
-        """The compiled grammar of a format, or None (logged once) when llama.cpp cannot use it; cached."""
+        """The compiled grammar of a format (cached), or None when llama.cpp cannot use it."""
         with self._grammar_lock:
             if reply_format in self._grammars:
                 return self._grammars[reply_format]
@@ -207,13 +194,12 @@ class LlamaCppChatModel(InProcessChatModel):
             except ValueError as exc:
                 logger.warning("%s: the reply is not constrained (%s)", self.model_name, exc)
                 grammar = None
-            if len(self._grammars) >= 64:  # formats are few; bound the cache anyway
+            if len(self._grammars) >= 64:
                 self._grammars.clear()
             self._grammars[reply_format] = grammar
             return grammar
 
 
-# ------------------------------------------------------------------------------------------ GBNF grammars
 def gbnf_literal(text: str) -> str:
     """``text`` as a GBNF string literal (JSON-style escapes)."""
     return json.dumps(text, ensure_ascii=False)
@@ -232,8 +218,7 @@ _NON_CAPTURING = re.compile(r"(?<!\\)\(\?:")
 
 
 def gbnf(reply_format: ReplyFormat) -> str:
-    """The GBNF grammar text that enforces ``reply_format`` (regex and JSON schema through llama-cpp-python's
-    converter); ValueError when the converter cannot translate it (e.g. a look-ahead in a regex)."""
+    """The GBNF grammar that enforces ``reply_format``; ValueError when the converter cannot translate it."""
     if not isinstance(reply_format, ReplyFormat):
         raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
     if reply_format.kind == "grammar":
@@ -249,7 +234,7 @@ def gbnf(reply_format: ReplyFormat) -> str:
         pattern = _NON_CAPTURING.sub("(", reply_format.spec)  # the converter knows only plain groups
         converter.visit({"type": "string", "pattern": f"^{pattern}$"}, "")
         return converter.format_grammar()
-    except Exception as exc:  # the converter raises assorted errors (AssertionError, KeyError, ...)
+    except Exception as exc:  # the converter raises assorted errors
         raise ValueError(
             f"llama.cpp cannot translate this {reply_format.kind} format to a grammar ({type(exc).__name__}: {exc}); "
             "simplify it or pass ReplyFormat.grammar(...) with hand-written GBNF"
@@ -257,8 +242,7 @@ def gbnf(reply_format: ReplyFormat) -> str:
 
 
 def check_gbnf(llama_cpp_lib: Any, vocab: Any, text: str) -> None:
-    """ValueError unless llama.cpp's parser compiles ``text`` (``llama_cpp_lib``: ``llama_cpp.llama_cpp``;
-    ``vocab``: a loaded model's): llama-cpp-python does not check, and a bad grammar ends the process later."""
+    """ValueError unless llama.cpp's parser compiles ``text`` (unchecked, a bad grammar ends the process later)."""
     sampler = llama_cpp_lib.llama_sampler_init_grammar(vocab, text.encode("utf-8"), b"root")
     if not sampler:
         raise ValueError(

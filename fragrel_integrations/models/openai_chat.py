@@ -1,9 +1,6 @@
-"""ChatModel for any OpenAI-compatible chat-completions server (OpenAI, llama.cpp, vLLM, Ollama, LM Studio, ...) on
-the ``openai`` SDK (typed responses, streaming, retries). ``OPENAI_API_KEY`` goes only to OpenAI or to the server
-``OPENAI_BASE_URL`` names; ``timeout`` is one deadline per call, retries and name lookup included (blocking calls run
-on one background event loop; connections are kept alive); errors name the server and the fix. Example:
-``OpenAIChatModel("smollm2", base_url="http://127.0.0.1:8000/v1").invoke("Say hi", max_tokens=8)``.
-"""
+"""ChatModel for any OpenAI-compatible chat-completions server on the ``openai`` SDK. ``OPENAI_API_KEY`` goes only
+to OpenAI or to the server ``OPENAI_BASE_URL`` names; ``timeout`` is one deadline per call, retries and name lookup
+included (blocking calls run on one background event loop); errors name the server and the fix."""
 
 import asyncio
 import contextlib
@@ -68,8 +65,7 @@ def short_repr(value: Any, limit: int = 200) -> str:
 
 
 class OpenAIServer:
-    """What the chat model and the embedder share: the server, the SDK's async client (one per event loop) and
-    requests under one total deadline, with errors that name the server."""
+    """The server, its async clients (one per event loop) and requests under one deadline, errors naming it."""
 
     _loop: ClassVar[asyncio.AbstractEventLoop | None] = None  # runs the blocking calls, in a daemon thread
     _loop_lock: ClassVar[threading.Lock] = threading.Lock()
@@ -87,7 +83,7 @@ class OpenAIServer:
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
 
     def _client(self, probe: bool = False) -> Any:
-        """The running loop's client (an httpx client belongs to its loop); without retries for a ``probe``."""
+        """The running loop's client; without retries for a ``probe``."""
         loop = asyncio.get_running_loop()
         if loop not in self._clients:
             for old in [k for k in self._clients if k.is_closed()]:
@@ -96,7 +92,7 @@ class OpenAIServer:
         return self._clients[loop].with_options(max_retries=0) if probe else self._clients[loop]
 
     def _sync(self, coro: Awaitable[Any]) -> Any:
-        """``coro`` run on the background event loop (started on first use), waited for."""
+        """``coro`` run on the background event loop, waited for."""
         with OpenAIServer._loop_lock:
             if OpenAIServer._loop is None:
                 OpenAIServer._loop = asyncio.new_event_loop()
@@ -104,7 +100,7 @@ class OpenAIServer:
         return asyncio.run_coroutine_threadsafe(coro, OpenAIServer._loop).result()  # type: ignore[arg-type]
 
     async def _request(self, make: Callable[[], Awaitable[Any]], end: float | None = None, lookup: bool = True) -> Any:
-        """``await make()`` (the SDK's retries included) before the loop time ``end``, default ``timeout`` from now."""
+        """``await make()`` before the loop time ``end`` (default: ``timeout`` from now)."""
         end = asyncio.get_running_loop().time() + self.timeout if end is None else end
         if lookup:
             await self._resolve(end)
@@ -116,7 +112,7 @@ class OpenAIServer:
             raise
 
     async def _resolve(self, end: float) -> None:
-        """The name lookup on its own, so that a slow one is named (not for IP addresses, localhost, proxies)."""
+        """The name lookup on its own, so that a slow one is named."""
         if self._host in ("", "localhost") or urllib.request.getproxies():
             return
         with contextlib.suppress(ValueError):
@@ -133,14 +129,14 @@ class OpenAIServer:
             ) from None
 
     def _fail(self, exc: Exception, end: float) -> None:
-        """Raise ``exc`` as the caller should see it, naming the server and the fix (HTTP errors keep their type)."""
+        """Raise ``exc`` naming the server and the fix (HTTP errors keep their type)."""
         openai, where = self._openai, f"the OpenAI-compatible server at {self.base_url}"
         cause = (exc.__cause__ or exc) if isinstance(exc, openai.APIConnectionError) else exc
         if isinstance(exc, TimeoutError | openai.APITimeoutError) or asyncio.get_running_loop().time() >= end:
             raise TimeoutError(
                 f"{where} did not answer within {self.timeout:g}s (retries included); check it or {_TIMEOUT_FIX}"
             ) from exc
-        raw = type(exc).__module__.startswith(("httpx", "httpcore"))  # from a stream
+        raw = type(exc).__module__.startswith(("httpx", "httpcore"))
         if raw or type(cause).__name__ in ("RemoteProtocolError", "ReadError"):
             raise ConnectionError(
                 f"{where} broke off its reply: {cause}. Check the server (a crash, or a proxy cutting the connection)"
@@ -150,9 +146,9 @@ class OpenAIServer:
                 f"cannot reach {where} (after up to {self.max_retries} retries): {cause}. Is it running? Check "
                 "base_url / --base-url / --embed-base-url / OPENAI_BASE_URL."
             ) from exc
-        if isinstance(exc, ValueError):  # the SDK could not decode the body
+        if isinstance(exc, ValueError):
             raise ValueError(f"the server at {self.base_url} sent a reply that is not JSON ({exc})") from exc
-        if isinstance(exc, openai.APIStatusError):  # the type is kept, the message names the server and the fix
+        if isinstance(exc, openai.APIStatusError):
             code, said = exc.status_code, " ".join(str(exc.message or exc).split())
             if code in (401, 403):
                 said = (
@@ -169,15 +165,13 @@ class OpenAIServer:
             exc.args = (exc.message,)
 
     def close(self) -> None:
-        """Forget the clients (their connections close with them)."""
+        """Forget the clients."""
         self._clients.clear()
 
 
 class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
-    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint; ``seed`` and ``extra_body`` go with every
-    request. ``response_format`` / ``logprobs``: whether the server takes json_schema ``response_format`` and returns
-    ``logprobs``; None asks once: a first request with the feature that fails goes again without it, not asked again.
-    """
+    """A model behind an OpenAI-compatible ``/chat/completions`` endpoint. ``response_format`` / ``logprobs``: whether
+    the server takes them; None asks once (a failed first request goes again without)."""
 
     def __init__(
         self,
@@ -206,7 +200,7 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
         self._source = f"the chat server at {self.base_url} (model {model!r})"
 
     async def _create(self, messages, temperature, max_tokens, stop, probe=False, **extra) -> Any:  # type: ignore[no-untyped-def]
-        """A completion; a ``probe`` (asking whether the server has a feature) goes without retries."""
+        """A completion; a ``probe`` goes without retries."""
         req = {"model": self.model_name, "messages": messages, **given_params(temperature, max_tokens, stop), **extra}
         if self.seed is not None:
             req["seed"] = self.seed
@@ -214,7 +208,7 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
         return await self._request(lambda: client.chat.completions.create(**req, extra_body=self.extra_body))
 
     def _text(self, response: Any) -> str:
-        """The reply text of a completion; ValueError naming the server for a malformed one."""
+        """The reply text; ValueError naming the server for a malformed one."""
         if not hasattr(response, "choices"):
             raise ValueError(f"{self._source} sent JSON that is not an object: {short_repr(response)}")
         if not isinstance(response.choices, list) or not response.choices:
@@ -224,7 +218,7 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
             raise ValueError(f"{self._source} sent a choice without a message; check the server")
         content = message.content
         if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
-            content = "".join(str(p.get("text", "")) for p in content)  # content parts
+            content = "".join(str(p.get("text", "")) for p in content)
         if content is not None and not isinstance(content, str):
             raise ValueError(f"{self._source} sent content of type {type(content).__name__}: {short_repr(content)}")
         if not content and (message.tool_calls or message.function_call):
@@ -242,7 +236,7 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
         return self._text(await self._create(messages, temperature, max_tokens, stop))
 
     def supports_format(self, reply_format: ReplyFormat) -> bool:
-        """Choice, regex and JSON formats go as ``response_format`` json_schema, unless this server refused it."""
+        """Formats go as ``response_format`` json_schema, unless this server refused it."""
         return not self.format_refused and reply_format.response_schema() is not None
 
     def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
@@ -263,7 +257,7 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
         return reply_format.unwrap(text)
 
     def _stream(self, messages, temperature, max_tokens, stop) -> Iterator[str]:  # type: ignore[no-untyped-def]
-        pieces = self._astream(messages, temperature, max_tokens, stop)  # read on the background loop
+        pieces = self._astream(messages, temperature, max_tokens, stop)
         try:
             with contextlib.suppress(StopAsyncIteration):
                 while True:
@@ -272,7 +266,7 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
             self._sync(pieces.aclose())
 
     async def _astream(self, messages, temperature, max_tokens, stop) -> AsyncIterator[str]:  # type: ignore[no-untyped-def]
-        end = asyncio.get_running_loop().time() + self.timeout  # for the whole stream, not only its first bytes
+        end = asyncio.get_running_loop().time() + self.timeout  # for the whole stream
         finished = False
         async with await self._create(messages, temperature, max_tokens, stop, stream=True) as stream:
             chunks = aiter(stream)
@@ -296,7 +290,6 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
                 "was cut or the server failed; check the server"
             )
 
-    # yes/no by probability (LogprobsYesNo asks once, then remembers)
     def _asks_logprobs(self) -> bool:
         return True
 
@@ -308,7 +301,7 @@ class OpenAIChatModel(OpenAIServer, LogprobsYesNo, ChatModelBase):
         return await self._create(to_messages(messages), 0.0, 1, None, probe, logprobs=True, top_logprobs=20)
 
     def _first_token_logprobs(self, reply: Any) -> list[tuple[str, float]] | None:
-        """The first token's ``top_logprobs`` and the sampled token; None when the reply has none or is malformed."""
+        """The first token's ``top_logprobs`` and the sampled token; None when missing."""
         try:
             first = reply.choices[0].logprobs.content[0]
             pairs = {str(t.token): float(t.logprob) for t in first.top_logprobs or []}

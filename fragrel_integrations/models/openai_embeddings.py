@@ -1,5 +1,4 @@
-"""Embedder for any OpenAI-compatible ``/embeddings`` endpoint (OpenAI, ``llama-server --embedding``, vLLM, Ollama,
-TEI, ...) on the ``openai`` SDK; server, key, deadline and retries as for ``OpenAIChatModel``.
+"""Embedder for any OpenAI-compatible ``/embeddings`` endpoint; server, key, deadline as for ``OpenAIChatModel``.
 
 >>> emb = OpenAIEmbedder("nomic-embed-text", base_url="http://127.0.0.1:8080/v1")   # connects on first use
 >>> emb.model_id
@@ -22,9 +21,8 @@ logger = logging.getLogger(__name__)
 
 
 class OpenAIEmbedder(OpenAIServer):
-    """Texts to float32 vectors, ``batch_size`` texts per request; ``dimensions`` is sent to models that can shorten
-    their vectors; ``max_input_tokens`` (the model's input window) makes an index embed longer fragments in
-    sub-windows. Token vectors (a server without pooling) are averaged, and texts then go one per request."""
+    """Texts to float32 vectors, ``batch_size`` per request; ``max_input_tokens`` is the model's input window. Token
+    vectors (a server without pooling) are averaged, texts then going one per request."""
 
     def __init__(
         self,
@@ -49,19 +47,19 @@ class OpenAIEmbedder(OpenAIServer):
         self.model_name = model
         self.max_input_tokens = max_input_tokens
         self.dimensions = dimensions
-        self.per_token = False  # True once the server sent one vector per token
+        self.per_token = False
         self._dim: int | None = None
         self._warned_zero = False
         self._source = f"the embeddings server at {self.base_url} (model {model!r})"
 
     @property
     def model_id(self) -> str:
-        """What a saved index or an embedding cache records as the model: server, name and vector length."""
+        """Server, name and vector length: what saved state records."""
         suffix = f"@{self.dimensions}" if self.dimensions else ""
         return f"openai-compatible:{self.base_url}/{self.model_name}{suffix}"
 
     async def _vectors(self, texts: list[str]) -> tuple[np.ndarray, bool]:
-        """The checked vectors of one request, and whether the server sent one vector per token."""
+        """One request's checked vectors, and whether they came per token."""
         req: dict[str, Any] = {"model": self.model_name, "input": texts, "encoding_format": "float"}
         if self.dimensions is not None:
             req["dimensions"] = self.dimensions
@@ -75,7 +73,7 @@ class OpenAIEmbedder(OpenAIServer):
         source = self._source
         rows = _rows(getattr(response, "data", None), len(texts), source)
         per_token = bool(rows) and all(r and isinstance(r[0], list) for r in rows)
-        if per_token:  # averaged
+        if per_token:
             rows = [np.asarray(r, dtype=np.float32).mean(axis=0) for r in rows]
         if len({len(r) for r in rows}) > 1:
             raise ValueError(f"{source} returned vectors of different lengths: {sorted({len(r) for r in rows})}")
@@ -90,7 +88,6 @@ class OpenAIEmbedder(OpenAIServer):
         return vectors, per_token
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), dim)`` float32 vectors, ``batch_size`` texts per request."""
         if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
             raise TypeError("texts must be a list of strings")
         texts = list(texts)
@@ -106,9 +103,9 @@ class OpenAIEmbedder(OpenAIServer):
                     "per request. Serve the model with a pooling type (llama-server --pooling mean|cls|last).",
                     self._source,
                 )
-                self.per_token = True  # token vectors of batched inputs get mixed up (llama-cpp-python's server)
+                self.per_token = True  # batched token vectors get mixed up
                 if len(batch) > 1:
-                    continue  # this batch again, one text per request
+                    continue
             parts.append(vectors)
             start += len(batch)
         out = np.concatenate(parts)
@@ -130,7 +127,7 @@ class OpenAIEmbedder(OpenAIServer):
 
 
 def _rows(items: Any, n: int, source: str) -> list[Any]:
-    """The reply's ``embedding`` lists in ``index`` order, checked for shape and type."""
+    """The reply's ``embedding`` lists in ``index`` order, checked."""
     if not isinstance(items, list):
         raise ValueError(f"{source} sent a reply without a list of embeddings ('data'): {short_repr(items)}")
     index = [getattr(d, "index", None) for d in items]
@@ -141,7 +138,7 @@ def _rows(items: Any, n: int, source: str) -> list[Any]:
         raise ValueError(f"{source} returned {len(items)} vectors for {n} texts (indexes {short_repr(sorted(index))})")
     rows = [d.embedding for d in sorted(items, key=lambda d: d.index)]
     for row in rows:
-        if not isinstance(row, list):  # base64 text or None from a server that ignores encoding_format="float"
+        if not isinstance(row, list):  # base64 text or None
             raise ValueError(f"{source} did not return float vectors (got {type(row).__name__})")
         flat = [x for r in row for x in r] if row and all(isinstance(r, list) for r in row) else row
         for x in flat:

@@ -1,9 +1,5 @@
-"""Replies held to a regular expression token by token, for the in-process torch runtime.
-
-The pattern becomes a DFA (``interegular``); every vocabulary token walks it at once with numpy, so a step
-costs a few array gathers rather than a Python loop over the vocabulary. A token is allowed when the reply it
-makes can still end in a match; the end of the reply is allowed once the reply matches. Tokens that hold part
-of a character (their text decodes to U+FFFD) are never allowed, so the pattern counts whole characters.
+"""Replies held to a regular expression token by token: the pattern's DFA (``interegular``) walked by every token at
+once with numpy. A token is allowed when the reply can still match; tokens holding part of a character never are.
 
 >>> vocab = RegexVocabulary(["", "ye", "s", "no", "y", "e", "n", "o", "x"])
 >>> step = vocab.allowed_ids(r"yes|no", eos_ids=[0])
@@ -20,25 +16,22 @@ import numpy as np
 
 __all__ = ["RegexVocabulary", "parses"]
 
-#: Compiled patterns kept per vocabulary (the least recently used is dropped first).
-MAX_PATTERNS = 16
+MAX_PATTERNS = 16  #: compiled patterns kept per vocabulary
 
 
 def parses(regex: str) -> bool:
-    """Whether ``interegular`` reads ``regex`` (no back-references, anchors or word boundaries); cheap: the
-    automaton is built only when a reply is generated."""
+    """Whether ``interegular`` reads ``regex`` (no back-references, anchors or word boundaries)."""
     import interegular
 
     try:
         interegular.parse_pattern(regex)
-    except Exception:  # interegular raises its own errors for the syntax it does not support
+    except Exception:  # interegular's own errors
         return False
     return True
 
 
 class _Pattern:
-    """One pattern's DFA over a vocabulary: the transition table, the states that can still reach a match, and
-    each token's characters as the DFA's symbol classes (tokens sorted longest first)."""
+    """One pattern's DFA over a vocabulary: transitions, the states that can still match, tokens as symbols."""
 
     def __init__(self, regex: str, vocabulary: RegexVocabulary) -> None:
         import interegular
@@ -68,7 +61,7 @@ class _Pattern:
         dtype = np.uint8 if n_symbols < 255 else np.int32
         lookup = np.array([fsm.alphabet.get(c, other) for c in vocabulary.chars] + [n_symbols], dtype=dtype)
         self.symbols = lookup[vocabulary.codes]  # code -1 (past the end) -> the "stay" column
-        # every symbol a transition uses is also a whole allowed token, so a live state is never a dead end
+        # every symbol a transition uses is a whole token: no live state is a dead end
         single = set(self.symbols[vocabulary.single_rows, 0].tolist())
         used = {symbol for row in fsm.map.values() for symbol in row}
         self.complete = used <= single
@@ -86,21 +79,20 @@ class _Pattern:
 
 
 class RegexVocabulary:
-    """A tokenizer's vocabulary (``texts[i]``: the text token ``i`` adds to a reply; ``""`` for special tokens)
-    as arrays a pattern's DFA can walk; the last :data:`MAX_PATTERNS` compiled patterns are kept."""
+    """A vocabulary (``texts[i]``: token ``i``'s text, ``""`` for special ones) as arrays a DFA can walk."""
 
     def __init__(self, texts: Sequence[str]) -> None:
         self.chars = sorted(set("".join(texts)))
         code = {c: i for i, c in enumerate(self.chars)}
         lengths = np.array([len(t) for t in texts], dtype=np.int64)
-        self.order = np.argsort(-lengths, kind="stable")  # longest first: a column touches only the rows it needs
+        self.order = np.argsort(-lengths, kind="stable")  # longest first
         width = int(lengths.max(initial=0))
         self.codes = np.full((len(texts), max(width, 1)), -1, dtype=np.int32)
         for row, token in enumerate(self.order):
             self.codes[row, : lengths[token]] = [code[c] for c in texts[token]]
         self.rows_longer_than = [int((lengths > column).sum()) for column in range(width)]
         blocked = (lengths == 0) | np.array(["\ufffd" in t for t in texts], dtype=bool)
-        self.usable = ~blocked  # tokens a reply may hold (by token id)
+        self.usable = ~blocked
         self.single_rows = np.flatnonzero((lengths[self.order] == 1) & self.usable[self.order])
         self._patterns: OrderedDict[str, _Pattern] = OrderedDict()
 
@@ -114,12 +106,11 @@ class RegexVocabulary:
         return self._patterns[regex]
 
     def allowed_ids(self, regex: str, eos_ids: Collection[int]) -> Callable[[list[int]], np.ndarray] | None:
-        """``allowed(reply ids so far)``: a mask of the ids that may come next, for one reply (called once per
-        step, in order); None when ``regex`` cannot be enforced here (``interegular`` cannot build it, or a
-        character it needs is no token of its own), and the reply is then free text."""
+        """``allowed(reply ids so far)``: the mask of next ids, for one reply (once per step); None when ``regex``
+        cannot be enforced here."""
         try:
             pattern = self._pattern(regex)
-        except Exception:  # interegular's own errors for what it cannot build
+        except Exception:  # interegular's own errors
             return None
         if not pattern.complete:
             return None

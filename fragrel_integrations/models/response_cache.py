@@ -1,7 +1,6 @@
 """A persistent SQLite response cache (:class:`ResponseCache`) and :class:`CachedChatModel` around any chat model.
 
-A key is the SHA-256 of the model id, the messages and the generation parameters. Sampled replies are cached too:
-the first sample is replayed, so a rebuild is reproducible; another ``namespace`` draws new samples.
+Keys hash the model id, messages and parameters; a sampled reply is replayed too (another ``namespace`` resamples).
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> model = CachedChatModel(ScriptedChatModel(["first", "second"]), ":memory:")
@@ -58,8 +57,7 @@ def cache_key(
 
 
 class ResponseCache(Closing):
-    """SQLite table ``responses(key, model, request, response, created)`` in ``path`` (a file, created with its
-    folders; a file of another format is a ValueError) or ``":memory:"``; safe to share between threads."""
+    """Table ``responses(key, model, request, response, created)`` in a SQLite file or ``":memory:"``; thread-safe."""
 
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(Path(path).expanduser())
@@ -98,8 +96,7 @@ class ResponseCache(Closing):
 
 
 class CachedChatModel(ChatModelBase):
-    """A :class:`ChatModel` behind a :class:`ResponseCache` (a path, ``":memory:"`` or a cache object); ``hits`` and
-    ``misses`` count lookups. Give ``model_name`` (the id in keys) when two models share a :func:`.chat.model_id`."""
+    """A :class:`ChatModel` behind a :class:`ResponseCache` (or its path); ``model_name`` is the id in keys."""
 
     def __init__(
         self, model: ChatModel, cache: ResponseCache | str | Path, *, model_name: str | None = None, namespace: str = ""
@@ -132,10 +129,10 @@ class CachedChatModel(ChatModelBase):
         return await ayes_no_probability(self.model, messages)
 
     def _lookup(self, messages, t, n, s, reply_format) -> tuple[str, str | None, dict[str, Any]]:  # type: ignore[no-untyped-def]
-        """The key, the cached reply (None on a miss; counted) and the keywords for the wrapped model."""
+        """The key, the cached reply (None on a miss) and the keywords for the wrapped model."""
         namespace = self.namespace
         kw: dict[str, Any] = {"temperature": t, "max_tokens": n, "stop": s}
-        if reply_format is not None:  # a constrained reply is another request than a free one
+        if reply_format is not None:
             namespace += "\x00format:" + json.dumps([reply_format.kind, reply_format.spec, reply_format.choices])
             kw["reply_format"] = reply_format
         key = cache_key(self.model_name, messages, temperature=t, max_tokens=n, stop=s, namespace=namespace)

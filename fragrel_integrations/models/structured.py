@@ -1,7 +1,5 @@
 """Constrained replies (:class:`ReplyFormat`): one of some labels, a regex, a GBNF grammar or a JSON schema.
 
-Backends that enforce a format say so in ``supports_format(fmt)`` and take ``reply_format=fmt`` (:func:`format_kwargs`).
-
 >>> fmt = ReplyFormat.choice(["yes", "no"])
 >>> fmt.parse(" Yes."), fmt.parse("maybe")
 ('yes', None)
@@ -22,7 +20,7 @@ __all__ = ["MAX_PARSE_CHARS", "ReplyFormat", "format_kwargs", "supports_format"]
 FormatKind = Literal["choice", "regex", "grammar", "json"]
 _KINDS = ("choice", "regex", "grammar", "json")
 
-MAX_PARSE_CHARS = 100_000  #: the longest reply :meth:`ReplyFormat.parse` looks at (a longer one does not conform)
+MAX_PARSE_CHARS = 100_000  #: the longest reply :meth:`ReplyFormat.parse` reads
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _TRIM = " \t\r\n.!\"'`*"
@@ -31,8 +29,8 @@ _JSON_TYPE = {str: "string", int: "integer", float: "number", bool: "boolean", l
 
 @dataclass(frozen=True, slots=True)
 class ReplyFormat:
-    """The shape a step wants a reply in; build it with :meth:`choice`, :meth:`regex`, :meth:`grammar` or
-    :meth:`json`. ``spec`` is the regex, the GBNF text or the schema as canonical JSON (so the format hashes)."""
+    """A reply's shape, built by :meth:`choice`, :meth:`regex`, :meth:`grammar` or :meth:`json`; ``spec`` is the
+    regex, the GBNF or the schema as canonical JSON."""
 
     kind: FormatKind
     spec: str = ""
@@ -77,14 +75,14 @@ class ReplyFormat:
 
     @classmethod
     def regex(cls, pattern: str, *, name: str = "reply") -> ReplyFormat:
-        """Text matching ``pattern`` as a whole (no look-arounds or back-references: servers cannot enforce them)."""
+        """Text matching ``pattern`` as a whole (no look-arounds or back-references)."""
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be str, got {type(pattern).__name__}")
         return cls("regex", pattern, (), name)
 
     @classmethod
     def grammar(cls, gbnf: str, *, name: str = "reply") -> ReplyFormat:
-        """A llama.cpp GBNF grammar (rule ``root`` first); Python cannot check it: :meth:`parse` takes any text."""
+        """A llama.cpp GBNF grammar (rule ``root`` first); :meth:`parse` takes any text."""
         if not isinstance(gbnf, str):
             raise TypeError(f"gbnf must be str, got {type(gbnf).__name__}")
         if not re.search(r"^\s*root\s*::=", gbnf, re.MULTILINE):
@@ -108,7 +106,7 @@ class ReplyFormat:
         return json.loads(self.spec) if self.kind == "json" else None
 
     def response_schema(self) -> dict[str, Any] | None:
-        """An OpenAI ``response_format`` schema: a JSON format's own, ``{"answer": ...}`` (:meth:`unwrap`) or None."""
+        """An OpenAI ``response_format`` schema: a JSON format's own, else ``{"answer": ...}``."""
         if self.kind in ("json", "grammar"):
             return self.schema
         key, value = ("enum", list(self.choices)) if self.kind == "choice" else ("pattern", f"^(?:{self.spec})$")
@@ -116,15 +114,15 @@ class ReplyFormat:
         return {"type": "object", "properties": properties, "required": ["answer"], "additionalProperties": False}
 
     def unwrap(self, text: str) -> str:
-        """The answer of a choice or regex format's :meth:`response_schema` reply; any other text unchanged."""
+        """The answer of a choice or regex :meth:`response_schema` reply; other text unchanged."""
         value = _decode(text) if self.kind in ("choice", "regex") else None
         if isinstance(value, dict) and isinstance(value.get("answer"), str):
             return value["answer"]
         return text
 
     def parse(self, text: object) -> Any:
-        """The reply's value when it conforms, else None: the label of a choice (case, spaces, quotes and a final
-        stop ignored), the stripped text for a regex (full match) or a grammar, the JSON value matching the schema."""
+        """The reply's value when it conforms, else None: a choice's label (case, edge quotes and stop ignored),
+        the stripped text (regex, grammar), the JSON value."""
         if not isinstance(text, str):
             raise TypeError(f"a model reply must be str, got {type(text).__name__}")
         if len(text) > MAX_PARSE_CHARS:
@@ -137,19 +135,19 @@ class ReplyFormat:
             return stripped if re.fullmatch(self.spec, stripped) else None
         if self.kind == "grammar":
             return stripped or None
-        value = _decode(stripped)  # None when not JSON, which is never a conforming reply's value
+        value = _decode(stripped)
         return value if _conforms(value, self.schema, 0) else None
 
 
 def _decode(text: str) -> Any:
     try:
         return json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
+    except (ValueError, RecursionError):
         return None
 
 
 def _conforms(value: Any, schema: Any, depth: int) -> bool:
-    """A ``json.loads`` value against the JSON-schema keywords of type, enum, const, lengths, items and properties."""
+    """A JSON value against the schema's type, enum, const, lengths, items and properties."""
     if depth > 32 or not isinstance(schema, dict):
         return depth <= 32
     kind = schema.get("type")
@@ -179,18 +177,18 @@ def _conforms(value: Any, schema: Any, depth: int) -> bool:
 
 
 def supports_format(model: object, reply_format: ReplyFormat) -> bool:
-    """Whether ``model`` enforces ``reply_format`` (its own ``supports_format`` says True; not when it fails)."""
+    """Whether ``model``'s own ``supports_format`` says True (False when it fails)."""
     if not isinstance(reply_format, ReplyFormat):
         raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
     check = getattr(model, "supports_format", None)
     try:
         return callable(check) and check(reply_format) is True
-    except Exception:  # a foreign model's check must not break the step: treat as unsupported
+    except Exception:  # a foreign model's check must not break the step
         return False
 
 
 def format_kwargs(model: object, reply_format: ReplyFormat | None) -> dict[str, ReplyFormat]:
-    """``{"reply_format": fmt}`` for a model that enforces ``fmt``, else ``{}`` (spread into ``model.invoke``).
+    """``{"reply_format": fmt}`` for a model that enforces ``fmt``, else ``{}``.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> format_kwargs(ScriptedChatModel(["x"]), ReplyFormat.choice(["yes", "no"]))

