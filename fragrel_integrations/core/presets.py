@@ -57,52 +57,27 @@ class Preset:
         return ContextRelation(self.w_rel)
 
 
+#: What each preset is for (:attr:`Preset.description`).
+_GENERAL = (
+    "any kind of text (the default): only the 10 best-scored fragments lend support to their neighbours (top_m=10), "
+    "so it gains where neighbours matter and stays out of the way where they do not"
+)
+_DIALOGUE = "one fragment per turn (chats, transcripts); turns come back in time order"
+_STORY = "long narrative text in word windows (the paper's defaults: w_rel 0.3, alpha 0.5, 500-word fragments)"
+_HAYSTACK = "a few relevant sentences hidden in a long unrelated text (BABILong-style)"
+_MULTIDOC = (
+    "many short documents of a few paragraphs (HotpotQA-style), little to gain, so the environment stays light "
+    "(alpha 0.1)"
+)
+
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
-        Preset(
-            "general",
-            0.2,
-            1.0,
-            500,
-            "score",
-            "any kind of text (the default): only the 10 best-scored fragments lend support to their neighbours "
-            "(top_m=10), so it gains where neighbours matter and stays out of the way where they do not",
-            10,
-        ),
-        Preset(
-            "dialogue",
-            0.3,
-            1.0,
-            500,
-            "position",
-            "one fragment per turn (chats, transcripts); turns come back in time order",
-        ),
-        Preset(
-            "story",
-            0.3,
-            0.5,
-            500,
-            "score",
-            "long narrative text in word windows (the paper's defaults: w_rel 0.3, alpha 0.5, 500-word fragments)",
-        ),
-        Preset(
-            "haystack",
-            0.9,
-            0.1,
-            500,
-            "score",
-            "a few relevant sentences hidden in a long unrelated text (BABILong-style)",
-        ),
-        Preset(
-            "multidoc",
-            0.7,
-            0.1,
-            500,
-            "score",
-            "many short documents of a few paragraphs (HotpotQA-style), little to gain, so the environment stays "
-            "light (alpha 0.1)",
-        ),
+        Preset("general", 0.2, 1.0, 500, "score", _GENERAL, 10),
+        Preset("dialogue", 0.3, 1.0, 500, "position", _DIALOGUE),
+        Preset("story", 0.3, 0.5, 500, "score", _STORY),
+        Preset("haystack", 0.9, 0.1, 500, "score", _HAYSTACK),
+        Preset("multidoc", 0.7, 0.1, 500, "score", _MULTIDOC),
     )
 }
 
@@ -129,34 +104,8 @@ _SPEAKER = re.compile(r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?([A-Za-z][\w.'-]*(?: [A-Za-
 #: Labels that name a field of a record rather than a person (besides one-letter labels and identifiers with
 #: ``_`` or a digit, e.g. SimpleDirectoryReader's ``file_path``).
 _FIELD_WORDS = frozenset(
-    (
-        "question",
-        "answer",
-        "title",
-        "id",
-        "key",
-        "value",
-        "name",
-        "url",
-        "source",
-        "date",
-        "time",
-        "type",
-        "category",
-        "tags",
-        "text",
-        "content",
-        "summary",
-        "author",
-        "subject",
-        "from",
-        "to",
-        "cc",
-        "label",
-        "year",
-        "price",
-        "description",
-    )
+    "question answer title id key value name url source date time type category tags text content summary author "
+    "subject from to cc label year price description".split()
 )
 
 

@@ -77,11 +77,7 @@ def split_lines(
 
 
 def split_turns(
-    turns: Sequence[str | Mapping[str, Any]],
-    *,
-    doc_id: str = "0",
-    text_key: str = "text",
-    speaker_key: str = "speaker",
+    turns: Sequence[str | Mapping[str, Any]], *, doc_id: str = "0", text_key: str = "text", speaker_key: str = "speaker"
 ) -> list[Fragment]:
     """One fragment per dialogue turn, in order.
 

@@ -10,11 +10,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from .._validation import check_min_int, check_positive_int
-from ..models.tokens import (
-    TokenCounter,
-    count_tokens,
-    estimate_tokens,
-)
+from ..models.tokens import TokenCounter, count_tokens, estimate_tokens
 
 __all__ = ["OUTPUT_CHARS_PER_TOKEN", "cap_output", "fit_texts", "storable_text", "truncate_to_tokens"]
 

@@ -11,11 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._validation import check_positive_int, check_text
-from ..models.embedder import (
-    Embedder,
-    embed_documents,
-    normalise_rows,
-)
+from ..models.embedder import Embedder, embed_documents, normalise_rows
 
 __all__ = [
     "WORDS_PER_TOKEN",
