@@ -103,14 +103,14 @@ KIND_PRESETS: dict[str, str] = {
 _SPEAKER = re.compile(r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?([A-Za-z][\w.'-]*(?: [A-Za-z][\w.'-]*){0,2}):\s+\S")
 #: Labels that name a field of a record rather than a person (besides one-letter labels and identifiers with
 #: ``_`` or a digit, e.g. SimpleDirectoryReader's ``file_path``).
-_FIELD_WORDS = frozenset(
-    "question answer title id key value name url source date time type category tags text content summary author "
-    "subject from to cc label year price description".split()
+_FIELD_WORDS = re.compile(
+    r"question|answer|title|id|key|value|name|url|source|date|time|type|category|tags|text|content|summary|author"
+    r"|subject|from|to|cc|label|year|price|description"
 )
 
 
 def _field_like(label: str) -> bool:
-    return len(label) == 1 or "_" in label or any(c.isdigit() for c in label) or label in _FIELD_WORDS
+    return len(label) == 1 or "_" in label or any(c.isdigit() for c in label) or bool(_FIELD_WORDS.fullmatch(label))
 
 
 def _line_labels(fragment: Fragment) -> list[str | None]:
