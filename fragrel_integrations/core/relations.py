@@ -11,12 +11,14 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_positive_int
+from ..models.embedder import normalise_rows
 from .fragments import Fragment
 from .relation_aware import matrix_sums
 
@@ -155,12 +157,7 @@ def decayed_cumsum(x: np.ndarray, w: float) -> np.ndarray:
         from scipy.signal import lfilter
 
         return np.asarray(lfilter([1.0], [1.0, -w], x))
-    out = []
-    acc = 0.0
-    for value in x.tolist():
-        acc = acc * w + value
-        out.append(acc)
-    return np.asarray(out, dtype=np.float64)
+    return np.asarray(list(accumulate(x.tolist(), lambda acc, value: acc * w + value, initial=0.0))[1:])
 
 
 class _PreparedContext:
@@ -257,12 +254,6 @@ def context_weights(layout: FragmentLayout, w_rel: float) -> np.ndarray:
 # --------------------------------------------------------------------------------------------- semantic
 
 
-def _normalise(e: np.ndarray) -> np.ndarray:
-    e = np.asarray(e, dtype=np.float32)
-    norms = np.linalg.norm(e, axis=1, keepdims=True)
-    return e / np.maximum(norms, 1e-12)
-
-
 @dataclass(frozen=True)
 class SemanticRelation(Relation):
     """Semantic relation ``w_ij = max(0, cos(e_i, e_j))`` over fragment embeddings.
@@ -280,15 +271,14 @@ class SemanticRelation(Relation):
 
     def __post_init__(self) -> None:
         for name in ("dense_limit", "default_top_m", "block_size"):
-            v = getattr(self, name)
-            check_positive_int(v, name)
+            check_positive_int(getattr(self, name), name)
         if self.top_m is not None:
             check_positive_int(self.top_m, "top_m", hint=" or None")
 
     def prepare(self, layout: FragmentLayout) -> PreparedRelation:
         if layout.embeddings is None:
             raise ValueError("SemanticRelation needs fragment embeddings: pass an embedder to the index")
-        e = _normalise(layout.embeddings)
+        e = normalise_rows(layout.embeddings)
         n = e.shape[0]
         if self.top_m is None and n <= self.dense_limit:
             w = np.maximum(e @ e.T, 0.0).astype(np.float64)
