@@ -115,7 +115,7 @@ class FragRelIndex:
                 show_progress=show_progress,
             )
             self._set_windows(vectors, offsets)
-        self.scorer: Scorer = self._build_scorer(scorer)
+        self.scorer: Scorer = make_scorer(scorer, [f.text for f in self.fragments], dense=self._dense_scorer)
         self.layout = FragmentLayout.from_fragments(self.fragments, self.embeddings)
         self._prepared = self.relation.prepare(self.layout)
         self._lengths = np.fromiter((f.n_words for f in self.fragments), np.int64, len(self.fragments))
@@ -177,9 +177,8 @@ class FragRelIndex:
             if not isinstance(item, str):
                 raise TypeError(f"fragments[{i}] must be str or Fragment, got {type(item).__name__}")
             doc = "0" if doc_ids is None else str(doc_ids[i])
-            pos = counters.get(doc, 0)
-            counters[doc] = pos + 1
-            out.append(Fragment(item, doc, pos))
+            counters[doc] = counters.get(doc, -1) + 1
+            out.append(Fragment(item, doc, counters[doc]))
         return cls(out, **kwargs)
 
     @classmethod
@@ -207,13 +206,9 @@ class FragRelIndex:
             self._embedder = default_embedder()
         return self._embedder
 
-    def _build_scorer(self, scorer: ScorerName | Scorer) -> Scorer:
-        return make_scorer(scorer, [f.text for f in self.fragments], dense=self._dense_scorer)
-
     def _dense_scorer(self) -> DenseScorer:
-        if self.window_embeddings is not None:
-            return DenseScorer(self.window_embeddings, self.embedder, offsets=self.window_offsets)
-        return DenseScorer(self.embeddings, self.embedder)
+        vectors = self.embeddings if self.window_embeddings is None else self.window_embeddings
+        return DenseScorer(vectors, self.embedder, offsets=self.window_offsets)
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(s_ind, s_env, s_rel)`` for every fragment, in corpus order."""

@@ -197,7 +197,8 @@ class _PreparedContext:
             self.doc_of = doc_of
         else:
             self.p, self.new_doc = p, new_doc
-        self.den = self._sorted_sums(np.ones(n)) if n else np.zeros(0)
+        self.den = np.empty(n)
+        self.den[order] = self._sorted_sums(np.ones(n))
 
     def _sorted_sums(self, s_sorted: np.ndarray) -> np.ndarray:
         if self.n == 0 or self.w == 0.0:
@@ -235,9 +236,7 @@ class _PreparedContext:
     def sums(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         num = np.empty(self.n)
         num[self.order] = self._sorted_sums(s[self.order])
-        den = np.empty(self.n)
-        den[self.order] = self.den
-        return num, den
+        return num, self.den.copy()
 
 
 def context_weights(layout: FragmentLayout, w_rel: float) -> np.ndarray:

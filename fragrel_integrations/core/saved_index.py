@@ -148,14 +148,11 @@ def save_index(index: Any, path: str | Path, *, metadata: Mapping[str, Any] | No
     vectors, offsets = index.window_embeddings, index.window_offsets
     if vectors is None and index.embeddings is not None:
         vectors, offsets = index.embeddings, np.arange(len(index), dtype=np.int64)
+    blocks = [None] * len(index) if vectors is None else np.split(np.asarray(vectors, dtype="<f4"), offsets[1:])
     rows = []
-    bounds = np.append(offsets, vectors.shape[0]) if vectors is not None else None
-    for i, f in enumerate(index.fragments):
+    for i, (f, block) in enumerate(zip(index.fragments, blocks, strict=True)):
         fmeta = metadata_json(f.metadata, f"fragment {i} ({f.doc_id}[{f.position}]) metadata", sort_keys=True)
-        blob, n_win = None, 0
-        if bounds is not None:
-            block = np.ascontiguousarray(vectors[bounds[i] : bounds[i + 1]], dtype="<f4")
-            blob, n_win = block.tobytes(), block.shape[0]
+        n_win, blob = (0, None) if block is None else (block.shape[0], block.tobytes())
         rows.append((i, f.doc_id, f.position, f.text, fmeta, n_win, blob))
     settings = {
         "n_fragments": len(index),
@@ -212,8 +209,7 @@ def _read_fragments(
     )
     if len(rows) != n or any(r[0] != i for i, r in enumerate(rows)):
         raise _FORMAT.damaged(path, f"expected fragments 0..{n - 1}, found {len(rows)} rows")
-    fragments, blocks, offsets = [], [], np.zeros(n, dtype=np.int64)
-    total = 0
+    fragments, blocks = [], []
     for i, (_, doc_id, position, text, meta, n_win, blob) in enumerate(rows):
         try:
             fragments.append(Fragment(text, doc_id, position, stored_json(meta, f"the metadata of fragment {i}")))
@@ -223,15 +219,13 @@ def _read_fragments(
             continue
         if not isinstance(n_win, int) or n_win < 1 or not isinstance(blob, bytes) or len(blob) != n_win * dim * 4:
             raise _FORMAT.damaged(path, f"the embeddings of fragment {i} are not {n_win} x {dim} float32")
-        offsets[i] = total
-        total += n_win
         blocks.append(np.frombuffer(blob, dtype="<f4").reshape(n_win, dim))
     if dim == 0:
         return fragments, None, None
     vectors = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, dim), np.float32)
     if vectors.shape[0] != n_windows or not np.all(np.isfinite(vectors)):
         raise _FORMAT.damaged(path, f"embeddings: {vectors.shape[0]} windows for {n_windows}, or NaN/inf")
-    return fragments, vectors, offsets
+    return fragments, vectors, np.cumsum([0] + [block.shape[0] for block in blocks[:-1]])
 
 
 def _check_embedder(path: Path, settings: dict[str, Any], identity: Any, embedder: Embedder | None) -> None:

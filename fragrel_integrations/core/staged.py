@@ -27,6 +27,7 @@ import logging
 import sqlite3
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -85,12 +86,14 @@ class StagedHybridScorer:
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.lexical: Scorer = BM25Scorer(self.texts) if lexical is None else lexical
         self.vectors: dict[int, np.ndarray] = {}
-        if store is not None and not isinstance(store, WindowVectorFile):
-            raise TypeError(f"store must be a WindowVectorFile, got {type(store).__name__}")
-        if store is not None and store.n_fragments != len(self.texts):
-            raise ValueError(f"the store holds {store.n_fragments} fragments, the scorer has {len(self.texts)}")
+        stored = {}
+        if store is not None:
+            if not isinstance(store, WindowVectorFile):
+                raise TypeError(f"store must be a WindowVectorFile, got {type(store).__name__}")
+            if store.n_fragments != len(self.texts):
+                raise ValueError(f"the store holds {store.n_fragments} fragments, the scorer has {len(self.texts)}")
+            stored = store.read()
         self.store = store
-        stored = store.read() if store is not None else {}
         for i, v in {**stored, **(vectors or {})}.items():
             if not (isinstance(i, int | np.integer) and 0 <= int(i) < len(self.texts)):
                 raise ValueError(f"vectors has fragment index {i!r}; there are {len(self.texts)} fragments")
@@ -128,18 +131,13 @@ class StagedHybridScorer:
         self._new.update(missing)
         self.n_embedded += len(missing)
 
-    def candidate_indices(self, lexical_scores: np.ndarray) -> np.ndarray:
-        """The ``candidates`` best fragments by the lexical score (ties in corpus order)."""
-        order = np.argsort(-lexical_scores, kind="stable")
-        return order[: self.candidates]
-
     def __call__(self, query: str) -> np.ndarray:
         if not isinstance(query, str):
             raise TypeError(f"query must be str, got {type(query).__name__}")
         lexical = np.asarray(self.lexical(query), dtype=np.float64)
         if lexical.shape != (len(self.texts),):
             raise ValueError(f"the lexical scorer returned {lexical.shape} scores for {len(self.texts)} fragments")
-        picked = self.candidate_indices(lexical)
+        picked = np.argsort(-lexical, kind="stable")[: self.candidates]  # ties in corpus order
         self.ensure(picked)
         q = embed_query(self.embedder, query)
         q = q / max(float(np.linalg.norm(q)), 1e-12)
@@ -231,11 +229,8 @@ class WindowVectorFile:
         if _FORMAT.owns(self.path):
             return True
         try:
-            conn = connect(self.path, read_only=True)
-            try:
+            with closing(connect(self.path, read_only=True)) as conn:
                 return conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchone() is None
-            finally:
-                conn.close()
         except sqlite3.DatabaseError:
             return True
 
@@ -291,12 +286,8 @@ class WindowVectorFile:
         try:
             if new:
                 self._create()
-            conn = connect(self.path, timeout=30.0)
-            try:
-                with conn:
-                    conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?, ?)", rows)
-            finally:
-                conn.close()
+            with closing(connect(self.path, timeout=30.0)) as conn, conn:
+                conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?, ?)", rows)
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.path}: cannot write the vector cache ({exc})") from None
         if new:
