@@ -44,10 +44,11 @@ def parse_position(value: object, what: str = "position") -> int:
     """
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int position (order within the document), got {value!r}")
-    if isinstance(value, numbers.Integral):
+    # some vector stores return every number as a float
+    if isinstance(value, numbers.Integral) or (
+        isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
+    ):
         return check_position(int(value), what)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        return check_position(int(value), what)  # some vector stores return every number as a float
     if isinstance(value, str):
         digits = value.strip()
         if digits.lstrip("+-").isdigit() and len(digits) <= 20:  # longer cannot be in range

@@ -235,22 +235,15 @@ def _check_embedder(path: Path, settings: dict[str, Any], identity: Any, embedde
     stored_model = settings.get("embedder")
     if not isinstance(stored_model, str) or not isinstance(identity, dict):
         raise _FORMAT.damaged(path, f"embedder={stored_model!r:.80}, identity={identity!r:.80}")
-    if embedder is None:
-        from ..models.local import default_embedder_id
+    from ..models import local
 
-        current = default_embedder_id()
-    else:
-        current = embedder_id(embedder)
+    current = local.default_embedder_id() if embedder is None else embedder_id(embedder)
     if current != stored_model:
         raise ValueError(
             f"{path} was embedded with {stored_model!r}, not {current!r}: pass embedder= the model it was "
             "built with, or rebuild the index"
         )
-    if embedder is None:
-        from ..models.local import default_embedder
-
-        embedder = default_embedder()
-    check_identity(identity, embedder, str(path))
+    check_identity(identity, local.default_embedder() if embedder is None else embedder, str(path))
 
 
 def load_index(
