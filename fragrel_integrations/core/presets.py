@@ -154,14 +154,12 @@ def _cycles_of_fields(sequence: list[str]) -> bool:
     if len(parts) < 2 or any(len(set(p)) != len(p) for p in parts):
         return False
     order = {label: i for i, label in enumerate(max(parts, key=len))}
-    if any(label not in order for p in parts for label in p):
-        return False
-    if any([order[label] for label in p] != sorted(order[label] for label in p) for p in parts):
-        return False
-    if sum(len(p) == len(order) for p in parts) < 0.8 * len(parts):  # records hold (nearly) every field
-        return False
+    in_order = all(label in order for p in parts for label in p) and all(
+        [order[label] for label in p] == sorted(order[label] for label in p) for p in parts
+    )
+    complete = sum(len(p) == len(order) for p in parts) >= 0.8 * len(parts)  # records hold (nearly) every field
     distinct = set(sequence)
-    return len(distinct) >= 3 or all(_field_like(label) for label in distinct)
+    return in_order and complete and (len(distinct) >= 3 or all(_field_like(label) for label in distinct))
 
 
 def _is_dialogue(fragments: Sequence[Fragment]) -> bool:
