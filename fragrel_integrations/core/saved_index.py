@@ -90,10 +90,8 @@ def relation_spec(relation: Relation) -> dict[str, Any] | None:
     if type(relation) is SemanticRelation:
         return {"type": "semantic", **{f: getattr(relation, f) for f in _SEMANTIC_FIELDS}}
     if type(relation) is CompositeRelation:
-        parts = [(relation_spec(r), float(w)) for r, w in relation.parts]
-        if any(spec is None for spec, _ in parts):
-            return None
-        return {"type": "composite", "parts": [[spec, w] for spec, w in parts]}
+        parts = [[relation_spec(r), float(w)] for r, w in relation.parts]
+        return None if any(spec is None for spec, _ in parts) else {"type": "composite", "parts": parts}
     return None
 
 

@@ -66,12 +66,7 @@ class FragmentStore:
         check_min_int(radius, "radius", 0)
         have = {(str(d), int(p)) for d, p in keys}
         wanted = sorted({(d, p + o) for d, p in have for o in range(-radius, radius + 1) if o} - have)
-        out = []
-        for doc_id, pos in wanted:
-            f = self.get(doc_id, pos)
-            if f is not None:
-                out.append(f)
-        return out
+        return [f for doc_id, pos in wanted if (f := self.get(doc_id, pos)) is not None]
 
     def __len__(self) -> int:
         with self._lock:
