@@ -33,13 +33,12 @@ def _check_fragments(fragments: Sequence[Fragment]) -> list[Fragment]:
         if not isinstance(f, Fragment):
             raise TypeError(f"fragments[{i}] must be a Fragment, got {type(f).__name__}")
         check_text(f.text, f"fragments[{i}].text")
-        key = (f.doc_id, f.position)
-        if key in seen:
+        if (f.doc_id, f.position) in seen:
             raise ValueError(
                 f"fragments[{i}] repeats doc_id={f.doc_id!r} position={f.position}: "
                 "positions must be unique within a document"
             )
-        seen.add(key)
+        seen.add((f.doc_id, f.position))
     return fragments
 
 

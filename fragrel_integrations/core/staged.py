@@ -125,9 +125,8 @@ class StagedHybridScorer:
         vectors, offsets = embed_windows(
             self.embedder, [self.texts[i] for i in missing], window_words=self.window_words, batch_size=self.batch_size
         )
-        bounds = np.append(offsets, vectors.shape[0])
-        for j, i in enumerate(missing):
-            self.vectors[i] = vectors[bounds[j] : bounds[j + 1]]
+        for i, block in zip(missing, np.split(vectors, offsets[1:]), strict=True):
+            self.vectors[i] = block
         self._new.update(missing)
         self.n_embedded += len(missing)
 
