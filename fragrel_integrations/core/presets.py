@@ -115,12 +115,8 @@ def _field_like(label: str) -> bool:
 
 def _line_labels(fragment: Fragment) -> list[str | None]:
     """The label (case-folded) of each non-blank line of ``fragment``, None for a line without one."""
-    out: list[str | None] = []
-    for line in fragment.text.splitlines():
-        if line.strip():
-            m = _SPEAKER.match(line)
-            out.append(m[1].casefold() if m else None)
-    return out
+    matches = (_SPEAKER.match(line) for line in fragment.text.splitlines() if line.strip())
+    return [m[1].casefold() if m else None for m in matches]
 
 
 def _item_keys(per_fragment: list[list[str | None]]) -> set[str]:
