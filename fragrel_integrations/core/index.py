@@ -87,8 +87,7 @@ class FragRelIndex:
         check_scorer(scorer)
         if embeddings is not None and window_embeddings is not None:
             raise ValueError("pass embeddings (one row per fragment) or window_embeddings, not both")
-        if window_words != "auto":
-            window_words = check_window_words(window_words)
+        window_words = window_words if window_words == "auto" else check_window_words(window_words)
         needs_embeddings = scorer in ("dense", "hybrid") or self.relation.needs_embeddings
         self._embedder = embedder
         self.scorer_name: str | None = scorer if isinstance(scorer, str) else None
@@ -149,12 +148,11 @@ class FragRelIndex:
             raise ValueError("doc_ids and metadatas must have one entry per text")
         if len(set(doc_ids)) != len(doc_ids):
             raise ValueError("doc_ids must be unique, one per text")
+        metas = [None] * len(texts) if metadatas is None else metadatas
         fragments: list[Fragment] = []
-        for i, (text, doc_id) in enumerate(zip(texts, doc_ids, strict=True)):
-            meta = metadatas[i] if metadatas is not None else None
+        for text, doc_id, meta in zip(texts, doc_ids, metas, strict=True):
             fragments += split_words(text, fragment_words=fragment_words, stride=stride, doc_id=doc_id, metadata=meta)
-        fragments = [f for f in fragments if f.text]
-        return cls(fragments, **kwargs)
+        return cls([f for f in fragments if f.text], **kwargs)
 
     @classmethod
     def from_fragments(

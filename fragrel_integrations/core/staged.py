@@ -79,9 +79,7 @@ class StagedHybridScorer:
         if not self.texts:
             raise ValueError("texts is empty: give one text per fragment")
         self.candidates = check_positive_int(candidates, "candidates")
-        if window_words != "auto":
-            window_words = check_window_words(window_words)
-        self._window_words = window_words
+        self._window_words = window_words if window_words == "auto" else check_window_words(window_words)
         self._embedder = embedder
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.lexical: Scorer = BM25Scorer(self.texts) if lexical is None else lexical
