@@ -168,10 +168,8 @@ def _is_dialogue(fragments: Sequence[Fragment]) -> bool:
     speakers = [label for label in lines if label is not None]
     if not speakers or len(speakers) < 0.5 * len(lines):
         return False
-    counts = Counter(speakers)
-    if len(counts) < 2 or counts.most_common(1)[0][1] < 2:
-        return False
-    return not _cycles_of_fields(speakers)
+    counts = Counter(speakers)  # two or more speakers, one of them at least twice
+    return len(counts) >= 2 and counts.most_common(1)[0][1] >= 2 and not _cycles_of_fields(speakers)
 
 
 def detect_kind(fragments: Sequence[Fragment]) -> str:
