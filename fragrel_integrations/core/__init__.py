@@ -5,14 +5,7 @@ from .fragments import Fragment, ScoredFragment
 from .grounding import GroundedAnswer, grounded_answer
 from .index import FragRelIndex
 from .relation_aware import relation_aware_scores
-from .relations import (
-    CallableRelation,
-    CompositeRelation,
-    ContextRelation,
-    FragmentLayout,
-    Relation,
-    SemanticRelation,
-)
+from .relations import CallableRelation, CompositeRelation, ContextRelation, FragmentLayout, Relation, SemanticRelation
 from .rerank import rerank
 from .scorers import BM25Scorer, DenseScorer, HybridScorer, Scorer
 from .selection import select

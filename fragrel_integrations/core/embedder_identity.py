@@ -7,11 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..models.embedder import (
-    CachedEmbedder,
-    Embedder,
-    check_embeddings,
-)
+from ..models.embedder import CachedEmbedder, Embedder, check_embeddings
 from .windows import embedder_window_tokens
 
 __all__ = ["IDENTITY_PROBE", "check_identity", "embedder_id", "embedder_identity", "identity_mismatch"]

@@ -165,13 +165,8 @@ def _user_embedder(
     if base_url:
         from ..models.openai_embeddings import OpenAIEmbedder
 
-        return OpenAIEmbedder(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            max_input_tokens=SERVED_WINDOW_TOKENS if window_tokens is None else window_tokens,
-            timeout=timeout,
-        )
+        window = SERVED_WINDOW_TOKENS if window_tokens is None else window_tokens
+        return OpenAIEmbedder(model, base_url=base_url, api_key=api_key, max_input_tokens=window, timeout=timeout)
     if api_key is not None or window_tokens is not None:
         raise ValueError("--embed-api-key and --embed-window-tokens are for a served model: add --embed-base-url URL")
     folder = Path(model).expanduser()

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["MAX_POSITION", "Fragment", "ScoredFragment", "check_position", "parse_position"]
+from .._validation import MAX_JSON_DEPTH, json_depth_ok
+
+__all__ = ["MAX_POSITION", "Fragment", "ScoredFragment", "check_position", "metadata_json", "parse_position"]
 
 #: Largest ``|position|`` a fragment may have: 2**53, so that a position survives a float round trip through a
 #: vector store's metadata and position differences never overflow int64.
@@ -41,10 +44,11 @@ def parse_position(value: object, what: str = "position") -> int:
     """
     if isinstance(value, bool):
         raise TypeError(f"{what} must be an int position (order within the document), got {value!r}")
-    if isinstance(value, numbers.Integral):
+    # some vector stores return every number as a float
+    if isinstance(value, numbers.Integral) or (
+        isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
+    ):
         return check_position(int(value), what)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        return check_position(int(value), what)  # some vector stores return every number as a float
     if isinstance(value, str):
         digits = value.strip()
         if digits.lstrip("+-").isdigit() and len(digits) <= 20:  # longer cannot be in range
@@ -52,6 +56,21 @@ def parse_position(value: object, what: str = "position") -> int:
         if digits.lstrip("+-").isdigit():
             raise ValueError(f"{what} must be an int in [-2**53, 2**53] (order within the document), got {value!r}")
     raise TypeError(f"{what} must be an int position (order within the document), got {value!r}")
+
+
+def metadata_json(metadata: Mapping[str, Any], what: str, *, sort_keys: bool = False) -> str:
+    """``metadata`` (a mapping) as JSON text to store, or a TypeError starting with ``what``.
+
+    >>> metadata_json({"b": 1, "a": [2]}, "fragment metadata", sort_keys=True)
+    '{"a": [2], "b": 1}'
+    """
+    try:
+        text = json.dumps(dict(metadata), sort_keys=sort_keys)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"{what} must be JSON-serialisable: {exc}") from exc
+    if not json_depth_ok(metadata):
+        raise TypeError(f"{what} must nest at most {MAX_JSON_DEPTH} levels deep")
+    return text
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,13 +33,12 @@ def _check_fragments(fragments: Sequence[Fragment]) -> list[Fragment]:
         if not isinstance(f, Fragment):
             raise TypeError(f"fragments[{i}] must be a Fragment, got {type(f).__name__}")
         check_text(f.text, f"fragments[{i}].text")
-        key = (f.doc_id, f.position)
-        if key in seen:
+        if (f.doc_id, f.position) in seen:
             raise ValueError(
                 f"fragments[{i}] repeats doc_id={f.doc_id!r} position={f.position}: "
                 "positions must be unique within a document"
             )
-        seen.add(key)
+        seen.add((f.doc_id, f.position))
     return fragments
 
 
@@ -88,8 +87,7 @@ class FragRelIndex:
         check_scorer(scorer)
         if embeddings is not None and window_embeddings is not None:
             raise ValueError("pass embeddings (one row per fragment) or window_embeddings, not both")
-        if window_words != "auto":
-            window_words = check_window_words(window_words)
+        window_words = window_words if window_words == "auto" else check_window_words(window_words)
         needs_embeddings = scorer in ("dense", "hybrid") or self.relation.needs_embeddings
         self._embedder = embedder
         self.scorer_name: str | None = scorer if isinstance(scorer, str) else None
@@ -115,7 +113,7 @@ class FragRelIndex:
                 show_progress=show_progress,
             )
             self._set_windows(vectors, offsets)
-        self.scorer: Scorer = self._build_scorer(scorer)
+        self.scorer: Scorer = make_scorer(scorer, [f.text for f in self.fragments], dense=self._dense_scorer)
         self.layout = FragmentLayout.from_fragments(self.fragments, self.embeddings)
         self._prepared = self.relation.prepare(self.layout)
         self._lengths = np.fromiter((f.n_words for f in self.fragments), np.int64, len(self.fragments))
@@ -150,12 +148,11 @@ class FragRelIndex:
             raise ValueError("doc_ids and metadatas must have one entry per text")
         if len(set(doc_ids)) != len(doc_ids):
             raise ValueError("doc_ids must be unique, one per text")
+        metas = [None] * len(texts) if metadatas is None else metadatas
         fragments: list[Fragment] = []
-        for i, (text, doc_id) in enumerate(zip(texts, doc_ids, strict=True)):
-            meta = metadatas[i] if metadatas is not None else None
+        for text, doc_id, meta in zip(texts, doc_ids, metas, strict=True):
             fragments += split_words(text, fragment_words=fragment_words, stride=stride, doc_id=doc_id, metadata=meta)
-        fragments = [f for f in fragments if f.text]
-        return cls(fragments, **kwargs)
+        return cls([f for f in fragments if f.text], **kwargs)
 
     @classmethod
     def from_fragments(
@@ -177,9 +174,8 @@ class FragRelIndex:
             if not isinstance(item, str):
                 raise TypeError(f"fragments[{i}] must be str or Fragment, got {type(item).__name__}")
             doc = "0" if doc_ids is None else str(doc_ids[i])
-            pos = counters.get(doc, 0)
-            counters[doc] = pos + 1
-            out.append(Fragment(item, doc, pos))
+            counters[doc] = counters.get(doc, -1) + 1
+            out.append(Fragment(item, doc, counters[doc]))
         return cls(out, **kwargs)
 
     @classmethod
@@ -207,13 +203,9 @@ class FragRelIndex:
             self._embedder = default_embedder()
         return self._embedder
 
-    def _build_scorer(self, scorer: ScorerName | Scorer) -> Scorer:
-        return make_scorer(scorer, [f.text for f in self.fragments], dense=self._dense_scorer)
-
     def _dense_scorer(self) -> DenseScorer:
-        if self.window_embeddings is not None:
-            return DenseScorer(self.window_embeddings, self.embedder, offsets=self.window_offsets)
-        return DenseScorer(self.embeddings, self.embedder)
+        vectors = self.embeddings if self.window_embeddings is None else self.window_embeddings
+        return DenseScorer(vectors, self.embedder, offsets=self.window_offsets)
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(s_ind, s_env, s_rel)`` for every fragment, in corpus order."""

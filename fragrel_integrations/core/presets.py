@@ -57,52 +57,27 @@ class Preset:
         return ContextRelation(self.w_rel)
 
 
+#: What each preset is for (:attr:`Preset.description`).
+_GENERAL = (
+    "any kind of text (the default): only the 10 best-scored fragments lend support to their neighbours (top_m=10), "
+    "so it gains where neighbours matter and stays out of the way where they do not"
+)
+_DIALOGUE = "one fragment per turn (chats, transcripts); turns come back in time order"
+_STORY = "long narrative text in word windows (the paper's defaults: w_rel 0.3, alpha 0.5, 500-word fragments)"
+_HAYSTACK = "a few relevant sentences hidden in a long unrelated text (BABILong-style)"
+_MULTIDOC = (
+    "many short documents of a few paragraphs (HotpotQA-style), little to gain, so the environment stays light "
+    "(alpha 0.1)"
+)
+
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in (
-        Preset(
-            "general",
-            0.2,
-            1.0,
-            500,
-            "score",
-            "any kind of text (the default): only the 10 best-scored fragments lend support to their neighbours "
-            "(top_m=10), so it gains where neighbours matter and stays out of the way where they do not",
-            10,
-        ),
-        Preset(
-            "dialogue",
-            0.3,
-            1.0,
-            500,
-            "position",
-            "one fragment per turn (chats, transcripts); turns come back in time order",
-        ),
-        Preset(
-            "story",
-            0.3,
-            0.5,
-            500,
-            "score",
-            "long narrative text in word windows (the paper's defaults: w_rel 0.3, alpha 0.5, 500-word fragments)",
-        ),
-        Preset(
-            "haystack",
-            0.9,
-            0.1,
-            500,
-            "score",
-            "a few relevant sentences hidden in a long unrelated text (BABILong-style)",
-        ),
-        Preset(
-            "multidoc",
-            0.7,
-            0.1,
-            500,
-            "score",
-            "many short documents of a few paragraphs (HotpotQA-style), little to gain, so the environment stays "
-            "light (alpha 0.1)",
-        ),
+        Preset("general", 0.2, 1.0, 500, "score", _GENERAL, 10),
+        Preset("dialogue", 0.3, 1.0, 500, "position", _DIALOGUE),
+        Preset("story", 0.3, 0.5, 500, "score", _STORY),
+        Preset("haystack", 0.9, 0.1, 500, "score", _HAYSTACK),
+        Preset("multidoc", 0.7, 0.1, 500, "score", _MULTIDOC),
     )
 }
 
@@ -128,50 +103,20 @@ KIND_PRESETS: dict[str, str] = {
 _SPEAKER = re.compile(r"^\s*(?:\[[^\]\n]{1,20}\]\s*)?([A-Za-z][\w.'-]*(?: [A-Za-z][\w.'-]*){0,2}):\s+\S")
 #: Labels that name a field of a record rather than a person (besides one-letter labels and identifiers with
 #: ``_`` or a digit, e.g. SimpleDirectoryReader's ``file_path``).
-_FIELD_WORDS = frozenset(
-    (
-        "question",
-        "answer",
-        "title",
-        "id",
-        "key",
-        "value",
-        "name",
-        "url",
-        "source",
-        "date",
-        "time",
-        "type",
-        "category",
-        "tags",
-        "text",
-        "content",
-        "summary",
-        "author",
-        "subject",
-        "from",
-        "to",
-        "cc",
-        "label",
-        "year",
-        "price",
-        "description",
-    )
+_FIELD_WORDS = re.compile(
+    r"question|answer|title|id|key|value|name|url|source|date|time|type|category|tags|text|content|summary|author"
+    r"|subject|from|to|cc|label|year|price|description"
 )
 
 
 def _field_like(label: str) -> bool:
-    return len(label) == 1 or "_" in label or any(c.isdigit() for c in label) or label in _FIELD_WORDS
+    return len(label) == 1 or "_" in label or any(c.isdigit() for c in label) or bool(_FIELD_WORDS.fullmatch(label))
 
 
 def _line_labels(fragment: Fragment) -> list[str | None]:
     """The label (case-folded) of each non-blank line of ``fragment``, None for a line without one."""
-    out: list[str | None] = []
-    for line in fragment.text.splitlines():
-        if line.strip():
-            m = _SPEAKER.match(line)
-            out.append(m[1].casefold() if m else None)
-    return out
+    matches = (_SPEAKER.match(line) for line in fragment.text.splitlines() if line.strip())
+    return [m[1].casefold() if m else None for m in matches]
 
 
 def _item_keys(per_fragment: list[list[str | None]]) -> set[str]:
@@ -205,14 +150,12 @@ def _cycles_of_fields(sequence: list[str]) -> bool:
     if len(parts) < 2 or any(len(set(p)) != len(p) for p in parts):
         return False
     order = {label: i for i, label in enumerate(max(parts, key=len))}
-    if any(label not in order for p in parts for label in p):
-        return False
-    if any([order[label] for label in p] != sorted(order[label] for label in p) for p in parts):
-        return False
-    if sum(len(p) == len(order) for p in parts) < 0.8 * len(parts):  # records hold (nearly) every field
-        return False
+    in_order = all(label in order for p in parts for label in p) and all(
+        [order[label] for label in p] == sorted(order[label] for label in p) for p in parts
+    )
+    complete = sum(len(p) == len(order) for p in parts) >= 0.8 * len(parts)  # records hold (nearly) every field
     distinct = set(sequence)
-    return len(distinct) >= 3 or all(_field_like(label) for label in distinct)
+    return in_order and complete and (len(distinct) >= 3 or all(_field_like(label) for label in distinct))
 
 
 def _is_dialogue(fragments: Sequence[Fragment]) -> bool:
@@ -225,10 +168,8 @@ def _is_dialogue(fragments: Sequence[Fragment]) -> bool:
     speakers = [label for label in lines if label is not None]
     if not speakers or len(speakers) < 0.5 * len(lines):
         return False
-    counts = Counter(speakers)
-    if len(counts) < 2 or counts.most_common(1)[0][1] < 2:
-        return False
-    return not _cycles_of_fields(speakers)
+    counts = Counter(speakers)  # two or more speakers, one of them at least twice
+    return len(counts) >= 2 and counts.most_common(1)[0][1] >= 2 and not _cycles_of_fields(speakers)
 
 
 def detect_kind(fragments: Sequence[Fragment]) -> str:

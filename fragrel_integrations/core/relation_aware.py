@@ -51,18 +51,11 @@ def check_alpha(alpha: object) -> float:
 def matrix_sums(weights: np.ndarray | sp.sparray | sp.spmatrix, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(sum_{j!=i} w_ij s_j, sum_{j!=i} w_ij)`` for a dense or sparse ``N x N`` weight matrix."""
     n = s.shape[0]
-    if sp.issparse(weights):
-        w = sp.csr_array(weights, dtype=np.float64)
-        if w.shape != (n, n):
-            raise ValueError(f"weights must have shape ({n}, {n}), got {w.shape}")
-        data = w.data
-        diag = w.diagonal()
-    else:
-        w = np.asarray(weights, dtype=np.float64)
-        if w.shape != (n, n):
-            raise ValueError(f"weights must have shape ({n}, {n}), got {w.shape}")
-        data = w
-        diag = np.diagonal(w)
+    w = sp.csr_array(weights, dtype=np.float64) if sp.issparse(weights) else np.asarray(weights, dtype=np.float64)
+    if w.shape != (n, n):
+        raise ValueError(f"weights must have shape ({n}, {n}), got {w.shape}")
+    data = w.data if sp.issparse(w) else w
+    diag = w.diagonal()
     if data.size and not np.all(np.isfinite(data)):
         raise ValueError("weights must be finite")
     if data.size and data.min() < 0:
@@ -101,10 +94,10 @@ def top_m_excess(s: np.ndarray, m: int | None) -> np.ndarray:
     >>> top_m_excess(np.array([0.9, 0.5, 0.75, 0.0]), 2).tolist()
     [0.4, 0.0, 0.25, 0.0]
     """
-    if m is None:
+    if m is None or s.size == 0:
         return s
     if s.size <= m:
-        return s - s.min() if s.size else s
+        return s - s.min()
     return np.maximum(s - np.partition(s, -(m + 1))[-(m + 1)], 0.0)
 
 

@@ -11,12 +11,14 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Protocol
 
 import numpy as np
 import scipy.sparse as sp
 
 from .._validation import check_positive_int
+from ..models.embedder import normalise_rows
 from .fragments import Fragment
 from .relation_aware import matrix_sums
 
@@ -155,12 +157,7 @@ def decayed_cumsum(x: np.ndarray, w: float) -> np.ndarray:
         from scipy.signal import lfilter
 
         return np.asarray(lfilter([1.0], [1.0, -w], x))
-    out = []
-    acc = 0.0
-    for value in x.tolist():
-        acc = acc * w + value
-        out.append(acc)
-    return np.asarray(out, dtype=np.float64)
+    return np.asarray(list(accumulate(x.tolist(), lambda acc, value: acc * w + value, initial=0.0))[1:])
 
 
 class _PreparedContext:
@@ -200,7 +197,8 @@ class _PreparedContext:
             self.doc_of = doc_of
         else:
             self.p, self.new_doc = p, new_doc
-        self.den = self._sorted_sums(np.ones(n)) if n else np.zeros(0)
+        self.den = np.empty(n)
+        self.den[order] = self._sorted_sums(np.ones(n))
 
     def _sorted_sums(self, s_sorted: np.ndarray) -> np.ndarray:
         if self.n == 0 or self.w == 0.0:
@@ -238,9 +236,7 @@ class _PreparedContext:
     def sums(self, s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         num = np.empty(self.n)
         num[self.order] = self._sorted_sums(s[self.order])
-        den = np.empty(self.n)
-        den[self.order] = self.den
-        return num, den
+        return num, self.den.copy()
 
 
 def context_weights(layout: FragmentLayout, w_rel: float) -> np.ndarray:
@@ -255,12 +251,6 @@ def context_weights(layout: FragmentLayout, w_rel: float) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------- semantic
-
-
-def _normalise(e: np.ndarray) -> np.ndarray:
-    e = np.asarray(e, dtype=np.float32)
-    norms = np.linalg.norm(e, axis=1, keepdims=True)
-    return e / np.maximum(norms, 1e-12)
 
 
 @dataclass(frozen=True)
@@ -280,15 +270,14 @@ class SemanticRelation(Relation):
 
     def __post_init__(self) -> None:
         for name in ("dense_limit", "default_top_m", "block_size"):
-            v = getattr(self, name)
-            check_positive_int(v, name)
+            check_positive_int(getattr(self, name), name)
         if self.top_m is not None:
             check_positive_int(self.top_m, "top_m", hint=" or None")
 
     def prepare(self, layout: FragmentLayout) -> PreparedRelation:
         if layout.embeddings is None:
             raise ValueError("SemanticRelation needs fragment embeddings: pass an embedder to the index")
-        e = _normalise(layout.embeddings)
+        e = normalise_rows(layout.embeddings)
         n = e.shape[0]
         if self.top_m is None and n <= self.dense_limit:
             w = np.maximum(e @ e.T, 0.0).astype(np.float64)

@@ -16,7 +16,6 @@ a file never runs code from it.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,10 +24,10 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from .._sqlite import SavedFormat
-from .._validation import MAX_JSON_DEPTH, json_depth_ok, stored_json
+from .._validation import stored_json
 from ..models.embedder import Embedder
 from .embedder_identity import check_identity, embedder_id, embedder_identity
-from .fragments import Fragment
+from .fragments import Fragment, metadata_json
 from .relations import CompositeRelation, ContextRelation, Relation, SemanticRelation
 from .scorers import SCORER_NAMES, Scorer, ScorerName
 
@@ -74,6 +73,7 @@ _INDEX_ATTRIBUTES = (
     "relation",
 )
 _SEMANTIC_FIELDS = ("top_m", "dense_limit", "default_top_m", "block_size")
+_COUNTS = ("n_fragments", "dim", "n_windows")
 
 
 # --------------------------------------------------------------------------------------------- relations
@@ -90,10 +90,8 @@ def relation_spec(relation: Relation) -> dict[str, Any] | None:
     if type(relation) is SemanticRelation:
         return {"type": "semantic", **{f: getattr(relation, f) for f in _SEMANTIC_FIELDS}}
     if type(relation) is CompositeRelation:
-        parts = [(relation_spec(r), float(w)) for r, w in relation.parts]
-        if any(spec is None for spec, _ in parts):
-            return None
-        return {"type": "composite", "parts": [[spec, w] for spec, w in parts]}
+        parts = [[relation_spec(r), float(w)] for r, w in relation.parts]
+        return None if any(spec is None for spec, _ in parts) else {"type": "composite", "parts": parts}
     return None
 
 
@@ -144,30 +142,15 @@ def save_index(index: Any, path: str | Path, *, metadata: Mapping[str, Any] | No
         raise TypeError(f"save_index takes a FragRelIndex, got {type(index).__name__}")
     path = Path(path).expanduser()
     _FORMAT.check_target(path)
-    try:
-        json.dumps(dict(metadata or {}))
-    except (TypeError, ValueError, RecursionError) as exc:
-        raise TypeError(f"index metadata must be JSON-serialisable: {exc}") from exc
-    if not json_depth_ok(dict(metadata or {})):
-        raise TypeError(f"index metadata must nest at most {MAX_JSON_DEPTH} levels deep")
+    metadata_json(metadata or {}, "index metadata")
     vectors, offsets = index.window_embeddings, index.window_offsets
     if vectors is None and index.embeddings is not None:
         vectors, offsets = index.embeddings, np.arange(len(index), dtype=np.int64)
+    blocks = [None] * len(index) if vectors is None else np.split(np.asarray(vectors, dtype="<f4"), offsets[1:])
     rows = []
-    bounds = np.append(offsets, vectors.shape[0]) if vectors is not None else None
-    for i, f in enumerate(index.fragments):
-        try:
-            fmeta = json.dumps(dict(f.metadata), sort_keys=True)
-            if not json_depth_ok(f.metadata):
-                raise ValueError(f"nested more than {MAX_JSON_DEPTH} levels deep")
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise TypeError(
-                f"fragment {i} ({f.doc_id}[{f.position}]) metadata must be JSON-serialisable: {exc}"
-            ) from exc
-        blob, n_win = None, 0
-        if bounds is not None:
-            block = np.ascontiguousarray(vectors[bounds[i] : bounds[i + 1]], dtype="<f4")
-            blob, n_win = block.tobytes(), block.shape[0]
+    for i, (f, block) in enumerate(zip(index.fragments, blocks, strict=True)):
+        fmeta = metadata_json(f.metadata, f"fragment {i} ({f.doc_id}[{f.position}]) metadata", sort_keys=True)
+        n_win, blob = (0, None) if block is None else (block.shape[0], block.tobytes())
         rows.append((i, f.doc_id, f.position, f.text, fmeta, n_win, blob))
     settings = {
         "n_fragments": len(index),
@@ -201,11 +184,16 @@ def _read_header(path: Path) -> tuple[dict[str, Any], dict[str, Any], Any]:
     return settings, metadata, header["built_by"].get("embedder")
 
 
-def _count(settings: dict[str, Any], key: str, path: Path) -> int:
+def _setting(settings: dict[str, Any], key: str, path: Path, valid: Callable[[Any], bool]) -> Any:
+    """``settings[key]`` (None when absent) if ``valid`` accepts it, else the file's damage error."""
     value = settings.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if not valid(value):
         raise _FORMAT.damaged(path, f"{key}={value!r}")
     return value
+
+
+def _is_int(value: object, minimum: float = -math.inf) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
 def _read_fragments(
@@ -219,8 +207,7 @@ def _read_fragments(
     )
     if len(rows) != n or any(r[0] != i for i, r in enumerate(rows)):
         raise _FORMAT.damaged(path, f"expected fragments 0..{n - 1}, found {len(rows)} rows")
-    fragments, blocks, offsets = [], [], np.zeros(n, dtype=np.int64)
-    total = 0
+    fragments, blocks = [], []
     for i, (_, doc_id, position, text, meta, n_win, blob) in enumerate(rows):
         try:
             fragments.append(Fragment(text, doc_id, position, stored_json(meta, f"the metadata of fragment {i}")))
@@ -230,15 +217,13 @@ def _read_fragments(
             continue
         if not isinstance(n_win, int) or n_win < 1 or not isinstance(blob, bytes) or len(blob) != n_win * dim * 4:
             raise _FORMAT.damaged(path, f"the embeddings of fragment {i} are not {n_win} x {dim} float32")
-        offsets[i] = total
-        total += n_win
         blocks.append(np.frombuffer(blob, dtype="<f4").reshape(n_win, dim))
     if dim == 0:
         return fragments, None, None
     vectors = np.concatenate(blocks).astype(np.float32) if blocks else np.zeros((0, dim), np.float32)
     if vectors.shape[0] != n_windows or not np.all(np.isfinite(vectors)):
         raise _FORMAT.damaged(path, f"embeddings: {vectors.shape[0]} windows for {n_windows}, or NaN/inf")
-    return fragments, vectors, offsets
+    return fragments, vectors, np.cumsum([0] + [block.shape[0] for block in blocks[:-1]])
 
 
 def _check_embedder(path: Path, settings: dict[str, Any], identity: Any, embedder: Embedder | None) -> None:
@@ -248,22 +233,15 @@ def _check_embedder(path: Path, settings: dict[str, Any], identity: Any, embedde
     stored_model = settings.get("embedder")
     if not isinstance(stored_model, str) or not isinstance(identity, dict):
         raise _FORMAT.damaged(path, f"embedder={stored_model!r:.80}, identity={identity!r:.80}")
-    if embedder is None:
-        from ..models.local import default_embedder_id
+    from ..models import local
 
-        current = default_embedder_id()
-    else:
-        current = embedder_id(embedder)
+    current = local.default_embedder_id() if embedder is None else embedder_id(embedder)
     if current != stored_model:
         raise ValueError(
             f"{path} was embedded with {stored_model!r}, not {current!r}: pass embedder= the model it was "
             "built with, or rebuild the index"
         )
-    if embedder is None:
-        from ..models.local import default_embedder
-
-        embedder = default_embedder()
-    check_identity(identity, embedder, str(path))
+    check_identity(identity, local.default_embedder() if embedder is None else embedder, str(path))
 
 
 def load_index(
@@ -290,8 +268,7 @@ def load_index(
     for key, value in (expect or {}).items():
         if metadata.get(key) != value:
             raise ValueError(f"{path}: saved {key}={metadata.get(key)!r}, expected {value!r} (a stale index)")
-    n, dim = _count(settings, "n_fragments", path), _count(settings, "dim", path)
-    n_windows = _count(settings, "n_windows", path)
+    n, dim, n_windows = (_setting(settings, key, path, lambda v: _is_int(v, 0)) for key in _COUNTS)
     if dim:
         _check_embedder(path, settings, identity, embedder)
     if relation is None:
@@ -302,22 +279,14 @@ def load_index(
         except ValueError as exc:
             raise _FORMAT.damaged(path, exc) from None
     if scorer is None:
-        scorer = settings.get("scorer")
-        if scorer is None:
+        if settings.get("scorer") is None:
             raise ValueError(f"{path} was saved with a custom scorer: pass scorer= to load it")
-        if scorer not in SCORER_NAMES:
-            raise _FORMAT.damaged(path, f"scorer={scorer!r}")
+        scorer = _setting(settings, "scorer", path, lambda v: v in SCORER_NAMES)
     if alpha is None:
-        alpha = settings.get("alpha")
-        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not math.isfinite(alpha):
-            raise _FORMAT.damaged(path, f"alpha={alpha!r}")
-    if top_m == "saved":
-        top_m = settings.get("top_m")  # absent in files written before top_m existed: None, as then
-        if top_m is not None and (isinstance(top_m, bool) or not isinstance(top_m, int) or top_m <= 0):
-            raise _FORMAT.damaged(path, f"top_m={top_m!r}")
-    window_words = settings.get("window_words")
-    if window_words is not None and (isinstance(window_words, bool) or not isinstance(window_words, int)):
-        raise _FORMAT.damaged(path, f"window_words={window_words!r}")
+        alpha = _setting(settings, "alpha", path, lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v))
+    if top_m == "saved":  # absent in files written before top_m existed: None, as then
+        top_m = _setting(settings, "top_m", path, lambda v: v is None or _is_int(v, 1))
+    window_words = _setting(settings, "window_words", path, lambda v: v is None or _is_int(v))
     fragments, vectors, offsets = _read_fragments(path, n, dim, n_windows)
     try:
         index = index_type(

@@ -125,12 +125,7 @@ class BM25Scorer:
     """Okapi BM25 (bm25s, Lucene variant) over word tokens, English stopwords removed by default."""
 
     def __init__(
-        self,
-        texts: Sequence[str],
-        *,
-        k1: float = 1.5,
-        b: float = 0.75,
-        stopwords: Sequence[str] | None = None,
+        self, texts: Sequence[str], *, k1: float = 1.5, b: float = 0.75, stopwords: Sequence[str] | None = None
     ) -> None:
         import bm25s
 
@@ -274,11 +269,7 @@ def make_scorer(
 
 
 def code_scorer(
-    name: CodeScorerName | Scorer,
-    texts: list[str],
-    *,
-    embeddings: Any = None,
-    embedder: Embedder | None = None,
+    name: CodeScorerName | Scorer, texts: list[str], *, embeddings: Any = None, embedder: Embedder | None = None
 ) -> Scorer:
     """The independent scorer for code fragments.
 
@@ -296,9 +287,5 @@ def code_scorer(
     if name in ("dense", "hybrid") and (embedder is None or embeddings is None):
         raise ValueError(f"scorer={name!r} needs an embedder (and the fragment embeddings)")
     return make_scorer(
-        name,
-        texts,
-        dense=lambda: DenseScorer(embeddings, embedder),
-        lexical=lambda: JaccardScorer(texts),
-        stopwords=(),
+        name, texts, dense=lambda: DenseScorer(embeddings, embedder), lexical=lambda: JaccardScorer(texts), stopwords=()
     )

@@ -19,6 +19,11 @@ def _check_window(size: int, stride: int | None, what: str) -> int:
     return stride
 
 
+def _starts(n: int, size: int, stride: int) -> range:
+    """Window starts over ``n`` items: every ``stride`` until a window of ``size`` reaches the end."""
+    return range(0, max(n - size, 0) + stride, stride) if n else range(0)
+
+
 def split_words(
     text: str,
     *,
@@ -39,12 +44,8 @@ def split_words(
     stride = _check_window(fragment_words, stride, "fragment_words")
     words = text.split()
     meta = dict(metadata or {})
-    out: list[Fragment] = []
-    for pos, start in enumerate(range(0, len(words), stride)):
-        out.append(Fragment(" ".join(words[start : start + fragment_words]), doc_id, pos, dict(meta)))
-        if start + fragment_words >= len(words):
-            break
-    return out
+    starts = _starts(len(words), fragment_words, stride)
+    return [Fragment(" ".join(words[s : s + fragment_words]), doc_id, pos, dict(meta)) for pos, s in enumerate(starts)]
 
 
 def split_lines(
@@ -67,21 +68,15 @@ def split_lines(
     stride = _check_window(fragment_lines, stride, "fragment_lines")
     lines = text.splitlines()
     out: list[Fragment] = []
-    for pos, start in enumerate(range(0, len(lines), stride)):
+    for pos, start in enumerate(_starts(len(lines), fragment_lines, stride)):
         chunk = lines[start : start + fragment_lines]
         meta = {**(metadata or {}), "start_line": start + 1, "end_line": start + len(chunk)}
         out.append(Fragment("\n".join(chunk), doc_id, pos, meta))
-        if start + fragment_lines >= len(lines):
-            break
     return out
 
 
 def split_turns(
-    turns: Sequence[str | Mapping[str, Any]],
-    *,
-    doc_id: str = "0",
-    text_key: str = "text",
-    speaker_key: str = "speaker",
+    turns: Sequence[str | Mapping[str, Any]], *, doc_id: str = "0", text_key: str = "text", speaker_key: str = "speaker"
 ) -> list[Fragment]:
     """One fragment per dialogue turn, in order.
 

@@ -27,6 +27,7 @@ import logging
 import sqlite3
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Literal
 
@@ -78,19 +79,19 @@ class StagedHybridScorer:
         if not self.texts:
             raise ValueError("texts is empty: give one text per fragment")
         self.candidates = check_positive_int(candidates, "candidates")
-        if window_words != "auto":
-            window_words = check_window_words(window_words)
-        self._window_words = window_words
+        self._window_words = window_words if window_words == "auto" else check_window_words(window_words)
         self._embedder = embedder
         self.batch_size = check_positive_int(batch_size, "batch_size")
         self.lexical: Scorer = BM25Scorer(self.texts) if lexical is None else lexical
         self.vectors: dict[int, np.ndarray] = {}
-        if store is not None and not isinstance(store, WindowVectorFile):
-            raise TypeError(f"store must be a WindowVectorFile, got {type(store).__name__}")
-        if store is not None and store.n_fragments != len(self.texts):
-            raise ValueError(f"the store holds {store.n_fragments} fragments, the scorer has {len(self.texts)}")
+        stored = {}
+        if store is not None:
+            if not isinstance(store, WindowVectorFile):
+                raise TypeError(f"store must be a WindowVectorFile, got {type(store).__name__}")
+            if store.n_fragments != len(self.texts):
+                raise ValueError(f"the store holds {store.n_fragments} fragments, the scorer has {len(self.texts)}")
+            stored = store.read()
         self.store = store
-        stored = store.read() if store is not None else {}
         for i, v in {**stored, **(vectors or {})}.items():
             if not (isinstance(i, int | np.integer) and 0 <= int(i) < len(self.texts)):
                 raise ValueError(f"vectors has fragment index {i!r}; there are {len(self.texts)} fragments")
@@ -122,16 +123,10 @@ class StagedHybridScorer:
         vectors, offsets = embed_windows(
             self.embedder, [self.texts[i] for i in missing], window_words=self.window_words, batch_size=self.batch_size
         )
-        bounds = np.append(offsets, vectors.shape[0])
-        for j, i in enumerate(missing):
-            self.vectors[i] = vectors[bounds[j] : bounds[j + 1]]
+        for i, block in zip(missing, np.split(vectors, offsets[1:]), strict=True):
+            self.vectors[i] = block
         self._new.update(missing)
         self.n_embedded += len(missing)
-
-    def candidate_indices(self, lexical_scores: np.ndarray) -> np.ndarray:
-        """The ``candidates`` best fragments by the lexical score (ties in corpus order)."""
-        order = np.argsort(-lexical_scores, kind="stable")
-        return order[: self.candidates]
 
     def __call__(self, query: str) -> np.ndarray:
         if not isinstance(query, str):
@@ -139,7 +134,7 @@ class StagedHybridScorer:
         lexical = np.asarray(self.lexical(query), dtype=np.float64)
         if lexical.shape != (len(self.texts),):
             raise ValueError(f"the lexical scorer returned {lexical.shape} scores for {len(self.texts)} fragments")
-        picked = self.candidate_indices(lexical)
+        picked = np.argsort(-lexical, kind="stable")[: self.candidates]  # ties in corpus order
         self.ensure(picked)
         q = embed_query(self.embedder, query)
         q = q / max(float(np.linalg.norm(q)), 1e-12)
@@ -231,11 +226,8 @@ class WindowVectorFile:
         if _FORMAT.owns(self.path):
             return True
         try:
-            conn = connect(self.path, read_only=True)
-            try:
+            with closing(connect(self.path, read_only=True)) as conn:
                 return conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchone() is None
-            finally:
-                conn.close()
         except sqlite3.DatabaseError:
             return True
 
@@ -291,12 +283,8 @@ class WindowVectorFile:
         try:
             if new:
                 self._create()
-            conn = connect(self.path, timeout=30.0)
-            try:
-                with conn:
-                    conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?, ?)", rows)
-            finally:
-                conn.close()
+            with closing(connect(self.path, timeout=30.0)) as conn, conn:
+                conn.executemany("INSERT OR IGNORE INTO vectors VALUES (?, ?, ?, ?)", rows)
         except sqlite3.DatabaseError as exc:
             raise ValueError(f"{self.path}: cannot write the vector cache ({exc})") from None
         if new:

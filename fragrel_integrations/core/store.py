@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._sqlite import SavedFormat
-from .._validation import MAX_JSON_DEPTH, check_min_int, json_depth_ok, stored_json
-from .fragments import Fragment
+from .._validation import check_min_int, stored_json
+from .fragments import Fragment, metadata_json
 
 __all__ = ["FragmentStore"]
 
@@ -47,13 +46,7 @@ class FragmentStore:
         for f in fragments:
             if not isinstance(f, Fragment):
                 raise TypeError(f"FragmentStore.add takes Fragment objects, got {type(f).__name__}")
-            try:
-                meta = json.dumps(dict(f.metadata))
-            except (TypeError, ValueError, RecursionError) as exc:
-                raise TypeError(f"fragment metadata must be JSON-serialisable: {exc}") from exc
-            if not json_depth_ok(f.metadata):
-                raise TypeError(f"fragment metadata must nest at most {MAX_JSON_DEPTH} levels deep")
-            rows.append((f.doc_id, f.position, f.text, meta))
+            rows.append((f.doc_id, f.position, f.text, metadata_json(f.metadata, "fragment metadata")))
         with self._lock, self._conn:
             self._conn.executemany("INSERT OR REPLACE INTO fragments VALUES (?, ?, ?, ?)", rows)
 
@@ -73,12 +66,7 @@ class FragmentStore:
         check_min_int(radius, "radius", 0)
         have = {(str(d), int(p)) for d, p in keys}
         wanted = sorted({(d, p + o) for d, p in have for o in range(-radius, radius + 1) if o} - have)
-        out = []
-        for doc_id, pos in wanted:
-            f = self.get(doc_id, pos)
-            if f is not None:
-                out.append(f)
-        return out
+        return [f for doc_id, pos in wanted if (f := self.get(doc_id, pos)) is not None]
 
     def __len__(self) -> int:
         with self._lock:

@@ -10,11 +10,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from .._validation import check_min_int, check_positive_int
-from ..models.tokens import (
-    TokenCounter,
-    count_tokens,
-    estimate_tokens,
-)
+from ..models.tokens import TokenCounter, count_tokens, estimate_tokens
 
 __all__ = ["OUTPUT_CHARS_PER_TOKEN", "cap_output", "fit_texts", "storable_text", "truncate_to_tokens"]
 
@@ -56,12 +52,7 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: object | None = None
     lo, hi = 0, len(words)  # the answer lies in [lo, hi); words[:lo] fits
     if hi > max_tokens + 1 and count(" ".join(words[: max_tokens + 1])) > max_tokens:
         hi = max_tokens + 1  # words cost a token or more: a 2 MB text is searched in its first words only
-    while lo < hi - 1:
-        mid = (lo + hi) // 2
-        if count(" ".join(words[:mid])) <= max_tokens:
-            lo = mid
-        else:
-            hi = mid
+    lo = _longest(lo, hi, lambda mid: count(" ".join(words[:mid])) <= max_tokens)
     if lo == 0 and words and max_tokens > 0:
         return _char_prefix(words[0], max_tokens, count)
     return " ".join(words[:lo])
@@ -70,14 +61,19 @@ def truncate_to_tokens(text: str, max_tokens: int, counter: object | None = None
 def _char_prefix(word: str, max_tokens: int, count: Callable[[str], int]) -> str:
     """The longest prefix of ``word`` (at most ``OUTPUT_CHARS_PER_TOKEN * max_tokens`` characters) that fits."""
     head = word[: OUTPUT_CHARS_PER_TOKEN * max_tokens]
-    lo, hi = 0, len(head) + 1  # head[:lo] fits; head[:hi] does not (or is past the end)
+    # head[:0] fits; head[:len(head) + 1] is past the end
+    return head[: _longest(0, len(head) + 1, lambda mid: count(head[:mid]) <= max_tokens)]
+
+
+def _longest(lo: int, hi: int, fits: Callable[[int], bool]) -> int:
+    """Binary search: the largest ``n`` in ``[lo, hi)`` that ``fits``, given that ``lo`` fits and ``hi`` does not."""
     while lo < hi - 1:
         mid = (lo + hi) // 2
-        if count(head[:mid]) <= max_tokens:
+        if fits(mid):
             lo = mid
         else:
             hi = mid
-    return head[:lo]
+    return lo
 
 
 def cap_output(text: str, max_tokens: int) -> tuple[str, bool]:

@@ -11,11 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .._validation import check_positive_int, check_text
-from ..models.embedder import (
-    Embedder,
-    embed_documents,
-    normalise_rows,
-)
+from ..models.embedder import Embedder, embed_documents, normalise_rows
 
 __all__ = [
     "WORDS_PER_TOKEN",
@@ -81,17 +77,13 @@ def window_words_for(embedder: object) -> int | None:
     152
     """
     tokens = embedder_window_tokens(embedder)
-    if tokens is None:
-        return None
-    return max(1, int(WORDS_PER_TOKEN * max(tokens - 2, 1)))  # 2 pieces go to [CLS] and [SEP]
+    # 2 pieces go to [CLS] and [SEP]
+    return None if tokens is None else max(1, int(WORDS_PER_TOKEN * max(tokens - 2, 1)))
 
 
 def check_window_words(window_words: object) -> int | None:
     """``window_words`` as a positive int or None, or a ValueError naming the fix."""
-    if window_words is None:
-        return None
-    check_positive_int(window_words, "window_words", hint=" or None")
-    return window_words
+    return None if window_words is None else check_positive_int(window_words, "window_words", hint=" or None")
 
 
 def split_windows(texts: Sequence[str], window_words: int | None) -> tuple[list[str], np.ndarray]:
@@ -133,9 +125,7 @@ def check_windows(vectors: object, offsets: object, n: int, *, source: str = "wi
 def fragment_vectors(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """One vector per fragment: the normalised mean of its normalised window vectors."""
     unit = normalise_rows(vectors)
-    if unit.shape[0] == offsets.shape[0]:
-        return unit
-    return normalise_rows(np.add.reduceat(unit, offsets, axis=0))
+    return unit if unit.shape[0] == offsets.shape[0] else normalise_rows(np.add.reduceat(unit, offsets, axis=0))
 
 
 def embed_windows(
