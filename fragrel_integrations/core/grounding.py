@@ -647,10 +647,9 @@ def grounded_answer(question: str, hits: _Hits, model: Any, **settings: Unpack[A
     ``embedder`` ranks sentences with the hybrid score (None, the default: BM25 alone); ``max_sentences`` (3)
     evidence sentences go to the model, which may reply ``max_tokens`` (48) tokens; ``constrain=True`` asks a
     model that enforces llama.cpp grammars for a quote of the evidence (:func:`span_grammar`, through
-    :class:`~fragrel_integrations.models.structured.ReplyFormat`; off by default: with SmolLM2-135M it quoted the
-    wrong words and took several times longer, benchmarks/results/book_answers.md; the support check is the same
-    either way);
-    ``options`` are more keyword arguments for ``model.invoke`` (e.g. ``seed``). An unknown setting is a TypeError.
+    :class:`~fragrel_integrations.models.structured.ReplyFormat`; off by default, the support check is the same
+    either way); ``options`` are more keyword arguments for ``model.invoke`` (e.g. ``seed``). An unknown setting
+    is a TypeError.
     """
     return drive(grounded_answer_steps(question, hits, model, **settings))
 

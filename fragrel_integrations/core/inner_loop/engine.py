@@ -139,8 +139,7 @@ class InnerLoopEngine:
             False hides it.
         constrained: with a model that enforces reply formats (the embedded llama.cpp model, OpenAI-compatible
             servers), each round's memory is written under :meth:`stm_format` (one line); other models ignore
-            it. Off by default. With SmolLM2-135M on 100 bAbI qa2/qa3 dev questions it made every memory one
-            line (free: 86%) at the same accuracy and 13% less time (benchmarks/results/inner_loop_qa23.md).
+            it. Off by default.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> engine = InnerLoopEngine(lambda q: ["Sandra took the milk to the hallway."],
