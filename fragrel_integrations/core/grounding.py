@@ -114,6 +114,7 @@ _OTHER_END = "[\u3002\uff01\uff1f\uff61\uff0e\u061f\u06d4\u0964\u0965\u1362\u058
 _SENTENCE_END = re.compile(
     rf"(?<={_LATIN_END})[{_CLOSERS}]*\s+|(?P<other>{_OTHER_END}+)[{_CLOSERS}]*\s*|\n[^\S\n]*\n\s*"
 )
+_NON_BLANK = re.compile(r"\S(?:.*\S)?", re.DOTALL)
 _CLAUSE_END = re.compile(r"(?<=[;:])\s+|(?<=[\uff1b\uff1a])\s*")
 _TITLE_TEXT = "mr. mrs. ms. dr. st. messrs. mme. mlle. capt. col. gen. rev. sr. jr. mt."
 _TITLES = frozenset(_TITLE_TEXT.split())
@@ -173,13 +174,9 @@ def split_sentences(
 
 def _clauses(text: str, start: int, end: int, long_words: int, max_words: int) -> list[tuple[int, int]]:
     """The sentence ``text[start:end]``, split after ``;`` and ``:`` when it is long, each piece in windows."""
-    pieces, a = [], start
-    if len(word_units(text[start:end])) > long_words:
-        for m in _CLAUSE_END.finditer(text, start, end):
-            pieces.append((a, m.start()))
-            a = m.end()
-    pieces.append((a, end))
-    return [w for a, b in pieces for w in _windows(text, a, b, max_words)]
+    ends = _CLAUSE_END.finditer(text, start, end) if len(word_units(text[start:end])) > long_words else ()
+    bounds = [start, *(i for m in ends for i in m.span()), end]  # (start, end) of each piece, flat
+    return [w for a, b in zip(bounds[::2], bounds[1::2], strict=True) for w in _windows(text, a, b, max_words)]
 
 
 def _windows(text: str, start: int, end: int, max_words: int) -> list[tuple[int, int]]:
@@ -187,13 +184,7 @@ def _windows(text: str, start: int, end: int, max_words: int) -> list[tuple[int,
     dropped)."""
     units = word_units(text[start:end])
     cuts = [start + units[i][0] for i in range(max_words, len(units), max_words)]
-    return [s for a, b in pairwise([start, *cuts, end]) if (s := _strip(text, a, b))[1] > s[0]]
-
-
-def _strip(text: str, a: int, b: int) -> tuple[int, int]:
-    piece = text[a:b]
-    a += len(piece) - len(piece.lstrip())
-    return a, a + len(piece.strip())
+    return [m.span() for a, b in pairwise([start, *cuts, end]) if (m := _NON_BLANK.search(text, a, b))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,14 +252,12 @@ def _sentences(hits: _Hits) -> list[tuple[Fragment, int, int, int]]:
     out = []
     for i, hit in enumerate(hits):
         if isinstance(hit, ScoredFragment):
-            f = hit.fragment
-        elif isinstance(hit, Fragment):
-            f = hit
+            hit = hit.fragment
         elif isinstance(hit, str):
-            f = Fragment(hit, "text", i)
-        else:
+            hit = Fragment(hit, "text", i)
+        elif not isinstance(hit, Fragment):
             raise TypeError(f"hits[{i}] must be a ScoredFragment, Fragment or str, got {type(hit).__name__}")
-        out += [(f, n, a, b) for n, (a, b) in enumerate(split_sentences(f.text)) if _UNIT.search(f.text, a, b)]
+        out += [(hit, n, a, b) for n, (a, b) in enumerate(split_sentences(hit.text)) if _UNIT.search(hit.text, a, b)]
     return out
 
 
@@ -347,13 +336,9 @@ def span_grammar(sentences: Sequence[str], *, max_words: int = 8, question: str 
     if not any(parsed):
         raise ValueError("the evidence has no words to quote")
 
-    def opens(core: str) -> bool:
-        low = core.lower()
-        return low not in _FUNCTION_WORDS and _norm(low) not in asked
-
-    if not any(opens(w[1]) for words in parsed for w in words):
-        opens = bool  # no content word to start at: any word may
-    heads = [(j, i) for j, words in enumerate(parsed) for i, word in enumerate(words) if opens(word[1])]
+    places = [(j, i, word[1].lower()) for j, words in enumerate(parsed) for i, word in enumerate(words)]
+    heads = [(j, i) for j, i, low in places if low not in _FUNCTION_WORDS and _norm(low) not in asked]
+    heads = heads or [(j, i) for j, i, _ in places]  # no content word to start at: any word may
     rules = [f"s{j}w{i} ::= " + _word_rule(parsed[j], j, i, 1, max_words) for j, i in heads]
     tails = [  # continuation rules: word i as the (depth + 1)-th word of a quote
         f"s{j}w{i}x{depth} ::= " + _word_rule(words, j, i, depth + 1, max_words)
@@ -609,9 +594,8 @@ def grounded_answer_steps(
         return GroundedAnswer(question, None, (), "", details={"reason": "no text retrieved"})
     quotes = _fit(question, [e.quote for e in evidence], model, max_tokens)
     evidence = evidence[: len(quotes)]
-    kwargs: dict[str, Any] = {}
-    if constrain:
-        kwargs = format_kwargs(model, ReplyFormat.grammar(span_grammar(quotes, question=question), name="quote"))
+    grammar = span_grammar(quotes, question=question) if constrain else None
+    kwargs = format_kwargs(model, ReplyFormat.grammar(grammar, name="quote")) if grammar else {}
     params = {"temperature": 0.0, "max_tokens": max_tokens, **(options or {}), **kwargs}
     reply = yield ChatStep(model, answer_messages(question, quotes), params)
     if not isinstance(reply, str):
@@ -663,10 +647,9 @@ def grounded_answer(question: str, hits: _Hits, model: Any, **settings: Unpack[A
     ``embedder`` ranks sentences with the hybrid score (None, the default: BM25 alone); ``max_sentences`` (3)
     evidence sentences go to the model, which may reply ``max_tokens`` (48) tokens; ``constrain=True`` asks a
     model that enforces llama.cpp grammars for a quote of the evidence (:func:`span_grammar`, through
-    :class:`~fragrel_integrations.models.structured.ReplyFormat`; off by default: with SmolLM2-135M it quoted the
-    wrong words and took several times longer, benchmarks/results/book_answers.md; the support check is the same
-    either way);
-    ``options`` are more keyword arguments for ``model.invoke`` (e.g. ``seed``). An unknown setting is a TypeError.
+    :class:`~fragrel_integrations.models.structured.ReplyFormat`; off by default, the support check is the same
+    either way); ``options`` are more keyword arguments for ``model.invoke`` (e.g. ``seed``). An unknown setting
+    is a TypeError.
     """
     return drive(grounded_answer_steps(question, hits, model, **settings))
 

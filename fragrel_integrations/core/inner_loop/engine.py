@@ -92,25 +92,22 @@ def _is_async_function(fn: object) -> bool:
 
 
 def _resolve_retrievers(retriever: object, aretriever: object) -> tuple[SyncRetriever | None, AsyncRetriever | None]:
-    sync: Any = None
-    if retriever is not None:
-        if callable(retriever):
-            sync = retriever
-        elif callable(getattr(retriever, "retrieve", None)):  # e.g. a FragRelIndex
-            sync = retriever.retrieve  # type: ignore[attr-defined]
-            if aretriever is None and callable(getattr(retriever, "aretrieve", None)):
-                aretriever = retriever.aretrieve  # type: ignore[attr-defined]
-        else:
+    sync: Any = retriever
+    if retriever is not None and not callable(retriever):
+        if not callable(getattr(retriever, "retrieve", None)):
             raise TypeError(
                 "retriever must be a function query -> list of ScoredFragment / Fragment / str, or an object with "
                 f"retrieve(query) such as a FragRelIndex, got {type(retriever).__name__}; for LangChain or "
                 "LlamaIndex retrievers use fragrel_integrations.langchain.InnerLoopRunnable or "
                 "fragrel_integrations.llama_index.InnerLoopQueryEngine"
             )
-        if _is_async_function(sync):
-            if aretriever is not None:
-                raise TypeError("retriever is an async function and aretriever is given too: pass only one")
-            aretriever, sync = sync, None
+        sync = retriever.retrieve  # type: ignore[attr-defined]  # e.g. a FragRelIndex
+        if aretriever is None and callable(getattr(retriever, "aretrieve", None)):
+            aretriever = retriever.aretrieve  # type: ignore[attr-defined]
+    if sync is not None and _is_async_function(sync):
+        if aretriever is not None:
+            raise TypeError("retriever is an async function and aretriever is given too: pass only one")
+        aretriever, sync = sync, None
     if aretriever is not None and not callable(aretriever):
         raise TypeError(f"aretriever must be an async function query -> list, got {type(aretriever).__name__}")
     return sync, aretriever  # type: ignore[return-value]
@@ -142,8 +139,7 @@ class InnerLoopEngine:
             False hides it.
         constrained: with a model that enforces reply formats (the embedded llama.cpp model, OpenAI-compatible
             servers), each round's memory is written under :meth:`stm_format` (one line); other models ignore
-            it. Off by default. With SmolLM2-135M on 100 bAbI qa2/qa3 dev questions it made every memory one
-            line (free: 86%) at the same accuracy and 13% less time (benchmarks/results/inner_loop_qa23.md).
+            it. Off by default.
 
     >>> from fragrel_integrations.testing import ScriptedChatModel
     >>> engine = InnerLoopEngine(lambda q: ["Sandra took the milk to the hallway."],
