@@ -220,11 +220,8 @@ def _inside(root: Path, link: Path) -> bool:
 def _check_languages(languages: Iterable[str] | None) -> frozenset[str]:
     if languages is None:
         return frozenset(LANGUAGES)
-    if isinstance(languages, str):
-        languages = [languages]
-    chosen = frozenset(languages)
-    unknown = chosen - set(LANGUAGES)
-    if unknown:
+    chosen = frozenset([languages] if isinstance(languages, str) else languages)
+    if unknown := chosen - LANGUAGES.keys():
         raise ValueError(f"unknown language(s) {sorted(unknown)}; choose from {sorted(LANGUAGES)}")
     return chosen
 
