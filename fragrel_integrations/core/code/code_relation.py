@@ -246,8 +246,6 @@ class _Search:
         """What folding misses: a pendant shared by two fragments has ``Dis(p, p) = 1``, folded ``a * a``
         (or nothing when ``a * a`` is below the threshold). Sparse ``rows x fragments``."""
         cols = np.flatnonzero(self.pendant)
-        if cols.size == 0:
-            return sp.csr_array((m_rows.shape[0], m.shape[0]), dtype=np.float64)
         a2 = self.factor[cols] ** 2
         missing = 1.0 - np.where(a2 >= self.threshold * math.exp(-1e-9), a2, 0.0)
         left = sp.csr_array(m_rows[:, cols]) @ sp.dia_array((missing, 0), shape=(cols.size, cols.size))

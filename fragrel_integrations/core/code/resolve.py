@@ -240,10 +240,8 @@ class CallResolver:
             hits = self._via(binds, recv, name)
             if not hits and recv in self.classes[f.path]:
                 hits = self._methods(f.path, recv, name)
-            if not hits and lang == "java":
-                same = self._java_class(f.package or "", recv)
-                if same:
-                    hits = self._methods(same[0], recv, name)
+            if not hits and lang == "java" and (same := self._java_class(f.package or "", recv)):
+                hits = self._methods(same[0], recv, name)
             if not hits and lang == "go" and "." not in recv:
                 # a method value on a same-package type: T.M
                 hits = [h for p in self.dir_files.get(folder_of(f.path), ()) for h in self._methods(p, recv, name)]
