@@ -460,8 +460,7 @@ class CodeRelation(Relation):
         cached = cache is not None and is_code_index(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
         settings = _settings(_check_threshold(threshold), fragment_lines, stride, edge_weights or EdgeWeights())
-        stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress) if cached else None
-        if stored is not None:
+        if cached and (stored := reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress)) is not None:
             return stored
         graph = CodeGraph.from_repository(repo, weights=settings["edge_weights"], show_progress=show_progress)
         rel = cls(
