@@ -148,7 +148,7 @@ class _Covers:
 
 
 def _covers(graph: CodeGraph, spans: Sequence[tuple[str, int, int] | None]) -> _Covers:
-    rows, cols, vals = [], [], []
+    rows, cols, vals = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0)]
     for i, span in enumerate(spans):
         if span is None or span[0] not in graph.file_index:
             continue
@@ -157,11 +157,8 @@ def _covers(graph: CodeGraph, spans: Sequence[tuple[str, int, int] | None]) -> _
         rows.append(np.full(cover.size, i, np.int64))
         cols.append(graph.file_offset[fi] + cover)
         vals.append(graph.files[fi].size[cover].astype(np.float64))
-    n = len(spans)
-    if rows:
-        m = sp.csr_array((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, graph.n_nodes))
-    else:
-        m = sp.csr_array((n, graph.n_nodes), dtype=np.float64)
+    coords = (np.concatenate(rows), np.concatenate(cols))
+    m = sp.csr_array((np.concatenate(vals), coords), shape=(len(spans), graph.n_nodes))
     return _Covers(m, np.asarray(m.sum(axis=1)).ravel())
 
 
@@ -249,8 +246,6 @@ class _Search:
         """What folding misses: a pendant shared by two fragments has ``Dis(p, p) = 1``, folded ``a * a``
         (or nothing when ``a * a`` is below the threshold). Sparse ``rows x fragments``."""
         cols = np.flatnonzero(self.pendant)
-        if cols.size == 0:
-            return sp.csr_array((m_rows.shape[0], m.shape[0]), dtype=np.float64)
         a2 = self.factor[cols] ** 2
         missing = 1.0 - np.where(a2 >= self.threshold * math.exp(-1e-9), a2, 0.0)
         left = sp.csr_array(m_rows[:, cols]) @ sp.dia_array((missing, 0), shape=(cols.size, cols.size))
@@ -279,9 +274,7 @@ class _Search:
         ``(len(positions) x n_nodes)`` relation block of that group."""
         from scipy.sparse.csgraph import dijkstra
 
-        src_local = self.local[np.asarray(sources, np.int64)]
-        if np.any(src_local < 0):
-            raise ValueError("every source must be a node of the relay subgraph")
+        src_local = self.local[np.asarray(sources, np.int64)]  # anchors of targets: always in the subgraph
         order = np.argsort(src_local, kind="stable")  # neighbouring ids share regions
         for start in tqdm(range(0, order.size, _GROUP), desc="code relation", unit="group", disable=not show_progress):
             pos = order[start : start + _GROUP]
@@ -467,8 +460,7 @@ class CodeRelation(Relation):
         cached = cache is not None and is_code_index(cache)
         repo = path if isinstance(path, Repository) else load_repository(path, **load_kwargs)
         settings = _settings(_check_threshold(threshold), fragment_lines, stride, edge_weights or EdgeWeights())
-        stored = reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress) if cached else None
-        if stored is not None:
+        if cached and (stored := reuse_cache(cls.load, cache, repo, settings, show_progress=show_progress)) is not None:
             return stored
         graph = CodeGraph.from_repository(repo, weights=settings["edge_weights"], show_progress=show_progress)
         rel = cls(

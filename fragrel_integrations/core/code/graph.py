@@ -118,8 +118,7 @@ class CodeGraph:
         """Parse every file of a loaded repository (progress bar unless ``show_progress=False``)."""
         progress = tqdm(repository.files, desc="parsing", unit="file", disable=not show_progress)
         files = [parse_source(f) for f in progress]
-        bad = [f.path for f in files if f.has_error]
-        if bad:
+        if bad := [f.path for f in files if f.has_error]:
             logger.info("%d file(s) with syntax errors (parsed with error recovery): %s", len(bad), bad[:10])
         return cls(files, weights=weights, root_name=repository.root.name)
 

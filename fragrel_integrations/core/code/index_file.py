@@ -153,8 +153,7 @@ def read_index(path: str | os.PathLike[str], build: Callable[..., T]) -> T:
     if not is_code_index(p):
         raise ValueError(f"{str(path)!r} is empty: build the index first (CodeRelation.from_repository)")
     built, versions = _FORMAT.read(p, lambda conn, meta: _read(conn, meta, build))
-    installed = grammar_versions()
-    if versions != installed:
+    if versions != (installed := grammar_versions()):
         logger.warning(
             "%s was built with %s; installed: %s (rebuild for exact parse results)", path, versions, installed
         )

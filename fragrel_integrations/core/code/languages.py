@@ -206,18 +206,13 @@ _JAVA_CLASSES = frozenset({"class_declaration", "interface_declaration", "enum_d
 _JAVA_FUNCTIONS = frozenset({"method_declaration", "constructor_declaration", "lambda_expression"})
 _GO_FUNCTIONS = frozenset({"function_declaration", "method_declaration", "func_literal"})
 _JAVA_SELF = frozenset({"this", "super"})
+_PY_SELF = frozenset({"self", "cls"})
 # TypeScript and TSX: one grammar wheel with two grammars
 _TYPESCRIPT = LanguageSpec("tree_sitter_typescript", _TS_QUERY, _js_imports, _TS_CLASSES, _JS_FUNCTIONS)
 
 SPECS: dict[str, LanguageSpec] = {
     "python": LanguageSpec(
-        "tree_sitter_python",
-        _PYTHON_QUERY,
-        _python_imports,
-        _PY_CLASSES,
-        _PY_FUNCTIONS,
-        frozenset({"self", "cls"}),
-        "#",
+        "tree_sitter_python", _PYTHON_QUERY, _python_imports, _PY_CLASSES, _PY_FUNCTIONS, _PY_SELF, "#"
     ),
     "javascript": LanguageSpec("tree_sitter_javascript", _JS_QUERY, _js_imports, _JS_CLASSES, _JS_FUNCTIONS),
     "typescript": replace(_TYPESCRIPT, grammar_function="language_typescript"),

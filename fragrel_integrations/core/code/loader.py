@@ -67,13 +67,9 @@ DEFAULT_MAX_FILE_LINES = 20_000
 #: Skip reasons worth a warning (a user would expect the file indexed, or a file named like source is not text);
 #: symlinks and generated files are left out by design and only logged at debug level.
 _NOTABLE = ("unreadable", "not a regular file", "larger than", "more than", "not UTF-8", "not valid UTF", "binary")
-#: Byte-order marks of the encodings whose text holds NUL bytes, UTF-32 first (FF FE 00 00 starts with FF FE).
-_WIDE_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
+#: Byte-order marks of the encodings whose text holds NUL bytes, UTF-32 first (FF FE 00 00 starts with FF FE);
+#: a BOM of ``n`` bytes is that of UTF-``8n``.
+_WIDE_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
@@ -163,7 +159,7 @@ def wide_codec(data: bytes) -> str | None:
     >>> wide_codec("x".encode("utf-16")), wide_codec(b"x")
     ('utf-16', None)
     """
-    return next((codec for bom, codec in _WIDE_BOMS if data.startswith(bom)), None)
+    return next((f"utf-{8 * len(bom)}" for bom in _WIDE_BOMS if data.startswith(bom)), None)
 
 
 def _is_generated(rel: str, head: bytes) -> bool:
@@ -220,11 +216,8 @@ def _inside(root: Path, link: Path) -> bool:
 def _check_languages(languages: Iterable[str] | None) -> frozenset[str]:
     if languages is None:
         return frozenset(LANGUAGES)
-    if isinstance(languages, str):
-        languages = [languages]
-    chosen = frozenset(languages)
-    unknown = chosen - set(LANGUAGES)
-    if unknown:
+    chosen = frozenset([languages] if isinstance(languages, str) else languages)
+    if unknown := chosen - LANGUAGES.keys():
         raise ValueError(f"unknown language(s) {sorted(unknown)}; choose from {sorted(LANGUAGES)}")
     return chosen
 
@@ -358,8 +351,7 @@ def load_repository(
     repo.skipped.sort(key=lambda s: s.path)
     for s in repo.skipped:
         logger.debug("skipped %s: %s", s.path, s.reason)
-    notable = [s for s in repo.skipped if s.reason.startswith(_NOTABLE)]
-    if notable:
+    if notable := [s for s in repo.skipped if s.reason.startswith(_NOTABLE)]:
         shown = "; ".join(f"{s.path} ({s.reason})" for s in notable[:5])
         more = f"; and {len(notable) - 5} more" if len(notable) > 5 else ""
         logger.warning("left out %d source file(s) or folder(s): %s%s", len(notable), shown, more)

@@ -129,12 +129,11 @@ def parse_source(source: SourceFile) -> FileSyntax:
         definitions.append(Definition(lid, name, what, scope, top, default))
 
     owners = {**go_scope, **class_name}  # a call's enclosing class: its nearest class or method ancestor's
+    first: dict[tuple[int, str], tuple[int, str, str | None, bool]] = {}
+    for raw in calls_raw:  # one call site per (node, name): the first match
+        first.setdefault(raw[:2], raw)
     calls = []
-    seen_calls = set()
-    for lid, name, recv, is_new in calls_raw:
-        if (lid, name) in seen_calls:
-            continue
-        seen_calls.add((lid, name))
+    for lid, name, recv, is_new in first.values():
         p = int(parent_arr[lid])
         while p >= 0 and p not in owners:
             p = int(parent_arr[p])

@@ -125,13 +125,11 @@ class CallResolver:
         for imp in f.imports:
             if lang == "python":
                 if imp.star or (imp.name is None and imp.alias):  # from m import * / import a.b as c
-                    p = self._py_module(imp.module, f.path)
-                    if p:
+                    if p := self._py_module(imp.module, f.path):
                         out["*" if imp.star else imp.alias].append(("module", p))
                 elif imp.name is None:  # import a.b binds a, and a.b
                     for prefix in accumulate(imp.module.split("."), lambda a, b: f"{a}.{b}"):
-                        p = self._py_module(prefix, f.path)
-                        if p:
+                        if p := self._py_module(prefix, f.path):
                             out[prefix].append(("module", p))
                 else:  # from m import x: the submodule m.x, else the symbol x of m
                     sub = self._py_module(imp.module + ("" if imp.module.endswith(".") else ".") + imp.name, f.path)
@@ -139,25 +137,18 @@ class CallResolver:
                     if sub or p:
                         out[imp.alias or imp.name].append(("module", sub) if sub else ("symbol", p, imp.name))
             elif lang in ("javascript", "typescript", "tsx"):
-                p = self._js_module(imp.module, f.path)
-                if p and imp.alias:
+                if (p := self._js_module(imp.module, f.path)) and imp.alias:
                     out[imp.alias].append(("module", p) if imp.name is None else ("symbol", p, imp.name))
             elif lang == "java":
+                pkg, _, cls = imp.module.rpartition(".")
                 if imp.star:
                     out["*"].append(("package", imp.module))
-                    continue
-                hit = self._java_class(imp.module, imp.name or "")
-                if hit:
+                elif hit := self._java_class(imp.module, imp.name or ""):
                     out[imp.alias or ""].append(("class", hit[0], imp.name))
-                    continue
-                pkg, _, cls = imp.module.rpartition(".")
-                hit = self._java_class(pkg, cls)
-                if hit and imp.alias:
+                elif (hit := self._java_class(pkg, cls)) and imp.alias:
                     out[imp.alias].append(("member", hit[0], cls, imp.name))
-            elif lang == "go":
-                d = self._go_dir(imp.module)
-                if d is not None:
-                    out["*" if imp.star else (imp.alias or "")].append(("dir", d))
+            elif lang == "go" and (d := self._go_dir(imp.module)) is not None:
+                out["*" if imp.star else (imp.alias or "")].append(("dir", d))
         return out
 
     # ----------------------------------------------------------------------------------------- calls
@@ -240,10 +231,8 @@ class CallResolver:
             hits = self._via(binds, recv, name)
             if not hits and recv in self.classes[f.path]:
                 hits = self._methods(f.path, recv, name)
-            if not hits and lang == "java":
-                same = self._java_class(f.package or "", recv)
-                if same:
-                    hits = self._methods(same[0], recv, name)
+            if not hits and lang == "java" and (same := self._java_class(f.package or "", recv)):
+                hits = self._methods(same[0], recv, name)
             if not hits and lang == "go" and "." not in recv:
                 # a method value on a same-package type: T.M
                 hits = [h for p in self.dir_files.get(folder_of(f.path), ()) for h in self._methods(p, recv, name)]
