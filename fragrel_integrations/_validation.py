@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,11 +28,14 @@ __all__ = [
     "check_positive_int",
     "check_query",
     "check_text",
+    "check_type",
     "json_depth_ok",
     "stored_int",
     "stored_json",
     "stored_vectors",
 ]
+
+_T = TypeVar("_T")
 
 #: Deepest nesting of JSON data accepted from a saved file (deeper data fails with a RecursionError when it is
 #: parsed, copied or saved again).
@@ -106,6 +109,20 @@ def check_text(value: object, name: str) -> str:
             f"{name} contains {value[exc.start]!r} at position {exc.start}, a lone surrogate that cannot be stored "
             "(not valid Unicode text): decode the input with errors='replace'"
         ) from None
+    return value
+
+
+def check_type(value: _T, types: type | tuple[type, ...], message: str, *, hint: str = "") -> _T:
+    """``value`` if it is an instance of ``types``; else TypeError ``"{message}, got {type}{hint}"``: one wording for
+    every "must be a ..." error.
+
+    >>> check_type(3, str, "name must be str", hint="; pass the name as text")
+    Traceback (most recent call last):
+    ...
+    TypeError: name must be str, got int; pass the name as text
+    """
+    if not isinstance(value, types):
+        raise TypeError(f"{message}, got {type(value).__name__}{hint}")
     return value
 
 
