@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .._validation import check_type
 from ..core.scm.fusion_prompts import render_memory_block
 from ..core.scm.interactions import SCMContext
 from ..core.scm.memory import DEFAULT_SESSION, SelfControlledMemory, prepare_steps, record_steps
@@ -63,8 +64,7 @@ def build_memory(
     """
     given = [name for name, value in streams.items() if value is not None]
     if memory is not None:
-        if not isinstance(memory, SelfControlledMemory):
-            raise TypeError(f"memory must be a SelfControlledMemory, got {type(memory).__name__}")
+        check_type(memory, SelfControlledMemory, "memory must be a SelfControlledMemory")
         if model is not None or embedder is not None or memory_kwargs or given:
             options = "/".join(f"{name}=" for name in (model_arg, *streams, "embedder"))
             raise ValueError(f"pass either memory=... or {options}/settings, not both")
@@ -146,11 +146,12 @@ def block_session(given: object, message_sessions: Iterable[object], adapter: st
 def check_run_session(value: object, where: str) -> str:
     """A session id read from a run (its context or thread): a non-empty str, else an error naming where it came
     from and the fix - never replaced by a shared session, so two users can never meet in one."""
-    if not isinstance(value, str):
-        raise TypeError(
-            f"{where} must be a non-empty str (one id per user or conversation), got {type(value).__name__} "
-            f"{value!r}: convert it yourself, e.g. str(user.id), so that two users can never share a session"
-        )
+    check_type(
+        value,
+        str,
+        f"{where} must be a non-empty str (one id per user or conversation)",
+        hint=f" {value!r}: convert it yourself, e.g. str(user.id), so that two users can never share a session",
+    )
     if not value.strip():
         raise ValueError(f"{where} is empty or blank: pass a non-empty id per user or conversation")
     return value
@@ -247,9 +248,7 @@ class SessionTurns(Generic[M]):
     def observation(self, input: object) -> str | None:
         """``input`` (a str), else the open turn's observation (None: nothing to prepare the memory for)."""
         if input is not None:
-            if not isinstance(input, str):
-                raise TypeError(f"input must be str or None, got {type(input).__name__}")
-            return input
+            return check_type(input, str, "input must be str or None")
         return self.open.observation()
 
     def _context_steps(self, session_id: str, input: object) -> Steps[SCMContext | None]:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterato
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from .._validation import check_type
 from ..core.fragments import Fragment, ScoredFragment
 from ..core.inner_loop import InnerLoopEngine, InnerLoopError, InnerLoopResult, fragment_key
 from .wrapper_settings import ENVIRONMENT_SCORE_KEY, INDEPENDENT_SCORE_KEY
@@ -62,8 +63,7 @@ def engine_for_adapter(
     ``"llm"``); the hints name what to pass in the errors (e.g. ``"a LlamaIndex LLM"``)."""
     changes = {name: value for name, value in settings.items() if value is not None}
     if engine is not None:
-        if not isinstance(engine, InnerLoopEngine):
-            raise TypeError(f"engine must be an InnerLoopEngine, got {type(engine).__name__}")
+        check_type(engine, InnerLoopEngine, "engine must be an InnerLoopEngine")
         if model is not None:
             raise ValueError(f"pass either engine=... or {model_arg}=..., not both: the engine already has its model")
         core = engine.with_settings(**changes) if changes else engine
@@ -180,10 +180,7 @@ def question_of(value: object, adapter: str) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, Mapping) and "question" in value:
-        question = value["question"]
-        if not isinstance(question, str):
-            raise TypeError(f'input["question"] must be str, got {type(question).__name__}')
-        return question
+        return check_type(value["question"], str, 'input["question"] must be str')
     raise TypeError(
         f'{adapter} takes a question string or {{"question": "..."}}, got {type(value).__name__}'
         + (f" with keys {sorted(map(str, value))}" if isinstance(value, Mapping) else "")

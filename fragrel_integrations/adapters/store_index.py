@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_min_int
+from .._validation import check_min_int, check_type
 from ..core.scm.interactions import MemoryItem
 from ..core.scm.stream import check_session
 
@@ -118,8 +118,7 @@ class EntryIds:
 
 def check_entry(item: object, text: object) -> None:
     """Validate one ``add`` call of an adapter: a :class:`MemoryItem` and its non-empty text."""
-    if not isinstance(item, MemoryItem):
-        raise TypeError(f"item must be a MemoryItem, got {type(item).__name__}")
+    check_type(item, MemoryItem, "item must be a MemoryItem")
     if not isinstance(text, str) or not text:
         raise TypeError(f"text must be a non-empty str, got {text!r}")
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal, TypedDict
 
+from .._validation import check_type
 from ..core.relation_aware import check_alpha
 from ..core.selection import check_k
 from ..core.tree import FIELDS, SUMMARISERS, ExtractiveSummariser, Summariser, TreeRelation
@@ -54,9 +55,7 @@ def check_fields(value: object) -> tuple[str, ...]:
 
 def check_tree_relation(value: object) -> TreeRelation | None:
     """``relation``: None or a :class:`TreeRelation`."""
-    if value is not None and not isinstance(value, TreeRelation):
-        raise TypeError(f"relation must be a TreeRelation or None, got {type(value).__name__}")
-    return value
+    return None if value is None else check_type(value, TreeRelation, "relation must be a TreeRelation or None")
 
 
 #: One check per setting of a surprise-tree retriever (``k`` and its LlamaIndex name ``similarity_top_k`` too).

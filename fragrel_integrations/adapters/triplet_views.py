@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_query
+from .._validation import check_query, check_type
 from ..core.triplets.facts import Namespace, Triplet, TripletRecord
 from ..core.triplets.memory_store import TripletStore, TripletWrite
 from ..core.triplets.node_table import NodeRecord
@@ -280,9 +280,8 @@ def apply_puts(
     wins (as in LangGraph's stores), and every value is checked before anything is written."""
     last = {(ns, key): (value, index) for ns, key, value, index in puts}
     for value, _ in last.values():
-        if value is not None and not isinstance(value, dict):
-            raise TypeError(f"a TripletMemoryStore value must be a dict, got {type(value).__name__}")
         if value is not None:
+            check_type(value, dict, "a TripletMemoryStore value must be a dict")
             is_triplet_value(value)
     writes = []
     for (ns, key), (value, index) in last.items():

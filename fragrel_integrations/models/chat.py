@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_type
 from .structured import ReplyFormat
 
 __all__ = [
@@ -57,8 +57,7 @@ class ChatMessage:
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"role must be one of {sorted(ROLES)}, got {self.role!r}")
-        if not isinstance(self.content, str):
-            raise TypeError(f"message content must be str, got {type(self.content).__name__}")
+        check_type(self.content, str, "message content must be str")
 
     def to_dict(self) -> dict[str, str]:
         return {"role": self.role, "content": self.content}
@@ -84,8 +83,7 @@ def to_messages(messages: Messages) -> list[dict[str, str]]:
         if isinstance(m, ChatMessage):
             out.append(m.to_dict())
             continue
-        if not isinstance(m, Mapping):
-            raise TypeError(f"messages[{i}] must be a dict with 'role' and 'content', got {type(m).__name__}")
+        check_type(m, Mapping, f"messages[{i}] must be a dict with 'role' and 'content'")
         if "role" not in m or "content" not in m:
             raise ValueError(f"messages[{i}] needs both 'role' and 'content' keys, got keys {sorted(m)}")
         out.append(ChatMessage(str(m["role"]), m["content"]).to_dict())
@@ -163,12 +161,12 @@ class ChatModel(Protocol):
 
 def check_chat_model(model: object) -> ChatModel:
     """``model`` if it is a :class:`ChatModel`, else a TypeError naming the conversion."""
-    if not isinstance(model, ChatModel):
-        raise TypeError(
-            f"expected a ChatModel (invoke + ainvoke), got {type(model).__name__}; "
-            "wrap LangChain or LlamaIndex models with fragrel_integrations.models.as_chat_model"
-        )
-    return model
+    return check_type(
+        model,
+        ChatModel,
+        "expected a ChatModel (invoke + ainvoke)",
+        hint="; wrap LangChain or LlamaIndex models with fragrel_integrations.models.as_chat_model",
+    )
 
 
 def model_id(model: object) -> str:
@@ -277,9 +275,7 @@ class ChatModelBase(ABC):
 def _enforce(model: ChatModelBase, reply_format: ReplyFormat | None) -> bool:
     if reply_format is None:
         return False
-    if not isinstance(reply_format, ReplyFormat):
-        raise TypeError(f"reply_format must be a ReplyFormat or None, got {type(reply_format).__name__}")
-    return model.supports_format(reply_format)
+    return model.supports_format(check_type(reply_format, ReplyFormat, "reply_format must be a ReplyFormat or None"))
 
 
 async def aiter_in_thread(iterator: Iterator[Any], *, max_buffer: int = 256) -> AsyncIterator[Any]:
@@ -369,7 +365,6 @@ def batch(
 
 def complete(model: ChatModel, prompt: str, *, system: str | None = None, **params: Unpack[GenerationParams]) -> str:
     """One user prompt (after an optional system prompt) -> the reply text, stripped."""
-    if not isinstance(prompt, str):
-        raise TypeError(f"prompt must be str, got {type(prompt).__name__}")
+    check_type(prompt, str, "prompt must be str")
     msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     return check_chat_model(model).invoke(msgs, **params).strip()

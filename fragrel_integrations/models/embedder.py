@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._validation import check_positive_int, check_text
+from .._validation import check_positive_int, check_text, check_type
 
 __all__ = [
     "CachedEmbedder",
@@ -66,11 +66,12 @@ def embed_documents(
     embedder: Embedder, texts: Sequence[str], *, batch_size: int = 64, show_progress: bool = False
 ) -> np.ndarray:
     """``texts`` embedded in batches (with an optional progress bar), checked."""
-    if not isinstance(embedder, Embedder):
-        raise TypeError(
-            f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}; "
-            "wrap framework models with fragrel_integrations.models.as_embedder"
-        )
+    check_type(
+        embedder,
+        Embedder,
+        "embedder must have embed_documents(texts) and embed_query(text)",
+        hint="; wrap framework models with fragrel_integrations.models.as_embedder",
+    )
     check_positive_int(batch_size, "batch_size")
     texts = [check_text(t, f"texts[{i}]") for i, t in enumerate(texts)]
     if not texts:
@@ -88,8 +89,7 @@ def embed_documents(
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     """One query embedded, checked: a finite float32 vector."""
-    if not isinstance(text, str):
-        raise TypeError(f"query must be str, got {type(text).__name__}")
+    check_type(text, str, "query must be str")
     check_text(text, "the query")
     return check_embeddings(np.asarray(embedder.embed_query(text), dtype=np.float32)[None, :], 1)[0]
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._optional import require
+from .._validation import check_type
 from .chat import ChatModelBase, Messages, context_window, given_params, model_id, to_messages
 from .tokens import estimate_tokens
 from .yes_no import TOP_LOGPROBS, LogprobsYesNo
@@ -29,11 +30,12 @@ class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
     _acall: Callable[..., Awaitable[Any]]
 
     def __init__(self, wrapped: Any, forward_params: bool, expected: type, what: str) -> None:
-        if not isinstance(wrapped, expected):
-            raise TypeError(
-                f"expected {what}, got {type(wrapped).__name__}; "
-                "use fragrel_integrations.models.as_chat_model for other model objects"
-            )
+        check_type(
+            wrapped,
+            expected,
+            f"expected {what}",
+            hint="; use fragrel_integrations.models.as_chat_model for other model objects",
+        )
         self.forward_params = forward_params
         self.model_name = model_id(wrapped)
         self.logprobs_supported: bool | None = None

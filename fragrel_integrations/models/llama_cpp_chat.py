@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .._optional import require
+from .._validation import check_type
 from .chat import Messages, to_messages
 from .structured import ReplyFormat
 from .transformers_chat import InProcessChatModel, smollm2_gguf_path
@@ -219,8 +220,7 @@ _NON_CAPTURING = re.compile(r"(?<!\\)\(\?:")
 
 def gbnf(reply_format: ReplyFormat) -> str:
     """The GBNF grammar that enforces ``reply_format``; ValueError when the converter cannot translate it."""
-    if not isinstance(reply_format, ReplyFormat):
-        raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
+    check_type(reply_format, ReplyFormat, "reply_format must be a ReplyFormat")
     if reply_format.kind == "grammar":
         return reply_format.spec
     if reply_format.kind == "choice":

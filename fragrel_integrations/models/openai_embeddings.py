@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_type
 from .embedder import check_embeddings
 from .openai_chat import OpenAIServer, short_repr
 
@@ -118,9 +118,7 @@ class OpenAIEmbedder(OpenAIServer):
         return out
 
     def embed_query(self, text: str) -> np.ndarray:
-        if not isinstance(text, str):
-            raise TypeError(f"query must be str, got {type(text).__name__}")
-        return self.embed_documents([text])[0]
+        return self.embed_documents([check_type(text, str, "query must be str")])[0]
 
     def __repr__(self) -> str:
         return f"OpenAIEmbedder({self.model_name!r}, base_url={self.base_url!r})"

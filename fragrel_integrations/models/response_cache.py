@@ -20,6 +20,7 @@ from typing import Any
 
 from .._closing import Closing
 from .._sqlite import SavedFormat
+from .._validation import check_type
 from .chat import ChatModel, ChatModelBase, Messages, check_chat_model, check_params, model_id, to_messages
 from .structured import ReplyFormat, supports_format
 from .tokens import count_tokens
@@ -75,8 +76,7 @@ class ResponseCache(Closing):
 
     def put(self, key: str, response: str, *, model: str = "", request: object = None) -> None:
         """Store (or replace) ``response`` under ``key``; ``request`` is kept as JSON for inspection."""
-        if not isinstance(response, str):
-            raise TypeError(f"response must be str, got {type(response).__name__}")
+        check_type(response, str, "response must be str")
         req = json.dumps(request, ensure_ascii=False, sort_keys=True, default=str)
         self._run("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?)", key, model, req, response, time.time())
 

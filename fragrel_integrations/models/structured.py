@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .._validation import check_type
+
 __all__ = ["MAX_PARSE_CHARS", "ReplyFormat", "format_kwargs", "supports_format"]
 
 FormatKind = Literal["choice", "regex", "grammar", "json"]
@@ -76,15 +78,12 @@ class ReplyFormat:
     @classmethod
     def regex(cls, pattern: str, *, name: str = "reply") -> ReplyFormat:
         """Text matching ``pattern`` as a whole (no look-arounds or back-references)."""
-        if not isinstance(pattern, str):
-            raise TypeError(f"pattern must be str, got {type(pattern).__name__}")
-        return cls("regex", pattern, (), name)
+        return cls("regex", check_type(pattern, str, "pattern must be str"), (), name)
 
     @classmethod
     def grammar(cls, gbnf: str, *, name: str = "reply") -> ReplyFormat:
         """A llama.cpp GBNF grammar (rule ``root`` first); :meth:`parse` takes any text."""
-        if not isinstance(gbnf, str):
-            raise TypeError(f"gbnf must be str, got {type(gbnf).__name__}")
+        check_type(gbnf, str, "gbnf must be str")
         if not re.search(r"^\s*root\s*::=", gbnf, re.MULTILINE):
             raise ValueError("a GBNF grammar needs a 'root ::= ...' rule")
         return cls("grammar", gbnf, (), name)
@@ -92,8 +91,7 @@ class ReplyFormat:
     @classmethod
     def json(cls, schema: Mapping[str, Any], *, name: str = "reply") -> ReplyFormat:
         """A JSON value matching ``schema`` (a JSON-schema dict)."""
-        if not isinstance(schema, Mapping):
-            raise TypeError(f"schema must be a dict (a JSON schema), got {type(schema).__name__}")
+        check_type(schema, Mapping, "schema must be a dict (a JSON schema)")
         try:
             spec = json.dumps(schema, sort_keys=True, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
@@ -123,8 +121,7 @@ class ReplyFormat:
     def parse(self, text: object) -> Any:
         """The reply's value when it conforms, else None: a choice's label (case, edge quotes and stop ignored),
         the stripped text (regex, grammar), the JSON value."""
-        if not isinstance(text, str):
-            raise TypeError(f"a model reply must be str, got {type(text).__name__}")
+        check_type(text, str, "a model reply must be str")
         if len(text) > MAX_PARSE_CHARS:
             return None
         stripped = text.strip()
@@ -178,8 +175,7 @@ def _conforms(value: Any, schema: Any, depth: int) -> bool:
 
 def supports_format(model: object, reply_format: ReplyFormat) -> bool:
     """Whether ``model``'s own ``supports_format`` says True (False when it fails)."""
-    if not isinstance(reply_format, ReplyFormat):
-        raise TypeError(f"reply_format must be a ReplyFormat, got {type(reply_format).__name__}")
+    check_type(reply_format, ReplyFormat, "reply_format must be a ReplyFormat")
     check = getattr(model, "supports_format", None)
     try:
         return callable(check) and check(reply_format) is True

@@ -11,6 +11,7 @@ import math
 import re
 from typing import Protocol, runtime_checkable
 
+from .._validation import check_type
 from .chat import Messages, to_messages
 
 __all__ = ["MESSAGE_OVERHEAD_TOKENS", "TokenCounter", "count_message_tokens", "count_tokens", "estimate_tokens"]
@@ -37,8 +38,7 @@ def estimate_tokens(text: str) -> int:
     >>> estimate_tokens("")
     0
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     pieces = _PIECE.findall(text)
     return sum(max(1, math.ceil(len(p) / _CHARS_PER_TOKEN)) if p[0].isalnum() else 1 for p in pieces)
 

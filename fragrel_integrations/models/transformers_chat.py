@@ -23,7 +23,7 @@ from typing import Any
 
 from .._lazy import LazyInstance
 from .._optional import require
-from .._validation import check_positive_int
+from .._validation import check_min_int, check_positive_int, check_type
 from .chat import ChatModelBase, Messages, to_messages
 from .regex_masks import RegexVocabulary, parses
 from .structured import ReplyFormat
@@ -87,8 +87,7 @@ class InProcessChatModel(ChatModelBase):
         n_threads: int | None,
     ) -> None:
         name, size = window
-        if isinstance(size, bool) or not isinstance(size, int) or size < 64:
-            raise ValueError(f"{name} must be an int >= 64, got {size!r}")
+        check_min_int(size, name, 64)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0):
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
         check_positive_int(default_max_tokens, "default_max_tokens")
@@ -114,8 +113,7 @@ class InProcessChatModel(ChatModelBase):
 
     def count_tokens(self, text: str) -> int:
         """Exact token count of ``text`` (no special tokens)."""
-        if not isinstance(text, str):
-            raise TypeError(f"text must be str, got {type(text).__name__}")
+        check_type(text, str, "text must be str")
         return len(self._encode(text)) if text else 0
 
     def _budget(self, n_prompt: int, max_tokens: int | None) -> int:
