@@ -7,6 +7,7 @@ from typing import Any
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableLambda
 
+from .._validation import check_type
 from ..adapters import pools as pool
 from ..adapters.wrapper_settings import score_metadata
 from ..core.fragments import Fragment, ScoredFragment
@@ -23,11 +24,9 @@ __all__ = [
 
 def check_documents(documents: object, what: str) -> list[Document]:
     """``documents`` as a list of ``Document`` or a TypeError naming ``what`` produced it."""
-    if not isinstance(documents, list | tuple):
-        raise TypeError(f"{what} must be a list of langchain_core Document objects, got {type(documents).__name__}")
+    check_type(documents, list | tuple, f"{what} must be a list of langchain_core Document objects")
     for i, doc in enumerate(documents):
-        if not isinstance(doc, Document):
-            raise TypeError(f"{what}[{i}] must be a langchain_core Document, got {type(doc).__name__}")
+        check_type(doc, Document, f"{what}[{i}] must be a langchain_core Document")
     return list(documents)
 
 

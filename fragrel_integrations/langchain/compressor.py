@@ -12,6 +12,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import ConfigDict
 
+from .._validation import check_type
 from ..core.selection import check_k
 from ._pool import sized_base
 from ._wrapper import FragRelFields, rerank_documents
@@ -42,8 +43,7 @@ class FragRelCompressor(FragRelFields, BaseDocumentCompressor):
     model_config = ConfigDict(extra="forbid")
 
     def _compress(self, documents: Sequence[Document], query: str) -> list[Document]:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        check_type(query, str, "query must be str")
         return rerank_documents(self, query, list(documents), self.k, advice=lambda: _MORE_CANDIDATES)
 
     def compress_documents(
@@ -69,10 +69,8 @@ def with_store_scores(retriever: VectorStoreRetriever, k: int | None = None) -> 
     >>> base = with_store_scores(vs.as_retriever(), k=50)                                         # doctest: +SKIP
     >>> ContextualCompressionRetriever(base_compressor=FragRelCompressor(k=5), base_retriever=base)  # doctest: +SKIP
     """
-    if not isinstance(retriever, VectorStoreRetriever):
-        raise TypeError(
-            "with_store_scores needs a vector-store retriever (vectorstore.as_retriever()), got "
-            f"{type(retriever).__name__}"
-        )
+    check_type(
+        retriever, VectorStoreRetriever, "with_store_scores needs a vector-store retriever (vectorstore.as_retriever())"
+    )
     n = check_k(k) if k is not None else int(retriever.search_kwargs.get("k", 4))
     return sized_base(retriever, n)  # a copy for every VectorStoreRetriever

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from langchain_core.documents import Document
 
+from .._validation import check_type
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_keys, read_key
 from ..core.fragments import Fragment
 from ..core.store import FragmentStore
@@ -45,8 +46,8 @@ def add_positions(
         raise TypeError("documents must be a list of Documents; wrap a single Document as [doc]")
     docs = check_documents(list(documents), "documents")
     check_keys(doc_id_key, position_key)
-    if store is not None and not isinstance(store, FragmentStore):
-        raise TypeError(f"store must be a fragrel_integrations FragmentStore, got {type(store).__name__}")
+    if store is not None:
+        check_type(store, FragmentStore, "store must be a fragrel_integrations FragmentStore")
     counters: dict[str, int] = {}
     out: list[Document] = []
     for doc in docs:

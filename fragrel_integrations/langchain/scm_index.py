@@ -34,7 +34,7 @@ require("langchain_core", "langchain")
 from langchain_core.documents import Document  # noqa: E402
 from langchain_core.vectorstores import InMemoryVectorStore, VectorStore  # noqa: E402
 
-from .._validation import check_min_int  # noqa: E402
+from .._validation import check_min_int, check_type  # noqa: E402
 from ..adapters.store_index import StoreIndexAdapter, check_entry, check_filter, first_hits  # noqa: E402
 from ..core.scm.interactions import MemoryItem  # noqa: E402
 from ..core.scm.stream import check_session  # noqa: E402
@@ -71,11 +71,13 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         relevance_scores: bool | None = None,
         make_id: Callable[[str, int], str] | None = None,
     ) -> None:
-        if not isinstance(vectorstore, VectorStore):
-            raise TypeError(
-                f"vectorstore must be a LangChain VectorStore, got {type(vectorstore).__name__}; for a LlamaIndex "
-                "vector store use fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex"
-            )
+        check_type(
+            vectorstore,
+            VectorStore,
+            "vectorstore must be a LangChain VectorStore",
+            hint="; for a LlamaIndex vector store use "
+            "fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex",
+        )
         super().__init__(vectorstore, session_key=session_key, index_key=index_key, fetch_k=fetch_k, make_id=make_id)
         self.vectorstore = vectorstore
         check_filter(filter, "filter", "the store's filter argument", f"; e.g. filter=lambda s: {{'{session_key}': s}}")
@@ -99,8 +101,7 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
     ) -> list[tuple[int, float]]:
         """At most ``k`` ``(interaction index, score)`` of ``session_id``, in the store's order (best first)."""
         check_session(session_id)
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        check_type(query, str, "query must be str")
         check_min_int(k, "k", 1)
         store_filter = self.filter(session_id) if self.filter is not None else self._default_filter(session_id)
         kwargs: dict[str, Any] = {} if store_filter is None else {"filter": store_filter}

@@ -31,6 +31,7 @@ require("langgraph.store.base", "langchain")
 
 from langgraph.store.base import BaseStore, GetOp, Item, PutOp, SearchOp  # noqa: E402
 
+from .._validation import check_type  # noqa: E402
 from ..adapters.keyed_stream import DEFAULT_NAMESPACE, KeyedStoreStream  # noqa: E402
 
 __all__ = ["DEFAULT_NAMESPACE", "LangGraphStoreStream"]
@@ -49,11 +50,11 @@ class LangGraphStoreStream(KeyedStoreStream):
     def __init__(
         self, store: BaseStore, *, namespace: str | tuple[str, ...] = DEFAULT_NAMESPACE, page_size: int = 100
     ) -> None:
-        if not isinstance(store, BaseStore):
-            raise TypeError(
-                "store must be a LangGraph BaseStore (e.g. langgraph.store.memory.InMemoryStore() or a "
-                f"PostgresStore), got {type(store).__name__}"
-            )
+        check_type(
+            store,
+            BaseStore,
+            "store must be a LangGraph BaseStore (e.g. langgraph.store.memory.InMemoryStore() or a PostgresStore)",
+        )
         super().__init__(store, namespace=namespace, page_size=page_size)
 
     def _batch_ends(

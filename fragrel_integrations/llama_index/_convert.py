@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode
 
 from .. import adapters as kit
+from .._validation import check_type
 from ..adapters import pools as pool
 from ..adapters.wrapper_settings import SCORE_KEYS, score_metadata
 from ..core.fragments import Fragment, ScoredFragment, parse_position
@@ -96,8 +97,7 @@ def check_all(items: object, what: str, kind: type[T], label: str) -> list[T]:
     """``items`` as a list of ``kind``, or a TypeError naming the first item that is not one."""
     items = list(items)  # type: ignore[call-overload]
     for i, item in enumerate(items):
-        if not isinstance(item, kind):
-            raise TypeError(f"{what}[{i}] must be {label}, got {type(item).__name__}")
+        check_type(item, kind, f"{what}[{i}] must be {label}")
     return items
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
+from .._validation import check_type
 from ..models.embedder import Embedder, WrappedEmbedder
 from ..models.local import MiniLMEmbedder, default_embedder
 
@@ -34,8 +35,8 @@ class MiniLMEmbedding(BaseEmbedding):
 
     def __init__(self, *, model: MiniLMEmbedder | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if model is not None and not isinstance(model, MiniLMEmbedder):
-            raise TypeError(f"model must be a MiniLMEmbedder, got {type(model).__name__}")
+        if model is not None:
+            check_type(model, MiniLMEmbedder, "model must be a MiniLMEmbedder")
         self._model = model
 
     @classmethod

@@ -16,6 +16,7 @@ from typing import Any
 from llama_index.core.bridge.pydantic import Field
 from llama_index.core.schema import BaseNode, NodeRelationship, TransformComponent
 
+from .._validation import check_type
 from ..adapters.pools import chain_order
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, SETTING_DOCS, check_keys, stored_key
 from ..core.store import FragmentStore
@@ -78,13 +79,12 @@ def tag_positions(
     [('book', 0), ('book', 1)]
     """
     check_keys(doc_id_key, position_key)
-    if store is not None and not isinstance(store, FragmentStore):
-        raise TypeError(f"store must be a fragrel_integrations.FragmentStore, got {type(store).__name__}")
+    if store is not None:
+        check_type(store, FragmentStore, "store must be a fragrel_integrations.FragmentStore")
     nodes = list(nodes)
     groups: dict[str, list[BaseNode]] = {}
     for i, node in enumerate(nodes):
-        if not isinstance(node, BaseNode):
-            raise TypeError(f"nodes[{i}] must be a llama_index node, got {type(node).__name__}")
+        check_type(node, BaseNode, f"nodes[{i}] must be a llama_index node")
         doc_id = node_doc_id(node, doc_id_key)
         if doc_id is None:
             if default_doc_id is None:

@@ -27,6 +27,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import CustomQueryEngine
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
+from .._validation import check_type
 from ..adapters import loop_runs as kit
 from ..adapters.wrapper_settings import DEFAULT_DOC_ID_KEY, DEFAULT_POSITION_KEY, check_key
 from ..core.fragments import Fragment, ScoredFragment
@@ -98,10 +99,11 @@ class InnerLoopQueryEngine(CustomQueryEngine):
         position_key: str = DEFAULT_POSITION_KEY,
         callback_manager: CallbackManager | None = None,
     ) -> None:
-        if retriever is not None and not isinstance(retriever, BaseRetriever):
-            raise TypeError(
-                "retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=4)), "
-                f"got {type(retriever).__name__}"
+        if retriever is not None:
+            check_type(
+                retriever,
+                BaseRetriever,
+                "retriever must be a llama_index BaseRetriever (e.g. index.as_retriever(similarity_top_k=4))",
             )
         settings = {name: value for name, value in locals().items() if name in kit.ADAPTER_SETTINGS}
         core = kit.engine_for_adapter(

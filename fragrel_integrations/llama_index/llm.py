@@ -31,6 +31,7 @@ from llama_index.core.llms import LLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from pydantic import Field, field_validator, model_validator
 
+from .._validation import check_type
 from ..adapters.arguments import check_wrapped_chat_model
 from ..adapters.wrapped_chat import astream_pieces, reply_text, role_messages, stream_pieces
 from ..models.chat import check_context_window, check_params, context_window, is_instance_of, model_id
@@ -160,8 +161,7 @@ class FragRelLLM(LLM):
 
     @staticmethod
     def _prompt(prompt: str) -> list[dict[str, str]]:
-        if not isinstance(prompt, str):
-            raise TypeError(f"prompt must be str, got {type(prompt).__name__}")
+        check_type(prompt, str, "prompt must be str")
         return [{"role": "user", "content": prompt}]
 
     @llm_chat_callback()

@@ -12,6 +12,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
+from .._validation import check_type
 from ..adapters.arguments import split_kwargs
 from ..adapters.pools import default_pool_size
 from ..adapters.wrapper_settings import (
@@ -85,11 +86,9 @@ class FragRelRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(retriever, BaseRetriever):
-            raise TypeError(
-                f"retriever must be a llama_index BaseRetriever (e.g. index.as_retriever()), "
-                f"got {type(retriever).__name__}"
-            )
+        check_type(
+            retriever, BaseRetriever, "retriever must be a llama_index BaseRetriever (e.g. index.as_retriever())"
+        )
         self._retriever = retriever
         settings = {name: value for name, value in locals().items() if name in SETTING_NAMES}
         k = resolve_k(similarity_top_k, k, _DEFAULT_TOP_K)
@@ -186,10 +185,7 @@ class FragRelIndexRetriever(BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(index, FragRelIndex):
-            raise TypeError(
-                f"index must be a FragRelIndex (or use FragRelIndexRetriever.from_texts), got {type(index).__name__}"
-            )
+        check_type(index, FragRelIndex, "index must be a FragRelIndex (or use FragRelIndexRetriever.from_texts)")
         self.index = index
         self.similarity_top_k = resolve_k(similarity_top_k, k, None)
         self.budget_words = check_k(budget_words, "budget_words")

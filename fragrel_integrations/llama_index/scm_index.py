@@ -35,6 +35,7 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQuery,
 )
 
+from .._validation import check_type
 from ..adapters.store_index import StoreIndexAdapter, check_entry, check_filter, check_search, default_entry_id
 from ..core.scm.interactions import MemoryItem
 from ..core.scm.stream import check_session
@@ -66,11 +67,12 @@ class VectorStoreStreamIndex(StoreIndexAdapter):
         fetch_k: int | None = None,
         make_id: Callable[[str, int], str] | None = None,
     ) -> None:
-        if not isinstance(vector_store, BasePydanticVectorStore):
-            raise TypeError(
-                f"vector_store must be a LlamaIndex BasePydanticVectorStore, got {type(vector_store).__name__}; "
-                "for a LangChain VectorStore use fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex"
-            )
+        check_type(
+            vector_store,
+            BasePydanticVectorStore,
+            "vector_store must be a LlamaIndex BasePydanticVectorStore",
+            hint="; for a LangChain VectorStore use fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex",
+        )
         super().__init__(vector_store, session_key=session_key, index_key=index_key, fetch_k=fetch_k, make_id=make_id)
         self.vector_store = vector_store
         check_filter(filters, "filters", "MetadataFilters")

@@ -29,7 +29,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.types import BaseMemory
 
-from .._validation import check_text
+from .._validation import check_text, check_type
 from ..adapters.chat_turns import (
     OpenTurn,
     SessionTurns,
@@ -112,8 +112,7 @@ class SCMMemory(BaseMemory):
         return [*system, *self._turns.open.originals()]
 
     def _message(self, message: ChatMessage) -> tuple[str, str, bool, ChatMessage]:
-        if not isinstance(message, ChatMessage):
-            raise TypeError(f"message must be a llama_index ChatMessage, got {type(message).__name__}")
+        check_type(message, ChatMessage, "message must be a llama_index ChatMessage")
         return (*turn_message(message), message)
 
     # ------------------------------------------------------------------------------------------- BaseMemory
@@ -154,8 +153,7 @@ class SCMMemory(BaseMemory):
             raise TypeError(f"messages must be a list of llama_index ChatMessage, got {type(messages).__name__}")
         converted = []
         for i, message in enumerate(messages):
-            if not isinstance(message, ChatMessage):
-                raise TypeError(f"messages[{i}] must be a llama_index ChatMessage, got {type(message).__name__}")
+            check_type(message, ChatMessage, f"messages[{i}] must be a llama_index ChatMessage")
             converted.append((*turn_message(message), message))
             check_text(converted[-1][1], f"messages[{i}]'s text")
         return SessionTurns.plan(converted)

@@ -31,6 +31,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory import BaseMemoryBlock
 
+from .._validation import check_type
 from ..adapters.chat_turns import block_session, build_path_memory, collect_turns, queued_memory_text
 from ..core.scm import SelfControlledMemory
 from ..models.embedder import Embedder
@@ -101,8 +102,7 @@ class SCMMemoryBlock(BaseMemoryBlock[str]):
         if not messages:
             return
         for message in messages:
-            if not isinstance(message, ChatMessage):
-                raise TypeError(f"messages must be llama_index ChatMessages, got {type(message).__name__}")
+            check_type(message, ChatMessage, "messages must be llama_index ChatMessages")
         session = _session({}, messages)
         turns, self._pending[session] = collect_turns(self._pending.pop(session, []), map(turn_message, messages))
         for observation, reply in turns:

@@ -22,6 +22,7 @@ from llama_index.core.extractors import BaseExtractor
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeWithScore, QueryBundle, TextNode
 from pydantic import Field, PrivateAttr
 
+from .._validation import check_type
 from ..adapters import tree_search as kit
 from ..adapters.wrapper_settings import resolve_k
 from ..core.tree import BuildReport, ExtractiveSummariser, Summariser, SurpriseTree, TreeHit
@@ -77,10 +78,7 @@ class SurpriseTreeRetriever(BaseRetriever):
         verbose: bool = False,
         **search: Unpack[kit.TreeSearch],
     ) -> None:
-        if not isinstance(tree, SurpriseTree):
-            raise TypeError(
-                f"tree must be a SurpriseTree (or use SurpriseTreeRetriever.from_texts), got {type(tree).__name__}"
-            )
+        check_type(tree, SurpriseTree, "tree must be a SurpriseTree (or use SurpriseTreeRetriever.from_texts)")
         self.tree = tree
         self.similarity_top_k = resolve_k(similarity_top_k, k, 4)
         for name, value in kit.search_settings(search).items():
