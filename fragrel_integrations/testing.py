@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ._validation import check_min_int
+from ._validation import check_min_int, check_type
 from .models.chat import ChatModelBase
 from .models.tokens import estimate_tokens
 
@@ -90,8 +90,7 @@ class ScriptedChatModel(ChatModelBase):
             )
         if self._responder is not None:
             reply = self._responder(messages)
-            if not isinstance(reply, str):
-                raise TypeError(f"the responder function must return str, got {type(reply).__name__}")
+            check_type(reply, str, "the responder function must return str")
         elif index >= len(self._script) and not (self.cycle and self._script):
             raise RuntimeError(
                 f"ScriptedChatModel ran out of responses after {len(self._script)} calls; "
@@ -191,8 +190,7 @@ class HashingEmbedder:
         return words
 
     def _vector(self, text: str) -> np.ndarray:
-        if not isinstance(text, str):
-            raise TypeError(f"texts must be str, got {type(text).__name__}")
+        check_type(text, str, "texts must be str")
         v = np.zeros(self.dim, dtype=np.float64)
         counts = Counter(self.tokens(text)) or Counter({"\x00empty": 1})
         for tok, tf in counts.items():

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._validation import MAX_JSON_DEPTH, json_depth_ok
+from .._validation import MAX_JSON_DEPTH, check_type, json_depth_ok
 
 __all__ = ["MAX_POSITION", "Fragment", "ScoredFragment", "check_position", "metadata_json", "parse_position"]
 
@@ -89,8 +89,7 @@ class Fragment:
     metadata: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.text, str):
-            raise TypeError(f"Fragment.text must be str, got {type(self.text).__name__}")
+        check_type(self.text, str, "Fragment.text must be str")
         check_position(self.position, "Fragment.position")
         if not isinstance(self.doc_id, str):
             object.__setattr__(self, "doc_id", str(self.doc_id))

@@ -43,7 +43,7 @@ from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_type
 from ..models.chat import context_window
 from ..models.embedder import Embedder, embed_documents
 from ..models.structured import ReplyFormat, format_kwargs
@@ -157,8 +157,7 @@ def split_sentences(
     >>> [t[a:b] for a, b in split_sentences(t)]
     ['他叫星期五。', '「好！」', '她说']
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     check_positive_int(max_words, "max_words")
     sentences, start = [], 0
     for m in _SENTENCE_END.finditer(text):
@@ -454,8 +453,7 @@ def reply_answer(reply: str) -> str | None:
     >>> reply_answer("Tom came.\\nAnswer: Ann")  # a label after other words: the whole reply
     'Tom came.\\nAnswer: Ann'
     """
-    if not isinstance(reply, str):
-        raise TypeError(f"reply must be str, got {type(reply).__name__}")
+    check_type(reply, str, "reply must be str")
     if len(reply) > MAX_REPLY_CHARS:
         return None
     offset = 0
@@ -523,8 +521,7 @@ def answer_span(reply: str, evidence: Sequence[str], question: str = "") -> tupl
     >>> [answer_span(r, ev, "Who killed the captain?") for r in ("Atkins, with a knife", "the captain")]
     [None, None]
     """
-    if not isinstance(question, str):
-        raise TypeError(f"question must be str, got {type(question).__name__}")
+    check_type(question, str, "question must be str")
     if isinstance(evidence, str):
         raise TypeError("evidence must be a list of sentences (str), not one str")
     answer = [w for _, _, w in word_units(reply_answer(reply) or "")]
@@ -534,8 +531,7 @@ def answer_span(reply: str, evidence: Sequence[str], question: str = "") -> tupl
         return None  # no answer: nothing, too long, or only question words and function words
     negative = bool(_negations(asked))
     for i, item in enumerate(evidence):
-        if not isinstance(item, str):
-            raise TypeError(f"evidence[{i}] must be str, got {type(item).__name__}")
+        check_type(item, str, f"evidence[{i}] must be str")
         for a, b in split_sentences(item):
             if _ASKS.search(item, a, b):
                 continue  # a question in the text states nothing
@@ -662,7 +658,6 @@ async def agrounded_answer(
 
 
 def _check_question(question: object) -> None:
-    if not isinstance(question, str):
-        raise TypeError(f"question must be str, got {type(question).__name__}")
+    check_type(question, str, "question must be str")
     if not question.strip():
         raise ValueError("question is empty: ask something")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._validation import check_query, check_text
+from .._validation import check_query, check_text, check_type
 from ..models.embedder import Embedder, check_embeddings
 from .fragments import Fragment, ScoredFragment
 from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
@@ -30,8 +30,7 @@ def _check_fragments(fragments: Sequence[Fragment]) -> list[Fragment]:
         raise ValueError("the corpus is empty: give at least one non-empty text or fragment")
     seen: set[tuple[str, int]] = set()
     for i, f in enumerate(fragments):
-        if not isinstance(f, Fragment):
-            raise TypeError(f"fragments[{i}] must be a Fragment, got {type(f).__name__}")
+        check_type(f, Fragment, f"fragments[{i}] must be a Fragment")
         check_text(f.text, f"fragments[{i}].text")
         if (f.doc_id, f.position) in seen:
             raise ValueError(
@@ -171,8 +170,7 @@ class FragRelIndex:
             if isinstance(item, Fragment):
                 out.append(item)
                 continue
-            if not isinstance(item, str):
-                raise TypeError(f"fragments[{i}] must be str or Fragment, got {type(item).__name__}")
+            check_type(item, str, f"fragments[{i}] must be str or Fragment")
             doc = "0" if doc_ids is None else str(doc_ids[i])
             counters[doc] = counters.get(doc, -1) + 1
             out.append(Fragment(item, doc, counters[doc]))
@@ -209,8 +207,7 @@ class FragRelIndex:
 
     def scores(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(s_ind, s_env, s_rel)`` for every fragment, in corpus order."""
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        check_type(query, str, "query must be str")
         s_ind = check_scores(self.scorer(query), "independent scores")
         if s_ind.shape[0] != len(self.fragments):
             raise ValueError(f"scorer returned {s_ind.shape[0]} scores for {len(self.fragments)} fragments")

@@ -7,6 +7,7 @@ from typing import Literal, Protocol
 
 import numpy as np
 
+from .._validation import check_type
 from ..models.embedder import Embedder, embed_documents
 from .fragments import Fragment, ScoredFragment
 from .relation_aware import check_alpha, check_scores, check_top_m, fragrel_scores
@@ -124,8 +125,7 @@ def rerank(
     support, so the environment is the one the whole corpus would give. The embedded MiniLM is loaded only for
     a relation that needs embeddings and no ``embedder``.
     """
-    if not isinstance(query, str):
-        raise TypeError(f"query must be str, got {type(query).__name__}")
+    check_type(query, str, "query must be str")
     alpha = check_alpha(alpha)
     k = check_k(k)
     top_m = check_top_m(top_m)

@@ -11,6 +11,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import numpy as np
 import scipy.sparse as sp
 
+from .._validation import check_type
 from ..models.embedder import Embedder, embed_query, normalise_rows
 from .windows import check_windows
 
@@ -142,8 +143,7 @@ class BM25Scorer:
             self._bm25.index(corpus, show_progress=False)
 
     def __call__(self, query: str) -> np.ndarray:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        check_type(query, str, "query must be str")
         tokens = tokenize(query, self.stopwords)
         if not tokens or self._bm25 is None:
             return np.zeros(self.n)
@@ -190,8 +190,7 @@ class JaccardScorer:
         self.vocab: dict[str, int] = {}
         rows, cols = [], []
         for i, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise TypeError(f"texts[{i}] must be str, got {type(text).__name__}")
+            check_type(text, str, f"texts[{i}] must be str")
             ids = {self.vocab.setdefault(t, len(self.vocab)) for t in tokenizer(text)}
             rows.extend([i] * len(ids))
             cols.extend(ids)
@@ -201,8 +200,7 @@ class JaccardScorer:
         self.sizes = np.asarray(self.matrix.sum(axis=1)).ravel()
 
     def __call__(self, query: str) -> np.ndarray:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        check_type(query, str, "query must be str")
         tokens = set(self.tokenizer(query))
         known = np.fromiter((self.vocab[t] for t in tokens if t in self.vocab), np.int64)
         q = np.zeros(self.matrix.shape[1])

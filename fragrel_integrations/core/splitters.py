@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_type
 from .fragments import Fragment
 
 __all__ = ["split_lines", "split_turns", "split_words"]
@@ -39,8 +39,7 @@ def split_words(
     >>> [f.text for f in split_words("a b c d e", fragment_words=2)]
     ['a b', 'c d', 'e']
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     stride = _check_window(fragment_words, stride, "fragment_words")
     words = text.split()
     meta = dict(metadata or {})
@@ -63,8 +62,7 @@ def split_lines(
     >>> [f.metadata["start_line"] for f in split_lines("\\n".join("abcde"), fragment_lines=2, stride=2)]
     [1, 3, 5]
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     stride = _check_window(fragment_lines, stride, "fragment_lines")
     lines = text.splitlines()
     out: list[Fragment] = []

@@ -34,7 +34,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._sqlite import SavedFormat, connect
-from .._validation import check_positive_int
+from .._validation import check_positive_int, check_type
 from ..models.embedder import Embedder, check_embeddings, embed_query, normalise_rows
 from .embedder_identity import identity_mismatch
 from .scorers import BM25Scorer, Scorer, minmax
@@ -86,8 +86,7 @@ class StagedHybridScorer:
         self.vectors: dict[int, np.ndarray] = {}
         stored = {}
         if store is not None:
-            if not isinstance(store, WindowVectorFile):
-                raise TypeError(f"store must be a WindowVectorFile, got {type(store).__name__}")
+            check_type(store, WindowVectorFile, "store must be a WindowVectorFile")
             if store.n_fragments != len(self.texts):
                 raise ValueError(f"the store holds {store.n_fragments} fragments, the scorer has {len(self.texts)}")
             stored = store.read()
@@ -129,8 +128,7 @@ class StagedHybridScorer:
         self.n_embedded += len(missing)
 
     def __call__(self, query: str) -> np.ndarray:
-        if not isinstance(query, str):
-            raise TypeError(f"query must be str, got {type(query).__name__}")
+        check_type(query, str, "query must be str")
         lexical = np.asarray(self.lexical(query), dtype=np.float64)
         if lexical.shape != (len(self.texts),):
             raise ValueError(f"the lexical scorer returned {lexical.shape} scores for {len(self.texts)} fragments")

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .._sqlite import SavedFormat
-from .._validation import check_min_int, stored_json
+from .._validation import check_min_int, check_type, stored_json
 from .fragments import Fragment, metadata_json
 
 __all__ = ["FragmentStore"]
@@ -44,8 +44,7 @@ class FragmentStore:
         """Insert or replace fragments (one transaction)."""
         rows = []
         for f in fragments:
-            if not isinstance(f, Fragment):
-                raise TypeError(f"FragmentStore.add takes Fragment objects, got {type(f).__name__}")
+            check_type(f, Fragment, "FragmentStore.add takes Fragment objects")
             rows.append((f.doc_id, f.position, f.text, metadata_json(f.metadata, "fragment metadata")))
         with self._lock, self._conn:
             self._conn.executemany("INSERT OR REPLACE INTO fragments VALUES (?, ?, ?, ?)", rows)

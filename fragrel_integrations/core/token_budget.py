@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from .._validation import check_min_int, check_positive_int
+from .._validation import check_min_int, check_positive_int, check_type
 from ..models.tokens import TokenCounter, count_tokens, estimate_tokens
 
 __all__ = ["OUTPUT_CHARS_PER_TOKEN", "cap_output", "fit_texts", "storable_text", "truncate_to_tokens"]
@@ -86,8 +86,7 @@ def cap_output(text: str, max_tokens: int) -> tuple[str, bool]:
     >>> len(text) <= 32, cut
     (True, True)
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     check_positive_int(max_tokens, "max_tokens")
     limit = OUTPUT_CHARS_PER_TOKEN * max_tokens
     if len(text) <= limit:

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..._validation import check_type
 from ...models.embedder import Embedder, embed_documents
 from .. import scorers
 from .code_relation import CodeRelation
@@ -78,8 +79,8 @@ def build_code_index(
             show_progress=show_progress,
             **load_kwargs,
         )
-    elif not isinstance(relation, CodeRelation):
-        raise TypeError(f"relation must be a CodeRelation, got {type(relation).__name__}")
+    else:
+        check_type(relation, CodeRelation, "relation must be a CodeRelation")
     fragments = relation.fragments
     if not fragments:
         raise ValueError(_nothing_to_index(relation))

@@ -41,7 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 from tqdm.auto import tqdm
 
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_type
 from ..fragments import Fragment
 from ..relations import FragmentLayout, Relation
 from .graph import CodeGraph, EdgeWeights, FileSyntax, parse_source
@@ -415,8 +415,7 @@ class CodeRelation(Relation):
         skipped: Sequence[SkippedFile] = (),
         show_progress: bool = False,
     ) -> None:
-        if not isinstance(graph, CodeGraph):
-            raise TypeError(f"graph must be a CodeGraph (see CodeRelation.from_repository), got {type(graph).__name__}")
+        check_type(graph, CodeGraph, "graph must be a CodeGraph (see CodeRelation.from_repository)")
         self.graph = graph
         self.threshold = _check_threshold(threshold)
         self.root = Path(root).resolve() if root is not None else None
@@ -554,8 +553,7 @@ class CodeRelation(Relation):
             language = language_for_path(path)
             if language is None:
                 raise ValueError(f"{path!r} has no supported source extension; see loader.LANGUAGES")
-            if not isinstance(text, str):
-                raise TypeError(f"text must be str, got {type(text).__name__}")
+            check_type(text, str, "text must be str")
             return self._apply(path, SourceFile(path, language, text))
         if self.root is None:
             raise ValueError("this relation has no root folder: pass the new content with text=...")

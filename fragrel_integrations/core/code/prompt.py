@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
-from ..._validation import check_min_int
+from ..._validation import check_min_int, check_type
 from ..fragments import Fragment, ScoredFragment
 from .languages import SPECS
 
@@ -82,8 +82,7 @@ def build_prompt(
     # --------------------------------------------------
     x = helper(
     """
-    if not isinstance(code, str):
-        raise TypeError(f"code must be str, got {type(code).__name__}")
+    check_type(code, str, "code must be str")
     if max_context_tokens is not None:
         check_min_int(max_context_tokens, "max_context_tokens", 0, hint=" or None")
     plain = []

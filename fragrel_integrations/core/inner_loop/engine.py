@@ -11,7 +11,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from ..._validation import check_min_int, check_query
+from ..._validation import check_min_int, check_query, check_type
 from ...models.chat import ChatModel, check_params, context_window
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
@@ -174,13 +174,12 @@ class InnerLoopEngine:
         self.max_stm_tokens = check_min_int(max_stm_tokens, "max_stm_tokens", 1)
         self.dedupe = _check_bool(dedupe, "dedupe")
         self.context_tokens = None if context_tokens is None else check_min_int(context_tokens, "context_tokens", 1)
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise TypeError(f"system_prompt must be str or None, got {type(system_prompt).__name__}")
+        if system_prompt is not None:
+            check_type(system_prompt, str, "system_prompt must be str or None")
         self.system_prompt = system_prompt or None
         self.prompt_template = check_prompt_template(prompt_template)
         self.temperature = check_params(temperature, None, None)[0]
-        if not isinstance(query_separator, str):
-            raise TypeError(f"query_separator must be str, got {type(query_separator).__name__}")
+        check_type(query_separator, str, "query_separator must be str")
         self.query_separator = query_separator
         self.show_progress = _check_bool(show_progress, "show_progress")
         self.constrained = _check_bool(constrained, "constrained")
@@ -290,8 +289,7 @@ class InnerLoopEngine:
             reply = yield ChatStep(self.model, messages, options)
         except Exception as exc:
             raise state.error(exc, "model") from exc
-        if not isinstance(reply, str):
-            raise TypeError(f"the chat model must return str, got {type(reply).__name__}")
+        check_type(reply, str, "the chat model must return str")
         stm = truncate_to_tokens(strip_memory_label(reply), self.max_stm_tokens, self._count).strip()
         similarity = lcs_similarity(memory, stm) if stm and state.rounds else None
         state.rounds.append(InnerLoopRound(len(state.rounds) + 1, query, hits, shown, reply, stm or memory, similarity))

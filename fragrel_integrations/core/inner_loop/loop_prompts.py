@@ -7,6 +7,8 @@ import re
 import string
 from collections.abc import Sequence
 
+from ..._validation import check_type
+
 __all__ = [
     "DEFAULT_PROMPT_TEMPLATE",
     "DEFAULT_SYSTEM_PROMPT",
@@ -57,8 +59,7 @@ _LABEL = re.compile(r"^\s*(?:updated\s+)?memory\s*:\s*", re.IGNORECASE)
 
 def check_prompt_template(template: object) -> str:
     """``template`` if it is a valid ``prompt_template`` (exactly ``{question}``, ``{memory}``, ``{context}``)."""
-    if not isinstance(template, str):
-        raise TypeError(f"prompt_template must be str, got {type(template).__name__}")
+    check_type(template, str, "prompt_template must be str")
     try:
         names = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
     except ValueError as exc:

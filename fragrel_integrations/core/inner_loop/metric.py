@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Hashable, Sequence
 
+from ..._validation import check_type
+
 __all__ = ["lcs_length", "lcs_similarity", "lcs_tokens"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -36,8 +38,7 @@ def lcs_tokens(text: str) -> list[str]:
     >>> lcs_tokens("The apple is in the Garden.")
     ['the', 'apple', 'is', 'in', 'the', 'garden']
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     return _WORD.findall(text.lower())
 
 

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from ..._validation import check_cosine, check_min_int
+from ..._validation import check_cosine, check_min_int, check_type
 from .interactions import Decision
 
 __all__ = [
@@ -120,8 +120,7 @@ class NameVocabulary:
     def update(self, texts: Iterable[str]) -> NameVocabulary:
         """Add the words of ``texts`` (each cut to :data:`MAX_MESSAGE_CHARS` x 4 characters); returns self."""
         for text in texts:
-            if not isinstance(text, str):
-                raise TypeError(f"earlier turns must be str, got {type(text).__name__}")
+            check_type(text, str, "earlier turns must be str")
             text = text[: 4 * MAX_MESSAGE_CHARS]
             self.capitalised |= capitalised_words(text)
             self.lower.update(_LOWER.findall(text))
@@ -174,10 +173,8 @@ class LexicalGate:
 
     def decide_known(self, observation: str, vocabulary: NameVocabulary) -> Decision:
         """The decision for ``observation`` given the earlier turns' :class:`NameVocabulary`."""
-        if not isinstance(observation, str):
-            raise TypeError(f"observation must be str, got {type(observation).__name__}")
-        if not isinstance(vocabulary, NameVocabulary):
-            raise TypeError(f"vocabulary must be a NameVocabulary, got {type(vocabulary).__name__}")
+        check_type(observation, str, "observation must be str")
+        check_type(vocabulary, NameVocabulary, "vocabulary must be a NameVocabulary")
         text = observation[:MAX_MESSAGE_CHARS]
         found = [m.group(0).lower() for p in self._patterns if (m := p.search(text))]
         names = sorted(vocabulary.names(capitalised_words(text))) if self.names else []

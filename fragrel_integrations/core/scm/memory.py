@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._validation import check_min_int, check_text
+from ..._validation import check_min_int, check_text, check_type
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.embedder import Embedder, check_embeddings
@@ -181,23 +181,27 @@ class SelfControlledMemory:
         self.controller = controller if isinstance(controller, SCMController) else SCMController(controller)
         if isinstance(stream, str | Path):
             stream = SCMStream(stream)
-        if not isinstance(stream, MemoryStream):
-            raise TypeError(
-                "stream must be a MemoryStream (an SCMStream, a LangGraphStoreStream, or any object with "
-                f"append/items/last/count/sessions/clear/close) or a SQLite path, got {type(stream).__name__}"
-            )
+        check_type(
+            stream,
+            MemoryStream,
+            "stream must be a MemoryStream (an SCMStream, a LangGraphStoreStream, or any object with "
+            "append/items/last/count/sessions/clear/close) or a SQLite path",
+        )
         self.stream = stream
-        if embedder is not None and not isinstance(embedder, Embedder):
-            raise TypeError(
-                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}; "
-                "wrap framework models with fragrel_integrations.models.as_embedder"
+        if embedder is not None:
+            check_type(
+                embedder,
+                Embedder,
+                "embedder must have embed_documents(texts) and embed_query(text)",
+                hint="; wrap framework models with fragrel_integrations.models.as_embedder",
             )
         self._embedder = embedder
         self.k = check_min_int(k, "k", 1, hint=" (the paper uses 3-10)")
-        if relation is not None and not isinstance(relation, Relation):
-            raise TypeError(
-                f"relation must be a fragrel Relation (e.g. ContextRelation({DIALOGUE_W_REL})) or None, "
-                f"got {type(relation).__name__}"
+        if relation is not None:
+            check_type(
+                relation,
+                Relation,
+                f"relation must be a fragrel Relation (e.g. ContextRelation({DIALOGUE_W_REL})) or None",
             )
         self.relation = relation
         self.alpha = check_alpha(alpha)
@@ -212,20 +216,22 @@ class SelfControlledMemory:
         self.item_tokens = check_min_int(item_tokens, "item_tokens", 0, hint=f" (paper: {PAPER_ITEM_TOKENS})")
         self.total_tokens = check_min_int(total_tokens, "total_tokens", 0, hint=f" (paper: {PAPER_TOTAL_TOKENS})")
         self.token_counter = token_counter
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise TypeError(f"system_prompt must be str or None, got {type(system_prompt).__name__}")
+        if system_prompt is not None:
+            check_type(system_prompt, str, "system_prompt must be str or None")
         self.system_prompt = system_prompt or None
         self.fusion_template = check_template("fusion_template", fusion_template, ("{memory}", "{observation}"))
         self.memory_template = check_template("memory_template", memory_template, ("{memory}",))
         if response_max_tokens is not None:
             check_min_int(response_max_tokens, "response_max_tokens", 1)
         self.response_max_tokens = response_max_tokens
-        if index is not None and not isinstance(index, StreamIndex):
-            raise TypeError(
-                "index must be a StreamIndex (add/search/delete_session), got "
-                f"{type(index).__name__}; wrap a LangChain VectorStore with "
+        if index is not None:
+            check_type(
+                index,
+                StreamIndex,
+                "index must be a StreamIndex (add/search/delete_session)",
+                hint="; wrap a LangChain VectorStore with "
                 "fragrel_integrations.langchain.scm_index.VectorStoreStreamIndex(store) or a LlamaIndex vector store "
-                "with fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex(store)"
+                "with fragrel_integrations.llama_index.scm_index.VectorStoreStreamIndex(store)",
             )
         self.index = index
         if pool is not None:

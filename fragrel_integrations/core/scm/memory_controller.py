@@ -62,7 +62,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_type
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import ReplyFormat, format_kwargs
@@ -167,8 +167,7 @@ def parse_yes_no(text: str) -> bool | None:
     >>> parse_yes_no("Either yes or no.") is None
     True
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     words = _WORD.findall(_LABEL.sub("", text.strip(), count=1).lower())
     if not words:
         return None
@@ -182,9 +181,7 @@ def parse_yes_no(text: str) -> bool | None:
 
 
 def _check_text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be str, got {type(value).__name__}")
-    return value
+    return check_type(value, str, f"{name} must be str")
 
 
 def _check_reply(reply: object, what: str) -> str:

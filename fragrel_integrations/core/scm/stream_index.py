@@ -31,7 +31,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ..._validation import check_min_int
+from ..._validation import check_min_int, check_type
 from .interactions import MemoryItem
 
 __all__ = ["InMemoryStreamIndex", "SCMIndexError", "StreamIndex", "add_turn", "check_vector", "pool_items"]
@@ -83,8 +83,7 @@ class InMemoryStreamIndex:
 
     def add(self, item: MemoryItem, text: str, embedding: np.ndarray) -> None:
         """Index one turn (replacing an entry with the same session and interaction index)."""
-        if not isinstance(item, MemoryItem):
-            raise TypeError(f"item must be a MemoryItem, got {type(item).__name__}")
+        check_type(item, MemoryItem, "item must be a MemoryItem")
         vector = check_vector(embedding, finite=True)
         with self._lock:
             self._entries.setdefault(item.session_id, {})[item.index] = (str(text), vector)

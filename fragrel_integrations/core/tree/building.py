@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import check_type
 from .chunking import chunk_text
 from .clustering import cluster_embeddings
 from .summariser import BuildReport, SummaryResult
@@ -32,8 +33,7 @@ def _check_texts(texts: object, doc_ids: object, metadatas: object) -> tuple[lis
         raise TypeError("texts must be a list of strings (wrap a single text in a list)")
     texts = list(texts)
     for i, t in enumerate(texts):
-        if not isinstance(t, str):
-            raise TypeError(f"texts[{i}] must be str, got {type(t).__name__}")
+        check_type(t, str, f"texts[{i}] must be str")
         try:
             t.encode("utf-8")
         except UnicodeEncodeError as exc:  # found now, not when the tree is saved

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_type
 from ...models.tokens import estimate_tokens
 from ..token_budget import truncate_to_tokens
 from .clustering import pack_by_tokens
@@ -29,8 +29,7 @@ def split_sentences(text: str) -> list[str]:
     >>> split_sentences("\u4f60\u597d\u3002\u518d\u89c1\uff01")
     ['\u4f60\u597d\u3002', '\u518d\u89c1\uff01']
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     parts = (" ".join(p.split()) for p in _BOUNDARY.split(text) if p)
     return [p for p in parts if p]
 

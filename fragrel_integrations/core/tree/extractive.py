@@ -58,7 +58,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..._validation import check_positive_int
+from ..._validation import check_min_int, check_positive_int, check_type
 from ...models.embedder import CachedEmbedder, Embedder, embed_documents, normalise_rows
 from ...models.tokens import estimate_tokens
 from ..embedder_identity import embedder_id
@@ -115,8 +115,7 @@ def _check_lengths(lengths: object, n: int, budget: object) -> np.ndarray:
 
 
 def _check_min_sentences(value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 2:
-        raise ValueError(f"min_sentences must be an int >= 2, got {value!r}")
+    check_min_int(value, "min_sentences", 2)
 
 
 def _check_min_scale(value: float) -> None:
@@ -341,10 +340,7 @@ class ExtractiveSummariser:
         cache: dict[str, SummaryResult] | None = None,
         mean_vectors: bool = False,
     ) -> None:
-        if not isinstance(embedder, Embedder):
-            raise TypeError(
-                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
-            )
+        check_type(embedder, Embedder, "embedder must have embed_documents(texts) and embed_query(text)")
         for name, value in (("summary_tokens", summary_tokens), ("surprise_tokens", surprise_tokens)):
             check_positive_int(value, name)
         check_positive_int(min_words, "min_words")
@@ -405,8 +401,7 @@ class ExtractiveSummariser:
         batched pass."""
         inputs = list(inputs)
         for i, text in enumerate(inputs):
-            if not isinstance(text, str):
-                raise TypeError(f"inputs[{i}] must be str, got {type(text).__name__}")
+            check_type(text, str, f"inputs[{i}] must be str")
         keys = [self._cache_key(t) for t in inputs]
         todo: dict[str, int] = {}
         for i, k in enumerate(keys):

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..._validation import check_positive_int, check_query
+from ..._validation import check_positive_int, check_query, check_type
 from ...models.embedder import embed_query
 from ..relation_aware import check_alpha, relation_aware_scores
 from ..selection import check_k, select
@@ -69,8 +69,8 @@ class TreeRetrieval:
         if k is None and budget_tokens is None:
             raise ValueError("give k or budget_tokens (or both) to bound the result")
         wanted = set(check_search(mode, fields))
-        if relation is not None and not isinstance(relation, TreeRelation):
-            raise TypeError(f"relation must be a TreeRelation or None, got {type(relation).__name__}")
+        if relation is not None:
+            check_type(relation, TreeRelation, "relation must be a TreeRelation or None")
         alpha = check_alpha(alpha)
         keys, matrix = self._entries()
         if not keys:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_type
 from ...models.structured import ReplyFormat
 
 __all__ = [
@@ -88,8 +88,7 @@ def summary_messages(text: str, summary_tokens: int = 300) -> list[dict[str, str
     >>> summary_messages("Some passage.", 40)[1]["content"].splitlines()[-2]
     '(Summary): <the summary, at most 30 words>'
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     check_positive_int(summary_tokens, "summary_tokens")
     words = max(5, summary_tokens * 3 // 4)
     return [
@@ -147,8 +146,7 @@ def parse_summary(output: object, *, max_section_chars: int | None = None) -> Pa
     >>> parse_summary("Just some text.")
     ParsedSummary(summary='Just some text.', surprise='', ok=False)
     """
-    if not isinstance(output, str):
-        raise TypeError(f"a model reply must be str, got {type(output).__name__}")
+    check_type(output, str, "a model reply must be str")
     cap = len(output)
     if max_section_chars is not None:
         cap = check_positive_int(max_section_chars, "max_section_chars", hint=" or None")

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..._validation import check_type
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.embedder import Embedder, embed_documents
@@ -89,10 +90,7 @@ class SurpriseTree(TreeBuilding, TreeRetrieval):
             from ...models.local import default_embedder
 
             embedder = default_embedder()
-        if not isinstance(embedder, Embedder):
-            raise TypeError(
-                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
-            )
+        check_type(embedder, Embedder, "embedder must have embed_documents(texts) and embed_query(text)")
         self.embedder = embedder
         window = embedder_window_tokens(embedder)
         if self.config.chunk_tokens is None:  # fit the embedder (saved trees record the number)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ..._sqlite import SavedFormat
+from ..._validation import check_type
 from ...models.embedder import Embedder
 from .summary_tree import SurpriseTree, check_state
 from .tree_nodes import TreeNode
@@ -52,8 +53,7 @@ _FORMAT = SavedFormat(
 def save_tree(tree: SurpriseTree, path: str | Path) -> None:
     """Write ``tree`` to the SQLite file ``path`` (replaced in one step; a file that is not a saved tree is
     refused with a ValueError)."""
-    if not isinstance(tree, SurpriseTree):
-        raise TypeError(f"tree must be a SurpriseTree, got {type(tree).__name__}")
+    check_type(tree, SurpriseTree, "tree must be a SurpriseTree")
     state = tree.to_state()
     try:
         nodes = [

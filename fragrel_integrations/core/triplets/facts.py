@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from operator import attrgetter
 from typing import Any
 
-from ..._validation import check_text
+from ..._validation import check_text, check_type
 
 __all__ = [
     "FIELDS",
@@ -66,8 +66,7 @@ class Triplet:
     def __post_init__(self) -> None:
         for name in FIELDS:
             value = getattr(self, name)
-            if not isinstance(value, str):
-                raise TypeError(f"Triplet.{name} must be str, got {type(value).__name__}")
+            check_type(value, str, f"Triplet.{name} must be str")
             if not value.strip():
                 raise ValueError(f"Triplet.{name} is empty: every term of a stored triplet needs text")
             if "\x00" in value:
@@ -181,12 +180,10 @@ def namespace_tuple(namespace: NamespaceLike) -> Namespace:
         return ()
     if isinstance(namespace, str):
         namespace = (namespace,)
-    if not isinstance(namespace, Sequence):
-        raise TypeError(f"namespace must be a tuple of strings, got {type(namespace).__name__}")
+    check_type(namespace, Sequence, "namespace must be a tuple of strings")
     out = tuple(namespace)
     for label in out:
-        if not isinstance(label, str):
-            raise TypeError(f"namespace labels must be str, got {type(label).__name__}")
+        check_type(label, str, "namespace labels must be str")
         if not label:
             raise ValueError(f"namespace labels must be non-empty, got {out!r}")
         if _NS_SEP in label or "\x00" in label:

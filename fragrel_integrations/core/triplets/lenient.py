@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from ..._validation import check_type
 from .facts import Triplet
 from .text_api import SkippedCall, term_problem
 
@@ -56,6 +57,5 @@ def lenient_triplets(text: str, *, max_term_chars: int | None = DEFAULT_MAX_TERM
     >>> lenient_triplets("1. Dan >> works at >> Google")
     [Triplet(t1='Dan', t2='works at', t3='Google')]
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     return [t for t, _ in lenient_scan(text, max_term_chars)[0]]

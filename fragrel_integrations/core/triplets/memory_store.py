@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..._closing import Closing
-from ..._validation import check_cosine, check_min_int, check_text, stored_json
+from ..._validation import check_cosine, check_min_int, check_text, check_type, stored_json
 from ...models.embedder import Embedder
 from .backend import SCHEMA_VERSION, StorageBackend
 from .facts import Namespace, NamespaceLike, TripletRecord, namespace_tuple, normalize_term
@@ -105,10 +105,8 @@ class TripletStore(Closing):
         show_progress: bool = False,
         fuzzy_index: str = "exact",
     ) -> None:
-        if embedder is not None and not isinstance(embedder, Embedder):
-            raise TypeError(
-                f"embedder must have embed_documents(texts) and embed_query(text), got {type(embedder).__name__}"
-            )
+        if embedder is not None:
+            check_type(embedder, Embedder, "embedder must have embed_documents(texts) and embed_query(text)")
         self.threshold = check_cosine(threshold, "threshold")
         self.fuzzy_k = check_min_int(fuzzy_k, "fuzzy_k", 1)
         self._lock = threading.RLock()
@@ -361,8 +359,8 @@ def build_store(
     >>> build_store(core) is core
     True
     """
-    if store is not None and not isinstance(store, TripletStore):
-        raise TypeError(f"store must be a fragrel_integrations TripletStore, got {type(store).__name__}")
+    if store is not None:
+        check_type(store, TripletStore, "store must be a fragrel_integrations TripletStore")
     if store is not None and (embedder is not None or store_kwargs):
         raise ValueError("give either store= or the arguments to build one, not both")
     return store if store is not None else TripletStore(path, embedder=embedder, **store_kwargs)

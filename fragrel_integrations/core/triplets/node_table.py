@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..._validation import check_text, stored_json
+from ..._validation import check_text, check_type, stored_json
 from .backend import StorageBackend
 from .facts import Namespace, NamespaceLike, decode_namespace, encode_namespace, namespace_tuple
 from .rows import dump_payload
@@ -43,8 +43,7 @@ class NodeTable:
         enc = encode_namespace(namespace_tuple(namespace))
         rows = []
         for n in nodes:
-            if not isinstance(n, NodeRecord):
-                raise TypeError(f"put_nodes takes NodeRecord objects, got {type(n).__name__}")
+            check_type(n, NodeRecord, "put_nodes takes NodeRecord objects")
             for field in ("id", "label", "kind", "text"):
                 check_text(getattr(n, field), f"node {field}")
             rows.append((enc, n.id, n.label, n.kind, n.text, dump_payload(n.properties)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..._validation import check_cosine, check_min_int
+from ..._validation import check_cosine, check_min_int, check_type
 from .backend import StorageBackend
 from .facts import FIELDS, Namespace, NamespaceLike, TermMatch, TripletRecord, decode_namespace, normalize_term
 from .rows import ROW_COLUMNS, Time, record, scope
@@ -43,8 +43,7 @@ class TripletReader:
         ``fuzzy_k`` default to the store's ``defaults``."""
         asked = {f: v for f, v in given.items() if v is not None and str(v).strip()}
         for f, v in asked.items():
-            if not isinstance(v, str):
-                raise TypeError(f"{f} must be str or None, got {type(v).__name__}")
+            check_type(v, str, f"{f} must be str or None")
         if not asked:
             raise ValueError("give at least one of t1, t2, t3 (use records() to list everything)")
         threshold = defaults[0] if threshold is None else check_cosine(threshold, "threshold")

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from ..._validation import MAX_JSON_DEPTH, check_text, json_depth_ok, stored_int, stored_json
+from ..._validation import MAX_JSON_DEPTH, check_text, check_type, json_depth_ok, stored_int, stored_json
 from .facts import (
     NamespaceLike,
     TermMatch,
@@ -81,8 +81,7 @@ def dump_payload(payload: Mapping[str, Any] | None) -> str:
     JSON object, ValueError if it holds a lone surrogate (text no database can store)."""
     if payload is None:
         return "{}"
-    if not isinstance(payload, Mapping):
-        raise TypeError(f"payload must be a mapping (JSON object), got {type(payload).__name__}")
+    check_type(payload, Mapping, "payload must be a mapping (JSON object)")
     try:
         text = json.dumps(dict(payload), sort_keys=True, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:

@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from pathlib import Path
 
 from ..._sqlite import check_file, not_a_database
+from ..._validation import check_type
 from .backend import Cursor, StorageBackend
 
 __all__ = ["SQLiteBackend"]
@@ -82,8 +83,7 @@ class SQLiteBackend(StorageBackend):
     unlimited = "-1"
 
     def __init__(self, path: str | Path = ":memory:", *, timeout: float = 30.0, synchronous: str = "FULL") -> None:
-        if not isinstance(path, str | Path):
-            raise TypeError(f"path must be a str or Path, got {type(path).__name__}")
+        check_type(path, (str, Path), "path must be a str or Path")
         sync = str(synchronous).upper()
         if sync not in _SYNC:
             raise ValueError(f"synchronous must be one of {_SYNC}, got {synchronous!r}")

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_type
 from .facts import Triplet
 
 __all__ = [
@@ -117,8 +117,7 @@ def escape_term(term: str) -> str:
     >>> escape_term(" x ")
     '\\\\ x\\\\ '
     """
-    if not isinstance(term, str):
-        raise TypeError(f"term must be str, got {type(term).__name__}")
+    check_type(term, str, "term must be str")
     lo, hi = len(term) - len(term.lstrip()), len(term.rstrip())
     return "".join("\\" + ch if ch in SPECIAL or not lo <= i < hi else ch for i, ch in enumerate(term))
 
@@ -323,8 +322,7 @@ def scan_calls(
     >>> [c.triplet for c in calls], [s.reason for s in skipped]
     ([Triplet(t1='a', t2='b', t3='c')], ["a MEM_WRITE needs three fields separated by '>>', got 2"])
     """
-    if not isinstance(text, str):
-        raise TypeError(f"text must be str, got {type(text).__name__}")
+    check_type(text, str, "text must be str")
     if max_term_chars is not None:
         check_positive_int(max_term_chars, "max_term_chars", hint=" or None")
     calls: list[MemoryCall] = []

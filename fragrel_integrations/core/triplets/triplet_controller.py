@@ -44,7 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_type
 from ...models.chat import ChatModel
 from ...models.convert import as_chat_model
 from ...models.structured import format_kwargs
@@ -142,8 +142,7 @@ class TripletMemoryController:
         relax_reads: bool = True,
     ) -> None:
         self.model: ChatModel = as_chat_model(model)
-        if not isinstance(store, TripletStore):
-            raise TypeError(f"store must be a TripletStore, got {type(store).__name__}")
+        check_type(store, TripletStore, "store must be a TripletStore")
         self.max_rounds = check_positive_int(max_rounds, "max_rounds")
         self.max_calls = check_positive_int(max_calls, "max_calls")
         self.max_tokens = check_positive_int(max_tokens, "max_tokens")
