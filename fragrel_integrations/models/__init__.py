@@ -1,6 +1,8 @@
 """Models: the :class:`Embedder` and :class:`ChatModel` protocols, :func:`as_embedder` / :func:`as_chat_model`, the
 embedded defaults (:class:`MiniLMEmbedder`, :class:`TransformersChatModel`, :class:`LlamaCppChatModel`) and
 OpenAI-compatible servers. Names are imported on first access: importing this loads no framework and no model.
+
+>>> from fragrel_integrations.models import as_chat_model, as_embedder
 """
 
 from __future__ import annotations

@@ -1,7 +1,12 @@
 """LangChain and LlamaIndex models as the core's protocols (a framework is imported when an adapter is built).
 
 ``temperature`` and ``max_tokens`` go as call-time keywords (``forward_params=False`` keeps the model's own);
-LangChain always gets ``stop``. No ``reply_format`` is enforced: the steps parse free text.
+LangChain always gets ``stop``. No ``reply_format`` is enforced: the steps parse free text (for enforcement call the
+same server through :class:`~fragrel_integrations.models.openai_chat.OpenAIChatModel`).
+
+>>> from langchain_core.language_models import FakeListChatModel
+>>> LangChainChatModel(FakeListChatModel(responses=["Hi!"])).invoke("Say hi", max_tokens=8)
+'Hi!'
 """
 
 from __future__ import annotations
@@ -168,7 +173,12 @@ def is_llama_index_embedding(obj: object) -> bool:
 
 
 class LlamaIndexEmbedder:
-    """A LlamaIndex ``BaseEmbedding`` as a core :class:`~.embedder.Embedder` (its batching and query instructions)."""
+    """A LlamaIndex ``BaseEmbedding`` as a core :class:`~.embedder.Embedder` (its batching and query instructions).
+
+    >>> from llama_index.core.embeddings import MockEmbedding
+    >>> LlamaIndexEmbedder(MockEmbedding(embed_dim=8)).embed_documents(["a", "b"]).shape
+    (2, 8)
+    """
 
     def __init__(self, embed_model: Any, *, show_progress: bool = False) -> None:
         if not is_llama_index_embedding(embed_model):

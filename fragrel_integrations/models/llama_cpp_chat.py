@@ -1,5 +1,8 @@
 """A chat GGUF model run in-process by llama-cpp-python (extra ``[llamacpp]``), with GBNF grammars for every
 :class:`~.structured.ReplyFormat`; ``model_path=None`` is the embedded SmolLM2. Loaded by :func:`portable_loading`.
+
+>>> model = LlamaCppChatModel()                                                # doctest: +SKIP
+>>> model.invoke([{"role": "user", "content": "What is the capital of France?"}], max_tokens=16)  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -409,7 +409,10 @@ def is_embedded_model(model: object) -> bool:
 
 
 def default_chat_model() -> TransformersChatModel:
-    """The process-wide embedded SmolLM2-135M-Instruct, loaded on first use."""
+    """The process-wide embedded SmolLM2-135M-Instruct, loaded on first use.
+
+    >>> default_chat_model().invoke("What is the capital of France?", max_tokens=16)  # doctest: +SKIP
+    """
     return _DEFAULT.get()
 
 
