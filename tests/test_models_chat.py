@@ -216,6 +216,16 @@ def test_as_chat_model_wraps_real_langchain_fake_chat_model():
     )
 
 
+def test_a_wrapped_langchain_model_is_called_as_it_is_at_call_time():
+    """The wrapper looks the framework's method up per call: a model replaced or patched after wrapping is used."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    model = as_chat_model(FakeListChatModel(responses=["first"]))
+    assert model.invoke("q") == "first"
+    model.model = FakeListChatModel(responses=["second"])
+    assert model.invoke("q") == "second"
+
+
 def test_as_chat_model_wraps_real_llama_index_mock_llm():
     from llama_index.core.llms import MockLLM
 

@@ -100,6 +100,13 @@ def test_partial_characters_are_never_allowed_and_unspellable_patterns_are_not_e
     assert vocab.allowed_ids("中|a", [EOS]) is not None
 
 
+def test_a_pattern_that_matches_nothing_is_left_unenforced_not_masked_to_nothing():
+    """An all-False mask would leave the sampler no token (NaN probabilities): such a format is not enforced."""
+    vocab = RegexVocabulary(TOKENS)
+    assert vocab.allowed_ids(r"[^\s\S]", [EOS]) is None
+    assert vocab.allowed_ids(r"a[^\s\S]", [EOS]) is None
+
+
 @pytest.fixture(scope="module")
 def model():
     from _llm_fixtures import get_embedded

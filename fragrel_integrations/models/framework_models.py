@@ -12,7 +12,7 @@ same server through :class:`~fragrel_integrations.models.openai_chat.OpenAIChatM
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,10 +29,8 @@ _YES_NO_CALL = {"logprobs": True, "top_logprobs": TOP_LOGPROBS, "max_tokens": 1,
 
 
 class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
-    """A framework model called (``_call`` / ``_acall``, set by a subclass) with converted messages."""
-
-    _call: Callable[..., Any]
-    _acall: Callable[..., Awaitable[Any]]
+    """A framework model called (``_call`` / ``_acall``, looked up on the wrapped model per call) with converted
+    messages."""
 
     def __init__(self, wrapped: Any, forward_params: bool, expected: type, what: str) -> None:
         check_type(
@@ -51,6 +49,12 @@ class _FrameworkChatModel(LogprobsYesNo, ChatModelBase):
 
     @abstractmethod
     def _convert(self, messages: list[dict[str, str]]) -> list[Any]: ...
+
+    @abstractmethod
+    def _call(self, messages: list[Any], **kwargs: Any) -> Any: ...
+
+    @abstractmethod
+    async def _acall(self, messages: list[Any], **kwargs: Any) -> Any: ...
 
     @abstractmethod
     def _reply(self, result: Any) -> str: ...
@@ -85,7 +89,12 @@ class LangChainChatModel(_FrameworkChatModel):
 
         super().__init__(model, forward_params, BaseLanguageModel, "a LangChain BaseChatModel or BaseLLM")
         self.model = model
-        self._call, self._acall = model.invoke, model.ainvoke
+
+    def _call(self, messages: list[Any], **kwargs: Any) -> Any:
+        return self.model.invoke(messages, **kwargs)
+
+    async def _acall(self, messages: list[Any], **kwargs: Any) -> Any:
+        return await self.model.ainvoke(messages, **kwargs)
 
     @property
     def context_window(self) -> int | None:
@@ -136,7 +145,12 @@ class LlamaIndexChatModel(_FrameworkChatModel):
 
         super().__init__(llm, forward_params, LLM, "a LlamaIndex LLM")
         self.llm = llm
-        self._call, self._acall = llm.chat, llm.achat
+
+    def _call(self, messages: list[Any], **kwargs: Any) -> Any:
+        return self.llm.chat(messages, **kwargs)
+
+    async def _acall(self, messages: list[Any], **kwargs: Any) -> Any:
+        return await self.llm.achat(messages, **kwargs)
 
     @property
     def context_window(self) -> int | None:

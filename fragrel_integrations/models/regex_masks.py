@@ -9,6 +9,7 @@ once with numpy. A token is allowed when the reply can still match; tokens holdi
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
@@ -19,6 +20,7 @@ __all__ = ["RegexVocabulary", "parses"]
 MAX_PATTERNS = 16  #: compiled patterns kept per vocabulary
 
 
+@functools.lru_cache(maxsize=256)
 def parses(regex: str) -> bool:
     """Whether ``interegular`` reads ``regex`` (no back-references, anchors or word boundaries)."""
     import interegular
@@ -112,8 +114,8 @@ class RegexVocabulary:
             pattern = self._pattern(regex)
         except Exception:  # interegular's own errors
             return None
-        if not pattern.complete:
-            return None
+        if not pattern.complete or not pattern.live[pattern.start]:
+            return None  # a token would have to split a character, or nothing matches: left unenforced
         state, ends = pattern.start, pattern.ends(pattern.start)
         eos = list(eos_ids)
 
