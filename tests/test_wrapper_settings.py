@@ -362,3 +362,16 @@ def test_a_bad_reassigned_setting_is_refused_when_assigned(framework):
     with pytest.raises(ValueError, match="preset must be"):
         wrapper.preset = "chat"
     assert wrapper.alpha is None and wrapper.settings.preset == DEFAULT_PRESET  # unchanged
+
+
+@pytest.mark.parametrize("framework", ["langchain", "compressor"])
+def test_a_reassignment_refused_by_a_cross_setting_check_leaves_the_wrapper_as_it_was(framework):
+    wrapper = _build(framework, k=3)
+    before = (wrapper.expand, wrapper.position_key, wrapper.settings, set(wrapper.model_fields_set))
+    with pytest.raises(ValueError, match="store"):
+        wrapper.expand = 2  # expand > 0 needs a store
+    with pytest.raises(ValueError):
+        wrapper.position_key = wrapper.doc_id_key
+    assert (wrapper.expand, wrapper.position_key, wrapper.settings, set(wrapper.model_fields_set)) == before
+    wrapper.alpha = 0.0  # later reassignments still work
+    assert wrapper.settings.alpha == 0.0

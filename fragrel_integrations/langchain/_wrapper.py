@@ -45,6 +45,8 @@ def _check_k(value: object) -> int:
 
 _CHECKS_K, _CHECKS["k"] = _CHECKS["k"], _check_k
 _DOCS = kit.SETTING_DOCS
+#: where a pydantic model keeps its fields, which of them were given, and its private attributes
+_STATE = ("__dict__", "__pydantic_fields_set__", "__pydantic_private__")
 
 
 class FragRelFields(BaseModel):
@@ -99,6 +101,19 @@ class FragRelFields(BaseModel):
             on_missing_position=settings.on_missing_position,
         )
         return self
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):  # private state: not a setting
+            return super().__setattr__(name, value)
+        # a reassignment the checks after it refuse (e.g. expand > 0 without a store) leaves the object as it was
+        saved = (dict(self.__dict__), set(self.__pydantic_fields_set__), dict(self.__pydantic_private__ or {}))
+        try:
+            super().__setattr__(name, value)
+        except Exception:
+            for attribute, kept in zip(_STATE, saved, strict=True):
+                object.__setattr__(self, attribute, kept)
+            raise
+        return None
 
     @property
     def settings(self) -> kit.WrapperSettings:

@@ -93,12 +93,13 @@ class FragRelRetriever(FragRelFields, BaseRetriever):
                 f"extra invoke arguments {sorted(kwargs)} can only be forwarded to a base retriever that takes "
                 f"them, not to {type(self.base_retriever).__name__}"
             )
+        base, sized = self.base_retriever, self._sized  # one snapshot: a reassignment replaces both
         n = max(self.pool_size or default_pool_size(k), k)
-        if n not in self._sized:
-            self._sized[n] = sized_base(self.base_retriever, n)
-        if self._sized[n] is not None:
-            return k, self._sized[n], kwargs
-        return k, self.base_retriever, {"k": n, **kwargs} if takes_k(self.base_retriever) else kwargs
+        if n not in sized:
+            sized[n] = sized_base(base, n)
+        if sized[n] is not None:
+            return k, sized[n], kwargs
+        return k, base, {"k": n, **kwargs} if takes_k(base) else kwargs
 
     def _rerank(self, query: str, documents: object, k: int) -> list[Document]:
         advice = None if self.pool_size is not None else partial(pool_advice, self.base_retriever, default_pool_size(k))
