@@ -82,8 +82,10 @@ def to_role_messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
             turns.append(
                 ("tool", "".join(texts), [], extra.get("name") or tool_names.get(call_id) or call_id or "tool")
             )
-        else:
+        elif message.role in _ROLES:
             turns.append((_ROLES[message.role], "".join(texts), calls, ""))
+        else:  # a role added by a later LlamaIndex
+            raise ValueError(f"cannot send a {message.role!r} message to a chat model (roles: system, user, assistant)")
     return role_messages(turns)
 
 

@@ -51,6 +51,7 @@ class TurnMatrix:
         self.n = int(matrix.shape[0])
         self.first, self.last = (items[0], items[-1]) if items else (None, None)
         self.fragments = [turn_fragment(it) for it in items]
+        self._positions = np.fromiter((it.index for it in items), np.int64, len(items))
 
     @classmethod
     def from_vectors(cls, items: Sequence[MemoryItem], vectors: Sequence[np.ndarray]) -> TurnMatrix:
@@ -83,6 +84,7 @@ class TurnMatrix:
             self._matrix, self._norms = grown, grown_norms
         self._matrix[self.n : need], self._norms[self.n : need] = matrix, norms
         self.fragments.extend(turn_fragment(it) for it in items)
+        self._positions = np.concatenate([self._positions, np.fromiter((it.index for it in items), np.int64)])
         self.n, self.last = need, items[-1]
         if self.first is None:
             self.first = items[0]
@@ -94,4 +96,4 @@ class TurnMatrix:
 
     def layout(self, n: int) -> FragmentLayout:
         """The FragRel layout of the first ``n`` turns (one document: the session)."""
-        return FragmentLayout.from_fragments(self.fragments[:n])
+        return FragmentLayout(np.zeros(n, np.int64), self._positions[:n], self.fragments[:n])  # kept per turn

@@ -43,6 +43,9 @@ class _PgCursor:
     def __getattr__(self, name: str) -> Any:  # fetchone, fetchall, rowcount
         return getattr(self._cur, name)
 
+    def __iter__(self) -> Iterator[Any]:  # looked up on the type, so not reached through __getattr__
+        return iter(self._cur)
+
 
 class PostgresBackend(StorageBackend):
     """Triplet tables in PostgreSQL.
